@@ -1,1 +1,20 @@
-//! placeholder
+//! server-core: the pure decision core of the Server controller.
+//!
+//! Facts in, decision out: [`reconcile`] decides one pass, [`observe`]
+//! projects a provider record onto status, [`provider_create_failure`] is the
+//! one predicate the watch and the retry machine share. No I/O: time comes in
+//! as an argument, and the [`port::CloudPort`] is defined here but never called.
+
+pub mod model;
+pub mod monitor;
+pub mod port;
+pub mod predicate;
+pub mod reconcile;
+pub mod status_patch;
+pub mod user_data;
+
+pub use model::{Server, ServerSpec, ServerStatus};
+pub use monitor::observe;
+pub use predicate::{ever_booted, provider_create_failure, should_wake};
+pub use reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed, reconcile};
+pub use status_patch::status_merge_patch;

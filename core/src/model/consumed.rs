@@ -1,0 +1,64 @@
+//! The resources a Server consumes, as facts the adapter gathers.
+
+use serde::{Deserialize, Serialize};
+
+use super::condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition};
+
+/// A kind a Server holds a reference finalizer on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ResourceKind {
+    Network,
+    SecurityGroup,
+    SshCertificateAuthority,
+    Identity,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Network => "network",
+            ResourceKind::SecurityGroup => "security group",
+            ResourceKind::SshCertificateAuthority => "SSH certificate authority",
+            ResourceKind::Identity => "identity",
+        }
+    }
+}
+
+/// A consumed resource: its name (= the ID a spec uses) and finalizers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Consumed {
+    pub name: String,
+    pub finalizers: Vec<String>,
+}
+
+impl Consumed {
+    pub fn new(name: impl Into<String>) -> Self {
+        Consumed { name: name.into(), finalizers: Vec::new() }
+    }
+
+    pub fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.finalizers.iter().any(|f| f == finalizer)
+    }
+}
+
+/// An SSH certificate authority: `spec.publicKey` is what cloud-init trusts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshCertificateAuthority {
+    pub resource: Consumed,
+    pub public_key: String,
+}
+
+/// The Identity a Server belongs to.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub resource: Consumed,
+    pub conditions: Vec<Condition>,
+}
+
+impl Identity {
+    /// Ready means Available with reason Provisioned, as the Go controller checks.
+    pub fn is_ready(&self) -> bool {
+        find_condition(&self.conditions, ConditionType::Available)
+            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == ConditionReason::Provisioned)
+    }
+}

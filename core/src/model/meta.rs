@@ -1,0 +1,48 @@
+//! The slice of Kubernetes object metadata the rules read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Region the server lives in; selects the cloud.
+pub const REGION_LABEL: &str = "regions.unikorn-cloud.org/region-id";
+/// Identity (cloud project and credentials) the server belongs to.
+pub const IDENTITY_LABEL: &str = "regions.unikorn-cloud.org/identity-id";
+/// Human name of the server, used to name the provider server.
+pub const NAME_LABEL: &str = "unikorn-cloud.org/name";
+pub const ORGANIZATION_LABEL: &str = "unikorn-cloud.org/organization";
+
+/// The finalizer that guards deprovisioning of a Server.
+pub const SERVER_FINALIZER: &str = "unikorn";
+
+/// Records, on the Server, the generation whose create the provider refused, so
+/// the server stays parked across restarts until its spec changes.
+pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
+
+/// The finalizer a Server places on each resource it consumes.
+pub fn reference_finalizer(server_name: &str) -> String {
+    format!("servers.region.unikorn-cloud.org/{server_name}")
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub generation: i64,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub finalizers: Vec<String>,
+    /// Whether a deletionTimestamp is set.
+    pub deleting: bool,
+}
+
+impl ObjectMeta {
+    pub fn has_finalizer(&self, finalizer: &str) -> bool {
+        self.finalizers.iter().any(|f| f == finalizer)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str).filter(|v| !v.is_empty())
+    }
+}

@@ -1,0 +1,28 @@
+//! The Server resource and the resources it consumes.
+
+mod condition;
+mod consumed;
+mod meta;
+mod spec;
+mod status;
+
+pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, set_condition};
+pub use consumed::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
+pub use meta::{
+    CREATE_REFUSED_ANNOTATION, IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, REGION_LABEL,
+    SERVER_FINALIZER, reference_finalizer,
+};
+pub use spec::{
+    AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, Tag, UserData,
+};
+pub use status::{Phase, ServerStatus};
+
+use serde::{Deserialize, Serialize};
+
+/// A Server as the rules see it: metadata, spec and the persisted status.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Server {
+    pub meta: ObjectMeta,
+    pub spec: ServerSpec,
+    pub status: ServerStatus,
+}

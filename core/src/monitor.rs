@@ -1,0 +1,156 @@
+//! The monitor projection (DESIGN §11): the provider's record of a server,
+//! folded into the status the monitor owns. Pure; the poll loop is an adapter.
+
+use jiff::Timestamp;
+
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, ServerStatus, set_condition};
+use crate::port::{PowerState, ProviderServer, ProviderStatus};
+
+/// Projects a provider record (or its absence from the provider's list) onto
+/// a status. Touches only monitor-owned fields; `provisionedAt` is latched.
+pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Timestamp) -> ServerStatus {
+    let mut next = status.clone();
+    let (health, reason, message) = health_of(record);
+    set_condition(&mut next.conditions, ConditionType::Healthy, health, reason, message, now);
+
+    let Some(record) = record else {
+        return next;
+    };
+    next.phase = match (&record.status, record.power_state) {
+        (ProviderStatus::Build, _) if record.queued => Some(Phase::Queued),
+        (ProviderStatus::Build, _) => Some(Phase::Building),
+        (_, PowerState::Running) => Some(Phase::Running),
+        (_, PowerState::Shutdown) => Some(Phase::Stopped),
+        _ => next.phase.or(Some(Phase::Pending)),
+    };
+    if record.created.is_some() {
+        next.scheduled_at = record.created;
+    }
+    if record.launched_at.is_some() {
+        next.launched_at = record.launched_at;
+    }
+    // The latch: written once, from the launched-at signal, never changed.
+    if next.provisioned_at.is_none() {
+        next.provisioned_at = record.launched_at;
+    }
+    next.private_ip = record.private_ip.clone();
+    next.public_ip = record.public_ip.clone();
+    // The MAC is trustworthy only once ACTIVE (baremetal rebinds it during
+    // deploy), and is never cleared.
+    if record.status == ProviderStatus::Active && record.mac_address.is_some() {
+        next.mac_address = record.mac_address.clone();
+    }
+    next
+}
+
+fn health_of(record: Option<&ProviderServer>) -> (ConditionStatus, ConditionReason, &'static str) {
+    match record.map(|r| &r.status) {
+        Some(ProviderStatus::Active) => (ConditionStatus::True, ConditionReason::Healthy, "Server is active"),
+        Some(ProviderStatus::Error) => {
+            (ConditionStatus::False, ConditionReason::Errored, "Server is in an error state")
+        }
+        Some(ProviderStatus::Rebuild) => {
+            (ConditionStatus::False, ConditionReason::Provisioning, "Server is rebuilding")
+        }
+        Some(ProviderStatus::Unknown) => {
+            (ConditionStatus::Unknown, ConditionReason::Unknown, "Server status is unknown")
+        }
+        None => (ConditionStatus::Unknown, ConditionReason::Unknown, "Server not found at the provider"),
+        Some(ProviderStatus::Build | ProviderStatus::Other(_)) => {
+            (ConditionStatus::False, ConditionReason::Degraded, "Server is not active")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap_or_default()
+    }
+
+    fn record(status: ProviderStatus, power: PowerState) -> ProviderServer {
+        ProviderServer { status, power_state: power, ..Default::default() }
+    }
+
+    fn healthy(status: &ServerStatus) -> (ConditionStatus, ConditionReason) {
+        let c = status.condition(ConditionType::Healthy).cloned().unwrap_or_else(|| panic!("no Healthy"));
+        (c.status, c.reason)
+    }
+
+    #[test]
+    fn health_table() {
+        let cases = [
+            (Some(ProviderStatus::Active), ConditionStatus::True, ConditionReason::Healthy),
+            (Some(ProviderStatus::Error), ConditionStatus::False, ConditionReason::Errored),
+            (Some(ProviderStatus::Rebuild), ConditionStatus::False, ConditionReason::Provisioning),
+            (Some(ProviderStatus::Unknown), ConditionStatus::Unknown, ConditionReason::Unknown),
+            (None, ConditionStatus::Unknown, ConditionReason::Unknown),
+            (Some(ProviderStatus::Build), ConditionStatus::False, ConditionReason::Degraded),
+            (Some(ProviderStatus::Other("SHUTOFF".into())), ConditionStatus::False, ConditionReason::Degraded),
+        ];
+        for (provider, status, reason) in cases {
+            let rec = provider.clone().map(|s| record(s, PowerState::NoState));
+            let next = observe(&ServerStatus::default(), rec.as_ref(), at(1));
+            assert_eq!(healthy(&next), (status, reason), "{provider:?}");
+        }
+    }
+
+    #[test]
+    fn phase_table() {
+        let mut queued = record(ProviderStatus::Build, PowerState::NoState);
+        queued.queued = true;
+        let cases = [
+            (record(ProviderStatus::Build, PowerState::NoState), None, Some(Phase::Building)),
+            (queued, None, Some(Phase::Queued)),
+            (record(ProviderStatus::Active, PowerState::Running), None, Some(Phase::Running)),
+            (record(ProviderStatus::Other("SHUTOFF".into()), PowerState::Shutdown), None, Some(Phase::Stopped)),
+            (record(ProviderStatus::Error, PowerState::NoState), Some(Phase::Building), Some(Phase::Building)),
+            (record(ProviderStatus::Error, PowerState::NoState), None, Some(Phase::Pending)),
+        ];
+        for (rec, before, after) in cases {
+            let status = ServerStatus { phase: before, ..Default::default() };
+            assert_eq!(observe(&status, Some(&rec), at(1)).phase, after, "{rec:?}");
+        }
+    }
+
+    #[test]
+    fn provisioned_at_latches_and_backfills() {
+        let mut active = record(ProviderStatus::Active, PowerState::Running);
+        active.launched_at = Some(at(10));
+        let first = observe(&ServerStatus::default(), Some(&active), at(11));
+        assert_eq!(first.provisioned_at, Some(at(10)));
+        // A later read without launched-at, or with another one, changes nothing.
+        let lacking = record(ProviderStatus::Active, PowerState::Running);
+        assert_eq!(observe(&first, Some(&lacking), at(12)).provisioned_at, Some(at(10)));
+        let mut other = active.clone();
+        other.launched_at = Some(at(99));
+        assert_eq!(observe(&first, Some(&other), at(12)).provisioned_at, Some(at(10)));
+        assert_eq!(observe(&first, None, at(12)).provisioned_at, Some(at(10)));
+    }
+
+    #[test]
+    fn mac_only_from_active_and_never_cleared() {
+        let mut building = record(ProviderStatus::Build, PowerState::NoState);
+        building.mac_address = Some("fa:16:3e:00:00:01".into());
+        assert_eq!(observe(&ServerStatus::default(), Some(&building), at(1)).mac_address, None);
+        let mut active = record(ProviderStatus::Active, PowerState::Running);
+        active.mac_address = Some("fa:16:3e:00:00:02".into());
+        let seen = observe(&ServerStatus::default(), Some(&active), at(1));
+        assert_eq!(seen.mac_address.as_deref(), Some("fa:16:3e:00:00:02"));
+        let without = record(ProviderStatus::Active, PowerState::Running);
+        assert_eq!(observe(&seen, Some(&without), at(2)).mac_address.as_deref(), Some("fa:16:3e:00:00:02"));
+        assert_eq!(observe(&seen, None, at(2)).mac_address.as_deref(), Some("fa:16:3e:00:00:02"));
+    }
+
+    #[test]
+    fn observing_the_same_record_twice_is_a_fixed_point() {
+        let mut active = record(ProviderStatus::Active, PowerState::Running);
+        active.launched_at = Some(at(5));
+        active.created = Some(at(4));
+        active.private_ip = Some("10.0.0.5".into());
+        let once = observe(&ServerStatus::default(), Some(&active), at(6));
+        assert_eq!(observe(&once, Some(&active), at(7)), once);
+    }
+}

@@ -1,0 +1,226 @@
+//! The cloud port: what the controller needs from a cloud, as plain
+//! definitions. The core never calls it; server-kube drives it, and
+//! server-openstack and server-sim implement it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{NetworkAttachment, Tag};
+
+/// A boxed future, so the port stays object-safe (`dyn CloudPort`) for the
+/// per-region registry without pulling an async-trait crate into the core.
+pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CloudError>> + Send + 'a>>;
+
+/// The cloud behind one region.
+///
+/// Contract every implementation keeps:
+/// - `create` is idempotent per `ServerRef::uid`: while a provider server tied
+///   to that uid exists, it returns that server and makes no second one;
+/// - `get` answers `Ok(None)` only when the provider authoritatively says the
+///   server does not exist; anything it cannot tell is an `Err`;
+/// - `delete` answers `Gone` only when the provider no longer lists the server,
+///   and releases what the create allocated (ports, floating IPs).
+pub trait CloudPort: Send + Sync {
+    fn create<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a CreateRequest,
+    ) -> PortFuture<'a, ProviderServer>;
+    fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress>;
+    fn get<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Option<ProviderServer>>;
+    /// Every server of the identity's project, in one call: the monitor asks
+    /// once per (region, identity) per poll.
+    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>>;
+}
+
+/// Which Server a provider server belongs to. The uid is the idempotency key.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ServerRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Who is calling the cloud: project and credentials of one Identity.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct IdentityContext {
+    pub region_id: String,
+    pub identity_id: String,
+    pub project_id: String,
+    pub credentials: Credentials,
+}
+
+impl fmt::Debug for IdentityContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdentityContext")
+            .field("region_id", &self.region_id)
+            .field("identity_id", &self.identity_id)
+            .field("project_id", &self.project_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Credentials never print: `Debug` redacts them.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum Credentials {
+    #[default]
+    None,
+    Password {
+        user_id: String,
+        password: String,
+    },
+    ApplicationCredential {
+        id: String,
+        secret: String,
+    },
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::None => f.write_str("None"),
+            Credentials::Password { .. } => f.write_str("Password(<redacted>)"),
+            Credentials::ApplicationCredential { .. } => f.write_str("ApplicationCredential(<redacted>)"),
+        }
+    }
+}
+
+/// Everything the provider needs to create a server.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateRequest {
+    pub server: ServerRef,
+    /// Provider-side name: the Server's name label, else its object name.
+    pub name: String,
+    pub flavor_id: String,
+    pub image_id: String,
+    pub networks: Vec<NetworkAttachment>,
+    pub security_group_ids: Vec<String>,
+    pub public_ip: bool,
+    /// Final user data, already merged with managed parts by the core.
+    pub user_data: Option<Vec<u8>>,
+    pub tags: Vec<Tag>,
+}
+
+/// The provider's record of a server, as the monitor projects it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderServer {
+    pub id: String,
+    /// The `ServerRef::uid` the provider server is tied to (from its metadata).
+    pub server_uid: String,
+    pub status: ProviderStatus,
+    pub power_state: PowerState,
+    /// True while the provider has accepted the server but not begun deploying it.
+    pub queued: bool,
+    pub created: Option<Timestamp>,
+    /// Nova `OS-SRV-USG:launched_at`: the server booted.
+    pub launched_at: Option<Timestamp>,
+    pub private_ip: Option<String>,
+    pub public_ip: Option<String>,
+    pub mac_address: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ProviderStatus {
+    Active,
+    #[default]
+    Build,
+    Error,
+    Rebuild,
+    Unknown,
+    /// Any other provider status (SHUTOFF, REBOOT, MIGRATING, ...).
+    Other(String),
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PowerState {
+    #[default]
+    NoState,
+    Running,
+    Shutdown,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeleteProgress {
+    /// The provider no longer lists the server.
+    Gone,
+    /// Deletion accepted and still under way.
+    InProgress,
+}
+
+/// What went wrong talking to the cloud. The split between transient and
+/// refused is load-bearing: only a refusal parks a server.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// 409: the provider is busy with the resource; try again.
+    #[error("provider conflict: {message}")]
+    Conflict { message: String },
+    /// 429: try again later.
+    #[error("provider rate limit: {message}")]
+    RateLimited { message: String },
+    /// 5xx: the provider failed; try again.
+    #[error("provider unavailable (HTTP {status}): {message}")]
+    Unavailable { status: u16, message: String },
+    /// No answer in time; the outcome of the call is unknown.
+    #[error("provider request timed out: {message}")]
+    Timeout { message: String },
+    /// A 4xx other than 409/429: the request itself is refused (quota, invalid).
+    #[error("provider refused the request (HTTP {status}): {message}")]
+    Refused { status: u16, message: String },
+    /// Authentication or configuration failed (bad credentials, no endpoint).
+    #[error("provider authentication failed: {message}")]
+    Auth { message: String },
+}
+
+impl CloudError {
+    /// Maps an HTTP status to an error class as DESIGN §7 sorts them.
+    pub fn from_http(status: u16, message: impl Into<String>) -> Self {
+        let message = message.into();
+        match status {
+            401 => CloudError::Auth { message },
+            409 => CloudError::Conflict { message },
+            429 => CloudError::RateLimited { message },
+            500..=599 => CloudError::Unavailable { status, message },
+            _ => CloudError::Refused { status, message },
+        }
+    }
+
+    /// Transient errors mean "ask again later"; they never park a server.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, CloudError::Refused { .. } | CloudError::Auth { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_statuses_sort_into_classes() {
+        assert!(CloudError::from_http(409, "").is_transient());
+        assert!(CloudError::from_http(429, "").is_transient());
+        assert!(CloudError::from_http(503, "").is_transient());
+        assert!(matches!(CloudError::from_http(403, "quota"), CloudError::Refused { .. }));
+        assert!(matches!(CloudError::from_http(401, "token"), CloudError::Auth { .. }));
+        assert!(!CloudError::from_http(400, "bad flavor").is_transient());
+        assert!(matches!(CloudError::from_http(413, "over quota"), CloudError::Refused { status: 413, .. }));
+    }
+
+    #[test]
+    fn credentials_never_print() {
+        let ctx = IdentityContext {
+            credentials: Credentials::Password { user_id: "u".into(), password: "hunter2".into() },
+            ..Default::default()
+        };
+        assert!(!format!("{ctx:?}").contains("hunter2"));
+        assert!(!format!("{:?}", ctx.credentials).contains("hunter2"));
+    }
+}

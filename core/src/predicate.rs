@@ -1,0 +1,132 @@
+//! The ProviderCreateFailure predicate (DESIGN §5) and the watch rule built on
+//! it (§6). The watch trigger and the retry machine call these same functions:
+//! nothing else decides whether a server may be deleted and recreated.
+
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus};
+
+/// Whether the provider ever booted this server, as far as status tells.
+/// Fails closed: any one sign of a boot is enough.
+pub fn ever_booted(status: &ServerStatus) -> bool {
+    status.provisioned_at.is_some() || status.launched_at.is_some() || status.phase.is_some_and(Phase::is_post_launch)
+}
+
+/// True iff the provider create landed in an error before the server ever
+/// launched, so deleting and recreating it loses nothing.
+pub fn provider_create_failure(server: &Server) -> bool {
+    status_shows_create_failure(&server.status)
+}
+
+/// [`provider_create_failure`] over a status alone.
+pub fn status_shows_create_failure(status: &ServerStatus) -> bool {
+    if ever_booted(status) {
+        return false;
+    }
+    // Only pre-launch phases (or none) remain here.
+    status
+        .condition(ConditionType::Healthy)
+        .is_some_and(|healthy| healthy.status == ConditionStatus::False && healthy.reason == ConditionReason::Errored)
+}
+
+/// The watch rule (§6): wake the reconciler for a new object, a spec change
+/// (generation, which deletion also bumps), the start of deletion, or a
+/// rising ProviderCreateFailure edge. Status writes that leave the predicate
+/// unchanged, and falling edges, do not wake it.
+pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
+    let Some(old) = old else {
+        return true;
+    };
+    old.meta.generation != new.meta.generation
+        || (!old.meta.deleting && new.meta.deleting)
+        || (!provider_create_failure(old) && provider_create_failure(new))
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::model::set_condition;
+
+    fn errored(phase: Option<Phase>) -> Server {
+        let mut server = Server::default();
+        server.status.phase = phase;
+        set_condition(
+            &mut server.status.conditions,
+            ConditionType::Healthy,
+            ConditionStatus::False,
+            ConditionReason::Errored,
+            "boom",
+            Timestamp::UNIX_EPOCH,
+        );
+        server
+    }
+
+    #[test]
+    fn pre_launch_phases_with_errored_health_are_failures() {
+        for phase in [None, Some(Phase::Pending), Some(Phase::Queued), Some(Phase::Building)] {
+            assert!(provider_create_failure(&errored(phase)), "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn post_launch_phases_never_are() {
+        for phase in [Phase::Running, Phase::Stopping, Phase::Stopped] {
+            assert!(!provider_create_failure(&errored(Some(phase))), "{phase:?}");
+        }
+    }
+
+    #[test]
+    fn provisioned_at_wins_even_when_launched_at_and_phase_are_lost() {
+        let mut server = errored(Some(Phase::Pending));
+        server.status.provisioned_at = Some(Timestamp::UNIX_EPOCH);
+        assert!(!provider_create_failure(&server));
+    }
+
+    #[test]
+    fn launched_at_alone_blocks_it() {
+        let mut server = errored(None);
+        server.status.launched_at = Some(Timestamp::UNIX_EPOCH);
+        assert!(!provider_create_failure(&server));
+    }
+
+    #[test]
+    fn health_other_than_false_errored_is_not_a_failure() {
+        let mut server = Server::default();
+        assert!(!provider_create_failure(&server), "no Healthy condition");
+        for (status, reason) in [
+            (ConditionStatus::Unknown, ConditionReason::Errored),
+            (ConditionStatus::False, ConditionReason::Degraded),
+            (ConditionStatus::False, ConditionReason::Provisioning),
+            (ConditionStatus::True, ConditionReason::Healthy),
+        ] {
+            set_condition(
+                &mut server.status.conditions,
+                ConditionType::Healthy,
+                status,
+                reason,
+                "",
+                Timestamp::UNIX_EPOCH,
+            );
+            assert!(!provider_create_failure(&server), "{status:?}/{reason:?}");
+        }
+    }
+
+    #[test]
+    fn wake_rule() {
+        let healthy = Server::default();
+        let failed = errored(Some(Phase::Building));
+        assert!(should_wake(None, &healthy), "creation");
+        assert!(should_wake(Some(&healthy), &failed), "rising edge");
+        assert!(!should_wake(Some(&failed), &healthy), "falling edge");
+        assert!(!should_wake(Some(&failed), &failed), "unchanged predicate");
+        let mut respec = healthy.clone();
+        respec.meta.generation += 1;
+        assert!(should_wake(Some(&healthy), &respec), "generation");
+        let mut deleting = healthy.clone();
+        deleting.meta.deleting = true;
+        assert!(should_wake(Some(&healthy), &deleting), "deletion");
+        let mut status_only = healthy.clone();
+        status_only.status.private_ip = Some("10.0.0.1".into());
+        assert!(!should_wake(Some(&healthy), &status_only), "status write");
+    }
+}

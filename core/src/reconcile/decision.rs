@@ -1,0 +1,125 @@
+use serde_json::Value;
+
+use crate::model::{ResourceKind, ServerStatus};
+use crate::port::{CreateRequest, ServerRef};
+
+/// The result of one pass: the status the Server should have, the ordered
+/// idempotent actions that get it there, and what to do next. An adapter runs
+/// the actions in order, stops at the first failure, and decides nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub status: ServerStatus,
+    pub actions: Vec<Action>,
+    pub outcome: Outcome,
+}
+
+impl Decision {
+    pub fn provider_actions(&self) -> impl Iterator<Item = &Action> {
+        self.actions.iter().filter(|a| matches!(a, Action::CreateProviderServer(_) | Action::DeleteProviderServer(_)))
+    }
+
+    pub fn events(&self) -> impl Iterator<Item = &Event> {
+        self.actions.iter().filter_map(|a| match a {
+            Action::Emit(event) => Some(event),
+            _ => None,
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Add the `unikorn` finalizer to the Server.
+    AddFinalizer,
+    /// Remove the `unikorn` finalizer: the Server may go.
+    RemoveFinalizer,
+    /// Place the Server's reference finalizer on a consumed resource.
+    AddReference(Reference),
+    /// Remove the Server's reference finalizer from a consumed resource.
+    RemoveReference(Reference),
+    /// Persist the status as this JSON merge patch, with the Server's
+    /// resourceVersion as precondition. Comes before any provider action it
+    /// accounts for, so a crash never loses a counted attempt.
+    WriteStatus(Value),
+    /// Record on the Server that the provider refused the create of this
+    /// generation (annotation `CREATE_REFUSED_ANNOTATION`).
+    RecordCreateRefusal {
+        generation: i64,
+    },
+    CreateProviderServer(CreateRequest),
+    DeleteProviderServer(ServerRef),
+    Emit(Event),
+}
+
+/// A finalizer edge from a Server to a resource it consumes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Reference {
+    pub kind: ResourceKind,
+    /// The resource's name (its ID).
+    pub name: String,
+    /// The finalizer string, `servers.region.unikorn-cloud.org/<server>`.
+    pub finalizer: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Converged; wake again only on a watch trigger.
+    Done,
+    /// Waiting on something outside; requeue after the fixed interval.
+    Yield(String),
+    /// Parked; not requeued until a watch trigger (spec change, reset).
+    Terminal(String),
+    /// Failed; requeue after the fixed interval.
+    Error(String),
+}
+
+impl Outcome {
+    pub fn requeues(&self) -> bool {
+        matches!(self, Outcome::Yield(_) | Outcome::Error(_))
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Done => "done",
+            Outcome::Yield(_) => "yield",
+            Outcome::Terminal(_) => "terminal",
+            Outcome::Error(_) => "error",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Event reasons, as the Go controller names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventReason {
+    ProviderCreateRetrying,
+    ProviderCreateRetryReady,
+    ProviderCreateFailed,
+    ProviderCreateRefused,
+    ProviderServerMissing,
+}
+
+impl EventReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventReason::ProviderCreateRetrying => "ProviderCreateRetrying",
+            EventReason::ProviderCreateRetryReady => "ProviderCreateRetryReady",
+            EventReason::ProviderCreateFailed => "ProviderCreateFailed",
+            EventReason::ProviderCreateRefused => "ProviderCreateRefused",
+            EventReason::ProviderServerMissing => "ProviderServerMissing",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub type_: EventType,
+    pub reason: EventReason,
+    /// What the controller did, for events.k8s.io `action`.
+    pub action: &'static str,
+    pub note: String,
+}

@@ -1,0 +1,40 @@
+use crate::model::{Consumed, Identity, SshCertificateAuthority};
+use crate::port::ProviderServer;
+
+/// What the provider says about the Server's provider server. The three
+/// kinds are load-bearing: only `Absent` may lead to a create, and `Unknown`
+/// never leads to a create or a delete.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderView {
+    Present(ProviderServer),
+    /// The provider authoritatively said the server does not exist.
+    Absent,
+    /// The read failed or timed out; the reason is for logs and status.
+    Unknown(String),
+}
+
+/// Everything one reconcile pass needs to know besides the Server itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// The Identity named by the identity label, if it exists.
+    pub identity: Option<Identity>,
+    /// Networks in the Server's namespace carrying its identity label.
+    pub networks: Vec<Consumed>,
+    /// Security groups in the Server's namespace carrying its identity label.
+    pub security_groups: Vec<Consumed>,
+    /// SSH certificate authorities in the Server's namespace.
+    pub ssh_certificate_authorities: Vec<SshCertificateAuthority>,
+    pub provider: ProviderView,
+}
+
+impl Default for Facts {
+    fn default() -> Self {
+        Facts {
+            identity: None,
+            networks: Vec::new(),
+            security_groups: Vec::new(),
+            ssh_certificate_authorities: Vec::new(),
+            provider: ProviderView::Absent,
+        }
+    }
+}

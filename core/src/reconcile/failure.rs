@@ -1,0 +1,62 @@
+//! What a failed action means. The executor stops at the first failed action
+//! and asks here; it never classifies errors itself.
+
+use jiff::Timestamp;
+
+use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
+use super::plan::Plan;
+use crate::model::{CREATE_REFUSED_ANNOTATION, Server};
+use crate::port::CloudError;
+
+/// Why an action failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ActionFailure {
+    /// The cloud port answered with an error.
+    Cloud(CloudError),
+    /// The Kubernetes API answered 409 Conflict (stale resourceVersion, a
+    /// concurrent writer): the next pass sees fresh state.
+    Conflict(String),
+    /// Any other Kubernetes API failure.
+    Api(String),
+}
+
+/// The follow-up decision after `action` failed. `server` is the Server as
+/// last persisted (with the pass's status if its WriteStatus ran).
+pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
+    let unchanged = |outcome| Decision { status: server.status.clone(), actions: Vec::new(), outcome };
+    match (action, failure) {
+        (Action::CreateProviderServer(_), ActionFailure::Cloud(CloudError::Refused { message, .. })) => {
+            park_refused_create(server, message, now)
+        }
+        (_, ActionFailure::Cloud(error)) if error.is_transient() => {
+            unchanged(Outcome::Yield(format!("Waiting for the provider: {error}")))
+        }
+        (_, ActionFailure::Conflict(message)) => {
+            unchanged(Outcome::Yield(format!("Conflicting write, retrying: {message}")))
+        }
+        (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(error.to_string())),
+        (_, ActionFailure::Api(message)) => {
+            unchanged(Outcome::Error(format!("Kubernetes API request failed: {message}")))
+        }
+    }
+}
+
+/// A create the provider refuses outright (quota, invalid request) parks the
+/// server with the provider's message until its spec changes.
+fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) -> Decision {
+    let generation = server.meta.generation;
+    let already_recorded = server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&generation.to_string());
+    let mut plan = Plan::new(&server.status, false, now);
+    plan.record_refusal(generation);
+    if !already_recorded {
+        plan.emit(Event {
+            type_: EventType::Warning,
+            reason: EventReason::ProviderCreateRefused,
+            action: "CreateProviderServer",
+            note: format!("Provider refused to create the server: {provider_message}"),
+        });
+    }
+    plan.finish(Outcome::Terminal(format!(
+        "provider refused to create the server: {provider_message}; change the spec to try again"
+    )))
+}

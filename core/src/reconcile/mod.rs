@@ -1,0 +1,59 @@
+//! One reconcile pass as a pure function: facts in, decision out (DESIGN §2).
+
+mod decision;
+mod deprovision;
+mod facts;
+mod failure;
+mod options;
+mod plan;
+mod provision;
+mod references;
+mod validate;
+
+pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, Reference};
+pub use facts::{Facts, ProviderView};
+pub use failure::{ActionFailure, action_failed};
+pub use options::Options;
+
+use jiff::Timestamp;
+
+use crate::model::{SERVER_FINALIZER, Server};
+use plan::Plan;
+
+/// Decides one pass for `server` given what the adapter found.
+pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    // Pause stops all work, deletion included; nothing is written.
+    if server.spec.pause {
+        return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
+    }
+    let deleting = server.meta.deleting;
+    let mut plan = Plan::new(&server.status, deleting, now);
+
+    if deleting {
+        if !server.meta.has_finalizer(SERVER_FINALIZER) {
+            return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
+        }
+        if let Err(outcome) = validate::required_labels(server) {
+            return plan.finish(outcome);
+        }
+        return deprovision::deprovision(server, facts, plan);
+    }
+
+    let checks = validate::required_labels(server)
+        .and_then(|()| validate::no_duplicate_ids(server))
+        .and_then(|()| validate::references_exist(server, facts));
+    if let Err(outcome) = checks {
+        return plan.finish(outcome);
+    }
+
+    if !server.meta.has_finalizer(SERVER_FINALIZER) {
+        plan.lead(Action::AddFinalizer);
+    }
+    for action in references::to_add(server, facts) {
+        plan.lead(action);
+    }
+    if !facts.identity.as_ref().is_some_and(|i| i.is_ready()) {
+        return plan.finish(Outcome::Yield("Waiting for the identity to become ready".into()));
+    }
+    provision::provision(server, facts, options, plan)
+}

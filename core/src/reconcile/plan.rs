@@ -1,0 +1,96 @@
+//! Assembles a Decision in the order the executor must run it: finalizer and
+//! references, then the status write, then events and provider actions, then
+//! pruning and the finalizer's removal.
+
+use jiff::Timestamp;
+
+use super::decision::{Action, Decision, Event, Outcome};
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, ServerStatus, set_condition};
+use crate::status_patch::status_merge_patch;
+
+#[derive(Debug)]
+pub(crate) struct Plan {
+    before: ServerStatus,
+    pub(crate) status: ServerStatus,
+    pub(crate) now: Timestamp,
+    leading: Vec<Action>,
+    events: Vec<Event>,
+    record_refusal: Option<i64>,
+    provider: Vec<Action>,
+    trailing: Vec<Action>,
+    deleting: bool,
+}
+
+impl Plan {
+    pub(crate) fn new(status: &ServerStatus, deleting: bool, now: Timestamp) -> Self {
+        Plan {
+            before: status.clone(),
+            status: status.clone(),
+            now,
+            leading: Vec::new(),
+            events: Vec::new(),
+            record_refusal: None,
+            provider: Vec::new(),
+            trailing: Vec::new(),
+            deleting,
+        }
+    }
+
+    /// Finalizer and reference additions: before anything else.
+    pub(crate) fn lead(&mut self, action: Action) {
+        self.leading.push(action);
+    }
+
+    pub(crate) fn emit(&mut self, event: Event) {
+        self.events.push(event);
+    }
+
+    pub(crate) fn record_refusal(&mut self, generation: i64) {
+        self.record_refusal = Some(generation);
+    }
+
+    /// Provider create or delete: after the status that accounts for it.
+    pub(crate) fn provider(&mut self, action: Action) {
+        self.provider.push(action);
+    }
+
+    /// Reference pruning and finalizer removal: last.
+    pub(crate) fn trail(&mut self, action: Action) {
+        self.trailing.push(action);
+    }
+
+    /// The status before this pass.
+    pub(crate) fn before(&self) -> &ServerStatus {
+        &self.before
+    }
+
+    /// Closes the pass: sets Available from the outcome and orders the actions.
+    pub(crate) fn finish(mut self, outcome: Outcome) -> Decision {
+        let (status, reason, message) = available_for(&outcome, self.deleting);
+        set_condition(&mut self.status.conditions, ConditionType::Available, status, reason, message, self.now);
+
+        let mut actions = self.leading;
+        if let Some(patch) = status_merge_patch(&self.before, &self.status) {
+            actions.push(Action::WriteStatus(patch));
+        }
+        if let Some(generation) = self.record_refusal {
+            actions.push(Action::RecordCreateRefusal { generation });
+        }
+        actions.extend(self.events.into_iter().map(Action::Emit));
+        actions.extend(self.provider);
+        actions.extend(self.trailing);
+        Decision { status: self.status, actions, outcome }
+    }
+}
+
+fn available_for(outcome: &Outcome, deleting: bool) -> (ConditionStatus, ConditionReason, String) {
+    match (outcome, deleting) {
+        (Outcome::Done, false) => (ConditionStatus::True, ConditionReason::Provisioned, "Provisioned".into()),
+        (Outcome::Done, true) => (ConditionStatus::False, ConditionReason::Deprovisioned, "Deprovisioned".into()),
+        (Outcome::Yield(message), false) => (ConditionStatus::False, ConditionReason::Provisioning, message.clone()),
+        (Outcome::Yield(message), true) => (ConditionStatus::False, ConditionReason::Deprovisioning, message.clone()),
+        (Outcome::Terminal(message) | Outcome::Error(message), _) => {
+            (ConditionStatus::False, ConditionReason::Errored, message.clone())
+        }
+    }
+}

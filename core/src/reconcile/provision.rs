@@ -1,0 +1,202 @@
+//! Provisioning after validation, references and the identity gate: the
+//! bounded delete-and-retry machine (DESIGN §7) and ensuring the provider
+//! server exists.
+
+use super::decision::{Action, Event, EventReason, EventType, Outcome};
+use super::facts::{Facts, ProviderView};
+use super::options::Options;
+use super::plan::Plan;
+use super::references;
+use crate::model::{
+    CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server,
+    set_condition,
+};
+use crate::port::{CreateRequest, ServerRef};
+use crate::predicate::{ever_booted, status_shows_create_failure};
+use crate::user_data::render_user_data;
+
+pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
+pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
+pub(crate) const MISSING_MESSAGE: &str =
+    "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
+
+pub(crate) fn server_ref(server: &Server) -> ServerRef {
+    ServerRef { namespace: server.meta.namespace.clone(), name: server.meta.name.clone(), uid: server.meta.uid.clone() }
+}
+
+pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> super::Decision {
+    let view = match &facts.provider {
+        ProviderView::Unknown(reason) => {
+            return plan.finish(Outcome::Yield(format!("Waiting for the provider to answer: {reason}")));
+        }
+        view => view,
+    };
+    let max = options.max_attempts();
+    // A counter above the cap (a lowered option) heals down to it.
+    plan.status.provider_create_failures = plan.status.provider_create_failures.clamp(0, max);
+
+    // Fail closed: a server that ever booted is never deleted to retry.
+    if plan.status.provider_create_retrying && ever_booted(&plan.status) {
+        plan.status.provider_create_retrying = false;
+    }
+
+    if !plan.status.provider_create_retrying && status_shows_create_failure(&plan.status) {
+        let attempt = plan.status.provider_create_failures + 1;
+        if attempt >= max {
+            return park_at_cap(max, plan);
+        }
+        plan.status.provider_create_failures = attempt;
+        plan.status.provider_create_retrying = true;
+        plan.emit(Event {
+            type_: EventType::Normal,
+            reason: EventReason::ProviderCreateRetrying,
+            action: "RetryProviderCreate",
+            note: format!("Provider server create failed before launch; retrying (attempt {}/{max})", attempt + 1),
+        });
+    }
+
+    if plan.status.provider_create_retrying {
+        return clear_failed_server(server, view, plan);
+    }
+    ensure_exists(server, facts, view, plan)
+}
+
+/// At the cap the server is parked: no delete, no create, until an operator
+/// resets `providerCreateFailures`. The counter is clamped, so passes after a
+/// restart never advance it, and the event fires once, on entry.
+fn park_at_cap(max: i32, mut plan: Plan) -> super::Decision {
+    let message = format!("Provider server create failed after {max} attempts");
+    let already_parked = plan.before().provider_create_failures == max
+        && plan
+            .before()
+            .condition(ConditionType::Available)
+            .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == message);
+    plan.status.provider_create_failures = max;
+    plan.status.provider_create_retrying = false;
+    if !already_parked {
+        plan.emit(Event {
+            type_: EventType::Warning,
+            reason: EventReason::ProviderCreateFailed,
+            action: "ParkServer",
+            note: message.clone(),
+        });
+    }
+    plan.finish(Outcome::Terminal(message))
+}
+
+/// Deletes the failed provider server; once the provider says it is gone,
+/// re-arms the create.
+fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> super::Decision {
+    match view {
+        ProviderView::Present(_) => {
+            reset_runtime_status(&mut plan, DELETING_FAILED_MESSAGE);
+            plan.provider(Action::DeleteProviderServer(server_ref(server)));
+            plan.finish(Outcome::Yield(DELETING_FAILED_MESSAGE.into()))
+        }
+        _ => {
+            plan.status.provider_create_retrying = false;
+            reset_runtime_status(&mut plan, RETRY_READY_MESSAGE);
+            plan.emit(Event {
+                type_: EventType::Normal,
+                reason: EventReason::ProviderCreateRetryReady,
+                action: "RetryProviderCreate",
+                note: "Failed provider server deleted; the create will be retried".into(),
+            });
+            plan.finish(Outcome::Yield(RETRY_READY_MESSAGE.into()))
+        }
+    }
+}
+
+/// Runtime status reset: what described the failed provider server goes;
+/// `macAddress` and the `provisionedAt` latch stay.
+fn reset_runtime_status(plan: &mut Plan, message: &str) {
+    let status = &mut plan.status;
+    status.phase = Some(Phase::Pending);
+    status.private_ip = None;
+    status.public_ip = None;
+    status.launched_at = None;
+    status.scheduled_at = None;
+    let now = plan.now;
+    set_condition(
+        &mut plan.status.conditions,
+        ConditionType::Healthy,
+        ConditionStatus::Unknown,
+        ConditionReason::Provisioning,
+        message,
+        now,
+    );
+}
+
+fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, mut plan: Plan) -> super::Decision {
+    match view {
+        ProviderView::Present(_) => {
+            for action in references::to_prune(server, facts) {
+                plan.trail(action);
+            }
+            plan.finish(Outcome::Done)
+        }
+        _ if ever_booted(&plan.status) => {
+            let already_reported = plan
+                .before()
+                .condition(ConditionType::Available)
+                .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == MISSING_MESSAGE);
+            if !already_reported {
+                plan.emit(Event {
+                    type_: EventType::Warning,
+                    reason: EventReason::ProviderServerMissing,
+                    action: "DetectMissingServer",
+                    note: "Provider server disappeared after it booted; not recreating it".into(),
+                });
+            }
+            plan.finish(Outcome::Terminal(MISSING_MESSAGE.into()))
+        }
+        _ if refused_this_generation(server) => {
+            let message = plan
+                .before()
+                .condition(ConditionType::Available)
+                .filter(|c| c.reason == ConditionReason::Errored)
+                .map(|c| c.message.clone())
+                .unwrap_or_else(|| "provider refused to create the server; change the spec to try again".into());
+            plan.finish(Outcome::Terminal(message))
+        }
+        _ => create(server, facts, plan),
+    }
+}
+
+fn refused_this_generation(server: &Server) -> bool {
+    server
+        .meta
+        .annotations
+        .get(CREATE_REFUSED_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .is_some_and(|g| g == server.meta.generation)
+}
+
+fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
+    let ca_key = server.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
+        facts.ssh_certificate_authorities.iter().find(|ca| ca.resource.name == id).map(|ca| ca.public_key.as_str())
+    });
+    let user_data = server.spec.user_data.as_ref().map(|u| u.0.as_slice());
+    let user_data = match render_user_data(user_data, ca_key) {
+        Ok(rendered) => rendered,
+        // The CA key may be fixed without a spec change: requeue, not park.
+        Err(error) => return plan.finish(Outcome::Error(format!("cannot build user data: {error}"))),
+    };
+    let spec = &server.spec;
+    let request = CreateRequest {
+        server: server_ref(server),
+        name: server.meta.label(NAME_LABEL).unwrap_or(&server.meta.name).to_owned(),
+        flavor_id: spec.flavor_id.clone(),
+        image_id: spec.image.id.clone(),
+        networks: spec.networks.clone(),
+        security_group_ids: spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+        public_ip: spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled),
+        user_data,
+        tags: spec.tags.clone(),
+    };
+    plan.provider(Action::CreateProviderServer(request));
+    for action in references::to_prune(server, facts) {
+        plan.trail(action);
+    }
+    plan.finish(Outcome::Yield("Creating provider server".into()))
+}
