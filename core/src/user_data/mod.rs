@@ -1,0 +1,114 @@
+//! User data for the provider, and its SSH certificate authority augmentation
+//! (DESIGN.md §9).
+//!
+//! User data is checked the way cloud-init will read it (cloud-init 22.4, Debian 12):
+//! - gzip (magic `1f 8b`) is passed on untouched, and refused when it would
+//!   have to be merged;
+//! - a MIME message (cloud-init finds `mime-version:` in the first 4 KiB) is
+//!   read with the rules of Python's email parser; multiparts
+//!   without boundary, opening or closing boundary line are refused, and so
+//!   are parts cloud-init could not type;
+//! - anything else is one payload typed by its first line
+//!   ([`PayloadType::sniff`]); without a sentinel it is refused.
+//!
+//! With an SSH CA, its public key becomes a managed cloud-config part
+//! ([`MANAGED_PART_NAME`]): alone when there is no user data, otherwise last
+//! in a `multipart/mixed` message after the user's parts.
+//!
+//! Pure: no I/O, deterministic output. Errors never quote user data or keys.
+
+mod error;
+mod kind;
+mod merge;
+mod mime;
+mod payload_type;
+mod ssh_ca;
+mod transfer;
+
+pub use error::{UserDataError, UserDataErrorReason};
+pub use kind::{MIME_SNIFF_LEN, PayloadKind, looks_like_mime};
+pub use payload_type::PayloadType;
+pub use ssh_ca::{
+    MANAGED_PART_NAME, SSHD_DROP_IN_CONTENT, SSHD_DROP_IN_PATH, SSHD_RELOAD_COMMAND, SshCaPublicKey,
+    TRUSTED_USER_CA_KEYS_PATH, managed_cloud_config, validate_ssh_public_key,
+};
+
+use kind::{Classified, classify};
+use merge::Piece;
+
+/// The MIME type of the managed part.
+pub const MANAGED_PART_CONTENT_TYPE: &str = "text/cloud-config";
+
+fn non_empty(user_data: Option<&[u8]>) -> Option<&[u8]> {
+    user_data.filter(|d| !d.is_empty())
+}
+
+/// Validates user data sent as it is (no SSH CA): gzip is allowed.
+///
+/// Empty data is not user data; callers treat it as none
+/// ([`render_user_data`] does). Here it is refused as untyped.
+pub fn validate_user_data(data: &[u8]) -> Result<PayloadKind, UserDataError> {
+    classify(data).map(|c| c.kind())
+}
+
+fn gzip_not_mergeable() -> UserDataError {
+    UserDataError::new(
+        UserDataErrorReason::GzipNotMergeable,
+        "user data is gzip-compressed, which cannot be combined with the SSH certificate authority configuration \
+         (sshCertificateAuthorityID): send the user data uncompressed, or remove sshCertificateAuthorityID",
+    )
+}
+
+/// Validates user data that will be merged with the managed part: as
+/// [`validate_user_data`], but gzip is refused.
+pub fn validate_managed_user_data(data: &[u8]) -> Result<PayloadKind, UserDataError> {
+    match classify(data)? {
+        Classified::Gzip => Err(gzip_not_mergeable()),
+        other => Ok(other.kind()),
+    }
+}
+
+/// The exact bytes to send to the provider. `None` when there is no user
+/// data (`None` or empty) and no CA.
+///
+/// - no CA: the user data, validated, unchanged;
+/// - a CA and no user data: the managed cloud-config alone;
+/// - a CA and user data: `multipart/mixed` with the user's parts, then the
+///   managed part.
+pub fn render_user_data(
+    user_data: Option<&[u8]>,
+    ssh_ca_public_key: Option<&str>,
+) -> Result<Option<Vec<u8>>, UserDataError> {
+    let user_data = non_empty(user_data);
+    let Some(key) = ssh_ca_public_key else {
+        return match user_data {
+            None => Ok(None),
+            Some(data) => {
+                validate_user_data(data)?;
+                Ok(Some(data.to_vec()))
+            }
+        };
+    };
+    let classified = match user_data {
+        Some(data) => match classify(data)? {
+            Classified::Gzip => return Err(gzip_not_mergeable()),
+            other => Some((data, other)),
+        },
+        None => None,
+    };
+    let key = validate_ssh_public_key(key)?;
+    let managed = managed_cloud_config(&key)?;
+    let Some((data, classified)) = classified else {
+        return Ok(Some(managed.into_bytes()));
+    };
+    let mut pieces = merge::user_pieces(data, &classified);
+    pieces.push(Piece::Payload {
+        content_type: MANAGED_PART_CONTENT_TYPE,
+        filename: Some(MANAGED_PART_NAME),
+        body: managed.as_bytes(),
+    });
+    Ok(Some(merge::assemble(&pieces)))
+}
+
+#[cfg(test)]
+mod tests;
