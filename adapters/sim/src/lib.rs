@@ -1,1 +1,6 @@
-//! placeholder
+//! In-process stand-ins for the Kubernetes API and the cloud, with seeded
+//! fault injection, for tests, the demo and the simulator.
+
+pub mod kube;
+
+pub use kube::SimKube;
