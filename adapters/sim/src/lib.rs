@@ -1,6 +1,7 @@
 //! In-process stand-ins for the Kubernetes API and the cloud, with seeded
 //! fault injection, for tests, the demo and the simulator.
 
+pub mod cloud;
 pub mod kube;
 
 pub use kube::SimKube;

@@ -1,0 +1,48 @@
+//! What the simulated cloud counts: calls by verb, what the calls did, and the
+//! per-Server ground truth checkers compare the controller's behaviour with.
+
+use serde::Serialize;
+
+/// Calls by verb and what came of them, since the cloud was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub create_calls: u64,
+    pub delete_calls: u64,
+    pub get_calls: u64,
+    pub list_calls: u64,
+    /// Creates that made a new provider server.
+    pub creates_accepted: u64,
+    /// Creates answered with the uid's existing server (idempotency).
+    pub creates_deduplicated: u64,
+    /// Creates refused outright (quota).
+    pub creates_refused: u64,
+    /// Creates that made a server but whose answer was lost (timeout).
+    pub creates_lost_answer: u64,
+    /// Calls failed by fault injection (timeouts, 5xx).
+    pub injected_failures: u64,
+    /// Delete requests that started a server's deletion.
+    pub deletions_started: u64,
+    /// Deletions started on a server that had launched.
+    pub launched_deleted: u64,
+    /// Servers that vanished behind the operator's back (so far).
+    pub vanished: u64,
+}
+
+/// The cloud's truth about one Server (one uid), at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct UidTruth {
+    /// Provider servers of this uid that exist now. Invariant 6: at most 1.
+    pub live: u32,
+    /// Whether the live server (if any) has launched.
+    pub live_launched: bool,
+    /// Whether any provider server of this uid ever launched.
+    pub ever_launched: bool,
+    pub create_calls: u32,
+    /// Creates that made a provider server (invariant 4 counts these).
+    pub creates_accepted: u32,
+    pub creates_refused: u32,
+    pub delete_calls: u32,
+    /// Deletions started on a provider server that had launched
+    /// (invariant 1: none of them may be on the retry path).
+    pub launched_deleted: u32,
+}
