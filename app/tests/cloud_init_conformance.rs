@@ -1,0 +1,483 @@
+//! Conformance of `render-user-data` with the real consumer, cloud-init
+//! (Debian's `cloud-init` package): its MIME processor
+//! (`cloudinit.user_data.UserDataProcessor`, run with /usr/bin/python3) must
+//! see every part with its cloud-init type and content, and
+//! `cloud-init schema --config-file` must accept the managed part.
+//!
+//! Without cloud-init the tests fail when `CI=true` and are skipped (with a
+//! message) otherwise; `.ci/run-userdata-deps` installs it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_server-controller");
+const PYTHON: &str = "/usr/bin/python3";
+const MANAGED_NAME: &str = "unikorn-ssh-certificate-authority";
+
+const ED25519: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTiQfZfG1KaT0PtFDJ/XFSqti ca@example";
+/// A key whose comment would mean something else in YAML if pasted in by hand.
+const TRICKY_COMMENT_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTiQfZfG1KaT0PtFDJ/XFSqti yes: 0644 # no 'x' \"y\" &a *b {c} [d] | > ~ null";
+const ECDSA: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBHwf2HMM5TRXvo2SQJjsNkiDD5KqiiNjrGVv3UUh+mMT5RHxiRtOnlqvjhQtBq0VpmpCV/PwUdhOig4vkbqAcEc= ecdsa@example";
+
+const RELOAD: &str = "sh -c \"systemctl reload sshd || systemctl reload ssh || service ssh reload || service sshd reload || \
+                      systemctl restart sshd || systemctl restart ssh || service ssh restart || service sshd restart\"";
+
+/// Runs cloud-init's MIME processor over a file and prints, as JSON, each
+/// part it hands to the handlers: type, filename, payload (base64) and, for
+/// cloud-config, the YAML as cloud-init loads it. In `raw` mode include and
+/// archive parts are kept as parts (not fetched or exploded) so that their
+/// type shows.
+const HARNESS: &str = r#"
+import base64, json, sys, tempfile
+from cloudinit import helpers, user_data, util
+
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "raw":
+    user_data.INCLUDE_TYPES = []
+    user_data.ARCHIVE_TYPES = []
+blob = open(path, "rb").read()
+tmp = tempfile.mkdtemp()
+paths = helpers.Paths({"cloud_dir": tmp, "run_dir": tmp})
+msg = user_data.UserDataProcessor(paths).process(blob)
+out = []
+for part in msg.walk():
+    if part.get_content_maintype() == "multipart":
+        continue
+    payload = util.fully_decoded_payload(part)
+    if isinstance(payload, str):
+        payload = payload.encode("utf-8", "surrogateescape")
+    entry = {
+        "type": part.get_content_type(),
+        "filename": part.get_filename(),
+        "payload": base64.b64encode(payload or b"").decode(),
+    }
+    if entry["type"] == "text/cloud-config":
+        entry["yaml"] = util.load_yaml(payload)
+    out.append(entry)
+print(json.dumps(out))
+"#;
+
+fn cloud_init_available() -> bool {
+    let python = Command::new(PYTHON)
+        .args(["-c", "import cloudinit.user_data"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let cli = Command::new("cloud-init")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    python && cli
+}
+
+/// True when the test can run; panics in CI without cloud-init.
+fn require_cloud_init(test: &str) -> bool {
+    if cloud_init_available() {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!(
+            "{test}: cloud-init is not installed (/usr/bin/python3 with cloudinit, and the cloud-init CLI); run .ci/run-userdata-deps"
+        );
+    }
+    eprintln!("SKIPPED {test}: cloud-init is not installed; run .ci/run-userdata-deps (apt-get install cloud-init)");
+    false
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ud-conformance-{}-{}-{name}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+
+    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.0.join(name);
+        fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn render(scratch: &Scratch, user_data: &[u8], key: Option<&str>) -> Output {
+    let ud = scratch.write("user-data", user_data);
+    let mut cmd = Command::new(BIN);
+    cmd.arg("render-user-data").arg("--user-data").arg(&ud);
+    if let Some(key) = key {
+        cmd.arg("--ssh-ca-public-key").arg(scratch.write("ca.pub", key.as_bytes()));
+    }
+    cmd.output().unwrap()
+}
+
+#[derive(Debug)]
+struct Part {
+    content_type: String,
+    filename: Option<String>,
+    payload: Vec<u8>,
+    yaml: Value,
+}
+
+fn cloud_init_parts(scratch: &Scratch, mode: &str, rendered: &[u8]) -> Vec<Part> {
+    let harness = scratch.write("harness.py", HARNESS.as_bytes());
+    let input = scratch.write("rendered", rendered);
+    let out = Command::new(PYTHON).arg(&harness).arg(mode).arg(&input).output().unwrap();
+    assert!(out.status.success(), "cloud-init harness failed: {}", String::from_utf8_lossy(&out.stderr));
+    let parts: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    parts
+        .into_iter()
+        .map(|p| Part {
+            content_type: p["type"].as_str().unwrap().to_owned(),
+            filename: p["filename"].as_str().map(str::to_owned),
+            payload: STANDARD.decode(p["payload"].as_str().unwrap()).unwrap(),
+            yaml: p.get("yaml").cloned().unwrap_or(Value::Null),
+        })
+        .collect()
+}
+
+fn assert_schema_valid(scratch: &Scratch, cloud_config: &[u8]) {
+    // The same key gives the same document: ask cloud-init once per document.
+    static VALIDATED: Mutex<BTreeSet<Vec<u8>>> = Mutex::new(BTreeSet::new());
+    if VALIDATED.lock().unwrap().contains(cloud_config) {
+        return;
+    }
+    let path = scratch.write("managed.yaml", cloud_config);
+    let out = Command::new("cloud-init").args(["schema", "--config-file"]).arg(&path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Valid cloud-config"),
+        "cloud-init schema refused the managed part:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    VALIDATED.lock().unwrap().insert(cloud_config.to_vec());
+}
+
+/// The managed part as cloud-init sees it: valid cloud-config whose files
+/// hold the exact key.
+fn assert_managed(scratch: &Scratch, part: &Part, key: &str, named: bool) {
+    assert_eq!(part.content_type, "text/cloud-config");
+    if named {
+        assert_eq!(part.filename.as_deref(), Some(MANAGED_NAME));
+    }
+    let files = part.yaml["write_files"].as_array().expect("write_files");
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0]["path"], "/etc/ssh/trusted-user-ca-keys.pub");
+    assert_eq!(files[0]["content"], format!("{}\n", key.trim()));
+    assert_eq!(files[1]["path"], "/etc/ssh/sshd_config.d/90-unikorn-trusted-user-ca.conf");
+    assert_eq!(files[1]["content"], "TrustedUserCAKeys /etc/ssh/trusted-user-ca-keys.pub\n");
+    for file in files {
+        assert_eq!(file["owner"], "root:root");
+        // A string, not the octal integer 420 YAML 1.1 would make of 0644.
+        assert_eq!(file["permissions"], "0644");
+    }
+    assert_eq!(part.yaml["runcmd"], serde_json::json!([RELOAD]));
+    assert_schema_valid(scratch, &part.payload);
+}
+
+/// Renders, runs cloud-init, and checks the user's parts then (with a key)
+/// the managed part.
+fn check(name: &str, user_data: &[u8], key: Option<&str>, mode: &str, expected: &[(&str, &[u8])]) {
+    let scratch = Scratch::new(name);
+    let out = render(&scratch, user_data, key);
+    assert!(out.status.success(), "{name}: render failed: {}", String::from_utf8_lossy(&out.stderr));
+    if key.is_none() {
+        assert_eq!(out.stdout, user_data, "{name}: without a CA the user data must pass through unchanged");
+    }
+    let parts = cloud_init_parts(&scratch, mode, &out.stdout);
+    let user_parts = if key.is_some() { parts.len().saturating_sub(1) } else { parts.len() };
+    let seen: Vec<(&str, String)> =
+        parts.iter().map(|p| (p.content_type.as_str(), String::from_utf8_lossy(&p.payload).into_owned())).collect();
+    assert_eq!(user_parts, expected.len(), "{name}: cloud-init saw {seen:#?}");
+    for (i, (part, (content_type, payload))) in parts.iter().zip(expected).enumerate() {
+        assert_eq!(part.content_type, *content_type, "{name}: part {i}");
+        assert_eq!(part.payload, *payload, "{name}: part {i} content");
+        assert_ne!(part.filename.as_deref(), Some(MANAGED_NAME), "{name}: part {i}");
+    }
+    if let Some(key) = key {
+        let managed = parts.last().expect("managed part");
+        assert_managed(&scratch, managed, key, !expected.is_empty());
+    }
+}
+
+/// Renders and expects a refusal with this reason on stderr.
+fn check_refused(name: &str, user_data: &[u8], key: Option<&str>, reason: &str) {
+    let scratch = Scratch::new(name);
+    let out = render(&scratch, user_data, key);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{name}: expected a refusal");
+    assert!(out.stdout.is_empty(), "{name}: nothing on stdout when refused");
+    assert!(stderr.contains(&format!("reason: {reason}")), "{name}: stderr was {stderr}");
+    assert!(!stderr.contains("AAAAC3NzaC1lZDI1NTE5"), "{name}: the error must not print the key");
+}
+
+/// Every single payload type, with and without a CA.
+#[test]
+fn every_payload_type_arrives_with_its_type() {
+    if !require_cloud_init("every_payload_type_arrives_with_its_type") {
+        return;
+    }
+    let cases: &[(&str, &[u8], &str)] = &[
+        ("cloud-config", b"#cloud-config\npackages: [htop]\n", "text/cloud-config"),
+        ("shellscript", b"#!/bin/sh\necho hello\n", "text/x-shellscript"),
+        ("boothook", b"#cloud-boothook\n#!/bin/sh\necho boot\n", "text/cloud-boothook"),
+        ("part-handler", b"#part-handler\ndef list_types():\n    return []\n", "text/part-handler"),
+        ("include", b"#include\n# no URLs: nothing to fetch\n", "text/x-include-url"),
+        ("include-once", b"#include-once\n# no URLs\n", "text/x-include-once-url"),
+        (
+            "archive",
+            b"#cloud-config-archive\n- type: text/cloud-config\n  content: '#cloud-config'\n",
+            "text/cloud-config-archive",
+        ),
+        (
+            "jsonp",
+            b"#cloud-config-jsonp\n[{\"op\": \"add\", \"path\": \"/a\", \"value\": 1}]\n",
+            "text/cloud-config-jsonp",
+        ),
+        ("jinja", b"## template: jinja\n#cloud-config\nhostname: {{ v1.local_hostname }}\n", "text/jinja2"),
+        ("case-and-whitespace", b"\n  #Cloud-Config\nx: 1\n", "text/cloud-config"),
+        ("invalid-utf8-after-sentinel", b"#!/bin/sh\necho \xff\xfe\n", "text/x-shellscript"),
+    ];
+    for (name, data, content_type) in cases {
+        check(&format!("{name}-no-ca"), data, None, "raw", &[(content_type, data)]);
+        check(&format!("{name}-ca"), data, Some(ED25519), "raw", &[(content_type, data)]);
+    }
+}
+
+const MULTIPART_BODY: &str = "\npreamble is ignored\n--XYZ\nContent-Type: text/x-shellscript\nContent-Disposition: attachment; filename=\"a.sh\"\n\n#!/bin/sh\necho a\n\n--XYZ\n\n#cloud-config\nruncmd: [ls]\n--XYZ\nContent-Type: text/x-shellscript-per-boot\n\n#!/bin/sh\necho every boot\n--XYZ--\nepilogue\n";
+
+#[test]
+fn multipart_in_both_header_orders() {
+    if !require_cloud_init("multipart_in_both_header_orders") {
+        return;
+    }
+    let expected: &[(&str, &[u8])] = &[
+        ("text/x-shellscript", b"#!/bin/sh\necho a\n"),
+        ("text/cloud-config", b"#cloud-config\nruncmd: [ls]"),
+        ("text/x-shellscript-per-boot", b"#!/bin/sh\necho every boot"),
+    ];
+    for (name, headers) in [
+        ("mime-version-first", "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"XYZ\"\n"),
+        ("content-type-first", "Content-Type: multipart/mixed; boundary=XYZ\nMIME-Version: 1.0\nSubject: x\n"),
+        ("folded-lower-case", "mime-version: 1.0\ncontent-type: Multipart/Mixed;\n\tboundary=\"XYZ\"\n"),
+    ] {
+        let data = format!("{headers}{MULTIPART_BODY}");
+        check(&format!("{name}-no-ca"), data.as_bytes(), None, "raw", expected);
+        check(&format!("{name}-ca"), data.as_bytes(), Some(ED25519), "raw", expected);
+    }
+}
+
+#[test]
+fn crlf_line_endings() {
+    if !require_cloud_init("crlf_line_endings") {
+        return;
+    }
+    let data = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"XYZ\"\n{MULTIPART_BODY}")
+        .replace('\n', "\r\n");
+    let expected: &[(&str, &[u8])] = &[
+        ("text/x-shellscript", b"#!/bin/sh\r\necho a\r\n"),
+        ("text/cloud-config", b"#cloud-config\r\nruncmd: [ls]"),
+        ("text/x-shellscript-per-boot", b"#!/bin/sh\r\necho every boot"),
+    ];
+    check("crlf-multipart", data.as_bytes(), Some(ED25519), "raw", expected);
+    let script = b"#!/bin/sh\r\necho crlf\r\n";
+    check("crlf-script", script, Some(ED25519), "raw", &[("text/x-shellscript", script)]);
+    let script = b"#!/bin/sh\r\necho lone cr\r";
+    check("cr-script", script, Some(ED25519), "raw", &[("text/x-shellscript", script)]);
+    let config = b"#cloud-config\r\npackages: [htop]\r\n";
+    check("crlf-cloud-config", config, Some(ED25519), "raw", &[("text/cloud-config", config)]);
+}
+
+#[test]
+fn empty_user_data() {
+    if !require_cloud_init("empty_user_data") {
+        return;
+    }
+    let scratch = Scratch::new("empty-no-ca");
+    let out = render(&scratch, b"", None);
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty(), "no user data and no CA: nothing to send");
+    // With a CA: the managed cloud-config alone, typed by its first line.
+    for key in [ED25519, ECDSA, TRICKY_COMMENT_KEY] {
+        check("empty-ca", b"", Some(key), "raw", &[]);
+    }
+    check("padded-key", b"", Some(&format!("\n  {ED25519}  \n")), "raw", &[]);
+}
+
+#[test]
+fn large_and_non_ascii_scripts() {
+    if !require_cloud_init("large_and_non_ascii_scripts") {
+        return;
+    }
+    let mut script = b"#!/bin/sh\n".to_vec();
+    while script.len() < 60 * 1024 {
+        script.extend_from_slice(b"echo 'one line of a sixty kibibyte shell script, padded out'\n");
+    }
+    check("60k-script", &script, Some(ED25519), "raw", &[("text/x-shellscript", &script)]);
+    let utf8 = "#!/bin/sh\necho 'h\u{e9}llo \u{20ac} \u{1f600}'\n".as_bytes();
+    check("utf8-script", utf8, Some(ED25519), "raw", &[("text/x-shellscript", utf8)]);
+    // A script that mentions MIME-Version is a MIME message to cloud-init.
+    let sneaky = b"#!/bin/sh\necho 'MIME-Version: 1.0'\n";
+    check("mime-mention", sneaky, Some(ED25519), "raw", &[("text/x-shellscript", sneaky)]);
+    // A script containing our own boundary.
+    let boundary = b"#!/bin/sh\necho '--==unikorn-user-data-0=='\n";
+    check("boundary-in-script", boundary, Some(ED25519), "raw", &[("text/x-shellscript", boundary)]);
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut child = Command::new(PYTHON)
+        .args(["-c", "import gzip, sys; sys.stdout.buffer.write(gzip.compress(sys.stdin.buffer.read()))"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+#[test]
+fn gzip_with_and_without_ca() {
+    if !require_cloud_init("gzip_with_and_without_ca") {
+        return;
+    }
+    let script = b"#!/bin/sh\necho compressed\n";
+    let compressed = gzip(script);
+    check("gzip-no-ca", &compressed, None, "raw", &[("text/x-shellscript", script)]);
+    check_refused("gzip-ca", &compressed, Some(ED25519), "GzipNotMergeable");
+}
+
+#[test]
+fn includes_and_archives_are_processed_by_cloud_init() {
+    if !require_cloud_init("includes_and_archives_are_processed_by_cloud_init") {
+        return;
+    }
+    let scratch = Scratch::new("include-target");
+    let included = b"#cloud-config\nbootcmd: [true]\n";
+    let target = scratch.write("included.yaml", included);
+    for prefix in ["#include", "#include-once"] {
+        let data = format!("{prefix}\n{}\n", target.display());
+        check(prefix, data.as_bytes(), Some(ED25519), "full", &[("text/cloud-config", included)]);
+    }
+    let archive =
+        b"#cloud-config-archive\n- type: text/x-shellscript\n  content: |\n    #!/bin/sh\n    echo archived\n";
+    check("archive", archive, Some(ED25519), "full", &[("text/x-shellscript", b"#!/bin/sh\necho archived\n")]);
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_reason() {
+    if !require_cloud_init("bad_inputs_are_refused_with_their_reason") {
+        return;
+    }
+    let private = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----\n";
+    let key_and_yaml = format!("{ED25519}\nruncmd: [reboot]\n");
+    let two_keys = format!("{ED25519}\n{ECDSA}\n");
+    let cases: &[(&str, &[u8], Option<&str>, &str)] = &[
+        ("plain-text", b"hello world\n", None, "UnknownPayloadType"),
+        ("plain-text-ca", b"hello world\n", Some(ED25519), "UnknownPayloadType"),
+        (
+            "no-boundary",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed\n\n--XYZ\n\n#!/bin/sh\n--XYZ--\n",
+            Some(ED25519),
+            "MultipartWithoutBoundary",
+        ),
+        (
+            "no-boundary-no-ca",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed\n\n--XYZ\n\n#!/bin/sh\n--XYZ--\n",
+            None,
+            "MultipartWithoutBoundary",
+        ),
+        (
+            "truncated",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=XYZ\n\n--XYZ\n\n#!/bin/sh\necho cut",
+            Some(ED25519),
+            "TruncatedMultipart",
+        ),
+        (
+            "wrong-boundary",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=XYZ\n\n--ABC\n\n#!/bin/sh\n--ABC--\n",
+            Some(ED25519),
+            "MultipartBoundaryNotFound",
+        ),
+        (
+            "untyped-part",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=XYZ\n\n--XYZ\nContent-Type: text/plain\n\nhello\n--XYZ--\n",
+            Some(ED25519),
+            "UntypedMimePart",
+        ),
+        ("private-key", b"#!/bin/sh\n", Some(private), "SshKeyPrivate"),
+        ("key-and-yaml", b"#!/bin/sh\n", Some(&key_and_yaml), "SshKeyMultipleLines"),
+        ("two-keys", b"#!/bin/sh\n", Some(&two_keys), "SshKeyMultipleLines"),
+        ("garbage-key", b"", Some("not a key"), "SshKeyInvalid"),
+        ("empty-key", b"#cloud-config\n", Some(""), "SshKeyEmpty"),
+    ];
+    for (name, data, key, reason) in cases {
+        check_refused(name, data, *key, reason);
+    }
+}
+
+/// What cloud-init does with the refused inputs, to show why they are
+/// refused: it drops or truncates them without failing.
+#[test]
+fn refused_multiparts_are_mishandled_by_cloud_init() {
+    if !require_cloud_init("refused_multiparts_are_mishandled_by_cloud_init") {
+        return;
+    }
+    let scratch = Scratch::new("mishandled");
+    let no_boundary = b"MIME-Version: 1.0\nContent-Type: multipart/mixed\n\n--XYZ\n\n#!/bin/sh\n--XYZ--\n";
+    assert!(cloud_init_parts(&scratch, "raw", no_boundary).is_empty(), "cloud-init drops it all");
+    let truncated = b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=XYZ\n\n--XYZ\n\n#!/bin/sh\necho cut";
+    let parts = cloud_init_parts(&scratch, "raw", truncated);
+    assert_eq!(parts.len(), 1, "cloud-init runs what is left of a truncated message");
+}
+
+#[test]
+fn usage_errors_exit_non_zero() {
+    let out = Command::new(BIN).arg("render-user-data").output().unwrap();
+    assert!(!out.status.success());
+    let out = Command::new(BIN)
+        .args(["render-user-data", "--user-data"])
+        .arg(Path::new("/nonexistent/user-data"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn reads_standard_input() {
+    let mut child = Command::new(BIN)
+        .args(["render-user-data", "--user-data", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"#!/bin/sh\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(out.stdout, b"#!/bin/sh\n");
+}
