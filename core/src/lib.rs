@@ -16,5 +16,7 @@ pub mod user_data;
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
 pub use predicate::{ever_booted, provider_create_failure, should_wake};
-pub use reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed, reconcile};
+pub use reconcile::{
+    Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed, needs_facts, reconcile,
+};
 pub use status_patch::status_merge_patch;

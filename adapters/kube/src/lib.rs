@@ -1,1 +1,127 @@
-//! placeholder
+//! server-kube: the Server controller on Kubernetes.
+//!
+//! Connects server-core to a Kubernetes API: CRD types ([`crd`]), the watch
+//! with the wake rule ([`wake`]), the executor that gathers facts, asks
+//! `server_core::reconcile` and runs its actions, Kubernetes Events, and the
+//! monitor loop that projects the provider's view onto status. Every rule is
+//! server-core's; this crate only performs I/O.
+//!
+//! ```no_run
+//! # async fn doc(client: kube::Client, clouds: server_kube::CloudRegistry) -> Result<(), server_kube::Error> {
+//! let config = server_kube::ControllerConfig::default();
+//! server_kube::run(client, clouds, config, async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+mod config;
+mod controller;
+pub mod convert;
+pub mod crd;
+mod error;
+mod events;
+mod executor;
+mod facts;
+mod identity;
+mod metrics;
+mod monitor;
+mod registry;
+mod shutdown;
+pub mod wake;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::Client;
+
+pub use config::ControllerConfig;
+pub use controller::requeue_for;
+pub use error::Error;
+pub use events::REPORTING_CONTROLLER;
+pub use metrics::{Metrics, NoMetrics};
+pub use monitor::PollReport;
+pub use registry::CloudRegistry;
+pub use server_core::Outcome;
+
+use executor::Executor;
+use monitor::Monitor;
+
+/// The operator: the controller and the monitor over one client, one cloud
+/// registry and one configuration.
+#[derive(Clone)]
+pub struct Operator {
+    executor: Arc<Executor>,
+    monitor: Arc<Monitor>,
+}
+
+impl std::fmt::Debug for Operator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Operator").field("executor", &self.executor).finish_non_exhaustive()
+    }
+}
+
+impl Operator {
+    pub fn new(client: Client, clouds: CloudRegistry, config: ControllerConfig) -> Self {
+        Self::with_metrics(client, clouds, config, Arc::new(NoMetrics))
+    }
+
+    /// Like [`Operator::new`], reporting to `metrics`.
+    pub fn with_metrics(
+        client: Client,
+        clouds: CloudRegistry,
+        config: ControllerConfig,
+        metrics: Arc<dyn Metrics>,
+    ) -> Self {
+        let events = events::EventPublisher::new(client.clone(), config.reporting_instance.clone());
+        let monitor = Monitor {
+            client: client.clone(),
+            clouds: clouds.clone(),
+            config: config.clone(),
+            metrics: metrics.clone(),
+        };
+        let executor = Executor { client, clouds, events, config, metrics };
+        Operator { executor: Arc::new(executor), monitor: Arc::new(monitor) }
+    }
+
+    pub fn config(&self) -> &ControllerConfig {
+        &self.executor.config
+    }
+
+    /// Runs the controller and the monitor until `shutdown` resolves.
+    pub async fn run(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+        let shutdown = shutdown::shutdown(shutdown);
+        let (controller, monitor) =
+            tokio::join!(controller::run(self.executor.clone(), shutdown.clone()), self.monitor.run(shutdown));
+        controller.and(monitor)
+    }
+
+    /// Runs only the controller (watch, wake rule, passes) until `shutdown` resolves.
+    pub async fn run_controller(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+        controller::run(self.executor.clone(), shutdown::shutdown(shutdown)).await
+    }
+
+    /// Runs only the monitor loop until `shutdown` resolves.
+    pub async fn run_monitor(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+        self.monitor.run(shutdown::shutdown(shutdown)).await
+    }
+
+    /// One reconcile pass over `server`, outside the controller (for the
+    /// simulator and tests). Returns the core's outcome.
+    pub async fn reconcile_once(&self, server: &crd::Server) -> Result<Outcome, Error> {
+        self.executor.reconcile(server).await
+    }
+
+    /// One monitor poll, outside the loop.
+    pub async fn poll_once(&self) -> Result<PollReport, Error> {
+        self.monitor.poll().await
+    }
+}
+
+/// Runs the controller and the monitor until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    clouds: CloudRegistry,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    Operator::new(client, clouds, config).run(shutdown).await
+}

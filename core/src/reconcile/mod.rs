@@ -20,19 +20,25 @@ use jiff::Timestamp;
 use crate::model::{SERVER_FINALIZER, Server};
 use plan::Plan;
 
+/// Whether a pass over `server` reads its facts at all. A paused Server, or
+/// one being deleted that no longer carries the finalizer, has nothing to do:
+/// the adapter can skip gathering (no API or provider reads) and still call
+/// [`reconcile`], which then decides nothing from the facts.
+pub fn needs_facts(server: &Server) -> bool {
+    !server.spec.pause && (!server.meta.deleting || server.meta.has_finalizer(SERVER_FINALIZER))
+}
+
 /// Decides one pass for `server` given what the adapter found.
 pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
-    // Pause stops all work, deletion included; nothing is written.
-    if server.spec.pause {
+    // Pause stops all work, deletion included; nothing is written. Deletion
+    // without the finalizer is not ours to finish.
+    if !needs_facts(server) {
         return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
     }
     let deleting = server.meta.deleting;
     let mut plan = Plan::new(&server.status, deleting, now);
 
     if deleting {
-        if !server.meta.has_finalizer(SERVER_FINALIZER) {
-            return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
-        }
         if let Err(outcome) = validate::required_labels(server) {
             return plan.finish(outcome);
         }
@@ -56,4 +62,24 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         return plan.finish(Outcome::Yield("Waiting for the identity to become ready".into()));
     }
     provision::provision(server, facts, options, plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paused_or_released_servers_need_no_facts() {
+        let mut server = Server::default();
+        assert!(needs_facts(&server));
+        server.spec.pause = true;
+        assert!(!needs_facts(&server));
+        let decision = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
+        assert!(decision.actions.is_empty() && decision.outcome == Outcome::Done);
+        server.spec.pause = false;
+        server.meta.deleting = true;
+        assert!(!needs_facts(&server), "deleting without our finalizer");
+        server.meta.finalizers.push(SERVER_FINALIZER.into());
+        assert!(needs_facts(&server), "deleting with our finalizer: deprovision");
+    }
 }

@@ -1,0 +1,50 @@
+//! Knobs of the controller and the monitor.
+
+use std::time::Duration;
+
+/// How the controller and the monitor run. `Default` gives the production
+/// values of DESIGN §6 and §11.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// Watch and poll Servers in this namespace only; `None` means all.
+    pub namespace: Option<String>,
+    /// The reconcile rules' options (`provider-create-max-attempts`, ...).
+    pub options: server_core::Options,
+    /// Fixed requeue interval after Yield or Error; never exponential.
+    pub yield_interval: Duration,
+    /// Interval of the monitor's provider poll.
+    pub monitor_interval: Duration,
+    /// Re-reconcile every Server at this interval; `None` disables the
+    /// periodic resync (the initial list at start-up still wakes every Server).
+    pub resync_interval: Option<Duration>,
+    /// Delay before re-establishing a failed Server watch.
+    pub watch_retry_interval: Duration,
+    /// Upper bound on one cloud call; an expired call counts as a provider
+    /// timeout (the provider's view becomes unknown).
+    pub cloud_timeout: Duration,
+    /// Reconciles running at once (different Servers; one Server never runs twice at once).
+    pub concurrency: u16,
+    /// `reportingInstance` of emitted Events (e.g. the pod name); defaults to the controller name.
+    pub reporting_instance: Option<String>,
+}
+
+impl ControllerConfig {
+    pub const DEFAULT_YIELD_INTERVAL: Duration = Duration::from_secs(10);
+    pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(30);
+}
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        ControllerConfig {
+            namespace: None,
+            options: server_core::Options::default(),
+            yield_interval: Self::DEFAULT_YIELD_INTERVAL,
+            monitor_interval: Self::DEFAULT_MONITOR_INTERVAL,
+            resync_interval: Some(Duration::from_secs(10 * 60 * 60)),
+            watch_retry_interval: Duration::from_secs(1),
+            cloud_timeout: Duration::from_secs(60),
+            concurrency: 8,
+            reporting_instance: None,
+        }
+    }
+}

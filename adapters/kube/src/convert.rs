@@ -1,0 +1,67 @@
+//! Kubernetes objects → the core model. Plain data mapping, no rules.
+
+use kube::ResourceExt;
+use kube::api::ObjectMeta as KubeMeta;
+use server_core::model::{self as core_model, Consumed};
+
+use crate::crd::{Identity, SSHCertificateAuthority, Server};
+
+/// The Server as the core sees it.
+pub fn core_server(server: &Server) -> core_model::Server {
+    let meta = &server.metadata;
+    core_model::Server {
+        meta: core_model::ObjectMeta {
+            name: server.name_any(),
+            namespace: server.namespace().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
+            generation: meta.generation.unwrap_or_default(),
+            labels: server.labels().clone(),
+            annotations: server.annotations().clone(),
+            finalizers: server.finalizers().to_vec(),
+            deleting: meta.deletion_timestamp.is_some(),
+        },
+        spec: server.spec.spec.clone(),
+        status: server.status.clone().unwrap_or_default(),
+    }
+}
+
+/// A consumed resource's name and finalizers.
+pub(crate) fn consumed(meta: &KubeMeta) -> Consumed {
+    Consumed { name: meta.name.clone().unwrap_or_default(), finalizers: meta.finalizers.clone().unwrap_or_default() }
+}
+
+pub(crate) fn core_identity(identity: &Identity) -> core_model::Identity {
+    core_model::Identity {
+        resource: consumed(&identity.metadata),
+        conditions: identity.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
+    }
+}
+
+pub(crate) fn core_ssh_ca(ca: &SSHCertificateAuthority) -> core_model::SshCertificateAuthority {
+    core_model::SshCertificateAuthority { resource: consumed(&ca.metadata), public_key: ca.spec.public_key.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::ServerResourceSpec;
+
+    #[test]
+    fn metadata_maps_onto_the_core_view() {
+        let mut server = Server::new("s1", ServerResourceSpec::default());
+        server.metadata.namespace = Some("ns".into());
+        server.metadata.uid = Some("u1".into());
+        server.metadata.generation = Some(3);
+        server.metadata.finalizers = Some(vec!["unikorn".into()]);
+        server.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        let core = core_server(&server);
+        assert_eq!(core.meta.name, "s1");
+        assert_eq!(core.meta.namespace, "ns");
+        assert_eq!(core.meta.uid, "u1");
+        assert_eq!(core.meta.generation, 3);
+        assert!(core.meta.deleting);
+        assert!(core.meta.has_finalizer("unikorn"));
+        assert_eq!(core.status, Default::default());
+    }
+}

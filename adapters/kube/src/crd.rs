@@ -1,0 +1,265 @@
+//! Custom resource types: the owned `Server` and the kinds it consumes, as
+//! kube-derive generates them from the core model.
+//!
+//! The Server spec and status are server-core's types; the wrappers here only
+//! add the Kubernetes identity (group, version, kind, printer columns). The
+//! consumed kinds model only what the controller reads; everything else in
+//! them is preserved by the API server and never written by us.
+
+use std::fmt;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{CustomResourceDefinition, JSONSchemaProps};
+use kube::CustomResource;
+use kube::core::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use server_core::model::{Condition, Tag};
+
+/// API group of every kind here.
+pub const GROUP: &str = "region.unikorn-cloud.org";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";
+
+/// `Server.spec`: server-core's spec, flattened so the JSON is field for field
+/// the real CRD's.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "Server",
+    plural = "servers",
+    namespaced,
+    status = "ServerStatus",
+    category = "unikorn",
+    derive = "Default",
+    derive = "PartialEq",
+    doc = "Server defines a server beloning to an identity.",
+    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(name = "privateIP", type_ = "string", json_path = ".status.privateIP"),
+    printcolumn(name = "publicIP", type_ = "string", json_path = ".status.publicIP")
+)]
+pub struct ServerResourceSpec {
+    #[serde(flatten)]
+    pub spec: server_core::ServerSpec,
+}
+
+/// `Server.status` is server-core's status as is.
+pub type ServerStatus = server_core::ServerStatus;
+
+/// A network a Server attaches to; only its metadata (name = ID, finalizers)
+/// matters to the controller.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "Network",
+    plural = "networks",
+    namespaced,
+    status = "ConditionsStatus",
+    category = "unikorn",
+    derive = "Default",
+    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<Tag>,
+}
+
+/// A security group a Server uses.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "SecurityGroup",
+    plural = "securitygroups",
+    namespaced,
+    status = "ConditionsStatus",
+    category = "unikorn",
+    derive = "Default",
+    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+pub struct SecurityGroupSpec {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<Tag>,
+}
+
+/// An OpenSSH user CA whose public key the Server's cloud-init trusts.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "SSHCertificateAuthority",
+    plural = "sshcertificateauthorities",
+    namespaced,
+    category = "unikorn",
+    derive = "Default",
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SshCertificateAuthoritySpec {
+    #[serde(default)]
+    pub public_key: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<Tag>,
+}
+
+/// The Identity (cloud project) a Server belongs to; its Available condition
+/// gates provisioning.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "Identity",
+    plural = "identities",
+    namespaced,
+    status = "ConditionsStatus",
+    category = "unikorn",
+    derive = "Default",
+    printcolumn(name = "provider", type_ = "string", json_path = ".spec.provider"),
+    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+pub struct IdentitySpec {
+    #[serde(default)]
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<Tag>,
+}
+
+/// The status of the consumed kinds that have one: their conditions.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConditionsStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The OpenStack project and credentials of an Identity (same namespace and
+/// name). Its `Debug` never prints a credential.
+#[derive(CustomResource, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "OpenstackIdentity",
+    plural = "openstackidentities",
+    namespaced,
+    category = "unikorn",
+    derive = "Default",
+    printcolumn(name = "provider", type_ = "string", json_path = ".spec.provider"),
+    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenstackIdentitySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud: Option<String>,
+    #[serde(rename = "userID", default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    #[serde(rename = "projectID", default, skip_serializing_if = "Option::is_none")]
+    pub project_id: Option<String>,
+    #[serde(rename = "applicationCredentialID", default, skip_serializing_if = "Option::is_none")]
+    pub application_credential_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub application_credential_secret: Option<String>,
+}
+
+impl fmt::Debug for OpenstackIdentitySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OpenstackIdentitySpec")
+            .field("cloud", &self.cloud)
+            .field("user_id", &self.user_id)
+            .field("project_id", &self.project_id)
+            .field("application_credential_id", &self.application_credential_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Server CRD, as `server-controller crd` prints it. Spec and status
+/// preserve unknown fields, so the fields the real CRD has and this operator
+/// does not model (volumes, rebuild, ...) survive on an API server that
+/// prunes by schema.
+pub fn server_crd() -> CustomResourceDefinition {
+    let mut crd = Server::crd();
+    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    crd
+}
+
+/// The consumed kinds' CRDs, for serving them from a test or demo API server.
+/// They preserve unknown fields: the controller models only what it reads.
+pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![
+        Network::crd(),
+        SecurityGroup::crd(),
+        SSHCertificateAuthority::crd(),
+        Identity::crd(),
+        OpenstackIdentity::crd(),
+    ];
+    for crd in &mut crds {
+        preserve_unknown_fields(crd, &["spec", "status"]);
+    }
+    crds
+}
+
+/// Every CRD the controller touches: Server first, then the consumed kinds.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![server_crd()];
+    crds.extend(consumed_crds());
+    crds
+}
+
+fn preserve_unknown_fields(crd: &mut CustomResourceDefinition, fields: &[&str]) {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else {
+            continue;
+        };
+        let properties = schema.properties.get_or_insert_with(Default::default);
+        for field in fields {
+            let prop = properties
+                .entry((*field).to_owned())
+                .or_insert_with(|| JSONSchemaProps { type_: Some("object".into()), ..Default::default() });
+            prop.x_kubernetes_preserve_unknown_fields = Some(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_crd_identity() {
+        let crd = server_crd();
+        assert_eq!(crd.metadata.name.as_deref(), Some("servers.region.unikorn-cloud.org"));
+        assert_eq!(crd.spec.group, GROUP);
+        assert_eq!(crd.spec.scope, "Namespaced");
+        assert_eq!(crd.spec.names.kind, "Server");
+        assert_eq!(crd.spec.names.plural, "servers");
+        let version = &crd.spec.versions[0];
+        assert_eq!(version.name, VERSION);
+        assert!(version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some());
+    }
+
+    #[test]
+    fn credentials_never_print() {
+        let spec = OpenstackIdentitySpec {
+            password: Some("hunter2".into()),
+            application_credential_secret: Some("s3cret".into()),
+            ..Default::default()
+        };
+        let printed = format!("{:?}", OpenstackIdentity::new("id", spec));
+        assert!(!printed.contains("hunter2") && !printed.contains("s3cret"), "{printed}");
+    }
+
+    #[test]
+    fn ssh_ca_kind_is_named_as_the_real_crd() {
+        let crd = SSHCertificateAuthority::crd();
+        assert_eq!(crd.spec.names.kind, "SSHCertificateAuthority");
+        assert_eq!(crd.spec.names.plural, "sshcertificateauthorities");
+    }
+}

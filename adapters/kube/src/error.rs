@@ -1,0 +1,59 @@
+//! Errors of the Kubernetes adapter, each with the context of what was tried.
+
+use server_core::ActionFailure;
+
+/// What went wrong in the adapter itself (not a decision of the core).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API request failed.
+    #[error("{context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The controller's watch stream ended with an error.
+    #[error("watching Servers failed: {0}")]
+    Watch(String),
+    /// A Server object could not be read into the core model.
+    #[error("Server {name} is malformed: {message}")]
+    Malformed { name: String, message: String },
+}
+
+impl Error {
+    pub(crate) fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube { context: context.into(), source }
+    }
+}
+
+/// HTTP status of a Kubernetes API error, if the API server answered.
+pub(crate) fn api_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+pub(crate) fn is_not_found(error: &kube::Error) -> bool {
+    api_code(error) == Some(404)
+}
+
+/// Sorts a failed Kubernetes write for the core: 409 is a Conflict (the next
+/// pass sees fresh state), anything else an API failure.
+pub(crate) fn action_failure(context: &str, error: &kube::Error) -> ActionFailure {
+    match api_code(error) {
+        Some(409) => ActionFailure::Conflict(format!("{context}: {}", short_message(error))),
+        _ => ActionFailure::Api(format!("{context}: {}", short_message(error))),
+    }
+}
+
+/// The API server's message without kube's Debug dump of the whole Status.
+pub(crate) fn short_message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            format!("HTTP {} {}: {}", status.code, status.reason, status.message)
+        }
+        kube::Error::Api(status) => format!("HTTP {} {}", status.code, status.reason),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,317 @@
+//! Runs one reconcile pass: gather facts, ask the core, run its actions in
+//! order, stop at the first failure and run the core's follow-up decision.
+//! Every rule lives in server-core; this module only performs I/O.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use server_core::model::{CREATE_REFUSED_ANNOTATION, ResourceKind, SERVER_FINALIZER, Server as CoreServer};
+use server_core::port::DeleteProgress;
+use server_core::reconcile::Reference;
+use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
+use tracing::{debug, info, warn};
+
+use crate::config::ControllerConfig;
+use crate::convert::core_server;
+use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
+use crate::error::{Error, action_failure, is_not_found, short_message};
+use crate::events::EventPublisher;
+use crate::facts::{CloudHandle, Gathered, ReadResource, gather};
+use crate::metrics::Metrics;
+use crate::registry::CloudRegistry;
+
+/// Everything a pass needs, shared by all passes of a controller.
+pub(crate) struct Executor {
+    pub(crate) client: Client,
+    pub(crate) clouds: CloudRegistry,
+    pub(crate) events: EventPublisher,
+    pub(crate) config: ControllerConfig,
+    pub(crate) metrics: Arc<dyn Metrics>,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor").field("clouds", &self.clouds).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+/// The wall clock, to the second as Kubernetes timestamps are.
+pub(crate) fn now() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+impl Executor {
+    /// One pass over `object`. `Err` only when the facts could not be read;
+    /// a failed action is the core's to judge and comes back as an outcome.
+    pub(crate) async fn reconcile(&self, object: &Server) -> Result<Outcome, Error> {
+        let server = core_server(object);
+        let gathered = if needs_facts(&server) {
+            gather(&self.client, &self.clouds, self.config.cloud_timeout, &server).await?
+        } else {
+            Gathered::skipped()
+        };
+        let now = now();
+        let decision = reconcile(&server, &gathered.facts, &self.config.options, now);
+        debug!(
+            server = %server.meta.name,
+            namespace = %server.meta.namespace,
+            actions = ?decision.actions.iter().map(action_name).collect::<Vec<_>>(),
+            outcome = decision.outcome.label(),
+            "decided"
+        );
+        let mut pass = Pass {
+            executor: self,
+            regarding: object.object_ref(&()),
+            resource_version: object.resource_version().unwrap_or_default(),
+            server,
+            resources: gathered.resources,
+            cloud: gathered.cloud,
+        };
+        Ok(pass.execute(decision, now).await)
+    }
+}
+
+/// The state of one pass as its actions run: the Server as last persisted
+/// (what the core's follow-up decision needs) and the resourceVersions that
+/// guard the next write.
+struct Pass<'a> {
+    executor: &'a Executor,
+    regarding: ObjectReference,
+    resource_version: String,
+    server: CoreServer,
+    resources: BTreeMap<(ResourceKind, String), ReadResource>,
+    cloud: Result<CloudHandle, String>,
+}
+
+impl Pass<'_> {
+    async fn execute(&mut self, decision: Decision, now: Timestamp) -> Outcome {
+        for action in &decision.actions {
+            if let Err(failure) = self.apply(action, &decision.status).await {
+                self.report_failure(action, &failure);
+                let follow_up = action_failed(&self.server, action, &failure, now);
+                return self.execute_follow_up(follow_up, now).await;
+            }
+        }
+        decision.outcome
+    }
+
+    /// Runs the core's decision after a failed action. If one of its own
+    /// actions fails, the rest waits for the next pass.
+    async fn execute_follow_up(&mut self, follow_up: Decision, now: Timestamp) -> Outcome {
+        for action in &follow_up.actions {
+            if let Err(failure) = self.apply(action, &follow_up.status).await {
+                self.report_failure(action, &failure);
+                return action_failed(&self.server, action, &failure, now).outcome;
+            }
+        }
+        follow_up.outcome
+    }
+
+    fn report_failure(&self, action: &Action, failure: &ActionFailure) {
+        self.executor.metrics.action_failed(action_name(action));
+        warn!(
+            server = %self.server.meta.name,
+            namespace = %self.server.meta.namespace,
+            action = action_name(action),
+            failure = ?failure,
+            "action failed"
+        );
+    }
+
+    async fn apply(&mut self, action: &Action, status: &ServerStatus) -> Result<(), ActionFailure> {
+        match action {
+            Action::AddFinalizer => {
+                let mut finalizers = self.server.meta.finalizers.clone();
+                finalizers.push(SERVER_FINALIZER.to_owned());
+                self.patch_server_metadata(json!({ "finalizers": finalizers }), "adding the finalizer").await?;
+                self.server.meta.finalizers = finalizers;
+                Ok(())
+            }
+            Action::RemoveFinalizer => {
+                let finalizers: Vec<String> =
+                    self.server.meta.finalizers.iter().filter(|f| *f != SERVER_FINALIZER).cloned().collect();
+                match self.patch_server_metadata(json!({ "finalizers": finalizers }), "removing the finalizer").await {
+                    // Removal from a Server that is already gone is done.
+                    Err(PatchError::NotFound) => {}
+                    other => other?,
+                }
+                self.server.meta.finalizers = finalizers;
+                Ok(())
+            }
+            Action::WriteStatus(patch) => {
+                self.write_status(patch).await?;
+                self.server.status = status.clone();
+                Ok(())
+            }
+            Action::RecordCreateRefusal { generation } => {
+                let annotations = json!({ CREATE_REFUSED_ANNOTATION: generation.to_string() });
+                self.patch_server_metadata(json!({ "annotations": annotations }), "recording the refused create")
+                    .await?;
+                self.server.meta.annotations.insert(CREATE_REFUSED_ANNOTATION.to_owned(), generation.to_string());
+                Ok(())
+            }
+            Action::AddReference(reference) => self.set_reference(reference, true).await,
+            Action::RemoveReference(reference) => self.set_reference(reference, false).await,
+            Action::CreateProviderServer(request) => {
+                let cloud = self.cloud()?;
+                let created = cloud.call(|c| c.create(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
+                info!(server = %self.server.meta.name, namespace = %self.server.meta.namespace, provider_id = %created.id, "provider server created");
+                Ok(())
+            }
+            Action::DeleteProviderServer(server) => {
+                let cloud = self.cloud()?;
+                let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
+                info!(server = %self.server.meta.name, namespace = %self.server.meta.namespace, gone = progress == DeleteProgress::Gone, "provider server delete requested");
+                Ok(())
+            }
+            Action::Emit(event) => {
+                // Events are informational: a lost one must not hold back the
+                // actions after it (the status that triggered it is already
+                // written, so a later pass would not emit it again either).
+                match self.executor.events.publish(event, &self.regarding).await {
+                    Ok(()) => self.executor.metrics.event_emitted(event.reason),
+                    Err(error) => warn!(
+                        server = %self.server.meta.name,
+                        namespace = %self.server.meta.namespace,
+                        reason = event.reason.as_str(),
+                        error = %short_message(&error),
+                        "emitting an event failed"
+                    ),
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cloud(&self) -> Result<CloudHandle, ActionFailure> {
+        self.cloud.clone().map_err(|reason| ActionFailure::Api(format!("no cloud to act on: {reason}")))
+    }
+
+    fn servers(&self) -> Api<Server> {
+        Api::namespaced(self.executor.client.clone(), &self.server.meta.namespace)
+    }
+
+    /// Merge-patches the Server's metadata, guarded by its resourceVersion.
+    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), PatchError> {
+        metadata["resourceVersion"] = json!(self.resource_version);
+        let body = json!({ "metadata": metadata });
+        let patched = self
+            .servers()
+            .patch(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(|e| PatchError::from_kube(context, &e))?;
+        self.resource_version = patched.resource_version().unwrap_or_default();
+        Ok(())
+    }
+
+    /// Sends the core's status merge patch to /status, guarded by the
+    /// resourceVersion; 409 is a Conflict for the core.
+    async fn write_status(&mut self, patch: &Value) -> Result<(), PatchError> {
+        let body = json!({ "metadata": { "resourceVersion": self.resource_version }, "status": patch });
+        let patched = self
+            .servers()
+            .patch_status(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(|e| PatchError::from_kube("writing the status", &e))?;
+        self.resource_version = patched.resource_version().unwrap_or_default();
+        Ok(())
+    }
+
+    /// Adds or removes the Server's reference finalizer on a consumed
+    /// resource, guarded by the resourceVersion read this pass.
+    async fn set_reference(&mut self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+        let key = (reference.kind, reference.name.clone());
+        let Some(read) = self.resources.get(&key).cloned() else {
+            return Err(ActionFailure::Api(format!(
+                "{} {} was not read this pass",
+                reference.kind.as_str(),
+                reference.name
+            )));
+        };
+        let mut finalizers: Vec<String> =
+            read.finalizers.iter().filter(|f| **f != reference.finalizer).cloned().collect();
+        if add {
+            finalizers.push(reference.finalizer.clone());
+        }
+        let body = json!({ "metadata": { "resourceVersion": read.resource_version, "finalizers": finalizers } });
+        let context =
+            format!("{} {} reference", if add { "adding the" } else { "removing the" }, reference.kind.as_str());
+        let client = self.executor.client.clone();
+        let namespace = self.server.meta.namespace.as_str();
+        let result = match reference.kind {
+            ResourceKind::Network => patch_metadata::<Network>(client, namespace, &reference.name, &body).await,
+            ResourceKind::SecurityGroup => {
+                patch_metadata::<SecurityGroup>(client, namespace, &reference.name, &body).await
+            }
+            ResourceKind::SshCertificateAuthority => {
+                patch_metadata::<SSHCertificateAuthority>(client, namespace, &reference.name, &body).await
+            }
+            ResourceKind::Identity => patch_metadata::<Identity>(client, namespace, &reference.name, &body).await,
+        };
+        match result {
+            Ok(resource_version) => {
+                self.resources.insert(key, ReadResource { resource_version, finalizers });
+                Ok(())
+            }
+            // Removal from a resource that is already gone is done.
+            Err(error) if !add && is_not_found(&error) => Ok(()),
+            Err(error) => Err(action_failure(&context, &error)),
+        }
+    }
+}
+
+/// Merge-patches a consumed resource; returns its new resourceVersion.
+async fn patch_metadata<K>(client: Client, namespace: &str, name: &str, body: &Value) -> Result<String, kube::Error>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client, namespace);
+    let patched = api.patch(name, &PatchParams::default(), &Patch::Merge(body)).await?;
+    Ok(patched.resource_version().unwrap_or_default())
+}
+
+/// A failed Server write: not found is told apart so removals can be idempotent.
+enum PatchError {
+    NotFound,
+    Failed(ActionFailure),
+}
+
+impl PatchError {
+    fn from_kube(context: &str, error: &kube::Error) -> Self {
+        if is_not_found(error) { PatchError::NotFound } else { PatchError::Failed(action_failure(context, error)) }
+    }
+}
+
+impl From<PatchError> for ActionFailure {
+    fn from(error: PatchError) -> Self {
+        match error {
+            PatchError::NotFound => ActionFailure::Api("the Server no longer exists".into()),
+            PatchError::Failed(failure) => failure,
+        }
+    }
+}
+
+/// A short name of an action for logs and metrics; never its payload (a
+/// create request carries user data).
+pub(crate) fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::AddFinalizer => "AddFinalizer",
+        Action::RemoveFinalizer => "RemoveFinalizer",
+        Action::AddReference(_) => "AddReference",
+        Action::RemoveReference(_) => "RemoveReference",
+        Action::WriteStatus(_) => "WriteStatus",
+        Action::RecordCreateRefusal { .. } => "RecordCreateRefusal",
+        Action::CreateProviderServer(_) => "CreateProviderServer",
+        Action::DeleteProviderServer(_) => "DeleteProviderServer",
+        Action::Emit(_) => "Emit",
+    }
+}

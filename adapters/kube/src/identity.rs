@@ -1,0 +1,98 @@
+//! The identity context of cloud calls, read from the OpenstackIdentity of a
+//! Server's identity (same namespace, name = identity ID). Credentials are
+//! passed to the cloud port and never logged.
+
+use kube::{Api, Client};
+use server_core::port::{Credentials, IdentityContext};
+
+use crate::crd::OpenstackIdentity;
+use crate::error::{is_not_found, short_message};
+
+/// Why no identity context could be built; the provider's view is then unknown.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum IdentityError {
+    #[error("OpenstackIdentity {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    #[error("reading OpenstackIdentity {namespace}/{name} failed: {message}")]
+    Read { namespace: String, name: String, message: String },
+}
+
+/// Reads the OpenstackIdentity `identity_id` in `namespace` into a context.
+pub(crate) async fn identity_context(
+    client: &Client,
+    namespace: &str,
+    region_id: &str,
+    identity_id: &str,
+) -> Result<IdentityContext, IdentityError> {
+    let api: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
+    match api.get(identity_id).await {
+        Ok(identity) => Ok(context_from(&identity, region_id, identity_id)),
+        Err(error) if is_not_found(&error) => {
+            Err(IdentityError::NotFound { namespace: namespace.into(), name: identity_id.into() })
+        }
+        Err(error) => Err(IdentityError::Read {
+            namespace: namespace.into(),
+            name: identity_id.into(),
+            message: short_message(&error),
+        }),
+    }
+}
+
+pub(crate) fn context_from(identity: &OpenstackIdentity, region_id: &str, identity_id: &str) -> IdentityContext {
+    let spec = &identity.spec;
+    // An application credential is preferred: it is scoped to the project.
+    let credentials = match (&spec.application_credential_id, &spec.application_credential_secret) {
+        (Some(id), Some(secret)) => Credentials::ApplicationCredential { id: id.clone(), secret: secret.clone() },
+        _ => match (&spec.user_id, &spec.password) {
+            (Some(user_id), Some(password)) => {
+                Credentials::Password { user_id: user_id.clone(), password: password.clone() }
+            }
+            _ => Credentials::None,
+        },
+    };
+    IdentityContext {
+        region_id: region_id.to_owned(),
+        identity_id: identity_id.to_owned(),
+        project_id: spec.project_id.clone().unwrap_or_default(),
+        credentials,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::OpenstackIdentitySpec;
+
+    #[test]
+    fn password_credentials_and_project() {
+        let identity = OpenstackIdentity::new(
+            "id1",
+            OpenstackIdentitySpec {
+                user_id: Some("u".into()),
+                password: Some("p".into()),
+                project_id: Some("proj".into()),
+                ..Default::default()
+            },
+        );
+        let ctx = context_from(&identity, "r1", "id1");
+        assert_eq!(ctx.project_id, "proj");
+        assert_eq!(ctx.region_id, "r1");
+        assert_eq!(ctx.credentials, Credentials::Password { user_id: "u".into(), password: "p".into() });
+    }
+
+    #[test]
+    fn application_credential_preferred() {
+        let identity = OpenstackIdentity::new(
+            "id1",
+            OpenstackIdentitySpec {
+                user_id: Some("u".into()),
+                password: Some("p".into()),
+                application_credential_id: Some("ac".into()),
+                application_credential_secret: Some("s".into()),
+                ..Default::default()
+            },
+        );
+        let ctx = context_from(&identity, "r1", "id1");
+        assert_eq!(ctx.credentials, Credentials::ApplicationCredential { id: "ac".into(), secret: "s".into() });
+    }
+}

@@ -1,0 +1,49 @@
+//! Metrics hooks: the adapter reports, the app counts (e.g. with
+//! prometheus-client). Every method has a no-op default.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use server_core::reconcile::EventReason;
+
+/// What the controller and the monitor report. Implementations must be cheap
+/// and must not block: they are called inline.
+pub trait Metrics: Send + Sync {
+    /// One reconcile pass finished with this outcome (`done`, `yield`,
+    /// `terminal`, `error`, or `failed` when facts could not be gathered).
+    fn reconcile_finished(&self, outcome: &str, duration: Duration) {
+        let _ = (outcome, duration);
+    }
+
+    /// An action of a decision failed (`AddReference`, `WriteStatus`, ...).
+    fn action_failed(&self, action: &str) {
+        let _ = action;
+    }
+
+    /// An Event was emitted. Retries started, ready and exhausted are
+    /// `ProviderCreateRetrying`, `ProviderCreateRetryReady` and `ProviderCreateFailed`.
+    fn event_emitted(&self, reason: EventReason) {
+        let _ = reason;
+    }
+
+    /// One monitor poll finished: its duration and how many status patches it sent.
+    fn monitor_poll_finished(&self, duration: Duration, patched: usize) {
+        let _ = (duration, patched);
+    }
+
+    /// The monitor could not ask one (region, identity) group's cloud.
+    fn monitor_group_failed(&self, region: &str) {
+        let _ = region;
+    }
+
+    /// Live Servers by phase (`""` for none yet), as of the last monitor poll.
+    fn servers_by_phase(&self, counts: &BTreeMap<String, usize>) {
+        let _ = counts;
+    }
+}
+
+/// Counts nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoMetrics;
+
+impl Metrics for NoMetrics {}
