@@ -84,15 +84,31 @@ impl Patch {
         let mut document = current.clone();
         match self {
             Self::Merge(_, patch) => json_patch::merge(&mut document, patch),
-            Self::Json(patch) => json_patch::patch(&mut document, patch).map_err(|e| {
-                ApiError::unprocessable(format!("the server rejected our request due to an error in our request: {e}"))
-            })?,
+            Self::Json(patch) => apply_json_patch(&mut document, patch)?,
         }
         if !document.is_object() {
             return Err(ApiError::unprocessable("patch must produce an object"));
         }
         Ok(document)
     }
+}
+
+/// Applies RFC 6902 operations one at a time, with the API server's reading
+/// of `test`: a missing path equals `null` (evanphx/json-patch semantics,
+/// which kube-runtime's finalizer helper relies on to add the first finalizer).
+fn apply_json_patch(document: &mut Value, patch: &json_patch::Patch) -> Result<(), ApiError> {
+    for operation in patch.iter() {
+        if let json_patch::PatchOperation::Test(test) = operation
+            && test.value.is_null()
+            && document.pointer(test.path.as_str()).is_none_or(Value::is_null)
+        {
+            continue;
+        }
+        json_patch::patch(document, std::slice::from_ref(operation)).map_err(|e| {
+            ApiError::unprocessable(format!("the server rejected our request due to an error in our request: {e}"))
+        })?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -120,6 +136,18 @@ mod tests {
         assert_eq!(error.code, 422);
         let patched = patch.apply_to(&json!({"metadata": {"finalizers": ["a"]}})).expect("test op holds");
         assert_eq!(patched, json!({"metadata": {"finalizers": []}}));
+    }
+
+    #[test]
+    fn json_patch_test_of_null_matches_a_missing_path() {
+        let patch = Patch::parse(
+            PatchKind::Json,
+            br#"[{"op":"test","path":"/metadata/finalizers","value":null},{"op":"add","path":"/metadata/finalizers","value":["a"]}]"#,
+        )
+        .expect("valid patch");
+        let patched = patch.apply_to(&json!({"metadata": {"name": "x"}})).expect("missing equals null");
+        assert_eq!(patched["metadata"]["finalizers"], json!(["a"]));
+        patch.apply_to(&json!({"metadata": {"finalizers": ["b"]}})).expect_err("present and not null");
     }
 
     #[test]

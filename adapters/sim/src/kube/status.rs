@@ -16,7 +16,7 @@ pub struct ApiError {
     /// HTTP status code (404, 409, ...).
     pub code: u16,
     /// `Status.reason`, e.g. `NotFound`, `Conflict`, `AlreadyExists`.
-    pub reason: String,
+    pub reason: &'static str,
     /// Human-readable message, shaped like the real API server's.
     pub message: String,
     /// `Status.details.name`.
@@ -49,10 +49,10 @@ impl<'a> Subject<'a> {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
             code,
-            reason: reason.to_string(),
+            reason,
             message: message.into(),
             name: String::new(),
             group: String::new(),

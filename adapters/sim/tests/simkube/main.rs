@@ -1,0 +1,6 @@
+//! SimKube driven by kube-rs itself: `Client`, `Api`, `watcher`, `Controller`.
+
+mod common;
+mod controller;
+mod crud;
+mod watch;
