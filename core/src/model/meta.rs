@@ -19,6 +19,12 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// Records, on the Server, that a create was issued for the attempt whose
+/// failure count is the value, before the create runs. If that provider server
+/// is later absent without a sign of boot, the attempt is counted as spent, so
+/// creates stay bounded even when the provider drops a server unobserved.
+pub const CREATE_ISSUED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-issued-attempt";
+
 /// The finalizer a Server places on each resource it consumes.
 pub fn reference_finalizer(server_name: &str) -> String {
     format!("servers.region.unikorn-cloud.org/{server_name}")

@@ -40,10 +40,12 @@ pub enum Action {
     /// resourceVersion as precondition. Comes before any provider action it
     /// accounts for, so a crash never loses a counted attempt.
     WriteStatus(Value),
-    /// Record on the Server that the provider refused the create of this
-    /// generation (annotation `CREATE_REFUSED_ANNOTATION`).
-    RecordCreateRefusal {
-        generation: i64,
+    /// Set (`Some`) or remove (`None`) one of the controller's own
+    /// annotations on the Server: durable notes the status schema has no
+    /// field for (a refused generation, an issued create).
+    Annotate {
+        key: &'static str,
+        value: Option<String>,
     },
     CreateProviderServer(CreateRequest),
     DeleteProviderServer(ServerRef),

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
 use super::plan::Plan;
-use crate::model::{CREATE_REFUSED_ANNOTATION, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, Server};
 use crate::port::CloudError;
 
 /// Why an action failed.
@@ -28,6 +28,16 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (Action::CreateProviderServer(_), ActionFailure::Cloud(CloudError::Refused { message, .. })) => {
             park_refused_create(server, message, now)
         }
+        // The create did not land (or, on a timeout, the idempotent create
+        // finds it next time): no create is outstanding, so its absence is
+        // not counted as a lost attempt.
+        (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) if error.is_transient() => {
+            let mut plan = Plan::new(&server.status, false, now);
+            if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
+                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+            }
+            plan.finish(Outcome::Yield(format!("Waiting for the provider: {error}")))
+        }
         (_, ActionFailure::Cloud(error)) if error.is_transient() => {
             unchanged(Outcome::Yield(format!("Waiting for the provider: {error}")))
         }
@@ -47,7 +57,10 @@ fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) 
     let generation = server.meta.generation;
     let already_recorded = server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&generation.to_string());
     let mut plan = Plan::new(&server.status, false, now);
-    plan.record_refusal(generation);
+    plan.annotate(CREATE_REFUSED_ANNOTATION, Some(generation.to_string()));
+    if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
+        plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+    }
     if !already_recorded {
         plan.emit(Event {
             type_: EventType::Warning,

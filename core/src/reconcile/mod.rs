@@ -37,6 +37,9 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
     }
     let deleting = server.meta.deleting;
     let mut plan = Plan::new(&server.status, deleting, now);
+    // A counter outside 0..=max (an option lowered since) heals into range.
+    let max = options.max_attempts();
+    plan.status.provider_create_failures = plan.status.provider_create_failures.clamp(0, max);
 
     if deleting {
         if let Err(outcome) = validate::required_labels(server) {

@@ -15,7 +15,7 @@ pub(crate) struct Plan {
     pub(crate) now: Timestamp,
     leading: Vec<Action>,
     events: Vec<Event>,
-    record_refusal: Option<i64>,
+    annotations: Vec<Action>,
     provider: Vec<Action>,
     trailing: Vec<Action>,
     deleting: bool,
@@ -29,7 +29,7 @@ impl Plan {
             now,
             leading: Vec::new(),
             events: Vec::new(),
-            record_refusal: None,
+            annotations: Vec::new(),
             provider: Vec::new(),
             trailing: Vec::new(),
             deleting,
@@ -45,8 +45,10 @@ impl Plan {
         self.events.push(event);
     }
 
-    pub(crate) fn record_refusal(&mut self, generation: i64) {
-        self.record_refusal = Some(generation);
+    /// Sets or removes a controller annotation, after the status write and
+    /// before the provider actions it guards.
+    pub(crate) fn annotate(&mut self, key: &'static str, value: Option<String>) {
+        self.annotations.push(Action::Annotate { key, value });
     }
 
     /// Provider create or delete: after the status that accounts for it.
@@ -73,9 +75,7 @@ impl Plan {
         if let Some(patch) = status_merge_patch(&self.before, &self.status) {
             actions.push(Action::WriteStatus(patch));
         }
-        if let Some(generation) = self.record_refusal {
-            actions.push(Action::RecordCreateRefusal { generation });
-        }
+        actions.extend(self.annotations);
         actions.extend(self.events.into_iter().map(Action::Emit));
         actions.extend(self.provider);
         actions.extend(self.trailing);

@@ -8,13 +8,14 @@ use super::options::Options;
 use super::plan::Plan;
 use super::references;
 use crate::model::{
-    CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server,
-    set_condition,
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL,
+    Phase, Server, set_condition,
 };
 use crate::port::{CreateRequest, ServerRef};
 use crate::predicate::{ever_booted, status_shows_create_failure};
 use crate::user_data::render_user_data;
 
+pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
 pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
 pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
 pub(crate) const MISSING_MESSAGE: &str =
@@ -32,39 +33,59 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
         view => view,
     };
     let max = options.max_attempts();
-    // A counter above the cap (a lowered option) heals down to it.
-    plan.status.provider_create_failures = plan.status.provider_create_failures.clamp(0, max);
 
     // Fail closed: a server that ever booted is never deleted to retry.
     if plan.status.provider_create_retrying && ever_booted(&plan.status) {
         plan.status.provider_create_retrying = false;
     }
 
-    if !plan.status.provider_create_retrying && status_shows_create_failure(&plan.status) {
-        let attempt = plan.status.provider_create_failures + 1;
-        if attempt >= max {
-            return park_at_cap(max, plan);
+    if !plan.status.provider_create_retrying {
+        let failed = status_shows_create_failure(&plan.status);
+        let lost = !failed && lost_before_launch(server, view, &plan);
+        if failed || lost {
+            let attempt = plan.status.provider_create_failures + 1;
+            if attempt >= max {
+                return park_at_cap(server, max, plan);
+            }
+            plan.status.provider_create_failures = attempt;
+            plan.status.provider_create_retrying = true;
+            let what = if failed { "failed before launch" } else { "disappeared before it was seen to launch" };
+            plan.emit(Event {
+                type_: EventType::Normal,
+                reason: EventReason::ProviderCreateRetrying,
+                action: "RetryProviderCreate",
+                note: format!("Provider server {what}; retrying (attempt {}/{max})", attempt + 1),
+            });
         }
-        plan.status.provider_create_failures = attempt;
-        plan.status.provider_create_retrying = true;
-        plan.emit(Event {
-            type_: EventType::Normal,
-            reason: EventReason::ProviderCreateRetrying,
-            action: "RetryProviderCreate",
-            note: format!("Provider server create failed before launch; retrying (attempt {}/{max})", attempt + 1),
-        });
     }
 
     if plan.status.provider_create_retrying {
         return clear_failed_server(server, view, plan);
     }
-    ensure_exists(server, facts, view, plan)
+    ensure_exists(server, facts, view, max, plan)
+}
+
+/// A create this controller issued (an annotation says so, written before the
+/// create ran) whose provider server is now absent, with no sign it booted:
+/// the attempt is spent, so it counts against the cap like a failure. This
+/// keeps creates per Server bounded even when the provider drops a server
+/// between two observations.
+fn lost_before_launch(server: &Server, view: &ProviderView, plan: &Plan) -> bool {
+    issued_attempt(server) == Some(plan.status.provider_create_failures)
+        && *view == ProviderView::Absent
+        && !ever_booted(&plan.status)
+        && !refused_this_generation(server)
+}
+
+/// The failure count at the time the last create was issued, if one is outstanding.
+fn issued_attempt(server: &Server) -> Option<i32> {
+    server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).and_then(|v| v.parse().ok())
 }
 
 /// At the cap the server is parked: no delete, no create, until an operator
 /// resets `providerCreateFailures`. The counter is clamped, so passes after a
 /// restart never advance it, and the event fires once, on entry.
-fn park_at_cap(max: i32, mut plan: Plan) -> super::Decision {
+fn park_at_cap(server: &Server, max: i32, mut plan: Plan) -> super::Decision {
     let message = format!("Provider server create failed after {max} attempts");
     let already_parked = plan.before().provider_create_failures == max
         && plan
@@ -73,6 +94,10 @@ fn park_at_cap(max: i32, mut plan: Plan) -> super::Decision {
             .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == message);
     plan.status.provider_create_failures = max;
     plan.status.provider_create_retrying = false;
+    // No create is outstanding once parked, so a reset re-arms cleanly.
+    if issued_attempt(server).is_some() {
+        plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+    }
     if !already_parked {
         plan.emit(Event {
             type_: EventType::Warning,
@@ -127,7 +152,7 @@ fn reset_runtime_status(plan: &mut Plan, message: &str) {
     );
 }
 
-fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, mut plan: Plan) -> super::Decision {
+fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, max: i32, mut plan: Plan) -> super::Decision {
     match view {
         ProviderView::Present(_) => {
             for action in references::to_prune(server, facts) {
@@ -150,6 +175,8 @@ fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, mut plan: 
             }
             plan.finish(Outcome::Terminal(MISSING_MESSAGE.into()))
         }
+        // Every attempt is spent: the cap is sticky until an operator reset.
+        _ if plan.status.provider_create_failures >= max => park_at_cap(server, max, plan),
         _ if refused_this_generation(server) => {
             let message = plan
                 .before()
@@ -194,9 +221,13 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         user_data,
         tags: spec.tags.clone(),
     };
+    let attempt = plan.status.provider_create_failures;
+    if issued_attempt(server) != Some(attempt) {
+        plan.annotate(CREATE_ISSUED_ANNOTATION, Some(attempt.to_string()));
+    }
     plan.provider(Action::CreateProviderServer(request));
     for action in references::to_prune(server, facts) {
         plan.trail(action);
     }
-    plan.finish(Outcome::Yield("Creating provider server".into()))
+    plan.finish(Outcome::Yield(CREATING_MESSAGE.into()))
 }

@@ -1,0 +1,557 @@
+//! DESIGN §12 invariants 1–5, 8 and 10 as proptest properties.
+//!
+//! Each property is a function over a set of [`Rules`], so the same property
+//! runs against server-core's rules (it must hold) and against deliberately
+//! broken ones (it must catch them): a property that cannot fail proves nothing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use jiff::Timestamp;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use server_core::model::{Server, ServerStatus, SshCertificateAuthority, UserData, set_condition};
+use server_core::port::{PowerState, ProviderServer, ProviderStatus};
+use server_core::reconcile::{Action, Decision, EventReason, Facts, Options, Outcome, ProviderView};
+use server_core::status_patch::apply_merge_patch;
+use server_core::{ever_booted, observe, provider_create_failure, reconcile};
+use support::strategies::*;
+use support::*;
+
+/// The rules under test. Production wires server-core's.
+#[derive(Clone, Copy)]
+struct Rules {
+    reconcile: fn(&Server, &Facts, &Options, Timestamp) -> Decision,
+    observe: fn(&ServerStatus, Option<&ProviderServer>, Timestamp) -> ServerStatus,
+    /// The predicate the watch trigger uses.
+    watch_pcf: fn(&Server) -> bool,
+}
+
+const CORE: Rules = Rules { reconcile, observe, watch_pcf: provider_create_failure };
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(1_000)
+}
+
+fn run<S: Strategy>(strategy: S, property: impl Fn(S::Value) -> Result<(), TestCaseError>) -> Result<(), String>
+where
+    S::Value: std::fmt::Debug,
+{
+    let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
+    match TestRunner::new(config).run(&strategy, property) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(reason, input)) => Err(format!("{reason}; minimal input: {input:?}")),
+        Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
+    }
+}
+
+fn must_hold(result: Result<(), String>) {
+    if let Err(failure) = result {
+        panic!("invariant violated: {failure}");
+    }
+}
+
+fn must_catch(result: Result<(), String>) {
+    assert!(result.is_err(), "the property did not catch the broken rule");
+}
+
+fn facts_with(server: &Server, view: ProviderView) -> Facts {
+    let mut facts = referenced_facts(server);
+    facts.provider = view;
+    facts
+}
+
+// --- Single-pass properties over arbitrary servers and views ----------------
+
+/// Invariant 1: no delete on the retry path once the server ever booted.
+fn no_retry_delete_after_boot(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_view(), 1i32..5), |(mut server, view, max)| {
+        server.meta.deleting = false;
+        let decision =
+            (rules.reconcile)(&server, &facts_with(&server, view), &Options::with_max_attempts(max), at(2_000));
+        if ever_booted(&server.status) {
+            prop_assert_eq!(deletes(&decision), 0, "deleted a server that booted");
+        }
+        Ok(())
+    })
+}
+
+/// Invariant 2 (single pass): whatever the input, the counter leaves at most
+/// max, and a failed server at the cap is parked with no provider call.
+fn counter_bounded_and_cap_terminal(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_view(), 1i32..5), |(mut server, view, max)| {
+        server.meta.deleting = false;
+        let known = !matches!(view, ProviderView::Unknown(_));
+        let decision =
+            (rules.reconcile)(&server, &facts_with(&server, view), &Options::with_max_attempts(max), at(2_000));
+        prop_assert!(
+            decision.status.provider_create_failures <= max,
+            "failures {} > max {max}",
+            decision.status.provider_create_failures
+        );
+        let at_cap = server.status.provider_create_failures >= max
+            && provider_create_failure(&server)
+            && !server.status.provider_create_retrying;
+        if at_cap && known && server.meta.label(server_core::model::REGION_LABEL).is_some() {
+            prop_assert!(matches!(decision.outcome, Outcome::Terminal(_)), "at the cap but {:?}", decision.outcome);
+            prop_assert_eq!(creates(&decision) + deletes(&decision), 0);
+        }
+        Ok(())
+    })
+}
+
+/// Invariant 3 (single pass): neither a reconcile nor an observation changes
+/// a set provisionedAt.
+fn provisioned_at_latched(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_view(), prop::option::of(arb_record())), |(server, view, record)| {
+        let decision = (rules.reconcile)(&server, &facts_with(&server, view), &Options::default(), at(2_000));
+        let observed = (rules.observe)(&server.status, record.as_ref(), at(2_000));
+        if let Some(latched) = server.status.provisioned_at {
+            prop_assert_eq!(decision.status.provisioned_at, Some(latched), "reconcile moved the latch");
+            prop_assert_eq!(observed.provisioned_at, Some(latched), "observe moved the latch");
+        } else if let Some(launched) = record.as_ref().and_then(|r| r.launched_at) {
+            prop_assert_eq!(observed.provisioned_at, Some(launched), "observe did not backfill the latch");
+        }
+        Ok(())
+    })
+}
+
+/// Invariant 5: the watch trigger and the retry decision agree on pcf. The
+/// retry machine acts on a server (counts a failure, or parks it at the cap)
+/// exactly when the watch's predicate says it failed.
+fn watch_and_retry_agree(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_record(), 1i32..5), |(mut server, record, max)| {
+        server.meta.deleting = false;
+        server.meta.annotations.clear();
+        server.status.provider_create_retrying = false;
+        server.status.provider_create_failures = server.status.provider_create_failures.clamp(0, max);
+        let facts = facts_with(&server, ProviderView::Present(record));
+        let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
+        let parked_before = server.status.provider_create_failures == max
+            && matches!(&decision.outcome, Outcome::Terminal(m) if m.contains("create failed after"));
+        let retry_acts = decision
+            .events()
+            .any(|e| matches!(e.reason, EventReason::ProviderCreateRetrying | EventReason::ProviderCreateFailed))
+            || parked_before;
+        prop_assert_eq!((rules.watch_pcf)(&server), retry_acts, "watch and retry disagree");
+        Ok(())
+    })
+}
+
+/// Invariant 8: any bytes as user data or CA key give a result, never a panic.
+fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
+    run((arb_user_data(), prop::option::of(".{0,200}"), any::<bool>()), |(user_data, key, gzip)| {
+        let mut server = adopted();
+        server.spec.user_data = user_data.map(|mut u| {
+            if gzip {
+                u.0.splice(0..0, [0x1f, 0x8b]);
+            }
+            u
+        });
+        let mut facts = referenced_facts(&server);
+        if let Some(key) = key {
+            server.spec.ssh_certificate_authority_id = Some("ca-x".into());
+            facts
+                .ssh_certificate_authorities
+                .push(SshCertificateAuthority { resource: server_core::model::Consumed::new("ca-x"), public_key: key });
+        }
+        let decision = (rules.reconcile)(&server, &facts, &Options::default(), at(10));
+        let created = creates(&decision) == 1;
+        prop_assert!(created || matches!(decision.outcome, Outcome::Error(_)), "{:?}", decision.outcome);
+        Ok(())
+    })
+}
+
+/// Invariant 10: an unknown provider view never creates or deletes.
+fn unknown_view_is_inert(rules: Rules) -> Result<(), String> {
+    run((arb_server(), 1i32..5), |(server, max)| {
+        let facts = facts_with(&server, ProviderView::Unknown("read timed out".into()));
+        let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
+        prop_assert_eq!(creates(&decision) + deletes(&decision), 0);
+        Ok(())
+    })
+}
+
+// --- Sequences of passes against a model provider ---------------------------
+
+#[derive(Clone, Copy, Debug)]
+enum VmState {
+    Build,
+    ErrorBeforeLaunch,
+    Active,
+    ErrorAfterLaunch,
+}
+
+#[derive(Clone, Debug)]
+struct Vm {
+    state: VmState,
+    launched_at: Option<Timestamp>,
+    /// Polls a delete still takes.
+    delete_polls: u8,
+}
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// A reconcile pass: the provider read may fail, the status write may be
+    /// lost (409/500, the executor stops), and the controller may crash after
+    /// running only some of the actions (a restart: only what was persisted
+    /// survives).
+    Reconcile {
+        read_fails: bool,
+        write_lost: bool,
+        crash_after: Option<u8>,
+    },
+    /// A monitor poll; a flaky provider may omit launched-at from the record.
+    Monitor {
+        write_lost: bool,
+        list_fails: bool,
+        lacks_launched_at: bool,
+    },
+    /// Runtime status lost by another writer (an older controller, a manual
+    /// edit): launchedAt and phase gone, the provisionedAt latch kept.
+    RuntimeStatusLost,
+    Boot,
+    FailBeforeLaunch,
+    FailAfterLaunch,
+    Vanish,
+    OperatorReset,
+}
+
+fn arb_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => (prop::bool::weighted(0.15), prop::bool::weighted(0.15), prop::option::weighted(0.1, 0u8..6))
+            .prop_map(|(read_fails, write_lost, crash_after)| Step::Reconcile { read_fails, write_lost, crash_after }),
+        4 => (prop::bool::weighted(0.1), prop::bool::weighted(0.1), prop::bool::weighted(0.2)).prop_map(
+            |(write_lost, list_fails, lacks_launched_at)| Step::Monitor { write_lost, list_fails, lacks_launched_at }
+        ),
+        1 => Just(Step::RuntimeStatusLost),
+        2 => Just(Step::Boot),
+        3 => Just(Step::FailBeforeLaunch),
+        1 => Just(Step::FailAfterLaunch),
+        1 => Just(Step::Vanish),
+        1 => Just(Step::OperatorReset),
+    ]
+}
+
+struct World {
+    rules: Rules,
+    max: i32,
+    server: Server,
+    vm: Option<Vm>,
+    now: i64,
+    creates_since_reset: i32,
+    booted_ever_in_status: bool,
+    latch: Option<Timestamp>,
+}
+
+impl World {
+    fn new(rules: Rules, max: i32) -> Self {
+        World {
+            rules,
+            max,
+            server: server(),
+            vm: None,
+            now: 100,
+            creates_since_reset: 0,
+            booted_ever_in_status: false,
+            latch: None,
+        }
+    }
+
+    fn record(&self) -> Option<ProviderServer> {
+        self.vm.as_ref().map(|vm| {
+            let (status, power_state) = match vm.state {
+                VmState::Build => (ProviderStatus::Build, PowerState::NoState),
+                VmState::ErrorBeforeLaunch | VmState::ErrorAfterLaunch => (ProviderStatus::Error, PowerState::NoState),
+                VmState::Active => (ProviderStatus::Active, PowerState::Running),
+            };
+            ProviderServer {
+                id: "vm".into(),
+                server_uid: "uid-web".into(),
+                status,
+                power_state,
+                launched_at: vm.launched_at,
+                created: Some(at(1)),
+                ..Default::default()
+            }
+        })
+    }
+
+    fn persist_status(&mut self, status: ServerStatus) -> Result<(), TestCaseError> {
+        self.server.status = status;
+        if ever_booted(&self.server.status) {
+            self.booted_ever_in_status = true;
+        }
+        // Invariant 3 across the whole history.
+        match (self.latch, self.server.status.provisioned_at) {
+            (Some(latched), now) => prop_assert_eq!(Some(latched), now, "provisionedAt changed"),
+            (None, now) => self.latch = now,
+        }
+        // Invariant 2 across the whole history.
+        prop_assert!(self.server.status.provider_create_failures <= self.max, "failures above max");
+        Ok(())
+    }
+
+    fn step(&mut self, step: &Step) -> Result<(), TestCaseError> {
+        self.now += 10;
+        let now = at(self.now);
+        match step {
+            Step::Reconcile { read_fails, write_lost, crash_after } => {
+                let view = match (read_fails, self.record()) {
+                    (true, _) => ProviderView::Unknown("timeout".into()),
+                    (false, Some(record)) => ProviderView::Present(record),
+                    (false, None) => ProviderView::Absent,
+                };
+                let facts = facts_with(&self.server, view);
+                let options = Options::with_max_attempts(self.max);
+                let decision = (self.rules.reconcile)(&self.server, &facts, &options, now);
+                let limit = crash_after.map_or(usize::MAX, usize::from);
+                for action in decision.actions.iter().take(limit) {
+                    match action {
+                        Action::WriteStatus(patch) => {
+                            if *write_lost {
+                                break;
+                            }
+                            let mut stored = serde_json::to_value(&self.server.status).unwrap();
+                            apply_merge_patch(&mut stored, patch);
+                            let status: ServerStatus = serde_json::from_value(stored).unwrap();
+                            prop_assert_eq!(&status, &decision.status, "merge patch lost a change");
+                            self.persist_status(status)?;
+                        }
+                        Action::CreateProviderServer(_) => {
+                            if self.vm.is_none() {
+                                self.creates_since_reset += 1;
+                                self.vm = Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1 });
+                            }
+                            // Invariant 4.
+                            prop_assert!(self.creates_since_reset <= self.max, "more creates than max");
+                        }
+                        Action::DeleteProviderServer(_) => {
+                            // Invariant 1, against everything status ever showed.
+                            prop_assert!(!self.booted_ever_in_status, "deleted a server that booted");
+                            if let Some(vm) = &mut self.vm {
+                                if vm.delete_polls == 0 {
+                                    self.vm = None;
+                                } else {
+                                    vm.delete_polls -= 1;
+                                }
+                            }
+                        }
+                        Action::AddFinalizer => {
+                            self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into())
+                        }
+                        Action::Annotate { key, value: Some(value) } => {
+                            self.server.meta.annotations.insert((*key).into(), value.clone());
+                        }
+                        Action::Annotate { key, value: None } => {
+                            self.server.meta.annotations.remove(*key);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Step::Monitor { write_lost, list_fails, lacks_launched_at } => {
+                if !list_fails {
+                    let mut record = self.record();
+                    if *lacks_launched_at && let Some(record) = &mut record {
+                        record.launched_at = None;
+                    }
+                    let observed = (self.rules.observe)(&self.server.status, record.as_ref(), now);
+                    if !write_lost {
+                        self.persist_status(observed)?;
+                    }
+                }
+            }
+            Step::Boot => {
+                if let Some(vm @ Vm { state: VmState::Build, .. }) = &mut self.vm {
+                    vm.state = VmState::Active;
+                    vm.launched_at = Some(now);
+                }
+            }
+            Step::FailBeforeLaunch => {
+                if let Some(vm @ Vm { state: VmState::Build, .. }) = &mut self.vm {
+                    vm.state = VmState::ErrorBeforeLaunch;
+                }
+            }
+            Step::FailAfterLaunch => {
+                if let Some(vm @ Vm { state: VmState::Active, .. }) = &mut self.vm {
+                    vm.state = VmState::ErrorAfterLaunch;
+                }
+            }
+            Step::Vanish => {
+                if self.vm.as_ref().is_some_and(|vm| vm.launched_at.is_some()) {
+                    self.vm = None;
+                }
+            }
+            // Only the latch is assumed to survive another writer; without it
+            // nothing in status could remember the boot.
+            Step::RuntimeStatusLost if self.server.status.provisioned_at.is_none() => {}
+            Step::RuntimeStatusLost => {
+                let mut status = self.server.status.clone();
+                status.launched_at = None;
+                status.phase = Some(server_core::model::Phase::Pending);
+                self.persist_status(status)?;
+            }
+            Step::OperatorReset => {
+                let mut status = self.server.status.clone();
+                status.provider_create_failures = 0;
+                self.creates_since_reset = 0;
+                self.persist_status(status)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Invariants 1–4 over sequences of passes, monitor polls, provider changes,
+/// lost writes, crashes mid-pass and operator resets.
+fn sequences_keep_the_invariants(rules: Rules) -> Result<(), String> {
+    run((prop::collection::vec(arb_step(), 1..80), 1i32..5), |(steps, max)| {
+        let mut world = World::new(rules, max);
+        for step in &steps {
+            world.step(step)?;
+        }
+        Ok(())
+    })
+}
+
+// --- The properties hold for server-core ------------------------------------
+
+#[test]
+fn invariant_1_no_retry_delete_after_boot() {
+    must_hold(no_retry_delete_after_boot(CORE));
+}
+
+#[test]
+fn invariant_2_counter_bounded_and_cap_terminal() {
+    must_hold(counter_bounded_and_cap_terminal(CORE));
+}
+
+#[test]
+fn invariant_3_provisioned_at_latched() {
+    must_hold(provisioned_at_latched(CORE));
+}
+
+#[test]
+fn invariant_5_watch_and_retry_agree() {
+    must_hold(watch_and_retry_agree(CORE));
+}
+
+#[test]
+fn invariant_8_any_user_data_is_handled() {
+    must_hold(any_user_data_is_handled(CORE));
+}
+
+#[test]
+fn invariant_10_unknown_view_is_inert() {
+    must_hold(unknown_view_is_inert(CORE));
+}
+
+#[test]
+fn invariants_1_to_4_hold_over_sequences() {
+    must_hold(sequences_keep_the_invariants(CORE));
+}
+
+// --- ... and each catches a deliberately broken rule ------------------------
+
+/// A reconcile whose predicate ignores provisionedAt.
+fn ignores_provisioned_at(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut blind = server.clone();
+    blind.status.provisioned_at = None;
+    let mut decision = reconcile(&blind, facts, options, now);
+    decision.status.provisioned_at = server.status.provisioned_at;
+    decision
+}
+
+/// A reconcile whose cap is off by one.
+fn cap_off_by_one(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    reconcile(server, facts, &Options::with_max_attempts(options.max_attempts() + 1), now)
+}
+
+/// An observation that overwrites provisionedAt instead of latching it.
+fn unlatched_observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Timestamp) -> ServerStatus {
+    let mut next = observe(status, record, now);
+    if let Some(record) = record {
+        next.provisioned_at = record.launched_at;
+    }
+    next
+}
+
+/// A watch predicate that forgets launchedAt.
+fn watch_ignores_launched_at(server: &Server) -> bool {
+    let mut blind = server.clone();
+    blind.status.launched_at = None;
+    provider_create_failure(&blind)
+}
+
+/// A reconcile that reads an unknown view as absent.
+fn unknown_as_absent(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut facts = facts.clone();
+    if let ProviderView::Unknown(_) = facts.provider {
+        facts.provider = ProviderView::Absent;
+    }
+    reconcile(server, &facts, options, now)
+}
+
+/// A reconcile that insists user data is UTF-8.
+fn panics_on_binary_user_data(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    if let Some(UserData(bytes)) = &server.spec.user_data {
+        let _text = std::str::from_utf8(bytes).expect("user data is text");
+    }
+    reconcile(server, facts, options, now)
+}
+
+#[test]
+fn invariant_1_catches_a_predicate_that_ignores_provisioned_at() {
+    let broken = Rules { reconcile: ignores_provisioned_at, ..CORE };
+    must_catch(no_retry_delete_after_boot(broken));
+    must_catch(sequences_keep_the_invariants(broken));
+}
+
+#[test]
+fn invariant_2_catches_a_cap_off_by_one() {
+    let broken = Rules { reconcile: cap_off_by_one, ..CORE };
+    must_catch(counter_bounded_and_cap_terminal(broken));
+    must_catch(sequences_keep_the_invariants(broken));
+}
+
+#[test]
+fn invariant_3_catches_an_unlatched_observation() {
+    let broken = Rules { observe: unlatched_observe, ..CORE };
+    must_catch(provisioned_at_latched(broken));
+    must_catch(sequences_keep_the_invariants(broken));
+}
+
+#[test]
+fn invariant_5_catches_a_watch_with_its_own_predicate() {
+    must_catch(watch_and_retry_agree(Rules { watch_pcf: watch_ignores_launched_at, ..CORE }));
+}
+
+#[test]
+fn invariant_8_catches_a_panic_on_binary_user_data() {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = any_user_data_is_handled(Rules { reconcile: panics_on_binary_user_data, ..CORE });
+    std::panic::set_hook(hook);
+    must_catch(result);
+}
+
+#[test]
+fn invariant_10_catches_unknown_read_as_absent() {
+    must_catch(unknown_view_is_inert(Rules { reconcile: unknown_as_absent, ..CORE }));
+}
+
+#[test]
+fn healthy_errored_status_is_what_the_strategies_exercise() {
+    // Guards the strategies: the retry path must actually be reached.
+    let mut server = adopted();
+    set_condition(
+        &mut server.status.conditions,
+        server_core::model::ConditionType::Healthy,
+        server_core::model::ConditionStatus::False,
+        server_core::model::ConditionReason::Errored,
+        "x",
+        at(0),
+    );
+    assert!(provider_create_failure(&server));
+}

@@ -1,0 +1,465 @@
+//! One test per rule of DESIGN §7, §8 and §10, through the public API.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use server_core::model::{
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, IDENTITY_LABEL, Phase,
+    REGION_LABEL, ResourceKind, SecurityGroupRef, reference_finalizer,
+};
+use server_core::port::CloudError;
+use server_core::reconcile::{Action, ActionFailure, Options, Outcome, ProviderView, action_failed, reconcile};
+use support::*;
+
+const OPTIONS: Options = Options { provider_create_max_attempts: 3 };
+
+#[test]
+fn a_new_server_gets_its_finalizer_references_then_a_create() {
+    let mut server = server();
+    server.spec.ssh_certificate_authority_id = Some("ca-a".into());
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+
+    let finalizer = reference_finalizer("web");
+    let kinds: Vec<_> = decision
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::AddReference(r) => {
+                assert_eq!(r.finalizer, finalizer);
+                Some((r.kind, r.name.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (ResourceKind::Network, "net-a"),
+            (ResourceKind::SecurityGroup, "sg-a"),
+            (ResourceKind::SshCertificateAuthority, "ca-a"),
+            (ResourceKind::Identity, "identity-a"),
+        ]
+    );
+    assert_eq!(decision.actions[0], Action::AddFinalizer);
+    // The status write precedes the create it accounts for.
+    let write = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_))).unwrap();
+    let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
+    assert!(write < create);
+    let Action::CreateProviderServer(request) = &decision.actions[create] else { unreachable!() };
+    let user_data = String::from_utf8(request.user_data.clone().unwrap()).unwrap();
+    assert!(user_data.contains(CA_KEY), "the CA key is merged into the user data");
+    assert_eq!(request.server.uid, "uid-web");
+    assert!(matches!(decision.outcome, Outcome::Yield(_)));
+    assert_eq!(available(&decision).reason, ConditionReason::Provisioning);
+}
+
+#[test]
+fn a_present_provider_server_is_provisioned_and_stale_references_are_pruned() {
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    facts.networks[1].finalizers.push(reference_finalizer("web")); // net-old, no longer named
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.outcome, Outcome::Done);
+    assert_eq!(available(&decision).status, ConditionStatus::True);
+    assert_eq!(available(&decision).reason, ConditionReason::Provisioned);
+    let removed: Vec<_> = decision
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RemoveReference(r) => Some(r.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(removed, ["net-old"]);
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+}
+
+#[test]
+fn a_converged_server_writes_nothing() {
+    let mut server = adopted();
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let first = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &first);
+    let second = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(second.actions, vec![]);
+    assert_eq!(second.outcome, Outcome::Done);
+}
+
+#[test]
+fn missing_labels_are_a_clear_error_that_touches_nothing() {
+    for label in [REGION_LABEL, IDENTITY_LABEL] {
+        let mut server = server();
+        server.meta.labels.remove(label);
+        let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+        let Outcome::Error(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+        assert!(message.contains(label), "{message}");
+        assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))), "{:?}", decision.actions);
+        assert_eq!(available(&decision).reason, ConditionReason::Errored);
+    }
+}
+
+#[test]
+fn duplicate_ids_are_rejected_before_anything_is_touched() {
+    let mut server = server();
+    server.spec.security_groups.push(SecurityGroupRef { id: "sg-a".into() });
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    let Outcome::Terminal(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    assert!(message.contains("sg-a") && message.contains("more than once"), "{message}");
+    assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))));
+}
+
+#[test]
+fn unknown_reference_ids_are_a_clear_error() {
+    let mut server = server();
+    server.spec.networks[0].id = "net-missing".into();
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    let Outcome::Error(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    assert!(message.contains("attempt to reference unknown resource ID net-missing"), "{message}");
+    assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))));
+
+    let mut server = server_with_ca("ca-missing");
+    server.meta.generation = 2;
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    assert!(matches!(&decision.outcome, Outcome::Error(m) if m.contains("ca-missing")));
+}
+
+fn server_with_ca(id: &str) -> server_core::Server {
+    let mut server = server();
+    server.spec.ssh_certificate_authority_id = Some(id.into());
+    server
+}
+
+#[test]
+fn an_identity_that_is_not_ready_yields_before_any_provider_call() {
+    let mut facts = facts();
+    facts.identity.as_mut().unwrap().conditions.clear();
+    let decision = reconcile(&server(), &facts, &OPTIONS, at(10));
+    assert!(matches!(&decision.outcome, Outcome::Yield(m) if m.contains("identity")));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(decision.actions.iter().any(|a| matches!(a, Action::AddReference(_))), "references come first");
+}
+
+#[test]
+fn pause_stops_all_work() {
+    let mut server = create_failed(0);
+    server.spec.pause = true;
+    server.meta.deleting = true;
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    assert_eq!(decision.actions, vec![]);
+    assert_eq!(decision.status, server.status);
+}
+
+// --- §7: the bounded delete-and-retry machine -------------------------------
+
+#[test]
+fn first_failure_starts_a_retry_deletes_and_emits_once() {
+    let server = create_failed(0);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.status.provider_create_failures, 1);
+    assert!(decision.status.provider_create_retrying);
+    assert_eq!(event_reasons(&decision), ["ProviderCreateRetrying"]);
+    assert!(decision.events().next().unwrap().note.contains("(attempt 2/3)"));
+    assert_eq!(deletes(&decision), 1);
+    assert_eq!(creates(&decision), 0);
+    assert_eq!(decision.outcome, Outcome::Yield("Deleting failed provider server before retrying create".into()));
+    // The counter is persisted before the delete runs.
+    let write = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_))).unwrap();
+    let delete = decision.actions.iter().position(|a| matches!(a, Action::DeleteProviderServer(_))).unwrap();
+    assert!(write < delete);
+}
+
+#[test]
+fn retrying_with_the_server_still_present_deletes_again_without_an_event() {
+    let mut server = create_failed(1);
+    server.status.provider_create_retrying = true;
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(deletes(&decision), 1);
+    assert_eq!(event_reasons(&decision), Vec::<&str>::new());
+    assert!(decision.status.provider_create_retrying);
+    assert_eq!(decision.status.provider_create_failures, 1, "no second count");
+    let healthy = decision.status.condition(server_core::model::ConditionType::Healthy).unwrap();
+    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Provisioning));
+    assert_eq!(healthy.message, "Deleting failed provider server before retrying create");
+}
+
+#[test]
+fn retrying_with_the_server_absent_resets_and_emits_retry_ready_once() {
+    let mut server = create_failed(1);
+    server.status.provider_create_retrying = true;
+    server.status.mac_address = Some("fa:16:3e:00:00:01".into());
+    server.status.private_ip = Some("10.0.0.4".into());
+    server.status.phase = Some(Phase::Building);
+    server.status.scheduled_at = Some(at(3));
+    let facts = referenced_facts(&server); // provider absent
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert!(!decision.status.provider_create_retrying);
+    assert_eq!(event_reasons(&decision), ["ProviderCreateRetryReady"]);
+    assert_eq!(decision.status.phase, Some(Phase::Pending));
+    assert_eq!(decision.status.private_ip, None);
+    assert_eq!(decision.status.scheduled_at, None);
+    assert_eq!(decision.status.mac_address.as_deref(), Some("fa:16:3e:00:00:01"), "MAC survives the reset");
+    assert_eq!(creates(&decision), 0, "the create comes on the next pass");
+
+    persist(&mut server, &decision);
+    let next = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(creates(&next), 1);
+    assert_eq!(event_reasons(&next), Vec::<&str>::new(), "RetryReady is not repeated");
+}
+
+#[test]
+fn the_last_allowed_failure_parks_the_server_terminally() {
+    let server = create_failed(2);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.outcome, Outcome::Terminal("Provider server create failed after 3 attempts".into()));
+    assert_eq!(decision.status.provider_create_failures, 3);
+    assert!(!decision.status.provider_create_retrying);
+    assert_eq!(event_reasons(&decision), ["ProviderCreateFailed"]);
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert_eq!(available(&decision).reason, ConditionReason::Errored);
+}
+
+#[test]
+fn at_the_cap_passes_after_a_restart_neither_advance_the_counter_nor_repeat_the_event() {
+    let mut server = create_failed(2);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let parked = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &parked);
+    for t in [20, 30, 40] {
+        let again = reconcile(&server, &facts, &OPTIONS, at(t));
+        assert_eq!(again.status.provider_create_failures, 3);
+        assert!(matches!(again.outcome, Outcome::Terminal(_)));
+        assert_eq!(again.actions, vec![], "nothing to write, nothing to emit");
+    }
+}
+
+#[test]
+fn failures_above_the_cap_heal_down_to_it() {
+    let server = create_failed(7);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.status.provider_create_failures, 3);
+    assert!(matches!(decision.outcome, Outcome::Terminal(_)));
+    assert_eq!(deletes(&decision), 0);
+}
+
+#[test]
+fn resetting_the_counter_re_arms_a_parked_server() {
+    let mut server = create_failed(2);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let parked = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &parked);
+    server.status.provider_create_failures = 0; // the operator's reset
+    let rearmed = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(rearmed.status.provider_create_failures, 1);
+    assert_eq!(deletes(&rearmed), 1);
+    assert_eq!(event_reasons(&rearmed), ["ProviderCreateRetrying"]);
+}
+
+#[test]
+fn max_attempts_below_one_means_one() {
+    for max in [0, -5, 1] {
+        let server = create_failed(0);
+        let mut facts = referenced_facts(&server);
+        facts.provider = present();
+        let decision = reconcile(&server, &facts, &Options::with_max_attempts(max), at(10));
+        assert_eq!(decision.outcome, Outcome::Terminal("Provider server create failed after 1 attempts".into()));
+        assert_eq!(decision.status.provider_create_failures, 1);
+        assert_eq!(deletes(&decision), 0);
+    }
+}
+
+#[test]
+fn provisioned_at_with_launched_at_and_phase_lost_is_never_retried() {
+    let mut server = create_failed(0);
+    server.status.provisioned_at = Some(at(5));
+    server.status.phase = Some(Phase::Pending);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(deletes(&decision), 0);
+    assert_eq!(decision.status.provider_create_failures, 0);
+    assert_eq!(decision.outcome, Outcome::Done);
+}
+
+#[test]
+fn a_retry_in_flight_stops_when_the_server_turns_out_to_have_booted() {
+    let mut server = create_failed(1);
+    server.status.provider_create_retrying = true;
+    server.status.launched_at = Some(at(5));
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(deletes(&decision), 0);
+    assert!(!decision.status.provider_create_retrying);
+}
+
+#[test]
+fn an_unknown_provider_view_never_creates_or_deletes() {
+    let unknown = ProviderView::Unknown("timeout".into());
+    let mut retrying = create_failed(1);
+    retrying.status.provider_create_retrying = true;
+    let mut deleting = adopted();
+    deleting.meta.deleting = true;
+    for server in [adopted(), create_failed(0), retrying, deleting] {
+        let mut facts = referenced_facts(&server);
+        facts.provider = unknown.clone();
+        let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+        assert_eq!(creates(&decision) + deletes(&decision), 0, "{server:?}");
+        assert!(matches!(decision.outcome, Outcome::Yield(_)));
+    }
+}
+
+#[test]
+fn a_booted_server_whose_record_vanished_is_reported_once_and_never_recreated() {
+    let mut server = adopted();
+    server.status.provisioned_at = Some(at(5));
+    let facts = referenced_facts(&server); // absent
+    let first = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&first), 0);
+    assert_eq!(event_reasons(&first), ["ProviderServerMissing"]);
+    assert!(matches!(&first.outcome, Outcome::Terminal(m) if m.contains("disappeared")));
+    persist(&mut server, &first);
+    let second = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(second.actions, vec![]);
+    assert!(matches!(second.outcome, Outcome::Terminal(_)));
+}
+
+#[test]
+fn a_refused_create_parks_until_the_spec_changes() {
+    let mut server = adopted();
+    let facts = referenced_facts(&server);
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &decision);
+    let create = decision.actions.iter().find(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
+    let refusal = ActionFailure::Cloud(CloudError::Refused { status: 403, message: "Quota exceeded for cores".into() });
+    let parked = action_failed(&server, create, &refusal, at(11));
+    assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded for cores")));
+    assert_eq!(event_reasons(&parked), ["ProviderCreateRefused"]);
+    let refusal_note = Action::Annotate { key: CREATE_REFUSED_ANNOTATION, value: Some("1".into()) };
+    assert!(parked.actions.contains(&refusal_note));
+    persist(&mut server, &parked);
+
+    // Restarts and resyncs do not create again.
+    let again = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(creates(&again), 0);
+    assert!(matches!(&again.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded")));
+    assert_eq!(again.actions, vec![]);
+
+    // A spec change re-arms it.
+    server.meta.generation = 2;
+    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(30))), 1);
+}
+
+#[test]
+fn transient_action_failures_yield_and_release_the_issued_create() {
+    let mut server = adopted();
+    server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), "0".into());
+    let create = Action::CreateProviderServer(Default::default());
+    for error in [
+        CloudError::Conflict { message: "busy".into() },
+        CloudError::RateLimited { message: "slow down".into() },
+        CloudError::Unavailable { status: 503, message: "down".into() },
+        CloudError::Timeout { message: "30s".into() },
+    ] {
+        let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));
+        assert!(matches!(decision.outcome, Outcome::Yield(_)));
+        assert_eq!(creates(&decision) + deletes(&decision), 0);
+        // The create did not land: its absence must not count as a lost attempt.
+        assert!(decision.actions.contains(&Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: None }));
+    }
+    let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
+    assert!(matches!(conflict.outcome, Outcome::Yield(_)));
+    assert_eq!(conflict.actions, vec![]);
+}
+
+#[test]
+fn a_create_is_recorded_as_issued_before_it_runs() {
+    let server = adopted();
+    let decision = reconcile(&server, &referenced_facts(&server), &OPTIONS, at(10));
+    let note = decision
+        .actions
+        .iter()
+        .position(|a| *a == Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some("0".into()) })
+        .unwrap();
+    let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
+    assert!(note < create);
+}
+
+#[test]
+fn a_server_lost_before_it_was_seen_to_launch_spends_an_attempt() {
+    let mut server = adopted();
+    let mut facts = referenced_facts(&server);
+    let created = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &created);
+    // The provider drops the server before any observation of it.
+    facts.provider = ProviderView::Absent;
+    let lost = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(lost.status.provider_create_failures, 1);
+    assert_eq!(event_reasons(&lost), ["ProviderCreateRetrying", "ProviderCreateRetryReady"]);
+    assert_eq!(creates(&lost), 0);
+    persist(&mut server, &lost);
+    let again = reconcile(&server, &facts, &OPTIONS, at(30));
+    assert_eq!(creates(&again), 1, "the next attempt");
+    persist(&mut server, &again);
+    // Lost twice more: the cap parks it with no further create.
+    let lost = reconcile(&server, &facts, &OPTIONS, at(40));
+    persist(&mut server, &lost);
+    let again = reconcile(&server, &facts, &OPTIONS, at(50));
+    persist(&mut server, &again);
+    let parked = reconcile(&server, &facts, &OPTIONS, at(60));
+    assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("after 3 attempts")), "{:?}", parked.outcome);
+    assert_eq!(creates(&parked), 0);
+    persist(&mut server, &parked);
+    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(70))), 0, "the cap is sticky");
+    // A reset re-arms it.
+    server.status.provider_create_failures = 0;
+    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(80))), 1);
+}
+
+// --- Deletion ---------------------------------------------------------------
+
+#[test]
+fn deletion_deletes_the_provider_server_before_releasing_references() {
+    let mut server = adopted();
+    server.meta.deleting = true;
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let deleting = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(deletes(&deleting), 1);
+    assert!(!deleting.actions.iter().any(|a| matches!(a, Action::RemoveReference(_) | Action::RemoveFinalizer)));
+    assert_eq!(available(&deleting).reason, ConditionReason::Deprovisioning);
+
+    facts.provider = ProviderView::Absent;
+    let gone = reconcile(&server, &facts, &OPTIONS, at(20));
+    let released: Vec<_> = gone
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RemoveReference(r) => Some(r.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(released, ["net-a", "sg-a", "identity-a"]);
+    assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer));
+    assert_eq!(gone.outcome, Outcome::Done);
+}
+
+#[test]
+fn deletion_without_the_finalizer_does_nothing() {
+    let mut server = server();
+    server.meta.deleting = true;
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    assert_eq!(decision.actions, vec![]);
+    assert_eq!(decision.outcome, Outcome::Done);
+}

@@ -1,0 +1,135 @@
+//! Builders shared by the core's integration tests.
+#![allow(dead_code, unreachable_pub)]
+
+use jiff::Timestamp;
+use server_core::model::{
+    Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, IDENTITY_LABEL, Identity, ImageSpec,
+    NetworkAttachment, REGION_LABEL, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec, SshCertificateAuthority,
+    reference_finalizer, set_condition,
+};
+use server_core::port::ProviderServer;
+use server_core::reconcile::{Action, Decision, Facts, ProviderView};
+
+pub const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ca@example";
+
+pub fn at(second: i64) -> Timestamp {
+    Timestamp::from_second(second).unwrap_or_default()
+}
+
+/// A valid Server named `web` consuming one network and one security group.
+pub fn server() -> Server {
+    let mut server = Server::default();
+    server.meta.name = "web".into();
+    server.meta.namespace = "org".into();
+    server.meta.uid = "uid-web".into();
+    server.meta.generation = 1;
+    server.meta.labels.insert(REGION_LABEL.into(), "region-a".into());
+    server.meta.labels.insert(IDENTITY_LABEL.into(), "identity-a".into());
+    server.spec = ServerSpec {
+        flavor_id: "flavor".into(),
+        image: ImageSpec { id: "image".into() },
+        networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: vec![] }],
+        security_groups: vec![SecurityGroupRef { id: "sg-a".into() }],
+        ..Default::default()
+    };
+    server
+}
+
+/// Facts with the resources `server()` names, a ready identity, provider absent.
+pub fn facts() -> Facts {
+    let mut identity = Identity { resource: Consumed::new("identity-a"), conditions: vec![] };
+    set_condition(
+        &mut identity.conditions,
+        ConditionType::Available,
+        ConditionStatus::True,
+        ConditionReason::Provisioned,
+        "Provisioned",
+        at(0),
+    );
+    Facts {
+        identity: Some(identity),
+        networks: vec![Consumed::new("net-a"), Consumed::new("net-old")],
+        security_groups: vec![Consumed::new("sg-a")],
+        ssh_certificate_authorities: vec![SshCertificateAuthority {
+            resource: Consumed::new("ca-a"),
+            public_key: CA_KEY.into(),
+        }],
+        provider: ProviderView::Absent,
+    }
+}
+
+/// Facts as they are once the server holds all its references.
+pub fn referenced_facts(server: &Server) -> Facts {
+    let mut facts = facts();
+    let finalizer = reference_finalizer(&server.meta.name);
+    for n in &mut facts.networks {
+        if server.spec.networks.iter().any(|s| s.id == n.name) {
+            n.finalizers.push(finalizer.clone());
+        }
+    }
+    for g in &mut facts.security_groups {
+        g.finalizers.push(finalizer.clone());
+    }
+    if let Some(identity) = &mut facts.identity {
+        identity.resource.finalizers.push(finalizer.clone());
+    }
+    facts
+}
+
+/// A server that has its finalizer (past the first pass).
+pub fn adopted() -> Server {
+    let mut s = server();
+    s.meta.finalizers.push(SERVER_FINALIZER.into());
+    s
+}
+
+pub fn set_healthy(server: &mut Server, status: ConditionStatus, reason: ConditionReason) {
+    set_condition(&mut server.status.conditions, ConditionType::Healthy, status, reason, "from monitor", at(1));
+}
+
+/// A server whose provider create errored before launch.
+pub fn create_failed(failures: i32) -> Server {
+    let mut s = adopted();
+    s.status.provider_create_failures = failures;
+    set_healthy(&mut s, ConditionStatus::False, ConditionReason::Errored);
+    s
+}
+
+pub fn present() -> ProviderView {
+    ProviderView::Present(ProviderServer { id: "vm-1".into(), server_uid: "uid-web".into(), ..Default::default() })
+}
+
+/// What persisting a decision does to the Server (the executor's effects on it).
+pub fn persist(server: &mut Server, decision: &Decision) {
+    server.status = decision.status.clone();
+    for action in &decision.actions {
+        match action {
+            Action::AddFinalizer => server.meta.finalizers.push(SERVER_FINALIZER.into()),
+            Action::RemoveFinalizer => server.meta.finalizers.retain(|f| f != SERVER_FINALIZER),
+            Action::Annotate { key, value: Some(value) } => {
+                server.meta.annotations.insert((*key).into(), value.clone());
+            }
+            Action::Annotate { key, value: None } => {
+                server.meta.annotations.remove(*key);
+            }
+            _ => {}
+        }
+    }
+}
+
+pub fn available(decision: &Decision) -> Condition {
+    decision.status.condition(ConditionType::Available).cloned().unwrap_or_else(|| panic!("no Available condition"))
+}
+
+pub fn creates(decision: &Decision) -> usize {
+    decision.actions.iter().filter(|a| matches!(a, Action::CreateProviderServer(_))).count()
+}
+
+pub fn deletes(decision: &Decision) -> usize {
+    decision.actions.iter().filter(|a| matches!(a, Action::DeleteProviderServer(_))).count()
+}
+
+pub fn event_reasons(decision: &Decision) -> Vec<&'static str> {
+    decision.events().map(|e| e.reason.as_str()).collect()
+}
+pub mod strategies;

@@ -1,0 +1,157 @@
+//! proptest strategies over servers, provider records and views.
+#![allow(dead_code, unreachable_pub)]
+
+use proptest::prelude::*;
+use server_core::model::{
+    ConditionReason, ConditionStatus, ConditionType, Phase, SERVER_FINALIZER, Server, ServerStatus, UserData,
+    set_condition,
+};
+use server_core::port::{PowerState, ProviderServer, ProviderStatus};
+use server_core::reconcile::ProviderView;
+
+use super::{at, server};
+
+pub fn arb_time() -> impl Strategy<Value = Option<jiff::Timestamp>> {
+    prop::option::of((0i64..1_000).prop_map(at))
+}
+
+pub fn arb_condition_status() -> impl Strategy<Value = ConditionStatus> {
+    prop_oneof![Just(ConditionStatus::True), Just(ConditionStatus::False), Just(ConditionStatus::Unknown)]
+}
+
+pub fn arb_reason() -> impl Strategy<Value = ConditionReason> {
+    prop_oneof![
+        Just(ConditionReason::Provisioning),
+        Just(ConditionReason::Provisioned),
+        Just(ConditionReason::Errored),
+        Just(ConditionReason::Unknown),
+        Just(ConditionReason::Healthy),
+        Just(ConditionReason::Degraded),
+    ]
+}
+
+pub fn arb_phase() -> impl Strategy<Value = Option<Phase>> {
+    prop::option::of(prop_oneof![
+        Just(Phase::Pending),
+        Just(Phase::Queued),
+        Just(Phase::Building),
+        Just(Phase::Running),
+        Just(Phase::Stopping),
+        Just(Phase::Stopped),
+    ])
+}
+
+/// Any status, including ones the rules must heal (failures above the cap).
+pub fn arb_status() -> impl Strategy<Value = ServerStatus> {
+    (
+        prop::option::of((arb_condition_status(), arb_reason())),
+        prop::option::of((arb_condition_status(), arb_reason())),
+        arb_phase(),
+        (arb_time(), arb_time(), arb_time()),
+        -1i32..7,
+        any::<bool>(),
+        prop::option::of(Just("fa:16:3e:00:00:01".to_string())),
+    )
+        .prop_map(
+            |(healthy, available, phase, (launched_at, provisioned_at, scheduled_at), failures, retrying, mac)| {
+                let mut status = ServerStatus {
+                    phase,
+                    launched_at,
+                    provisioned_at,
+                    scheduled_at,
+                    provider_create_failures: failures,
+                    provider_create_retrying: retrying,
+                    mac_address: mac,
+                    ..Default::default()
+                };
+                for (type_, condition) in [(ConditionType::Healthy, healthy), (ConditionType::Available, available)] {
+                    if let Some((s, r)) = condition {
+                        set_condition(&mut status.conditions, type_, s, r, "arbitrary", at(0));
+                    }
+                }
+                status
+            },
+        )
+}
+
+/// Statuses that pass through the retry machine: pre-launch, Healthy Errored
+/// half of the time.
+pub fn arb_failed_status() -> impl Strategy<Value = ServerStatus> {
+    (arb_status(), any::<bool>()).prop_map(|(mut status, errored)| {
+        if errored {
+            set_condition(
+                &mut status.conditions,
+                ConditionType::Healthy,
+                ConditionStatus::False,
+                ConditionReason::Errored,
+                "errored",
+                at(0),
+            );
+        }
+        status
+    })
+}
+
+pub fn arb_server() -> impl Strategy<Value = Server> {
+    (arb_failed_status(), any::<bool>(), any::<bool>(), 1i64..4, prop::option::of(1i64..4)).prop_map(
+        |(status, adopted, deleting, generation, refused)| {
+            let mut s = server();
+            s.status = status;
+            if adopted {
+                s.meta.finalizers.push(SERVER_FINALIZER.into());
+            }
+            s.meta.deleting = deleting;
+            s.meta.generation = generation;
+            if let Some(g) = refused {
+                s.meta.annotations.insert(server_core::model::CREATE_REFUSED_ANNOTATION.into(), g.to_string());
+            }
+            s
+        },
+    )
+}
+
+pub fn arb_provider_status() -> impl Strategy<Value = ProviderStatus> {
+    prop_oneof![
+        Just(ProviderStatus::Active),
+        Just(ProviderStatus::Build),
+        Just(ProviderStatus::Error),
+        Just(ProviderStatus::Rebuild),
+        Just(ProviderStatus::Unknown),
+        Just(ProviderStatus::Other("SHUTOFF".into())),
+    ]
+}
+
+pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
+    (
+        arb_provider_status(),
+        prop_oneof![Just(PowerState::NoState), Just(PowerState::Running), Just(PowerState::Shutdown)],
+        any::<bool>(),
+        arb_time(),
+        arb_time(),
+        prop::option::of(Just("fa:16:3e:00:00:02".to_string())),
+    )
+        .prop_map(|(status, power_state, queued, created, launched_at, mac_address)| ProviderServer {
+            id: "vm".into(),
+            server_uid: "uid-web".into(),
+            status,
+            power_state,
+            queued,
+            created,
+            launched_at,
+            private_ip: Some("10.0.0.9".into()),
+            public_ip: None,
+            mac_address,
+        })
+}
+
+pub fn arb_view() -> impl Strategy<Value = ProviderView> {
+    prop_oneof![
+        arb_record().prop_map(ProviderView::Present),
+        Just(ProviderView::Absent),
+        Just(ProviderView::Unknown("read timed out".into())),
+    ]
+}
+
+pub fn arb_user_data() -> impl Strategy<Value = Option<UserData>> {
+    prop::option::of(prop::collection::vec(any::<u8>(), 0..256).prop_map(UserData))
+}
