@@ -79,6 +79,10 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         return Err(kind.to_error(Subject::new(&rtype.group, &rtype.plural, name)));
     }
 
+    if query.get("dryRun").is_some_and(|mode| !mode.is_empty()) {
+        // Refused rather than ignored: a silently persisted dry run would be worse.
+        return Err(ApiError::bad_request("dryRun is not supported by SimKube"));
+    }
     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;

@@ -7,6 +7,24 @@
 //! either in-process (`kube::Client::new(sim.router(), "default")`) or over a
 //! loopback port ([`SimKube::serve`]).
 //!
+//! What it models faithfully: uids, creation and deletion timestamps,
+//! a global resourceVersion, optimistic concurrency (409 on a stale
+//! resourceVersion in PUT bodies, merge/JSON patches and delete
+//! preconditions), generation bumps on spec changes and on the start of a
+//! finalizer-blocked deletion, the status subresource split, finalizers
+//! (no new ones once deleting), JSON patch `test` with the API server's
+//! "missing equals null", label and field selectors, list paging, watches
+//! with bookmarks, timeouts, selector transitions (relabelled out = DELETED)
+//! and 410 Gone, discovery (classic and aggregated), `Status` error bodies.
+//!
+//! Where it is simpler than a real API server: no schema validation,
+//! pruning or defaulting; server-side apply and strategic merge patch are
+//! applied as merge patches (no field ownership); all served versions share
+//! one storage without conversion; namespaces need not exist; lists and gets
+//! always read the latest state (their resourceVersion parameters are
+//! ignored); `dryRun` is refused; deleting a CRD object does not stop serving
+//! its type.
+//!
 //! ```no_run
 //! # async fn demo(crd: serde_json::Value) -> Result<(), Box<dyn std::error::Error>> {
 //! use server_sim::kube::{FaultConfig, FaultKind, SimKube, Verb};

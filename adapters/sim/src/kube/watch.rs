@@ -6,8 +6,9 @@
 //! land, BOOKMARKs when asked to, ends at `timeoutSeconds`, and ends with an
 //! ERROR event carrying a 410 `Status` when its position is no longer in the
 //! history, exactly as kube-rs's watcher expects from a real API server.
-//! Fault injection may cut it after some events; clients resume from the last
-//! resourceVersion they saw.
+//! Fault injection may cut it after some change events (synthetic initial
+//! events are not counted); clients resume from the last resourceVersion
+//! they saw.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -78,7 +79,7 @@ struct WatchStream {
     request: WatchRequest,
     /// Every change up to this resourceVersion has been considered.
     cursor: u64,
-    /// Lines to send, flagged when they carry an object (counted for cuts).
+    /// Lines to send, flagged when they carry a change (counted for cuts).
     pending: VecDeque<(Bytes, bool)>,
     changes: Option<watch::Receiver<u64>>,
     deadline: Instant,
@@ -128,7 +129,9 @@ impl WatchStream {
                     if self.selects(&object)
                         && let Some(line) = self.event_line("ADDED", &object)
                     {
-                        self.pending.push_back((line, true));
+                        // Not counted for cuts: a stream cut inside its initial
+                        // state would restart it forever.
+                        self.pending.push_back((line, false));
                     }
                 }
                 // Without an explicit version the stream starts "now".

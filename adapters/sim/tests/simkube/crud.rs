@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use futures_util::{StreamExt, TryStreamExt};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, ResourceExt};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
@@ -635,6 +636,18 @@ async fn serves_on_a_loopback_port() {
     let client = kube::Client::try_from(config).expect("client");
     let widgets: Api<Widget> = Api::namespaced(client, "default");
     widgets.create(&PostParams::default(), &widget("tcp", 1)).await.expect("create over TCP");
-    assert_eq!(widgets.list(&ListParams::default()).await.expect("list").items.len(), 1);
+    let list = widgets.list(&ListParams::default()).await.expect("list");
+    assert_eq!(list.items.len(), 1);
+
+    // Watches stream over chunked HTTP/1.1 too.
+    let version = list.metadata.resource_version.expect("resourceVersion");
+    let mut events = widgets
+        .watch(&kube::api::WatchParams::default().timeout(5).disable_bookmarks(), &version)
+        .await
+        .expect("watch over TCP")
+        .boxed();
+    widgets.create(&PostParams::default(), &widget("tcp-2", 1)).await.expect("create");
+    let event = crate::common::within("event over TCP", events.try_next()).await.expect("event").expect("open");
+    assert!(matches!(event, kube::api::WatchEvent::Added(w) if w.name_any() == "tcp-2"));
     served.shutdown();
 }

@@ -266,3 +266,31 @@ async fn watcher_relists_after_an_injected_gone() {
     assert_eq!(errors, 1);
     assert_eq!(sim.counters().total_faults(), 1);
 }
+
+#[tokio::test]
+async fn watcher_with_streaming_lists() {
+    let sim = sim();
+    sim.faults().set(FaultConfig::none().with_watch_cut_after(1));
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    for name in ["a", "b", "c"] {
+        widgets.create(&PostParams::default(), &widget(name, 1)).await.expect("create");
+    }
+    let config = watcher::Config::default().streaming_lists();
+    let mut stream = watcher(widgets.clone(), config).boxed();
+    let mut names = BTreeSet::new();
+    loop {
+        let event = within("initial events", stream.try_next()).await.expect("event").expect("open");
+        applied(&event, &mut names);
+        if matches!(event, watcher::Event::InitDone) {
+            break;
+        }
+    }
+    assert_eq!(names.len(), 3, "initial events are not cut");
+    widgets.delete("b", &DeleteParams::default()).await.expect("delete");
+    widgets.create(&PostParams::default(), &widget("d", 1)).await.expect("create");
+    while names.contains("b") || !names.contains("d") {
+        let event = within("changes", stream.try_next()).await.expect("event").expect("open");
+        applied(&event, &mut names);
+    }
+    assert_eq!(sim.counters().count(Verb::List, "widgets"), 0, "no list calls");
+}
