@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde_json::{Map, Value};
@@ -909,5 +910,60 @@ impl StoreHandle {
     /// Removes an object at once, ignoring finalizers.
     pub fn remove(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
         self.with_type(resource, |state, key| state.remove_raw(key, namespace, name)).map(|object| (*object).clone())
+    }
+
+    /// Waits until the object exists and satisfies `predicate`, re-checking
+    /// on every change of its type (no polling). `None` on timeout or for an
+    /// unknown resource.
+    pub async fn wait_for(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        timeout: Duration,
+        mut predicate: impl FnMut(&Value) -> bool,
+    ) -> Option<Value> {
+        let mut found = None;
+        self.wait_until(resource, timeout, || {
+            found = self.get(resource, namespace, name).filter(|object| predicate(object));
+            found.is_some()
+        })
+        .await
+        .then_some(found)
+        .flatten()
+    }
+
+    /// Waits until the object no longer exists; false on timeout or for an unknown resource.
+    pub async fn wait_for_absent(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        timeout: Duration,
+    ) -> bool {
+        self.wait_until(resource, timeout, || self.get(resource, namespace, name).is_none()).await
+    }
+
+    /// Evaluates `check` now and after each change of the resource type until it holds.
+    async fn wait_until(&self, resource: &str, timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let receiver = {
+            let state = self.lock();
+            state.resolve(resource).and_then(|key| state.subscribe(&key))
+        };
+        let Ok(mut receiver) = receiver else {
+            return false;
+        };
+        loop {
+            // Mark the current version seen before checking, so no change is missed.
+            receiver.borrow_and_update();
+            if check() {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, receiver.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return false,
+            }
+        }
     }
 }

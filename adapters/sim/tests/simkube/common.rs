@@ -73,19 +73,6 @@ pub(crate) fn server_crd() -> serde_json::Value {
     serde_saphyr::from_str(&text).expect("Server CRD fixture is YAML")
 }
 
-/// Polls `check` until it holds, failing the test after five seconds.
-pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !check().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// Runs a future with a five-second limit.
 pub(crate) async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(5), future).await.unwrap_or_else(|_| panic!("timed out: {what}"))

@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 use server_sim::kube::{FaultConfig, FaultKind, SimKube, Verb};
 
-use crate::common::{Widget, client, eventually, sim, widget};
+use crate::common::{Widget, client, sim, widget};
 
 const FINALIZER: &str = "simkube.test/cleanup";
 
@@ -68,40 +68,29 @@ async fn run_scenario(sim: SimKube) {
         api.create(&PostParams::default(), &widget(name, 1)).await.expect("create");
     }
     let store = sim.store();
-    eventually("every widget reconciled with its finalizer", || {
-        let store = store.clone();
-        async move {
-            names.iter().all(|(namespace, name)| {
-                store
-                    .get("widgets", Some(namespace), name)
-                    .is_some_and(|w| reconciled(&w) && w["metadata"]["finalizers"] == json!([FINALIZER]))
+    const LIMIT: Duration = Duration::from_secs(5);
+    for (namespace, name) in names {
+        store
+            .wait_for("widgets", Some(namespace), name, LIMIT, |w| {
+                reconciled(w) && w["metadata"]["finalizers"] == json!([FINALIZER])
             })
-        }
-    })
-    .await;
+            .await
+            .unwrap_or_else(|| panic!("{namespace}/{name} reconciled with its finalizer"));
+    }
 
     // A spec change (new generation) is reconciled again.
     store
         .patch("widgets", Some("ns-a"), "one", &server_sim::kube::Patch::merge(json!({"spec": {"size": 2}})))
         .expect("spec change");
-    eventually("generation 2 reconciled", || {
-        let store = store.clone();
-        async move {
-            store
-                .get("widgets", Some("ns-a"), "one")
-                .is_some_and(|w| w["metadata"]["generation"] == 2 && reconciled(&w))
-        }
-    })
-    .await;
+    store
+        .wait_for("widgets", Some("ns-a"), "one", LIMIT, |w| w["metadata"]["generation"] == 2 && reconciled(w))
+        .await
+        .expect("generation 2 reconciled");
 
     // Deletion runs cleanup, then the finalizer goes and so does the object.
     let api: Api<Widget> = Api::namespaced(client.clone(), "ns-b");
     api.delete("three", &DeleteParams::default()).await.expect("delete");
-    eventually("the deleted widget is gone", || {
-        let store = store.clone();
-        async move { store.get("widgets", Some("ns-b"), "three").is_none() }
-    })
-    .await;
+    assert!(store.wait_for_absent("widgets", Some("ns-b"), "three", LIMIT).await, "the deleted widget is gone");
     let cleaned = context.cleaned_up.lock().map(|c| c.clone()).unwrap_or_default();
     // Cleanup may run more than once when removing the finalizer fails (faults).
     assert!(!cleaned.is_empty() && cleaned.iter().all(|name| name == "three"), "{cleaned:?}");
@@ -118,7 +107,7 @@ async fn controller_reconciles_status_and_cleans_up() {
     assert_eq!(counters.total_faults(), 0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_converges_under_conflicts_and_cut_watches() {
     let sim = sim();
     sim.faults().set(

@@ -617,14 +617,14 @@ async fn latency_is_added_and_switchable() {
 
     let sim = sim();
     let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
-    sim.faults().set(FaultConfig::none().with_latency(Duration::from_millis(60), Duration::ZERO));
+    sim.faults().set(FaultConfig::none().with_latency(Duration::from_millis(150), Duration::ZERO));
     let started = Instant::now();
     widgets.list(&ListParams::default()).await.expect("list");
-    assert!(started.elapsed() >= Duration::from_millis(60));
+    assert!(started.elapsed() >= Duration::from_millis(150));
     sim.faults().clear();
     let started = Instant::now();
     widgets.list(&ListParams::default()).await.expect("list");
-    assert!(started.elapsed() < Duration::from_millis(60));
+    assert!(started.elapsed() < Duration::from_millis(150));
 }
 
 #[tokio::test]

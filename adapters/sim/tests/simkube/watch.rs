@@ -294,3 +294,51 @@ async fn watcher_with_streaming_lists() {
     }
     assert_eq!(sim.counters().count(Verb::List, "widgets"), 0, "no list calls");
 }
+
+#[tokio::test]
+async fn watcher_survives_probabilistic_cuts() {
+    let sim = sim();
+    sim.faults().set(FaultConfig::none().with_watch_cut_probability(0.5));
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let mut stream = watcher(widgets.clone(), watcher::Config::default()).boxed();
+    let mut names = BTreeSet::new();
+    loop {
+        let event = within("init", stream.try_next()).await.expect("event").expect("open");
+        if matches!(event, watcher::Event::InitDone) {
+            break;
+        }
+    }
+    for index in 0..20 {
+        widgets.create(&PostParams::default(), &widget(&format!("w{index}"), 1)).await.expect("create");
+    }
+    while names.len() < 20 {
+        let event = within("apply", stream.try_next()).await.expect("no error").expect("open");
+        applied(&event, &mut names);
+    }
+    assert!(sim.counters().watch_cuts > 0);
+}
+
+#[tokio::test]
+async fn store_waits_wake_on_changes() {
+    let sim = sim();
+    let store = sim.store();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.wait_for("widgets", Some("default"), "a", Duration::from_secs(5), |w| w["spec"]["size"] == 2).await
+        })
+    };
+    widgets.create(&PostParams::default(), &widget("a", 1)).await.expect("create");
+    widgets.patch("a", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 2}}))).await.expect("patch");
+    let seen = within("wait_for", waiter).await.expect("task").expect("condition met");
+    assert_eq!(seen["spec"]["size"], 2);
+    assert!(
+        store
+            .wait_for("widgets", Some("default"), "a", Duration::from_millis(20), |w| w["spec"]["size"] == 3)
+            .await
+            .is_none(),
+        "times out"
+    );
+    assert!(!store.wait_for_absent("nothing", None, "x", Duration::from_millis(1)).await);
+}
