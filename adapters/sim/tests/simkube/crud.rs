@@ -651,3 +651,26 @@ async fn serves_on_a_loopback_port() {
     assert!(matches!(event, kube::api::WatchEvent::Added(w) if w.name_any() == "tcp-2"));
     served.shutdown();
 }
+
+#[tokio::test]
+async fn metadata_only_calls_and_await_condition() {
+    use kube::runtime::wait::{await_condition, conditions};
+
+    let sim = sim();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let created = widgets.create(&PostParams::default(), &widget("a", 1)).await.expect("create");
+    widgets.create(&PostParams::default(), &widget("b", 1)).await.expect("create");
+
+    let meta = widgets.get_metadata("a").await.expect("get_metadata");
+    assert_eq!(meta.metadata.uid, created.metadata.uid);
+    let metas = widgets.list_metadata(&ListParams::default()).await.expect("list_metadata");
+    assert_eq!(metas.items.len(), 2);
+
+    // await_condition watches one object through a metadata.name field selector.
+    let uid = created.metadata.uid.clone().expect("uid");
+    let api = widgets.clone();
+    let deleted = tokio::spawn(async move { await_condition(api, "a", conditions::is_deleted(&uid)).await });
+    widgets.delete("b", &DeleteParams::default()).await.expect("delete b");
+    widgets.delete("a", &DeleteParams::default()).await.expect("delete a");
+    crate::common::within("a deleted", deleted).await.expect("task").expect("condition");
+}
