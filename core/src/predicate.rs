@@ -30,7 +30,9 @@ pub fn status_shows_create_failure(status: &ServerStatus) -> bool {
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
 /// (generation, which deletion also bumps), the start of deletion, or a
 /// rising ProviderCreateFailure edge. Status writes that leave the predicate
-/// unchanged, and falling edges, do not wake it.
+/// unchanged, and falling edges, do not wake it, with one exception: an
+/// operator lowering `providerCreateFailures` (the reset that re-arms a
+/// parked server, §12.2) wakes it, since a parked server is never requeued.
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     let Some(old) = old else {
         return true;
@@ -38,6 +40,7 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     old.meta.generation != new.meta.generation
         || (!old.meta.deleting && new.meta.deleting)
         || (!provider_create_failure(old) && provider_create_failure(new))
+        || new.status.provider_create_failures < old.status.provider_create_failures
 }
 
 #[cfg(test)]
@@ -128,5 +131,11 @@ mod tests {
         let mut status_only = healthy.clone();
         status_only.status.private_ip = Some("10.0.0.1".into());
         assert!(!should_wake(Some(&healthy), &status_only), "status write");
+        let mut parked = failed.clone();
+        parked.status.provider_create_failures = 3;
+        let mut reset = parked.clone();
+        reset.status.provider_create_failures = 0;
+        assert!(should_wake(Some(&parked), &reset), "operator reset re-arms");
+        assert!(!should_wake(Some(&reset), &parked), "the counter rising is the reconciler's own write");
     }
 }

@@ -34,10 +34,10 @@ pub const VERSION: &str = "v1alpha1";
     derive = "Default",
     derive = "PartialEq",
     doc = "Server defines a server beloning to an identity.",
-    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "privateIP", type_ = "string", json_path = ".status.privateIP"),
-    printcolumn(name = "publicIP", type_ = "string", json_path = ".status.publicIP")
+    printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "privateIP", "type": "string", "jsonPath": ".status.privateIP"}"#,
+    printcolumn = r#"{"name": "publicIP", "type": "string", "jsonPath": ".status.publicIP"}"#
 )]
 pub struct ServerResourceSpec {
     #[serde(flatten)]
@@ -59,8 +59,8 @@ pub type ServerStatus = server_core::ServerStatus;
     status = "ConditionsStatus",
     category = "unikorn",
     derive = "Default",
-    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkSpec {
@@ -81,8 +81,8 @@ pub struct NetworkSpec {
     status = "ConditionsStatus",
     category = "unikorn",
     derive = "Default",
-    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 pub struct SecurityGroupSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -99,7 +99,7 @@ pub struct SecurityGroupSpec {
     namespaced,
     category = "unikorn",
     derive = "Default",
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SshCertificateAuthoritySpec {
@@ -121,9 +121,9 @@ pub struct SshCertificateAuthoritySpec {
     status = "ConditionsStatus",
     category = "unikorn",
     derive = "Default",
-    printcolumn(name = "provider", type_ = "string", json_path = ".spec.provider"),
-    printcolumn(name = "status", type_ = "string", json_path = r#".status.conditions[?(@.type=="Available")].reason"#),
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "provider", "type": "string", "jsonPath": ".spec.provider"}"#,
+    printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 pub struct IdentitySpec {
     #[serde(default)]
@@ -150,8 +150,8 @@ pub struct ConditionsStatus {
     namespaced,
     category = "unikorn",
     derive = "Default",
-    printcolumn(name = "provider", type_ = "string", json_path = ".spec.provider"),
-    printcolumn(name = "age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn = r#"{"name": "provider", "type": "string", "jsonPath": ".spec.provider"}"#,
+    printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct OpenstackIdentitySpec {

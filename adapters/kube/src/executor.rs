@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{CREATE_REFUSED_ANNOTATION, ResourceKind, SERVER_FINALIZER, Server as CoreServer};
+use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
@@ -149,11 +149,13 @@ impl Pass<'_> {
                 self.server.status = status.clone();
                 Ok(())
             }
-            Action::RecordCreateRefusal { generation } => {
-                let annotations = json!({ CREATE_REFUSED_ANNOTATION: generation.to_string() });
-                self.patch_server_metadata(json!({ "annotations": annotations }), "recording the refused create")
-                    .await?;
-                self.server.meta.annotations.insert(CREATE_REFUSED_ANNOTATION.to_owned(), generation.to_string());
+            Action::Annotate { key, value } => {
+                let annotations = json!({ *key: value });
+                self.patch_server_metadata(json!({ "annotations": annotations }), "writing an annotation").await?;
+                match value {
+                    Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
+                    None => self.server.meta.annotations.remove(*key),
+                };
                 Ok(())
             }
             Action::AddReference(reference) => self.set_reference(reference, true).await,
@@ -309,7 +311,7 @@ pub(crate) fn action_name(action: &Action) -> &'static str {
         Action::AddReference(_) => "AddReference",
         Action::RemoveReference(_) => "RemoveReference",
         Action::WriteStatus(_) => "WriteStatus",
-        Action::RecordCreateRefusal { .. } => "RecordCreateRefusal",
+        Action::Annotate { .. } => "Annotate",
         Action::CreateProviderServer(_) => "CreateProviderServer",
         Action::DeleteProviderServer(_) => "DeleteProviderServer",
         Action::Emit(_) => "Emit",

@@ -30,7 +30,7 @@ use crate::shutdown::Shutdown;
 /// What one poll did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PollReport {
-    /// Live (not deleting) Servers with region and identity labels.
+    /// Live (not deleting, not paused) Servers with region and identity labels.
     pub servers: usize,
     /// (namespace, region, identity) groups whose cloud was asked.
     pub groups: usize,
@@ -93,7 +93,8 @@ impl Monitor {
         let mut groups: BTreeMap<GroupKey, Vec<Server>> = BTreeMap::new();
         let mut report = PollReport::default();
         for server in servers.items {
-            if server.metadata.deletion_timestamp.is_some() {
+            // Deleting Servers are the reconciler's; paused ones get no work at all.
+            if server.metadata.deletion_timestamp.is_some() || server.spec.spec.pause {
                 continue;
             }
             let phase = server.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();

@@ -1,0 +1,188 @@
+//! Lifecycle end to end: the happy path and its request budget, resync,
+//! deletion, pause, spec changes, the identity gate and the checks that
+//! must refuse a Server before anything is touched.
+
+use std::time::Duration;
+
+use serde_json::json;
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL, SERVER_FINALIZER, reference_finalizer};
+use server_e2e::cloud::Fate;
+use server_e2e::simkube::Verb;
+use server_e2e::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn happy_path_then_resync_writes_nothing_then_deletion_cleans_up() {
+    within(async {
+        let mut env = Env::with_config(1, config_with_resync(Duration::from_millis(300))).await;
+        let uid = env.create_server("happy", fast(Fate::clean()), Env::spec());
+        env.start();
+
+        let server = env
+            .wait_server("happy", "Running, provisioned and Available", |s| {
+                phase(s) == "Running" && status(s).provisioned_at.is_some() && available_reason(s) == "Provisioned"
+            })
+            .await;
+        assert!(has_finalizer(&server, SERVER_FINALIZER));
+        let reference = reference_finalizer("happy");
+        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+            assert!(env.finalizers(plural, name).contains(&reference), "{plural}/{name} lacks the reference");
+        }
+        let truth = env.truth(&uid);
+        assert_eq!((truth.create_calls, truth.creates_accepted, truth.delete_calls), (1, 1, 0));
+        assert_eq!(condition(&server, "Healthy").map(|c| c.1).as_deref(), Some("Healthy"));
+        assert!(status(&server).mac_address.is_some() && status(&server).private_ip.is_some());
+        assert!(env.events("happy").is_empty(), "no events on the happy path: {:?}", env.events("happy"));
+        let provisioned_at = status(&server).provisioned_at;
+        let converged = env.counters();
+        println!("happy path requests until converged: {:#?}", converged.requests);
+
+        // Resyncs re-run full passes every 300 ms: they read, but write nothing.
+        env.idle(15).await;
+        let later = env.counters();
+        assert_eq!(operator_writes(&later), operator_writes(&converged), "a resync wrote something");
+        assert!(
+            later.count(Verb::List, "networks") >= converged.count(Verb::List, "networks") + 2,
+            "no resync pass ran"
+        );
+        assert_eq!(env.truth(&uid).create_calls, 1);
+
+        env.delete_server("happy").await;
+        env.wait("the Server is gone", || env.server("happy").is_none()).await;
+        assert_eq!(env.truth(&uid).live, 0, "the provider server was not deleted");
+        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+            assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
+        }
+        assert_eq!(env.truth(&uid).creates_accepted, 1);
+        assert!(provisioned_at.is_some());
+        env.assert_invariants();
+        env.stop().await;
+    })
+    .await;
+}
+
+/// The API requests one Server costs: from creation to converged, with the
+/// monitor's polls (which are per namespace, not per Server) counted apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_budget_of_the_happy_path() {
+    within(async {
+        let mut env = Env::new(2).await;
+        env.create_server("budget", fast(Fate::clean()), Env::spec());
+        env.start();
+        env.wait_server("budget", "Running and Available", |s| {
+            phase(s) == "Running" && available_reason(s) == "Provisioned"
+        })
+        .await;
+        env.idle(3).await;
+        let counters = env.counters();
+        env.stop().await;
+        let monitor_lists = counters.count(Verb::List, "servers");
+        let reconciler: u64 = counters
+            .requests
+            .iter()
+            .filter(|((verb, resource), _)| {
+                !(matches!(verb, Verb::Watch) || (resource == "servers" && *verb == Verb::List))
+            })
+            .map(|(_, n)| n)
+            .sum();
+        println!("requests by verb and resource: {:#?}", counters.requests);
+        println!("reconciler and monitor requests for one Server (excluding Server lists/watches): {reconciler}");
+        println!("Server lists (controller watch relists + monitor polls): {monitor_lists}");
+        // Two passes (create, then observe the record) at five reads each, plus
+        // the finalizer, three references, two status writes, and the
+        // monitor's projections. Anything far above means a write loop.
+        assert!(reconciler <= 40, "too many requests for one Server: {reconciler}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_stops_all_work_and_a_spec_change_wakes_it() {
+    within(async {
+        let mut env = Env::new(3).await;
+        let mut spec = Env::spec();
+        spec["pause"] = json!(true);
+        let uid = env.create_server("paused", fast(Fate::clean()), spec);
+        env.start();
+        env.idle(8).await;
+        let server = env.server("paused").unwrap_or_else(|| panic!("the paused Server vanished"));
+        assert!(!has_finalizer(&server, SERVER_FINALIZER), "a paused Server got the finalizer");
+        assert!(server.status.is_none() || available_reason(&server).is_empty(), "a paused Server got a status");
+        assert_eq!(env.truth(&uid).create_calls, 0);
+        assert_eq!(env.cloud.counters().get_calls, 0, "a paused Server was read from the provider");
+        assert!(env.finalizers("networks", NETWORK).is_empty());
+
+        env.patch_spec("paused", json!({ "pause": false })).await;
+        env.wait_server("paused", "Running after unpausing", |s| phase(s) == "Running").await;
+        assert_eq!(env.truth(&uid).creates_accepted, 1);
+        env.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identity_not_ready_waits_then_proceeds() {
+    within(async {
+        let mut env = Env::new(4).await;
+        env.seed_identity(false);
+        let uid = env.create_server("waiting", fast(Fate::clean()), Env::spec());
+        env.start();
+        let server = env
+            .wait_server("waiting", "waiting for the identity", |s| {
+                available_message(s).contains("Waiting for the identity")
+            })
+            .await;
+        assert_eq!(available_reason(&server), "Provisioning");
+        env.idle(5).await;
+        assert_eq!(env.truth(&uid).create_calls, 0, "created before the identity was ready");
+
+        env.make_identity_ready();
+        env.wait_server("waiting", "Running once the identity is ready", |s| phase(s) == "Running").await;
+        assert_eq!(env.truth(&uid).creates_accepted, 1);
+        env.stop().await;
+    })
+    .await;
+}
+
+/// Each refusal names what is wrong, and nothing is touched: no finalizer,
+/// no reference, no provider call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_nothing() {
+    within(async {
+        let mut env = Env::new(5).await;
+        let mut unknown = Env::spec();
+        unknown["networks"] = json!([{ "id": "11111111-2222-4333-8444-555555555555" }]);
+        let mut duplicate = Env::spec();
+        duplicate["networks"] = json!([{ "id": NETWORK }, { "id": NETWORK }]);
+        let uids = [
+            env.create_server("unknown-network", fast(Fate::clean()), unknown),
+            env.create_server("duplicate-ids", fast(Fate::clean()), duplicate),
+            env.create_server_with_labels("no-region", fast(Fate::clean()), Env::spec(), &[(IDENTITY_LABEL, IDENTITY)]),
+            env.create_server_with_labels("no-identity", fast(Fate::clean()), Env::spec(), &[(REGION_LABEL, REGION)]),
+        ];
+        env.start();
+        let expected = [
+            ("unknown-network", "attempt to reference unknown resource ID 11111111-2222-4333-8444-555555555555"),
+            ("duplicate-ids", &*format!("network ID {NETWORK} appears more than once")),
+            ("no-region", &*format!("missing required label {REGION_LABEL}")),
+            ("no-identity", &*format!("missing required label {IDENTITY_LABEL}")),
+        ];
+        for (name, message) in expected {
+            let server = env
+                .wait_server(name, message, |s| {
+                    available_reason(s) == "Errored" && available_message(s).contains(message)
+                })
+                .await;
+            assert!(!has_finalizer(&server, SERVER_FINALIZER), "{name} got the finalizer");
+        }
+        env.idle(5).await;
+        for uid in &uids {
+            let truth = env.truth(uid);
+            assert_eq!((truth.create_calls, truth.delete_calls), (0, 0), "{uid} reached the provider");
+        }
+        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+            assert!(env.finalizers(plural, name).is_empty(), "{plural}/{name} got a reference");
+        }
+        env.stop().await;
+    })
+    .await;
+}

@@ -1,0 +1,500 @@
+//! The end-to-end harness: a SimKube served on a loopback port with the
+//! operator's CRDs, a SimCloud, and the real controller and monitor of
+//! server-kube running against them with short intervals.
+//!
+//! Fixtures are seeded through SimKube's store (no API requests, so the
+//! request counters only see the operator); what a user or an operator does
+//! during a test (spec changes, resets, deletes) goes through the API.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+use server_kube::crd::{self, Server};
+use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_sim::SimKube;
+use server_sim::cloud::{CloudConfig, Fate, SimCloud, UidTruth};
+use server_sim::kube::{CounterSnapshot, ServeHandle, Verb};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use server_sim::cloud;
+pub use server_sim::kube as simkube;
+
+pub const NAMESPACE: &str = "e2e";
+pub const REGION: &str = "region-1";
+pub const IDENTITY: &str = "identity-1";
+pub const PROJECT: &str = "project-1";
+pub const NETWORK: &str = "0c6f8a9e-5b1d-4d8e-9f3a-2b7c1e4d5a60";
+pub const SECURITY_GROUP: &str = "7d2e4f1a-8c3b-4e5d-a6f7-1b2c3d4e5f60";
+pub const FLAVOR: &str = "8c2b1d54-2a56-4bb3-9b0c-1d2f6e1f4a01";
+pub const IMAGE: &str = "0e8d4f4c-58a4-4d55-93b5-0b65e1c7c3f2";
+/// How long any one condition may take before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(30);
+/// The requeue interval the tests run the controller with.
+pub const YIELD: Duration = Duration::from_millis(100);
+
+/// A fast fate: builds in 300 ms, fails in 200 ms, deletes at once.
+pub fn fast(fate: Fate) -> Fate {
+    fate.with_build_time(Duration::from_millis(300)).with_fail_time(Duration::from_millis(200))
+}
+
+/// The configuration the tests run the operator with.
+pub fn test_config() -> ControllerConfig {
+    ControllerConfig {
+        namespace: Some(NAMESPACE.into()),
+        yield_interval: YIELD,
+        monitor_interval: Duration::from_millis(100),
+        resync_interval: None,
+        watch_retry_interval: Duration::from_millis(100),
+        cloud_timeout: Duration::from_secs(2),
+        reporting_instance: Some("e2e".into()),
+        ..ControllerConfig::default()
+    }
+}
+
+/// The test configuration with a periodic resync.
+pub fn config_with_resync(every: Duration) -> ControllerConfig {
+    ControllerConfig { resync_interval: Some(every), ..test_config() }
+}
+
+/// What runs: both loops, or only the controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loops {
+    Both,
+    ControllerOnly,
+}
+
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<(), server_kube::Error>>,
+}
+
+/// One test's world.
+pub struct Env {
+    pub sim: SimKube,
+    pub cloud: SimCloud,
+    pub client: Client,
+    pub config: ControllerConfig,
+    served: Option<ServeHandle>,
+    running: Option<Running>,
+    invariant_violated: Arc<AtomicBool>,
+    watched_uids: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Env {
+    /// A SimKube serving every CRD, a reliable SimCloud, a ready Identity with
+    /// its OpenstackIdentity, one Network and one SecurityGroup.
+    pub async fn new(seed: u64) -> Env {
+        Env::with_config(seed, test_config()).await
+    }
+
+    pub async fn with_config(seed: u64, config: ControllerConfig) -> Env {
+        Env::build(seed, config, CloudConfig::reliable(seed)).await
+    }
+
+    /// A world whose cloud misbehaves as `cloud` says.
+    pub async fn with_cloud(seed: u64, cloud: CloudConfig) -> Env {
+        Env::build(seed, test_config(), cloud).await
+    }
+
+    pub async fn build(seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
+        init_tracing();
+        let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
+        for crd in crd::all_crds() {
+            let crd = serde_json::to_value(crd).unwrap_or_else(|e| panic!("CRD does not serialize: {e}"));
+            sim.install_crd(crd).unwrap_or_else(|e| panic!("CRD does not install: {e}"));
+        }
+        let served = sim.serve(([127, 0, 0, 1], 0).into()).await.unwrap_or_else(|e| panic!("cannot serve: {e}"));
+        let url = served.url().parse().unwrap_or_else(|e| panic!("bad url: {e}"));
+        let client = Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("no client: {e}"));
+        let env = Env {
+            sim,
+            cloud: SimCloud::new(cloud),
+            client,
+            config,
+            served: Some(served),
+            running: None,
+            invariant_violated: Arc::new(AtomicBool::new(false)),
+            watched_uids: Arc::new(std::sync::Mutex::new(Vec::new())),
+        };
+        env.seed_identity(true);
+        env.seed("networks", NETWORK, json!({"prefix": "192.168.0.0/24"}));
+        env.seed("securitygroups", SECURITY_GROUP, json!({}));
+        env.spawn_invariant_checker();
+        env
+    }
+
+    /// Starts the operator (both loops).
+    pub fn start(&mut self) {
+        self.start_loops(Loops::Both);
+    }
+
+    pub fn start_loops(&mut self, loops: Loops) {
+        assert!(self.running.is_none(), "the operator is already running");
+        let mut registry = CloudRegistry::new();
+        registry.insert(REGION, self.cloud.port());
+        let operator = Operator::new(self.client.clone(), registry, self.config.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let task = tokio::spawn(async move {
+            match loops {
+                Loops::Both => operator.run(shutdown).await,
+                Loops::ControllerOnly => operator.run_controller(shutdown).await,
+            }
+        });
+        self.running = Some(Running { stop, task });
+    }
+
+    /// Stops the operator and waits until it has (in-flight passes finish).
+    pub async fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
+            let _ = running.stop.send(());
+            match tokio::time::timeout(PATIENCE, running.task).await {
+                Ok(Ok(Ok(()))) => {}
+                other => panic!("the operator did not stop cleanly: {other:?}"),
+            }
+        }
+    }
+
+    // ---- fixtures ----------------------------------------------------------
+
+    /// Seeds an object through the store: no API request, status kept.
+    pub fn seed(&self, plural: &str, name: &str, spec: Value) {
+        let object = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": { IDENTITY_LABEL: IDENTITY, REGION_LABEL: REGION },
+            },
+            "spec": spec,
+        });
+        self.sim.store().insert(plural, object).unwrap_or_else(|e| panic!("seeding {plural}/{name}: {e}"));
+    }
+
+    /// The Identity (ready or not) and its OpenstackIdentity.
+    pub fn seed_identity(&self, ready: bool) {
+        let mut identity = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "metadata": { "name": IDENTITY, "namespace": NAMESPACE },
+            "spec": { "provider": "openstack" },
+        });
+        if ready {
+            identity["status"] = json!({ "conditions": [{
+                "type": "Available", "status": "True", "reason": "Provisioned",
+                "message": "Provisioned", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]});
+        }
+        self.sim.store().insert("identities", identity).unwrap_or_else(|e| panic!("seeding the identity: {e}"));
+        let openstack = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "metadata": { "name": IDENTITY, "namespace": NAMESPACE },
+            "spec": { "projectID": PROJECT, "userID": "user-1", "password": "not-a-real-password" },
+        });
+        self.sim
+            .store()
+            .insert("openstackidentities", openstack)
+            .unwrap_or_else(|e| panic!("seeding the OpenstackIdentity: {e}"));
+    }
+
+    /// Makes the Identity ready without a new Server event (as its own controller would).
+    pub fn make_identity_ready(&self) {
+        self.sim
+            .store()
+            .modify("identities", Some(NAMESPACE), IDENTITY, |identity| {
+                identity["status"] = json!({ "conditions": [{
+                    "type": "Available", "status": "True", "reason": "Provisioned",
+                    "message": "Provisioned", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }]});
+            })
+            .unwrap_or_else(|e| panic!("making the identity ready: {e}"));
+    }
+
+    /// A Server spec attached to the seeded network and security group.
+    pub fn spec() -> Value {
+        json!({
+            "flavorID": FLAVOR,
+            "image": { "id": IMAGE },
+            "networks": [{ "id": NETWORK }],
+            "securityGroups": [{ "id": SECURITY_GROUP }],
+        })
+    }
+
+    /// Creates a Server with a chosen uid whose cloud fate is scripted first,
+    /// so the fate is in place before the controller can see the Server.
+    pub fn create_server(&self, name: &str, fate: Fate, spec: Value) -> String {
+        self.create_server_with_labels(name, fate, spec, &[(REGION_LABEL, REGION), (IDENTITY_LABEL, IDENTITY)])
+    }
+
+    pub fn create_server_with_labels(&self, name: &str, fate: Fate, spec: Value, labels: &[(&str, &str)]) -> String {
+        let uid = format!("uid-{name}");
+        self.cloud.script(&uid, fate);
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let object = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "metadata": { "name": name, "namespace": NAMESPACE, "uid": uid, "labels": labels },
+            "spec": spec,
+        });
+        self.sim.store().insert("servers", object).unwrap_or_else(|e| panic!("creating server {name}: {e}"));
+        if let Ok(mut uids) = self.watched_uids.lock() {
+            uids.push(uid.clone());
+        }
+        uid
+    }
+
+    // ---- what a user or an operator does, through the API ------------------
+
+    fn servers(&self) -> Api<Server> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// Merge-patches the Server's spec (a user edit: the generation moves).
+    pub async fn patch_spec(&self, name: &str, spec: Value) {
+        let body = json!({ "spec": spec });
+        self.servers()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("patching the spec of {name}: {e}"));
+    }
+
+    /// Merge-patches the Server's status (an operator's reset).
+    pub async fn patch_status(&self, name: &str, status: Value) {
+        let body = json!({ "status": status });
+        self.servers()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("patching the status of {name}: {e}"));
+    }
+
+    pub async fn delete_server(&self, name: &str) {
+        self.servers().delete(name, &DeleteParams::default()).await.unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    }
+
+    /// Edits the stored Server directly (simulating lost or stale status).
+    pub fn edit_server(&self, name: &str, edit: impl FnOnce(&mut Value)) {
+        self.sim
+            .store()
+            .modify("servers", Some(NAMESPACE), name, edit)
+            .unwrap_or_else(|e| panic!("editing {name}: {e}"));
+    }
+
+    // ---- observations (through the store: no API requests) -----------------
+
+    pub fn server(&self, name: &str) -> Option<Server> {
+        let value = self.sim.store().get("servers", Some(NAMESPACE), name)?;
+        Some(serde_json::from_value(value).unwrap_or_else(|e| panic!("server {name} does not parse: {e}")))
+    }
+
+    pub fn server_json(&self, name: &str) -> Option<Value> {
+        self.sim.store().get("servers", Some(NAMESPACE), name)
+    }
+
+    pub fn finalizers(&self, plural: &str, name: &str) -> Vec<String> {
+        self.sim
+            .store()
+            .get(plural, Some(NAMESPACE), name)
+            .and_then(|o| serde_json::from_value(o["metadata"]["finalizers"].clone()).ok())
+            .unwrap_or_default()
+    }
+
+    /// Events about a Server, by reason, counting a series as its count.
+    pub fn events(&self, server: &str) -> BTreeMap<String, u64> {
+        let mut counts = BTreeMap::new();
+        for event in self.sim.store().list("events", Some(NAMESPACE)) {
+            if event["regarding"]["name"] != server {
+                continue;
+            }
+            assert_eq!(event["reportingController"], "server-controller");
+            let reason = event["reason"].as_str().unwrap_or_default().to_owned();
+            let count = event["series"]["count"].as_u64().unwrap_or(1);
+            *counts.entry(reason).or_default() += count;
+        }
+        counts
+    }
+
+    pub fn event_count(&self, server: &str, reason: &str) -> u64 {
+        self.events(server).get(reason).copied().unwrap_or(0)
+    }
+
+    pub fn counters(&self) -> CounterSnapshot {
+        self.sim.counters()
+    }
+
+    pub fn truth(&self, uid: &str) -> UidTruth {
+        self.cloud.truth(uid)
+    }
+
+    /// Waits until `check` holds for the Server, or fails the test.
+    pub async fn wait_server(&self, name: &str, what: &str, check: impl Fn(&Server) -> bool) -> Server {
+        let mut last = None;
+        let found = eventually_some(what, || {
+            last = self.server(name);
+            last.as_ref().filter(|s| check(s)).cloned()
+        })
+        .await;
+        match found {
+            Some(server) => server,
+            None => panic!("timed out waiting for {name}: {what}\nlast seen: {:#}", json_of(last.as_ref())),
+        }
+    }
+
+    /// Waits until `check` holds.
+    pub async fn wait(&self, what: &str, check: impl Fn() -> bool) {
+        if eventually_some(what, || check().then_some(())).await.is_none() {
+            panic!("timed out waiting for: {what}");
+        }
+    }
+
+    /// Keeps the world running for `intervals` requeue intervals.
+    pub async fn idle(&self, intervals: u32) {
+        tokio::time::sleep(YIELD * intervals).await;
+    }
+
+    /// Fails if a Server ever had two live provider servers (invariant 6).
+    pub fn assert_invariants(&self) {
+        assert!(!self.invariant_violated.load(Ordering::SeqCst), "two provider servers existed for one Server");
+    }
+
+    fn spawn_invariant_checker(&self) {
+        let (cloud, uids, flag) = (self.cloud.clone(), self.watched_uids.clone(), self.invariant_violated.clone());
+        tokio::spawn(async move {
+            loop {
+                let watched: Vec<String> = uids.lock().map(|u| u.clone()).unwrap_or_default();
+                if watched.iter().any(|uid| cloud.truth(uid).live > 1) {
+                    flag.store(true, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+    }
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env").field("running", &self.running.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            let _ = running.stop.send(());
+            running.task.abort();
+        }
+        if let Some(served) = self.served.take() {
+            served.shutdown();
+        }
+    }
+}
+
+fn json_of(server: Option<&Server>) -> Value {
+    server.and_then(|s| serde_json::to_value(s).ok()).unwrap_or(Value::Null)
+}
+
+async fn eventually_some<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if Instant::now() > deadline {
+            tracing::error!(what, "timed out");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs `future` under a test-wide deadline.
+pub async fn within<T>(future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(PATIENCE * 4, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("the test did not finish in time"),
+    }
+}
+
+// ---- status helpers -----------------------------------------------------------
+
+pub fn status(server: &Server) -> server_core::ServerStatus {
+    server.status.clone().unwrap_or_default()
+}
+
+/// (status, reason, message) of a condition type ("Available", "Healthy").
+pub fn condition(server: &Server, type_: &str) -> Option<(String, String, String)> {
+    let value = serde_json::to_value(status(server)).ok()?;
+    let found = value["conditions"].as_array()?.iter().find(|c| c["type"] == type_)?.clone();
+    let field = |k: &str| found[k].as_str().unwrap_or_default().to_owned();
+    Some((field("status"), field("reason"), field("message")))
+}
+
+pub fn available_reason(server: &Server) -> String {
+    condition(server, "Available").map(|c| c.1).unwrap_or_default()
+}
+
+pub fn available_message(server: &Server) -> String {
+    condition(server, "Available").map(|c| c.2).unwrap_or_default()
+}
+
+pub fn phase(server: &Server) -> String {
+    status(server).phase.map(|p| format!("{p:?}")).unwrap_or_default()
+}
+
+pub fn has_finalizer(server: &Server, finalizer: &str) -> bool {
+    server.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+/// Writes (patches, creates, deletes, updates) the operator sent to a resource.
+pub fn writes(counters: &CounterSnapshot, resource: &str) -> u64 {
+    [Verb::Patch, Verb::Create, Verb::Update, Verb::Delete].iter().map(|v| counters.count(*v, resource)).sum()
+}
+
+/// All writes to the Server and the kinds it references.
+pub fn operator_writes(counters: &CounterSnapshot) -> u64 {
+    ["servers", "servers/status", "networks", "securitygroups", "sshcertificateauthorities", "identities", "events"]
+        .iter()
+        .map(|r| writes(counters, r))
+        .sum()
+}
+
+fn init_tracing() {
+    // Logs only when asked for (RUST_LOG-like filtering is not needed here).
+    if std::env::var_os("E2E_LOG").is_some() {
+        let _ = tracing::subscriber::set_global_default(TestSubscriber);
+    }
+}
+
+/// A minimal stderr subscriber, so the harness needs no logging crate.
+struct TestSubscriber;
+
+impl tracing::Subscriber for TestSubscriber {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.level() <= &tracing::Level::INFO
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={value:?}", field.name()));
+            }
+        }
+        let mut fields = Fields(String::new());
+        event.record(&mut fields);
+        eprintln!("{} {}:{}", event.metadata().level(), event.metadata().target(), fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
