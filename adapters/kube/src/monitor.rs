@@ -60,7 +60,10 @@ type GroupKey = (String, String, String);
 impl Monitor {
     /// Polls every interval until `shutdown` resolves.
     pub(crate) async fn run(&self, shutdown: Shutdown) -> Result<(), Error> {
-        let mut ticks = tokio::time::interval(self.config.monitor_interval);
+        // The first poll waits one interval: at start-up the controller's
+        // initial passes go first instead of racing the monitor's writes.
+        let first = tokio::time::Instant::now() + self.config.monitor_interval;
+        let mut ticks = tokio::time::interval_at(first, self.config.monitor_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         info!(interval = ?self.config.monitor_interval, "monitor started");
         let mut shutdown = std::pin::pin!(shutdown);
