@@ -43,12 +43,22 @@ pub enum PayloadKind {
     },
 }
 
+/// One part as cloud-init's MIME processor hands it to its handlers: its
+/// cloud-init type and its payload after transfer decoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudInitPart {
+    /// The type cloud-init dispatches on, e.g. `text/cloud-config`.
+    pub content_type: String,
+    /// The payload bytes the handler gets.
+    pub payload: Vec<u8>,
+}
+
 /// Valid user data together with what the merge needs of it.
 #[derive(Debug)]
 pub(crate) enum Classified<'a> {
     Gzip,
     Single(PayloadType),
-    Mime { message: Entity<'a>, part_types: Vec<String> },
+    Mime { message: Entity<'a>, parts: Vec<CloudInitPart> },
 }
 
 impl Classified<'_> {
@@ -56,7 +66,9 @@ impl Classified<'_> {
         match self {
             Self::Gzip => PayloadKind::Gzip,
             Self::Single(t) => PayloadKind::Single(*t),
-            Self::Mime { part_types, .. } => PayloadKind::Mime { part_types: part_types.clone() },
+            Self::Mime { parts, .. } => {
+                PayloadKind::Mime { part_types: parts.iter().map(|p| p.content_type.clone()).collect() }
+            }
         }
     }
 }
@@ -89,9 +101,9 @@ pub(crate) fn classify(data: &[u8]) -> Result<Classified<'_>, UserDataError> {
             )
         })?;
         let message = mime::parse_message(text)?;
-        let mut part_types = Vec::new();
-        collect_part_types(&message, &mut part_types)?;
-        return Ok(Classified::Mime { message, part_types });
+        let mut parts = Vec::new();
+        collect_parts(&message, &mut parts)?;
+        return Ok(Classified::Mime { message, parts });
     }
     match PayloadType::sniff(data) {
         Some(t) if t.is_mime_only() => Err(UserDataError::new(
@@ -114,24 +126,25 @@ pub(crate) fn classify(data: &[u8]) -> Result<Classified<'_>, UserDataError> {
     }
 }
 
-fn collect_part_types(entity: &Entity<'_>, out: &mut Vec<String>) -> Result<(), UserDataError> {
+fn collect_parts(entity: &Entity<'_>, out: &mut Vec<CloudInitPart>) -> Result<(), UserDataError> {
     match &entity.body {
         Body::Multipart(parts) => {
             for part in parts {
-                collect_part_types(part, out)?;
+                collect_parts(part, out)?;
             }
             Ok(())
         }
         Body::Leaf(payload) => {
             let index = out.len() + 1;
             let declared = entity.content_type.as_str();
+            let decoded = decoded_payload(payload, entity.transfer_encoding.as_deref());
             if DECOMPRESSED_TYPES.contains(&declared) {
-                out.push(declared.to_owned());
+                // cloud-init inflates and re-types it; the operator cannot.
+                out.push(CloudInitPart { content_type: declared.to_owned(), payload: decoded });
                 return Ok(());
             }
             let mut effective = declared.to_owned();
             if RETYPED.contains(&declared) {
-                let decoded = decoded_payload(payload, entity.transfer_encoding.as_deref());
                 if let Some(t) = PayloadType::sniff(&decoded) {
                     effective = t.mime_type().to_owned();
                 } else if UNTYPED.contains(&declared) && !decoded.is_empty() {
@@ -145,7 +158,7 @@ fn collect_part_types(entity: &Entity<'_>, out: &mut Vec<String>) -> Result<(), 
                     ));
                 }
             }
-            out.push(effective);
+            out.push(CloudInitPart { content_type: effective, payload: decoded });
             Ok(())
         }
     }

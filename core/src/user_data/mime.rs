@@ -214,15 +214,15 @@ fn parse_params(value: &str) -> Vec<String> {
     let mut rest = value;
     loop {
         let bytes = rest.as_bytes();
-        let mut quotes = 0usize;
+        let mut in_quotes = false;
         let mut end = bytes.len();
         for (i, b) in bytes.iter().enumerate() {
-            if *b == b';' && (i == 0 || quotes % 2 == 0) {
+            if *b == b';' && (i == 0 || !in_quotes) {
                 end = i;
                 break;
             }
             if *b == b'"' && !(i > 0 && bytes[i - 1] == b'\\') {
-                quotes += 1;
+                in_quotes = !in_quotes;
             }
         }
         let field = &rest[..end];

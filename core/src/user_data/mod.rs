@@ -26,7 +26,7 @@ mod ssh_ca;
 mod transfer;
 
 pub use error::{UserDataError, UserDataErrorReason};
-pub use kind::{MIME_SNIFF_LEN, PayloadKind, looks_like_mime};
+pub use kind::{CloudInitPart, MIME_SNIFF_LEN, PayloadKind, looks_like_mime};
 pub use payload_type::PayloadType;
 pub use ssh_ca::{
     MANAGED_PART_NAME, SSHD_DROP_IN_CONTENT, SSHD_DROP_IN_PATH, SSHD_RELOAD_COMMAND, SshCaPublicKey,
@@ -57,6 +57,19 @@ fn gzip_not_mergeable() -> UserDataError {
         "user data is gzip-compressed, which cannot be combined with the SSH certificate authority configuration \
          (sshCertificateAuthorityID): send the user data uncompressed, or remove sshCertificateAuthorityID",
     )
+}
+
+/// The parts cloud-init's MIME processor will hand its handlers for valid
+/// user data, in order (include and archive parts as they are, not fetched
+/// or exploded). `Ok(None)` for gzip, which only cloud-init inflates.
+pub fn cloud_init_parts(data: &[u8]) -> Result<Option<Vec<CloudInitPart>>, UserDataError> {
+    Ok(match classify(data)? {
+        Classified::Gzip => None,
+        Classified::Single(t) => {
+            Some(vec![CloudInitPart { content_type: t.mime_type().to_owned(), payload: data.to_vec() }])
+        }
+        Classified::Mime { parts, .. } => Some(parts),
+    })
 }
 
 /// Validates user data that will be merged with the managed part: as
