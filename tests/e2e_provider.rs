@@ -45,15 +45,13 @@ async fn a_refused_create_parks_until_the_spec_changes() {
         let mut env = Env::new(22).await;
         let uid = env.create_server("quota", fast(Fate::refused(1)), Env::spec());
         env.start();
-        let server = env
-            .wait_server("quota", "parked with the provider's message", |s| {
-                available_reason(s) == "Errored" && available_message(s).contains("Quota exceeded")
-            })
-            .await;
-        assert!(
-            server.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CREATE_REFUSED_ANNOTATION)),
-            "the refusal is not recorded"
-        );
+        // The status is written before the refusal is recorded: wait for both.
+        env.wait_server("quota", "parked with the provider's message and the refusal recorded", |s| {
+            available_reason(s) == "Errored"
+                && available_message(s).contains("Quota exceeded")
+                && s.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CREATE_REFUSED_ANNOTATION))
+        })
+        .await;
         env.idle(15).await;
         assert_eq!(env.truth(&uid).create_calls, 1, "a refused create was retried");
         assert_eq!(env.event_count("quota", "ProviderCreateRefused"), 1, "{:?}", env.events("quota"));
