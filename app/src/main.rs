@@ -6,9 +6,16 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod http;
+mod metrics;
+mod telemetry;
 
 #[derive(Debug, Parser)]
-#[command(name = "server-controller", version, about = "Kubernetes operator for region.unikorn-cloud.org Servers")]
+#[command(
+    name = "server-controller",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("GIT_REVISION"), ")"),
+    about = "Kubernetes operator for region.unikorn-cloud.org Servers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,13 +23,25 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the operator against a Kubernetes API server.
+    Run(commands::run::Args),
+    /// Run the whole system in-process on an embedded default and check the invariants.
+    Demo(commands::demo::Args),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crd(commands::crd::Args),
     /// Print exactly the user data the operator would send to the provider.
     RenderUserData(commands::render_user_data::Args),
+    /// Run the deterministic simulation against SimCloud and check the invariants.
+    Simulate(commands::simulate::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(args) => commands::run::run(&args),
+        Command::Demo(args) => commands::demo::run(&args),
+        Command::Crd(args) => commands::crd::run(&args),
         Command::RenderUserData(args) => commands::render_user_data::run(&args),
+        Command::Simulate(args) => commands::simulate::run(&args),
     }
 }

@@ -38,33 +38,45 @@ const RELOAD: &str = "sh -c \"systemctl reload sshd || systemctl reload ssh || s
 /// archive parts are kept as parts (not fetched or exploded) so that their
 /// type shows.
 const HARNESS: &str = r#"
-import base64, json, sys, tempfile
+import base64, json, os, sys, tempfile
 from cloudinit import helpers, user_data, util
 
 mode, path = sys.argv[1], sys.argv[2]
-if mode == "raw":
+if mode in ("raw", "batch"):
     user_data.INCLUDE_TYPES = []
     user_data.ARCHIVE_TYPES = []
-blob = open(path, "rb").read()
 tmp = tempfile.mkdtemp()
 paths = helpers.Paths({"cloud_dir": tmp, "run_dir": tmp})
-msg = user_data.UserDataProcessor(paths).process(blob)
-out = []
-for part in msg.walk():
-    if part.get_content_maintype() == "multipart":
-        continue
-    payload = util.fully_decoded_payload(part)
-    if isinstance(payload, str):
-        payload = payload.encode("utf-8", "surrogateescape")
-    entry = {
-        "type": part.get_content_type(),
-        "filename": part.get_filename(),
-        "payload": base64.b64encode(payload or b"").decode(),
-    }
-    if entry["type"] == "text/cloud-config":
-        entry["yaml"] = util.load_yaml(payload)
-    out.append(entry)
-print(json.dumps(out))
+
+def parts_of(blob):
+    msg = user_data.UserDataProcessor(paths).process(blob)
+    out = []
+    for part in msg.walk():
+        if part.get_content_maintype() == "multipart":
+            continue
+        payload = util.fully_decoded_payload(part)
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8", "surrogateescape")
+        entry = {
+            "type": part.get_content_type(),
+            "filename": part.get_filename(),
+            "payload": base64.b64encode(payload or b"").decode(),
+        }
+        if entry["type"] == "text/cloud-config" and mode != "batch":
+            entry["yaml"] = util.load_yaml(payload)
+        out.append(entry)
+    return out
+
+if mode == "batch":
+    results = {}
+    for name in sorted(os.listdir(path)):
+        try:
+            results[name] = {"parts": parts_of(open(os.path.join(path, name), "rb").read())}
+        except Exception as e:
+            results[name] = {"error": repr(e)}
+    print(json.dumps(results))
+else:
+    print(json.dumps(parts_of(open(path, "rb").read())))
 "#;
 
 fn cloud_init_available() -> bool {
@@ -480,4 +492,270 @@ fn reads_standard_input() {
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     assert_eq!(out.stdout, b"#!/bin/sh\n");
+}
+
+/// A small deterministic generator of MIME-ish user data.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % (n as u64)).unwrap()
+    }
+
+    fn chance(&mut self, percent: usize) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len())]
+    }
+
+    fn body(&mut self) -> String {
+        let sentinel = self.pick(&[
+            "#!/bin/sh",
+            "#cloud-config",
+            "#CLOUD-CONFIG",
+            "  \t#cloud-boothook",
+            "#include-once",
+            "#cloud-config-archive",
+            "## template: jinja",
+            "#part-handler",
+            "hello",
+            "",
+            "\u{a0}#!/bin/sh",
+            "\u{3000}#cloud-config",
+            "text/x-shellscript-per-boot",
+        ]);
+        let mut body = sentinel.to_owned();
+        for _ in 0..self.below(4) {
+            body.push('\n');
+            body.push_str(self.pick(&["echo hi", "x: 1", "caf\u{e9} \u{20ac}", "--", "-- not a boundary", "=3D", ""]));
+        }
+        if self.chance(50) {
+            body.push('\n');
+        }
+        body
+    }
+
+    fn encode(&mut self, body: &str, encoding: &str) -> String {
+        match encoding {
+            "base64" | "Base64" => {
+                let mut encoded = STANDARD.encode(body.as_bytes());
+                if self.chance(20) {
+                    encoded = encoded.trim_end_matches('=').to_owned();
+                }
+                if self.chance(20) && encoded.len() > 4 {
+                    encoded.insert(4, '\n');
+                }
+                encoded
+            }
+            "quoted-printable" => {
+                let mut out = String::new();
+                for c in body.chars() {
+                    if c == '#' && self.chance(50) {
+                        out.push_str("=23");
+                    } else if !c.is_ascii() {
+                        for b in c.to_string().bytes() {
+                            out.push_str(&format!("={b:02X}"));
+                        }
+                    } else {
+                        out.push(c);
+                    }
+                }
+                if self.chance(20) {
+                    out.push_str("=\n");
+                }
+                out
+            }
+            _ => body.to_owned(),
+        }
+    }
+
+    fn part(&mut self, boundary: &str, depth: usize) -> String {
+        let mut part = String::new();
+        if depth < 2 && self.chance(15) {
+            let inner = format!("in{depth}");
+            part.push_str(&format!("Content-Type: multipart/alternative; boundary=\"{inner}\"\n\n"));
+            part.push_str(&self.multipart_body(&inner, depth + 1));
+            return part;
+        }
+        let encoding =
+            if self.chance(30) { self.pick(&["base64", "quoted-printable", "7bit", "8bit", "Base64"]) } else { "" };
+        if self.chance(80) {
+            let content_type = self.pick(&[
+                "text/plain",
+                "TEXT/PLAIN; charset=us-ascii",
+                "text/x-shellscript",
+                "text/cloud-config",
+                "text/x-not-multipart",
+                "application/octet-stream",
+                "text/jinja2",
+                "text/plain; x=\"a;b\"",
+                "nonsense",
+            ]);
+            part.push_str(&format!("Content-Type: {content_type}\n"));
+        }
+        if !encoding.is_empty() {
+            part.push_str(&format!("Content-Transfer-Encoding: {encoding}\n"));
+        }
+        if self.chance(20) {
+            part.push_str("Content-Disposition: attachment; filename=\"p.txt\"\n");
+        }
+        if self.chance(90) {
+            part.push('\n');
+        }
+        let body = self.body();
+        part.push_str(&self.encode(&body, encoding));
+        let _ = boundary;
+        part
+    }
+
+    fn multipart_body(&mut self, boundary: &str, depth: usize) -> String {
+        let mut out = String::new();
+        if self.chance(30) {
+            out.push_str("preamble\n");
+        }
+        for _ in 0..=self.below(3) {
+            let dashes = self.pick(&["", "", "", " ", "\t"]);
+            out.push_str(&format!("--{boundary}{dashes}\n"));
+            if self.chance(5) {
+                out.push_str(&format!("--{boundary}\n"));
+            }
+            let part = self.part(boundary, depth);
+            out.push_str(&part);
+            if !part.ends_with('\n') || self.chance(30) {
+                out.push('\n');
+            }
+        }
+        out.push_str(&format!("--{boundary}--\n"));
+        if self.chance(30) {
+            out.push_str("epilogue\n");
+        }
+        out
+    }
+
+    fn message(&mut self) -> Vec<u8> {
+        if self.chance(15) {
+            return self.body().into_bytes();
+        }
+        let boundary = self.pick(&["XYZ", "a b", "==x==", "b'(+_,-./:=?"]);
+        let quoted = self.chance(70) || boundary.contains(' ');
+        let param = if quoted { format!("\"{boundary}\"") } else { boundary.to_owned() };
+        let multipart = self.chance(85);
+        let mut headers = vec!["MIME-Version: 1.0".to_owned()];
+        if multipart {
+            let folded = if self.chance(20) { ";\n\t" } else { "; " };
+            headers.push(format!("Content-Type: multipart/mixed{folded}boundary={param}"));
+        } else if self.chance(70) {
+            headers.push(format!(
+                "Content-Type: {}",
+                self.pick(&["text/plain", "text/x-shellscript", "text/cloud-config"])
+            ));
+        }
+        if self.chance(30) {
+            headers.push("Subject: user data".to_owned());
+        }
+        if self.chance(50) {
+            headers.reverse();
+        }
+        let mut text = headers.join("\n");
+        text.push_str("\n\n");
+        if multipart {
+            text.push_str(&self.multipart_body(boundary, 0));
+        } else {
+            text.push_str(&self.body());
+        }
+        match self.below(4) {
+            0 => text.replace('\n', "\r\n").into_bytes(),
+            1 if self.chance(20) => text.replace('\n', "\r").into_bytes(),
+            _ => text.into_bytes(),
+        }
+    }
+}
+
+fn comparable(parts: &[server_core::user_data::CloudInitPart]) -> Vec<(String, Vec<u8>)> {
+    parts.iter().map(|p| (p.content_type.clone(), p.payload.clone())).collect()
+}
+
+/// Differential test: for generated inputs and the committed fuzz corpus,
+/// the parts server-core says cloud-init will see are the parts the real
+/// cloud-init sees, before and after merging with a CA.
+#[test]
+fn server_core_sees_user_data_as_cloud_init_does() {
+    use server_core::user_data::{CloudInitPart, MANAGED_PART_CONTENT_TYPE, cloud_init_parts, render_user_data};
+
+    if !require_cloud_init("server_core_sees_user_data_as_cloud_init_does") {
+        return;
+    }
+    let mut inputs: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut generator = Gen(0x5eed_cafe_f00d_d00d);
+    for i in 0..400 {
+        inputs.push((format!("gen-{i:04}"), generator.message()));
+    }
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/user_data_validate");
+    if let Ok(entries) = fs::read_dir(&corpus) {
+        for entry in entries {
+            let path = entry.unwrap().path();
+            let name = format!("corpus-{}", path.file_name().unwrap().to_string_lossy());
+            inputs.push((name, fs::read(&path).unwrap()));
+        }
+    }
+    let managed = {
+        let out = render_user_data(None, Some(ED25519)).unwrap().unwrap();
+        CloudInitPart { content_type: MANAGED_PART_CONTENT_TYPE.to_owned(), payload: out }
+    };
+
+    let scratch = Scratch::new("differential");
+    let dir = scratch.0.join("inputs");
+    fs::create_dir_all(&dir).unwrap();
+    let mut expected = std::collections::BTreeMap::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for (name, data) in &inputs {
+        let Ok(Some(parts)) = cloud_init_parts(data) else {
+            refused += 1;
+            continue;
+        };
+        if parts.iter().any(|p| p.content_type.contains("gzip") || p.content_type.contains("compress")) {
+            continue;
+        }
+        accepted += 1;
+        fs::write(dir.join(name), data).unwrap();
+        expected.insert(name.clone(), comparable(&parts));
+        let merged = render_user_data(Some(data), Some(ED25519)).unwrap().unwrap();
+        fs::write(dir.join(format!("{name}.merged")), &merged).unwrap();
+        let mut with_managed = parts.clone();
+        with_managed.push(managed.clone());
+        expected.insert(format!("{name}.merged"), comparable(&with_managed));
+    }
+    assert!(accepted > 100, "too few accepted inputs: {accepted} (refused {refused})");
+
+    let harness = scratch.write("harness.py", HARNESS.as_bytes());
+    let out = Command::new(PYTHON).arg(&harness).arg("batch").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "harness failed: {}", String::from_utf8_lossy(&out.stderr));
+    let results: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+
+    let mut mismatches = Vec::new();
+    for (name, want) in &expected {
+        let result = &results[name];
+        let Some(parts) = result["parts"].as_array() else {
+            mismatches.push(format!("{name}: cloud-init failed: {}", result["error"]));
+            continue;
+        };
+        let got: Vec<(String, Vec<u8>)> = parts
+            .iter()
+            .map(|p| (p["type"].as_str().unwrap().to_owned(), STANDARD.decode(p["payload"].as_str().unwrap()).unwrap()))
+            .collect();
+        if &got != want {
+            mismatches.push(format!("{name}:\n  server-core: {want:?}\n  cloud-init:  {got:?}"));
+        }
+    }
+    eprintln!("differential: {accepted} accepted inputs (and their merges) compared, {refused} refused");
+    assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
 }

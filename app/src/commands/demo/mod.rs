@@ -1,0 +1,392 @@
+//! `demo`: the whole system on an embedded default. SimKube and SimCloud run
+//! in-process; the real operator (controller and monitor) talks to SimKube
+//! over loopback HTTP with short intervals; N Servers with a mix of fates are
+//! created, and the run ends with a table and a verdict on DESIGN §12
+//! invariants 1–7 checked against the sims' ground truth. Exit 0 iff every
+//! invariant holds and every Server settled.
+
+mod observer;
+mod report;
+mod scenario;
+mod verdict;
+mod world;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
+use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_sim::cloud::{CloudConfig, Fate, SimCloud};
+use server_sim::kube::{Patch, PatchKind};
+use tokio::sync::watch;
+
+use crate::commands::run::parse_duration;
+use crate::telemetry::{self, LogFormat};
+use observer::{History, Observer};
+use report::{ApiRequests, CreateAttempts, INVARIANTS, InvariantVerdict, Report};
+use scenario::{Planned, Role};
+use world::{NAMESPACE, REGION, World};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// How many Servers to create.
+    #[arg(long, default_value_t = 50)]
+    servers: usize,
+
+    /// Seed of every random choice in the sims.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Share (0..=1) of the Servers beyond the showcase whose cloud fate is faulty.
+    #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
+    create_failure_rate: f64,
+
+    /// `provider-create-max-attempts` of the operator.
+    #[arg(long, default_value_t = 3)]
+    max_attempts: i32,
+
+    /// Give up waiting for every Server to settle after this long.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    timeout: Duration,
+
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+
+    /// After the run, keep the API server listening and write a kubeconfig,
+    /// so `kubectl get servers` can explore the result (Ctrl-C ends it).
+    #[arg(long)]
+    serve: bool,
+
+    /// Where `--serve` writes the kubeconfig.
+    #[arg(long, default_value = "server-controller-demo.kubeconfig")]
+    kubeconfig: std::path::PathBuf,
+
+    /// Address of the in-process API server.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+}
+
+fn parse_rate(value: &str) -> Result<f64, String> {
+    let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
+    if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
+}
+
+pub(crate) fn run(args: &Args) -> ExitCode {
+    telemetry::init(LogFormat::Text, "error");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(demo(args)) {
+        Ok(report) => {
+            let passed = report.violations.is_empty() && report.settled;
+            match args.output {
+                Output::Text => print!("{report}"),
+                Output::Json => match serde_json::to_string_pretty(&report) {
+                    Ok(json) => println!("{json}"),
+                    Err(error) => {
+                        eprintln!("error: cannot encode the report: {error}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+            }
+            if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The per-Server bookkeeping of the driver.
+struct Tracked {
+    planned: Planned,
+    uid: String,
+    fate: Fate,
+    rearmed: bool,
+}
+
+async fn demo(args: &Args) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let max = args.max_attempts.max(1);
+    let world = World::start(args.seed, args.listen).await?;
+    let mut cloud_config = CloudConfig::with_fault_rate(args.seed, args.create_failure_rate);
+    cloud_config.mix = scenario::mix(args.create_failure_rate);
+    let cloud = SimCloud::new(cloud_config);
+
+    let mut observer = Observer::default();
+    let mut tracked = Vec::new();
+    for planned in scenario::plan(args.servers) {
+        let uid = world.create_server(&planned.name, planned.unmodelled_fields)?;
+        if let Some(fate) = scenario::fate(planned.role, args.seed, &uid) {
+            cloud.script(&uid, fate);
+        }
+        let fate = cloud.with_model(|model| model.fate(&uid));
+        observer.track(&planned.name, &uid, planned.unmodelled_fields);
+        tracked.push(Tracked { planned, uid, fate, rearmed: false });
+    }
+    // From here on, every request the API server counts is the operator's.
+    world.sim.reset_counters();
+
+    let config = ControllerConfig {
+        namespace: Some(NAMESPACE.into()),
+        options: server_core::Options::with_max_attempts(max),
+        yield_interval: Duration::from_millis(250),
+        monitor_interval: Duration::from_millis(250),
+        // Resync is how a provider server that vanished after boot is found
+        // (no watch event tells of it); the demo shortens it from hours to seconds.
+        resync_interval: Some(Duration::from_secs(3)),
+        cloud_timeout: Duration::from_secs(5),
+        concurrency: 16,
+        ..ControllerConfig::default()
+    };
+    let registry = CloudRegistry::new().with(REGION, cloud.port());
+    let operator = Operator::new(world.client.clone(), registry, config);
+    let (stop, stopped) = watch::channel(false);
+    let running = {
+        let operator = operator.clone();
+        let mut stopped = stopped.clone();
+        tokio::spawn(async move {
+            operator
+                .run(async move {
+                    let _ = stopped.wait_for(|stop| *stop).await;
+                })
+                .await
+        })
+    };
+
+    let progress = progress_bar(args);
+    let deadline = Instant::now() + args.timeout;
+    let settled = loop {
+        observer.sample(&world, &cloud);
+        act_as_user(&world, &mut tracked, &mut observer)?;
+        let done = tracked.iter().filter(|t| is_settled(t, &observer.servers[&t.planned.name], max)).count();
+        progress.set_position(done as u64);
+        progress.set_message(format!("{} provider servers live", cloud.live_servers()));
+        if done == tracked.len() {
+            break true;
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // A last look after the operator had time to write anything it owed.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    observer.sample(&world, &cloud);
+    progress.finish_and_clear();
+    let _ = stop.send(true);
+    match tokio::time::timeout(Duration::from_secs(10), running).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => anyhow::bail!("the operator failed: {error}"),
+        Ok(Err(error)) => anyhow::bail!("the operator task failed: {error}"),
+        Err(_) => anyhow::bail!("the operator did not stop within 10 s"),
+    }
+
+    let violations = verdict::check(&world, &cloud, &observer, max);
+    let report = build_report(args, &world, &cloud, &observer, &tracked, violations, settled, started.elapsed());
+    if args.serve {
+        serve_until_interrupted(&world, &args.kubeconfig).await?;
+    }
+    Ok(report)
+}
+
+fn progress_bar(args: &Args) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(args.servers as u64), ProgressDrawTarget::stderr());
+    if args.output == Output::Json {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let style = ProgressStyle::with_template("{spinner} settling servers [{bar:30}] {pos}/{len} {elapsed} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// What users do during the run: delete the designated Server once it runs,
+/// and edit the spec of a Server whose create the provider refused.
+fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer) -> anyhow::Result<()> {
+    let store = world.store();
+    for t in tracked.iter_mut() {
+        let Some(history) = observer.servers.get_mut(&t.planned.name) else { continue };
+        let Some(server) = &history.latest else { continue };
+        if t.planned.role == Role::DeletedMidway
+            && !history.deleted_by_user
+            && server.status.phase == Some(Phase::Running)
+        {
+            store
+                .delete("servers", Some(NAMESPACE), &t.planned.name)
+                .map_err(|e| anyhow::anyhow!("cannot delete {}: {e:?}", t.planned.name))?;
+            history.deleted_by_user = true;
+        }
+        if !t.rearmed && available_says(server, "refused") {
+            let patch =
+                Patch::Merge(PatchKind::Merge, json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}}));
+            store
+                .patch("servers", Some(NAMESPACE), &t.planned.name, &patch)
+                .map_err(|e| anyhow::anyhow!("cannot edit {}: {e:?}", t.planned.name))?;
+            t.rearmed = true;
+        }
+    }
+    Ok(())
+}
+
+fn available_says(server: &server_core::Server, words: &str) -> bool {
+    server
+        .status
+        .condition(ConditionType::Available)
+        .is_some_and(|c| c.reason == ConditionReason::Errored && c.message.contains(words))
+}
+
+fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
+    server.status.condition(ConditionType::Healthy).is_some_and(|c| c.status == status)
+}
+
+/// Whether a Server reached the end its fate leads to.
+fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
+    if history.gone {
+        return true;
+    }
+    let Some(server) = &history.latest else { return false };
+    let fate = &t.fate;
+    if t.planned.role == Role::DeletedMidway || (fate.refused_creates > 0 && !t.rearmed) {
+        return false;
+    }
+    let available = server.status.condition(ConditionType::Available);
+    let provisioned = available.is_some_and(|c| c.reason == ConditionReason::Provisioned);
+    if fate.failed_boots >= u32::try_from(max).unwrap_or(1) {
+        return server.status.provider_create_failures == max && available_says(server, "create failed after");
+    }
+    if fate.vanish_after_launch.is_some() {
+        return available_says(server, "disappeared");
+    }
+    if fate.error_after_launch.is_some() {
+        return server.status.provisioned_at.is_some() && healthy_is(server, ConditionStatus::False) && provisioned;
+    }
+    server.status.phase == Some(Phase::Running) && provisioned && healthy_is(server, ConditionStatus::True)
+}
+
+fn outcome(history: &History) -> String {
+    if history.gone {
+        return "deleted by the user".into();
+    }
+    let Some(server) = &history.latest else { return "never seen".into() };
+    let failures = server.status.provider_create_failures;
+    if available_says(server, "create failed after") {
+        return "parked at the create cap".into();
+    }
+    if available_says(server, "disappeared") {
+        return "vanished after boot, not recreated".into();
+    }
+    if available_says(server, "refused") {
+        return "refused by the provider".into();
+    }
+    if server.status.phase == Some(Phase::Running) && healthy_is(server, ConditionStatus::False) {
+        return "errored after launch, kept (holds data)".into();
+    }
+    if server.status.phase == Some(Phase::Running) {
+        return match failures {
+            0 => "running".into(),
+            n => format!("running after {n} failed create(s)"),
+        };
+    }
+    let reason = server.status.condition(ConditionType::Available).map(|c| format!("{:?}", c.reason));
+    format!("unsettled ({:?}, {})", server.status.phase, reason.unwrap_or_else(|| "no Available".into()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_report(
+    args: &Args,
+    world: &World,
+    cloud: &SimCloud,
+    observer: &Observer,
+    tracked: &[Tracked],
+    violations: Vec<verdict::Violation>,
+    settled: bool,
+    elapsed: Duration,
+) -> Report {
+    let mut outcomes = BTreeMap::new();
+    for history in observer.servers.values() {
+        *outcomes.entry(outcome(history)).or_insert(0) += 1;
+    }
+    let mut events = BTreeMap::new();
+    for event in world.store().list("events", Some(NAMESPACE)) {
+        let reason = event["reason"].as_str().unwrap_or("?").to_owned();
+        let count = event["series"]["count"].as_u64().unwrap_or(1);
+        *events.entry(reason).or_insert(0) += count;
+    }
+    let counters = world.sim.counters();
+    let by_verb_and_resource =
+        counters.requests.iter().map(|((verb, resource), count)| (format!("{verb} {resource}"), *count)).collect();
+    let total = counters.total();
+    let c = cloud.counters();
+    let max_accepted_per_server = tracked.iter().map(|t| cloud.truth(&t.uid).creates_accepted).max().unwrap_or(0);
+    let failed: std::collections::BTreeSet<u8> = violations.iter().map(|v| v.invariant).collect();
+    Report {
+        servers: args.servers,
+        seed: args.seed,
+        max_attempts: args.max_attempts.max(1),
+        duration_seconds: elapsed.as_secs_f64(),
+        settled,
+        outcomes,
+        create_attempts: CreateAttempts {
+            calls: c.create_calls,
+            accepted: c.creates_accepted,
+            refused: c.creates_refused,
+            max_accepted_per_server,
+        },
+        events,
+        api_requests: ApiRequests {
+            total,
+            per_server: total as f64 / args.servers.max(1) as f64,
+            by_verb_and_resource,
+            faults_injected: counters.total_faults(),
+        },
+        cloud_calls: BTreeMap::from([
+            ("create", c.create_calls),
+            ("delete", c.delete_calls),
+            ("get", c.get_calls),
+            ("list", c.list_calls),
+        ]),
+        invariants: INVARIANTS
+            .iter()
+            .map(|(invariant, statement)| InvariantVerdict {
+                invariant: *invariant,
+                statement,
+                holds: !failed.contains(invariant),
+            })
+            .collect(),
+        violations,
+    }
+}
+
+/// Keeps SimKube listening with a kubeconfig pointing at it, until Ctrl-C.
+async fn serve_until_interrupted(world: &World, path: &std::path::Path) -> anyhow::Result<()> {
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {url}\ncontexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n    namespace: {NAMESPACE}\ncurrent-context: demo\nusers:\n- name: demo\n  user: {{}}\n",
+        url = world.served.url()
+    );
+    std::fs::write(path, kubeconfig).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!(
+        "\nThe demo's API server stays up at {}.\n  export KUBECONFIG={}\n  kubectl get servers\n  kubectl describe server server-000\n  kubectl get events\nCtrl-C ends it.",
+        world.served.url(),
+        path.display()
+    );
+    tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
+    Ok(())
+}

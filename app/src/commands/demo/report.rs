@@ -1,0 +1,110 @@
+//! The demo's closing report: a table for people, one JSON object for tools.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::verdict::Violation;
+
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub(crate) servers: usize,
+    pub(crate) seed: u64,
+    pub(crate) max_attempts: i32,
+    pub(crate) duration_seconds: f64,
+    pub(crate) settled: bool,
+    /// Final outcome -> number of Servers.
+    pub(crate) outcomes: BTreeMap<String, usize>,
+    pub(crate) create_attempts: CreateAttempts,
+    /// Event reason -> count (series folded in).
+    pub(crate) events: BTreeMap<String, u64>,
+    pub(crate) api_requests: ApiRequests,
+    pub(crate) cloud_calls: BTreeMap<&'static str, u64>,
+    pub(crate) invariants: Vec<InvariantVerdict>,
+    pub(crate) violations: Vec<Violation>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct CreateAttempts {
+    pub(crate) calls: u64,
+    pub(crate) accepted: u64,
+    pub(crate) refused: u64,
+    pub(crate) max_accepted_per_server: u32,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ApiRequests {
+    pub(crate) total: u64,
+    pub(crate) per_server: f64,
+    /// "verb resource" -> count.
+    pub(crate) by_verb_and_resource: BTreeMap<String, u64>,
+    pub(crate) faults_injected: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct InvariantVerdict {
+    pub(crate) invariant: u8,
+    pub(crate) statement: &'static str,
+    pub(crate) holds: bool,
+}
+
+pub(crate) const INVARIANTS: [(u8, &str); 7] = [
+    (1, "no retry delete of a server that ever booted"),
+    (2, "providerCreateFailures <= max; parked at the cap"),
+    (3, "provisionedAt never changes once set"),
+    (4, "creates accepted per server <= max"),
+    (5, "watch trigger and retry decision agree"),
+    (6, "one provider server at most; nothing left after deletion"),
+    (7, "unmodelled spec and status fields survive"),
+];
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "server-controller demo: {} servers, seed {}, max attempts {}, {:.1} s{}",
+            self.servers,
+            self.seed,
+            self.max_attempts,
+            self.duration_seconds,
+            if self.settled { "" } else { " (timed out before every server settled)" }
+        )?;
+        writeln!(f, "\n  outcome                                   servers")?;
+        for (outcome, count) in &self.outcomes {
+            writeln!(f, "  {outcome:<42}{count:>7}")?;
+        }
+        let c = &self.create_attempts;
+        writeln!(
+            f,
+            "\n  provider creates: {} calls, {} accepted, {} refused; at most {} accepted for one server",
+            c.calls, c.accepted, c.refused, c.max_accepted_per_server
+        )?;
+        writeln!(f, "\n  event                                      count")?;
+        for (reason, count) in &self.events {
+            writeln!(f, "  {reason:<42}{count:>6}")?;
+        }
+        let a = &self.api_requests;
+        writeln!(
+            f,
+            "\n  Kubernetes API requests by the operator: {} ({:.1} per server, {} faults injected)",
+            a.total, a.per_server, a.faults_injected
+        )?;
+        for (what, count) in &a.by_verb_and_resource {
+            writeln!(f, "    {what:<40}{count:>7}")?;
+        }
+        let calls: Vec<String> = self.cloud_calls.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        writeln!(f, "\n  cloud calls: {}", calls.join(", "))?;
+        writeln!(f, "\n  invariants (DESIGN §12)")?;
+        for verdict in &self.invariants {
+            let mark = if verdict.holds { "holds" } else { "VIOLATED" };
+            writeln!(f, "  {:>2}. {:<58}{mark}", verdict.invariant, verdict.statement)?;
+        }
+        for v in &self.violations {
+            writeln!(f, "      invariant {} on {}: {}", v.invariant, v.server, v.message)?;
+        }
+        let verdict = if self.violations.is_empty() && self.settled { "PASS" } else { "FAIL" };
+        writeln!(f, "\n  verdict: {verdict}")
+    }
+}

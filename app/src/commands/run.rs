@@ -1,0 +1,213 @@
+//! `run`: the operator. Connects with the usual kubeconfig or in-cluster
+//! config, runs the controller and the monitor, serves metrics and probes,
+//! and on SIGTERM stops taking work, lets in-flight passes finish, exits 0.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use prometheus_client::registry::Registry;
+use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use tokio::sync::watch;
+
+use crate::http::Endpoints;
+use crate::metrics::OperatorMetrics;
+use crate::telemetry::{self, LogFormat};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Watch Servers in this namespace only (default: all namespaces).
+    #[arg(long, env = "SERVER_CONTROLLER_NAMESPACE")]
+    namespace: Option<String>,
+
+    /// Total provider create attempts before a Server is parked (below 1 means 1).
+    #[arg(
+        long,
+        env = "SERVER_CONTROLLER_PROVIDER_CREATE_MAX_ATTEMPTS",
+        default_value_t = 3,
+        allow_negative_numbers = true
+    )]
+    provider_create_max_attempts: i32,
+
+    /// Fixed requeue interval after a pass yields or fails (e.g. 10s, 500ms).
+    #[arg(long, env = "SERVER_CONTROLLER_YIELD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
+    yield_interval: Duration,
+
+    /// Interval of the monitor's provider poll.
+    #[arg(long, env = "SERVER_CONTROLLER_MONITOR_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    monitor_interval: Duration,
+
+    /// Do not run the monitor loop (e.g. when another replica runs it).
+    #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
+    no_monitor: bool,
+
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "SERVER_CONTROLLER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+
+    #[arg(long, env = "SERVER_CONTROLLER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+
+    /// Which cloud serves the regions.
+    #[arg(long, env = "SERVER_CONTROLLER_CLOUD", value_enum, default_value_t = CloudKind::Openstack)]
+    cloud: CloudKind,
+
+    /// Regions the in-process simulated cloud serves (with --cloud sim).
+    #[arg(
+        long = "sim-region",
+        env = "SERVER_CONTROLLER_SIM_REGIONS",
+        value_delimiter = ',',
+        default_value = "region-a"
+    )]
+    sim_regions: Vec<String>,
+
+    /// Seed of the simulated cloud (with --cloud sim).
+    #[arg(long, env = "SERVER_CONTROLLER_SIM_SEED", default_value_t = 1)]
+    sim_seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CloudKind {
+    /// server-sim's in-process cloud: for trying the operator without a cloud.
+    Sim,
+    /// OpenStack (Keystone, Nova, Neutron).
+    Openstack,
+}
+
+/// Parses `500ms`, `10s`, `2m 30s`, ... (humantime); zero is refused.
+pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(value) {
+        Ok(duration) if duration.is_zero() => Err(format!("{value:?} must be a positive duration")),
+        Ok(duration) => Ok(duration),
+        Err(error) => Err(format!("{value:?} is not a duration such as 10s or 500ms: {error}")),
+    }
+}
+
+pub(crate) fn run(args: &Args) -> ExitCode {
+    telemetry::init(args.log_format, "info,kube=warn,tower=warn,hyper=warn");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(operate(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "operator stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn controller_config(args: &Args) -> ControllerConfig {
+    ControllerConfig {
+        namespace: args.namespace.clone(),
+        options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
+        yield_interval: args.yield_interval,
+        monitor_interval: args.monitor_interval,
+        reporting_instance: std::env::var("POD_NAME").ok(),
+        ..ControllerConfig::default()
+    }
+}
+
+fn clouds(args: &Args) -> anyhow::Result<CloudRegistry> {
+    match args.cloud {
+        CloudKind::Sim => {
+            let cloud = server_sim::cloud::SimCloud::new(server_sim::cloud::CloudConfig::new(args.sim_seed));
+            let port = cloud.port();
+            Ok(args
+                .sim_regions
+                .iter()
+                .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
+        }
+        CloudKind::Openstack => anyhow::bail!(
+            "--cloud openstack needs the OpenStack adapter, which this build does not include yet; use --cloud sim"
+        ),
+    }
+}
+
+async fn operate(args: &Args) -> anyhow::Result<()> {
+    let clouds = clouds(args)?;
+    let client = kube::Client::try_default()
+        .await
+        .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
+    let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
+    tracing::info!(server_version = %version.git_version, regions = ?clouds, "connected");
+
+    let mut registry = Registry::default();
+    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
+    let endpoints = Endpoints::new(registry);
+
+    let (stop, stopped) = watch::channel(false);
+    let wait_stop = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let http = {
+        let endpoints = endpoints.clone();
+        let addr = args.metrics_addr;
+        let shutdown = wait_stop(stopped.clone());
+        tokio::spawn(async move { endpoints.serve(addr, shutdown).await })
+    };
+    tokio::spawn(async move {
+        terminated().await;
+        tracing::info!("termination requested: finishing in-flight passes");
+        let _ = stop.send(true);
+    });
+
+    let operator = Operator::with_metrics(client, clouds, controller_config(args), metrics);
+    endpoints.set_ready(true);
+    let result = if args.no_monitor {
+        operator.run_controller(wait_stop(stopped.clone())).await
+    } else {
+        operator.run(wait_stop(stopped.clone())).await
+    };
+    endpoints.set_ready(false);
+    match http.await {
+        Ok(Err(error)) => tracing::warn!(%error, "metrics endpoint failed"),
+        Err(error) => tracing::warn!(%error, "metrics endpoint task failed"),
+        Ok(Ok(())) => {}
+    }
+    result.context("the controller failed")
+}
+
+/// Resolves on SIGTERM (Kubernetes stopping the pod) or Ctrl-C.
+async fn terminated() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_reject_nonsense() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("0s").is_err());
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

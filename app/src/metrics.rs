@@ -1,0 +1,163 @@
+//! Prometheus metrics of the operator, fed by server-kube's `Metrics` hooks.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use server_core::reconcile::EventReason;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StageLabel {
+    stage: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabel {
+    action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabel {
+    phase: String,
+}
+
+/// The operator's metrics, registered once in a registry served at `/metrics`.
+#[derive(Debug)]
+pub(crate) struct OperatorMetrics {
+    reconciles: Family<OutcomeLabel, Counter>,
+    reconcile_duration: Histogram,
+    retries: Family<StageLabel, Counter>,
+    events: Family<ReasonLabel, Counter>,
+    action_failures: Family<ActionLabel, Counter>,
+    monitor_poll_duration: Histogram,
+    monitor_patches: Counter,
+    monitor_group_failures: Counter,
+    servers_by_phase: Family<PhaseLabel, Gauge>,
+    /// Phases last reported, so a phase that empties drops to zero.
+    known_phases: Mutex<Vec<String>>,
+}
+
+impl OperatorMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> Self {
+        let metrics = OperatorMetrics {
+            reconciles: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            retries: Family::default(),
+            events: Family::default(),
+            action_failures: Family::default(),
+            monitor_poll_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            monitor_patches: Counter::default(),
+            monitor_group_failures: Counter::default(),
+            servers_by_phase: Family::default(),
+            known_phases: Mutex::new(Vec::new()),
+        };
+        let sub = registry.sub_registry_with_prefix("server_controller");
+        sub.register("reconciles", "Reconcile passes by outcome", metrics.reconciles.clone());
+        sub.register("reconcile_duration_seconds", "Duration of a reconcile pass", metrics.reconcile_duration.clone());
+        sub.register(
+            "provider_create_retries",
+            "Provider create retries by stage (started, ready, exhausted)",
+            metrics.retries.clone(),
+        );
+        sub.register("events", "Kubernetes Events emitted by reason", metrics.events.clone());
+        sub.register("action_failures", "Failed actions of a decision by kind", metrics.action_failures.clone());
+        sub.register(
+            "monitor_poll_duration_seconds",
+            "Duration of one monitor poll of every Server",
+            metrics.monitor_poll_duration.clone(),
+        );
+        sub.register("monitor_status_patches", "Status patches sent by the monitor", metrics.monitor_patches.clone());
+        sub.register(
+            "monitor_group_failures",
+            "Monitor polls of a (region, identity) group whose cloud could not be asked",
+            metrics.monitor_group_failures.clone(),
+        );
+        sub.register("servers", "Live Servers by phase, as of the last monitor poll", metrics.servers_by_phase.clone());
+        metrics
+    }
+}
+
+impl server_kube::Metrics for OperatorMetrics {
+    fn reconcile_finished(&self, outcome: &str, duration: Duration) {
+        self.reconciles.get_or_create(&OutcomeLabel { outcome: outcome.to_owned() }).inc();
+        self.reconcile_duration.observe(duration.as_secs_f64());
+    }
+
+    fn action_failed(&self, action: &str) {
+        self.action_failures.get_or_create(&ActionLabel { action: action.to_owned() }).inc();
+    }
+
+    fn event_emitted(&self, reason: EventReason) {
+        self.events.get_or_create(&ReasonLabel { reason: reason.as_str() }).inc();
+        let stage = match reason {
+            EventReason::ProviderCreateRetrying => Some("started"),
+            EventReason::ProviderCreateRetryReady => Some("ready"),
+            EventReason::ProviderCreateFailed => Some("exhausted"),
+            _ => None,
+        };
+        if let Some(stage) = stage {
+            self.retries.get_or_create(&StageLabel { stage }).inc();
+        }
+    }
+
+    fn monitor_poll_finished(&self, duration: Duration, patched: usize) {
+        self.monitor_poll_duration.observe(duration.as_secs_f64());
+        self.monitor_patches.inc_by(patched as u64);
+    }
+
+    fn monitor_group_failed(&self, _region: &str) {
+        self.monitor_group_failures.inc();
+    }
+
+    fn servers_by_phase(&self, counts: &BTreeMap<String, usize>) {
+        let Ok(mut known) = self.known_phases.lock() else { return };
+        for phase in known.iter().filter(|p| !counts.contains_key(*p)) {
+            self.servers_by_phase.get_or_create(&PhaseLabel { phase: phase.clone() }).set(0);
+        }
+        for (phase, count) in counts {
+            let label = PhaseLabel { phase: if phase.is_empty() { "None".into() } else { phase.clone() } };
+            self.servers_by_phase.get_or_create(&label).set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+        *known = counts.keys().cloned().collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use server_kube::Metrics as _;
+
+    use super::*;
+
+    #[test]
+    fn retries_are_counted_by_stage_and_rendered() {
+        let mut registry = Registry::default();
+        let metrics = OperatorMetrics::register(&mut registry);
+        metrics.event_emitted(EventReason::ProviderCreateRetrying);
+        metrics.event_emitted(EventReason::ProviderCreateRetrying);
+        metrics.event_emitted(EventReason::ProviderCreateFailed);
+        metrics.reconcile_finished("done", Duration::from_millis(3));
+        metrics.servers_by_phase(&BTreeMap::from([("Running".to_owned(), 4)]));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        assert!(text.contains("server_controller_provider_create_retries_total{stage=\"started\"} 2"), "{text}");
+        assert!(text.contains("server_controller_provider_create_retries_total{stage=\"exhausted\"} 1"), "{text}");
+        assert!(text.contains("server_controller_reconciles_total{outcome=\"done\"} 1"), "{text}");
+        assert!(text.contains("server_controller_servers{phase=\"Running\"} 4"), "{text}");
+    }
+}
