@@ -15,7 +15,7 @@ pub mod user_data;
 
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
-pub use predicate::{ever_booted, provider_create_failure, should_wake};
+pub use predicate::{booted_server_unseen, ever_booted, provider_create_failure, should_wake};
 pub use reconcile::{
     Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed, needs_facts, reconcile,
 };

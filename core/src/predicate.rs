@@ -27,12 +27,26 @@ pub fn status_shows_create_failure(status: &ServerStatus) -> bool {
         .is_some_and(|healthy| healthy.status == ConditionStatus::False && healthy.reason == ConditionReason::Errored)
 }
 
+/// A server that booted and that the provider's latest record does not show
+/// (the monitor found no record, or the provider reports UNKNOWN). The
+/// reconciler must look: if the provider server is gone it is reported
+/// missing, never recreated (§7).
+pub fn booted_server_unseen(status: &ServerStatus) -> bool {
+    ever_booted(status)
+        && status
+            .condition(ConditionType::Healthy)
+            .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
+}
+
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
 /// (generation, which deletion also bumps), the start of deletion, or a
 /// rising ProviderCreateFailure edge. Status writes that leave the predicate
-/// unchanged, and falling edges, do not wake it, with one exception: an
-/// operator lowering `providerCreateFailures` (the reset that re-arms a
-/// parked server, §12.2) wakes it, since a parked server is never requeued.
+/// unchanged, and falling edges, do not wake it, with two additions the
+/// design leaves to us: an operator lowering `providerCreateFailures` (the
+/// reset that re-arms a parked server, §12.2) wakes it, since a parked server
+/// is never requeued; and a rising [`booted_server_unseen`] edge wakes it, so
+/// a booted server deleted behind the operator's back is reported within one
+/// monitor poll rather than at the next resync.
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     let Some(old) = old else {
         return true;
@@ -41,6 +55,7 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
         || (!old.meta.deleting && new.meta.deleting)
         || (!provider_create_failure(old) && provider_create_failure(new))
         || new.status.provider_create_failures < old.status.provider_create_failures
+        || (!booted_server_unseen(&old.status) && booted_server_unseen(&new.status))
 }
 
 #[cfg(test)]
@@ -137,5 +152,22 @@ mod tests {
         reset.status.provider_create_failures = 0;
         assert!(should_wake(Some(&parked), &reset), "operator reset re-arms");
         assert!(!should_wake(Some(&reset), &parked), "the counter rising is the reconciler's own write");
+        let mut running = healthy.clone();
+        running.status.provisioned_at = Some(Timestamp::UNIX_EPOCH);
+        running.status.phase = Some(Phase::Running);
+        let mut unseen = running.clone();
+        set_condition(
+            &mut unseen.status.conditions,
+            ConditionType::Healthy,
+            ConditionStatus::Unknown,
+            ConditionReason::Unknown,
+            "Server not found at the provider",
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(should_wake(Some(&running), &unseen), "a booted server the provider no longer shows");
+        assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the rising edge");
+        let mut never_booted = healthy.clone();
+        never_booted.status.conditions = unseen.status.conditions.clone();
+        assert!(!should_wake(Some(&healthy), &never_booted), "not booted: nothing to report");
     }
 }

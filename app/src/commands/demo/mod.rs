@@ -148,9 +148,6 @@ async fn demo(args: &Args) -> anyhow::Result<Report> {
         options: server_core::Options::with_max_attempts(max),
         yield_interval: Duration::from_millis(250),
         monitor_interval: Duration::from_millis(250),
-        // Resync is how a provider server that vanished after boot is found
-        // (no watch event tells of it); the demo shortens it from hours to seconds.
-        resync_interval: Some(Duration::from_secs(3)),
         cloud_timeout: Duration::from_secs(5),
         concurrency: 16,
         ..ControllerConfig::default()
