@@ -31,6 +31,9 @@ pub enum UserDataErrorReason {
     /// A MIME part that cloud-init cannot type: `text/plain` (or no
     /// `Content-Type`) and a body that starts with no sentinel.
     UntypedMimePart,
+    /// A MIME part this operator does not follow: a nested message
+    /// (`message/*`) or a uuencoded body.
+    UnsupportedMimePart,
     /// Gzip-compressed user data cannot be combined with the managed SSH CA
     /// part (the operator does not decompress user data).
     GzipNotMergeable,
@@ -62,6 +65,7 @@ impl UserDataErrorReason {
             Self::TruncatedMultipart => "TruncatedMultipart",
             Self::MimeTooDeep => "MimeTooDeep",
             Self::UntypedMimePart => "UntypedMimePart",
+            Self::UnsupportedMimePart => "UnsupportedMimePart",
             Self::GzipNotMergeable => "GzipNotMergeable",
             Self::SshKeyEmpty => "SshKeyEmpty",
             Self::SshKeyPrivate => "SshKeyPrivate",

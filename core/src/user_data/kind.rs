@@ -137,6 +137,25 @@ fn collect_parts(entity: &Entity<'_>, out: &mut Vec<CloudInitPart>) -> Result<()
         Body::Leaf(payload) => {
             let index = out.len() + 1;
             let declared = entity.content_type.as_str();
+            if declared.starts_with("message/") {
+                return Err(UserDataError::new(
+                    UserDataErrorReason::UnsupportedMimePart,
+                    format!(
+                        "MIME part {index} of the user data is {declared}: messages nested in user data are not \
+                         supported; put their parts in the multipart directly"
+                    ),
+                ));
+            }
+            if let Some(encoding @ ("x-uuencode" | "uuencode" | "uue" | "x-uue")) = entity.transfer_encoding.as_deref()
+            {
+                return Err(UserDataError::new(
+                    UserDataErrorReason::UnsupportedMimePart,
+                    format!(
+                        "MIME part {index} of the user data uses Content-Transfer-Encoding {encoding}, which is not \
+                         supported; use base64"
+                    ),
+                ));
+            }
             let decoded = decoded_payload(payload, entity.transfer_encoding.as_deref());
             if DECOMPRESSED_TYPES.contains(&declared) {
                 // cloud-init inflates and re-types it; the operator cannot.

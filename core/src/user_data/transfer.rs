@@ -1,10 +1,6 @@
 //! The bytes cloud-init gets from a MIME part's body: Python's
 //! `Message.get_payload(decode=True)` for a message parsed from text.
 
-use base64::Engine as _;
-use base64::alphabet;
-use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-
 /// Decodes a part body as cloud-init does before typing it. Text that is not
 /// ASCII is first turned into bytes with Python's `raw_unicode_escape`, as
 /// `get_payload` does, which is why cloud-init mangles non-ASCII parts that
@@ -69,19 +65,71 @@ fn hex(b: u8) -> Option<u8> {
     char::from(b).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
-/// Base64 as leniently as Python's `email._encoded_words.decode_b`: line
-/// breaks and other non-alphabet characters ignored, padding optional; when
-/// nothing decodes, the encoded bytes themselves (as Python returns them).
+/// Python's `email._encoded_words.decode_b` on the body without its line
+/// breaks: lenient decoding, then with `==` appended, then the encoded bytes
+/// themselves.
 fn base64_lenient(data: &[u8]) -> Vec<u8> {
-    let cleaned: Vec<u8> =
-        data.iter().copied().filter(|b| b.is_ascii_alphanumeric() || *b == b'+' || *b == b'/').collect();
-    let engine = GeneralPurpose::new(
-        &alphabet::STANDARD,
-        GeneralPurposeConfig::new()
-            .with_decode_padding_mode(DecodePaddingMode::Indifferent)
-            .with_decode_allow_trailing_bits(true),
-    );
-    engine.decode(&cleaned).unwrap_or_else(|_| data.iter().copied().filter(|b| *b != b'\r' && *b != b'\n').collect())
+    let joined: Vec<u8> = data.iter().copied().filter(|b| *b != b'\r' && *b != b'\n').collect();
+    if let Some(decoded) = a2b_base64(&joined) {
+        return decoded;
+    }
+    let mut padded = joined.clone();
+    padded.extend_from_slice(b"==");
+    a2b_base64(&padded).unwrap_or(joined)
+}
+
+fn base64_value(b: u8) -> Option<u8> {
+    match b {
+        b'A'..=b'Z' => Some(b - b'A'),
+        b'a'..=b'z' => Some(b - b'a' + 26),
+        b'0'..=b'9' => Some(b - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    }
+}
+
+/// CPython's `binascii.a2b_base64` (not strict): other characters are
+/// skipped, enough `=` after two or three characters ends the data, and an
+/// incomplete final group is an error.
+fn a2b_base64(data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(data.len() / 4 * 3 + 3);
+    let mut quad_pos = 0u8;
+    let mut left: u8 = 0;
+    let mut pads = 0u8;
+    for &b in data {
+        if b == b'=' {
+            pads = pads.saturating_add(1);
+            if quad_pos >= 2 && quad_pos.saturating_add(pads) >= 4 {
+                return Some(out);
+            }
+            continue;
+        }
+        let Some(v) = base64_value(b) else { continue };
+        pads = 0;
+        match quad_pos {
+            0 => {
+                left = v;
+                quad_pos = 1;
+            }
+            1 => {
+                out.push(left << 2 | v >> 4);
+                left = v & 0x0f;
+                quad_pos = 2;
+            }
+            2 => {
+                out.push(left << 4 | v >> 2);
+                left = v & 0x03;
+                quad_pos = 3;
+            }
+            _ => {
+                out.push(left << 6 | v);
+                left = 0;
+                quad_pos = 0;
+            }
+        }
+    }
+    (quad_pos == 0).then_some(out)
 }
 
 #[cfg(test)]
@@ -105,6 +153,9 @@ mod tests {
         assert_eq!(decoded_payload("IyEvYmlu\nL3No\n", Some("base64")), b"#!/bin/sh");
         assert_eq!(decoded_payload("IyEvYmluL3Nh", Some("base64")), b"#!/bin/sa");
         assert_eq!(decoded_payload("IyE", Some("base64")), b"#!");
+        assert_eq!(decoded_payload("Iy=E", Some("base64")), b"#!");
+        assert_eq!(decoded_payload("I", Some("base64")), b"I");
+        assert_eq!(decoded_payload("IyEv\r\n!!Ym\nlu", Some("base64")), b"#!/bin");
         assert_eq!(decoded_payload("=23!/bin/sh=\nx=3D=\r\ny=", Some("quoted-printable")), b"#!/bin/shx=y");
         assert_eq!(decoded_payload("a==b=zz", Some("quoted-printable")), b"a=b=zz");
     }
