@@ -3,5 +3,6 @@
 
 pub mod cloud;
 pub mod kube;
+pub mod simulate;
 
 pub use kube::SimKube;

@@ -1,0 +1,123 @@
+//! Invariant checks on each decision (DESIGN §12: 2, 5, 10 here; 1, 3, 4 and
+//! 6 where the writes and cloud calls happen, against the cloud's truth).
+
+use server_core::{Action, Decision, Outcome, ProviderView, Server};
+
+use super::engine::Engine;
+use super::rules::Rules;
+
+/// What a pass read, kept for checking its decision after the view is gone.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pass {
+    pub(crate) view_rv: u64,
+    pub(crate) deleting: bool,
+    pub(crate) retrying: bool,
+    /// The watch's predicate on the Server this pass read.
+    pub(crate) pcf: bool,
+    pub(crate) provider: ProviderKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProviderKind {
+    Present,
+    Absent,
+    Unknown,
+}
+
+impl Pass {
+    pub(crate) fn new(rules: &Rules, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
+        Pass {
+            view_rv,
+            deleting: view.meta.deleting,
+            retrying: view.status.provider_create_retrying,
+            pcf: (rules.provider_create_failure)(view),
+            provider: match provider {
+                ProviderView::Present(_) => ProviderKind::Present,
+                ProviderView::Absent => ProviderKind::Absent,
+                ProviderView::Unknown(_) => ProviderKind::Unknown,
+            },
+        }
+    }
+
+    pub(crate) fn provider_code(&self) -> u64 {
+        self.provider as u64
+    }
+}
+
+impl Engine {
+    /// Checks one decision (a pass's, or the follow-up after a failed action).
+    pub(crate) fn check_decision(&mut self, i: usize, pass: &Pass, decision: &Decision, first: bool) {
+        let max = self.options.max_attempts();
+        let creates = decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_)));
+        let deletes = decision.actions.iter().any(|a| matches!(a, Action::DeleteProviderServer(_)));
+        let unknown = pass.provider == ProviderKind::Unknown;
+        let terminal = matches!(decision.outcome, Outcome::Terminal(_));
+        let at_cap = terminal && decision.status.provider_create_failures == max;
+        let mut found: Vec<(&'static str, String)> = Vec::new();
+
+        if unknown && (creates || deletes) {
+            found.push(("10", format!("provider view unknown, yet the decision {}", verb(creates, deletes))));
+        }
+        if decision.status.provider_create_failures > max {
+            found.push((
+                "2",
+                format!("decided providerCreateFailures {} above the cap {max}", decision.status.provider_create_failures),
+            ));
+        }
+
+        let Some(check) = self.objs.get_mut(i).map(|o| &mut o.check) else { return };
+        let decisive = first && !pass.deleting && !unknown;
+        if decisive && check.parked && (!terminal || creates || deletes) {
+            found.push(("2", format!("parked at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
+        }
+        if decisive && check.rearm_pending {
+            check.rearm_pending = false;
+            // With one attempt allowed the failed server itself is that
+            // attempt, so a reset cannot re-arm it; from two up it must.
+            if max >= 2 && pass.pcf && at_cap {
+                found.push(("2", "an operator reset did not re-arm the retry".into()));
+            }
+        }
+        // Invariant 5: the watch's predicate and the retry machine agree.
+        if decisive && !pass.retrying {
+            if deletes && !pass.pcf {
+                found.push(("5", "the retry machine deleted to retry while the watch predicate says no failure".into()));
+            }
+            if pass.pcf && (creates || decision.outcome == Outcome::Done) {
+                found.push((
+                    "5",
+                    "the watch predicate says create failure, yet the retry machine treated the server as fine"
+                        .into(),
+                ));
+            }
+        }
+        let newly_parked = at_cap && !pass.deleting && !check.parked;
+        if newly_parked {
+            check.parked = true;
+        }
+        for (invariant, message) in found {
+            self.violation(invariant, i, message);
+        }
+        if newly_parked {
+            self.maybe_schedule_reset(i);
+        }
+    }
+
+    fn maybe_schedule_reset(&mut self, i: usize) {
+        let Some(obj) = self.objs.get_mut(i) else { return };
+        if obj.check.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
+            return;
+        }
+        obj.check.reset_scheduled = true;
+        let at = self.now + self.faults.between(30_000, 120_000);
+        self.queue.push(at, super::queue::EventKind::OperatorReset, i, 0);
+    }
+}
+
+fn verb(creates: bool, deletes: bool) -> &'static str {
+    match (creates, deletes) {
+        (true, true) => "creates and deletes",
+        (true, false) => "creates",
+        _ => "deletes",
+    }
+}

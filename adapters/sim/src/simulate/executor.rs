@@ -1,0 +1,368 @@
+//! A reconcile pass and a monitor poll, executed like the real adapters do:
+//! gather facts, decide, run the actions in order, stop at the first failure
+//! and ask the rules what it means, requeue at the fixed interval after Yield
+//! or Error. Writes carry the resourceVersion the controller last saw.
+
+use server_core::model::{CREATE_REFUSED_ANNOTATION, SERVER_FINALIZER};
+use server_core::port::{CreateRequest, ServerRef};
+use server_core::reconcile::{EventReason, Reference};
+use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server, status_merge_patch};
+
+use super::checker::Pass;
+use super::engine::Engine;
+use super::world::apply_status_patch;
+
+impl Engine {
+    /// One reconcile pass of Server `i`, if `ticket` is still its pending one.
+    pub(crate) fn reconcile(&mut self, i: usize, ticket: u32) -> bool {
+        let now = self.now_ts;
+        let (decision, pass) = {
+            let Some(obj) = self.objs.get_mut(i) else { return false };
+            if obj.ticket != ticket || !self.controller_up || obj.pending_at == super::world::NOT_PENDING {
+                return false;
+            }
+            obj.pending_at = super::world::NOT_PENDING;
+            let obj = &*obj;
+            let Some((view, view_rv)) = obj.view() else { return false };
+            let Some(tenant) = self.tenants.get_mut(obj.tenant) else { return false };
+            tenant.facts.provider = match self.cloud.get(now, &view.meta.uid) {
+                Ok(Some(record)) => ProviderView::Present(record),
+                Ok(None) => ProviderView::Absent,
+                Err(error) => ProviderView::Unknown(error.to_string()),
+            };
+            let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
+            let pass = Pass::new(&self.rules, view, view_rv, &tenant.facts.provider);
+            tenant.facts.provider = ProviderView::Absent;
+            (decision, pass)
+        };
+        self.stats.reconcile_passes += 1;
+        self.trace.add(pass.provider_code());
+        self.check_decision(i, &pass, &decision, true);
+        let outcome = self.execute(i, &pass, decision);
+        self.trace.add(outcome_code(&outcome));
+        *self.stats.pass_outcomes.entry(outcome.label()).or_insert(0) += 1;
+        if let Some(obj) = self.objs.get_mut(i) {
+            obj.check.last_outcome = outcome.label();
+        }
+        if outcome.requeues() {
+            let at = self.now + self.config.timing.requeue;
+            self.schedule_reconcile(i, at);
+        }
+        true
+    }
+
+    /// Runs the decision's actions in order; on the first failure, runs the
+    /// follow-up decision the rules give for it. Returns the pass's outcome.
+    fn execute(&mut self, i: usize, pass: &Pass, decision: Decision) -> Outcome {
+        let mut rv = pass.view_rv;
+        let mut persisted = false;
+        for action in &decision.actions {
+            let result = self.run_action(i, action, &mut rv, pass);
+            self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+            let failure = match result {
+                Ok(wrote) => {
+                    persisted |= wrote;
+                    continue;
+                }
+                Err(failure) => failure,
+            };
+            let follow_up = {
+                let Some(obj) = self.objs.get(i) else { return decision.outcome };
+                // "As last persisted": with this pass's writes if any landed,
+                // else as the controller read it.
+                let base = match &obj.lagging {
+                    Some(lagging) if !persisted => &lagging.0,
+                    _ => &obj.server,
+                };
+                (self.rules.action_failed)(base, action, &failure, self.now_ts)
+            };
+            self.check_decision(i, pass, &follow_up, false);
+            for action in &follow_up.actions {
+                let result = self.run_action(i, action, &mut rv, pass);
+                self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+                if result.is_err() {
+                    break;
+                }
+            }
+            return follow_up.outcome;
+        }
+        decision.outcome
+    }
+
+    /// Runs one action. `Ok(true)` when it wrote the Server.
+    fn run_action(&mut self, i: usize, action: &Action, rv: &mut u64, pass: &Pass) -> Result<bool, ActionFailure> {
+        match action {
+            Action::AddFinalizer => self
+                .write_server(i, None, rv, |s| {
+                    if !s.meta.has_finalizer(SERVER_FINALIZER) {
+                        s.meta.finalizers.push(SERVER_FINALIZER.into());
+                    }
+                    Ok(())
+                })
+                .map(|()| true),
+            Action::RemoveFinalizer => {
+                self.write_server(i, None, rv, |s| {
+                    s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
+                    Ok(())
+                })?;
+                let gone = self.objs.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
+                if gone {
+                    self.remove(i);
+                }
+                Ok(true)
+            }
+            Action::WriteStatus(patch) => {
+                let expected = *rv;
+                self.write_server(i, Some(expected), rv, |s| apply_status_patch(&mut s.status, patch)).map(|()| true)
+            }
+            Action::Annotate { key, value } => {
+                let expected = *rv;
+                let value = value.clone();
+                self.write_server(i, Some(expected), rv, |s| {
+                    match value {
+                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value),
+                        None => s.meta.annotations.remove(*key),
+                    };
+                    Ok(())
+                })?;
+                if *key == CREATE_REFUSED_ANNOTATION
+                    && let Some(obj) = self.objs.get_mut(i)
+                {
+                    obj.check.refused = true;
+                }
+                Ok(true)
+            }
+            Action::Emit(event) => {
+                *self.stats.events.entry(event.reason.as_str()).or_insert(0) += 1;
+                self.trace.add(event.reason as u64);
+                if event.reason == EventReason::ProviderServerMissing
+                    && let Some(obj) = self.objs.get_mut(i)
+                {
+                    obj.check.reported_missing = true;
+                }
+                Ok(false)
+            }
+            Action::CreateProviderServer(request) => self.create_provider_server(i, request).map(|()| false),
+            Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, pass).map(|()| false),
+            Action::AddReference(reference) => self.write_reference(i, reference, true).map(|()| false),
+            Action::RemoveReference(reference) => self.write_reference(i, reference, false).map(|()| false),
+        }
+    }
+
+    /// A write to the stored Server through the simulated API server: faults,
+    /// the resourceVersion precondition, then the change and its watch event.
+    fn write_server(
+        &mut self,
+        i: usize,
+        precondition: Option<u64>,
+        rv: &mut u64,
+        change: impl FnOnce(&mut Server) -> Result<(), String>,
+    ) -> Result<(), ActionFailure> {
+        self.stats.writes += 1;
+        let faults = self.config.kube;
+        let Some(obj) = self.objs.get_mut(i) else { return Err(not_found()) };
+        if !obj.exists {
+            return Err(not_found());
+        }
+        if self.faults.chance(faults.write_conflict) {
+            // Another writer got there first (a field this model does not
+            // carry): the object moved on, our precondition fails.
+            self.stats.write_conflicts += 1;
+            obj.rv = self.rv_counter.next();
+            return Err(ActionFailure::Conflict("the object has been modified (simulated concurrent writer)".into()));
+        }
+        if self.faults.chance(faults.write_dropped) {
+            self.stats.writes_dropped += 1;
+            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+        }
+        if precondition.is_some_and(|expected| expected != obj.rv) {
+            return Err(ActionFailure::Conflict(format!(
+                "resourceVersion {} is stale, the object is at {}",
+                precondition.unwrap_or_default(),
+                obj.rv
+            )));
+        }
+        let mut changed = obj.server.clone();
+        if let Err(error) = change(&mut changed) {
+            self.violation("patch", i, format!("write could not be applied: {error}"));
+            return Err(ActionFailure::Api(format!("invalid write: {error}")));
+        }
+        let old = std::mem::replace(&mut obj.server, changed);
+        let old_rv = obj.rv;
+        obj.rv = self.rv_counter.next();
+        let new_rv = obj.rv;
+        let answer_lost = self.faults.chance(faults.write_lost_answer);
+        self.after_write(i, old, old_rv);
+        if answer_lost {
+            self.stats.write_answers_lost += 1;
+            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+        }
+        *rv = new_rv;
+        Ok(())
+    }
+
+    fn write_reference(&mut self, i: usize, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+        self.stats.writes += 1;
+        let faults = self.config.kube;
+        if self.faults.chance(faults.write_conflict) {
+            self.stats.write_conflicts += 1;
+            return Err(ActionFailure::Conflict("finalizer list changed (simulated concurrent writer)".into()));
+        }
+        if self.faults.chance(faults.write_dropped) {
+            self.stats.writes_dropped += 1;
+            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+        }
+        let tenant = self.objs.get(i).map(|o| o.tenant).unwrap_or_default();
+        let Some(tenant) = self.tenants.get_mut(tenant) else { return Err(not_found()) };
+        let facts = &mut tenant.facts;
+        let resource = facts
+            .identity
+            .iter_mut()
+            .map(|i| &mut i.resource)
+            .chain(facts.networks.iter_mut())
+            .chain(facts.security_groups.iter_mut())
+            .chain(facts.ssh_certificate_authorities.iter_mut().map(|c| &mut c.resource))
+            .find(|r| r.name == reference.name);
+        let Some(resource) = resource else {
+            return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
+        };
+        if add {
+            if !resource.has_finalizer(&reference.finalizer) {
+                resource.finalizers.push(reference.finalizer.clone());
+            }
+        } else {
+            resource.finalizers.retain(|f| f != &reference.finalizer);
+        }
+        if self.faults.chance(faults.write_lost_answer) {
+            self.stats.write_answers_lost += 1;
+            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+        }
+        Ok(())
+    }
+
+    /// CreateProviderServer against the cloud, checked against its truth:
+    /// invariant 4 (creates per reset window), 6 (one live server, none for a
+    /// removed Server) and the rule that a booted server is never recreated.
+    fn create_provider_server(&mut self, i: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
+        let uid = request.server.uid.as_str();
+        let before = self.cloud.truth(uid, self.now_ts);
+        let (tenant, exists, window_start) = match self.objs.get(i) {
+            Some(obj) => (obj.tenant, obj.exists, obj.check.creates_at_reset),
+            None => return Err(not_found()),
+        };
+        let project = self.tenants.get(tenant).map(|t| t.identity.project_id.as_str()).unwrap_or_default();
+        let result = self.cloud.create(self.now_ts, project, request);
+        let after = self.cloud.truth(uid, self.now_ts);
+        self.trace.add(u64::from(after.creates_accepted));
+        if after.creates_accepted > before.creates_accepted {
+            let max = u32::try_from(self.options.max_attempts()).unwrap_or(u32::MAX);
+            let window = after.creates_accepted - window_start;
+            if window > max {
+                self.violation("4", i, format!("{window} creates accepted since the last reset, cap {max}"));
+            }
+            if before.ever_launched {
+                self.violation(
+                    "1",
+                    i,
+                    "a new provider server was created for a Server whose earlier provider server had launched"
+                        .into(),
+                );
+            }
+            if !exists {
+                self.violation("6", i, "a provider server was created for a removed Server".into());
+            }
+        }
+        if after.live > 1 {
+            self.violation("6", i, format!("{} provider servers exist for one Server", after.live));
+        }
+        result.map(|_| ()).map_err(ActionFailure::Cloud)
+    }
+
+    /// DeleteProviderServer against the cloud. On the retry path (the pass saw
+    /// the Server not deleting), invariant 1: never a server that booted.
+    fn delete_provider_server(&mut self, i: usize, server: &ServerRef, pass: &Pass) -> Result<(), ActionFailure> {
+        let uid = server.uid.as_str();
+        let before = self.cloud.truth(uid, self.now_ts);
+        let result = self.cloud.delete(self.now_ts, uid);
+        let after = self.cloud.truth(uid, self.now_ts);
+        if !pass.deleting {
+            if after.launched_deleted > before.launched_deleted {
+                self.violation("1", i, "the retry path deleted a provider server that had launched".into());
+            }
+            if self.objs.get(i).is_some_and(|o| o.check.ever_booted) {
+                self.violation(
+                    "1",
+                    i,
+                    "DeleteProviderServer on the retry path for a Server whose status showed it booted".into(),
+                );
+            }
+        }
+        self.trace.add(u64::from(after.live));
+        result.map(|_| ()).map_err(ActionFailure::Cloud)
+    }
+
+    /// One monitor poll of a tenant: one list call for the identity, then each
+    /// Server's observed status patched (with its resourceVersion) if changed.
+    pub(crate) fn monitor(&mut self, t: usize) -> bool {
+        let interval = self.config.timing.monitor_interval.max(1);
+        self.queue.push(self.now + interval, super::queue::EventKind::Monitor, t, 0);
+        if !self.controller_up {
+            return false;
+        }
+        self.stats.monitor_polls += 1;
+        let Some(tenant) = self.tenants.get(t) else { return false };
+        let (first, len) = (tenant.first, tenant.len);
+        let records = match self.cloud.list(self.now_ts, &tenant.identity.project_id) {
+            Ok(records) => records,
+            Err(_) => {
+                self.stats.monitor_list_failures += 1;
+                self.trace.add(u64::MAX);
+                return true;
+            }
+        };
+        for i in first..first + len {
+            let write = {
+                let Some(obj) = self.objs.get(i) else { continue };
+                let Some((view, view_rv)) = obj.view() else { continue };
+                let record = records.iter().find(|r| r.server_uid == view.meta.uid);
+                let observed = (self.rules.observe)(&view.status, record, self.now_ts);
+                if observed == view.status {
+                    continue;
+                }
+                status_merge_patch(&view.status, &observed).map(|patch| (patch, view_rv))
+            };
+            let Some((patch, view_rv)) = write else { continue };
+            let mut rv = view_rv;
+            let result = self.write_server(i, Some(view_rv), &mut rv, |s| apply_status_patch(&mut s.status, &patch));
+            self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
+        }
+        true
+    }
+}
+
+fn not_found() -> ActionFailure {
+    ActionFailure::Api("servers.region.unikorn-cloud.org not found".into())
+}
+
+fn outcome_code(outcome: &Outcome) -> u64 {
+    match outcome {
+        Outcome::Done => 1,
+        Outcome::Yield(_) => 2,
+        Outcome::Terminal(_) => 3,
+        Outcome::Error(_) => 4,
+    }
+}
+
+fn action_code(action: &Action) -> u64 {
+    match action {
+        Action::AddFinalizer => 1,
+        Action::RemoveFinalizer => 2,
+        Action::AddReference(_) => 3,
+        Action::RemoveReference(_) => 4,
+        Action::WriteStatus(_) => 5,
+        Action::Annotate { .. } => 6,
+        Action::CreateProviderServer(_) => 7,
+        Action::DeleteProviderServer(_) => 8,
+        Action::Emit(_) => 9,
+    }
+}

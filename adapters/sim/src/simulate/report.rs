@@ -1,0 +1,165 @@
+//! What a run reports: outcomes, counts, speed, the trace hash and every
+//! invariant violation with the seed and step that reproduce it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::cloud::Counters;
+
+/// One broken invariant. `seed` and `step` reproduce it:
+/// `server-controller simulate --servers N --seed SEED` stops at the same step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// DESIGN §12 number ("1".."10"), or "patch" for an unappliable status patch.
+    pub invariant: &'static str,
+    pub seed: u64,
+    pub step: u64,
+    /// Virtual time of the step, in milliseconds since the run began.
+    pub at_ms: u64,
+    pub server: String,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invariant {} violated at step {} (t={}ms, seed {}) on {}: {}",
+            self.invariant, self.step, self.at_ms, self.seed, self.server, self.message
+        )
+    }
+}
+
+/// Counts of what happened on the Kubernetes side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KubeStats {
+    pub reconcile_passes: u64,
+    pub monitor_polls: u64,
+    pub monitor_list_failures: u64,
+    pub writes: u64,
+    pub write_conflicts: u64,
+    pub writes_dropped: u64,
+    pub write_answers_lost: u64,
+    pub stale_watch_deliveries: u64,
+    pub controller_restarts: u64,
+    pub user_deletes: u64,
+    pub spec_edits: u64,
+    pub operator_resets: u64,
+    pub servers_removed: u64,
+    /// Events emitted, by reason.
+    pub events: BTreeMap<&'static str, u64>,
+    /// Pass outcomes, by label (done, yield, terminal, error).
+    pub pass_outcomes: BTreeMap<&'static str, u64>,
+}
+
+/// The result of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub servers: usize,
+    pub seed: u64,
+    pub max_attempts: i32,
+    pub fault_rate: f64,
+    pub steps: u64,
+    pub virtual_seconds: f64,
+    pub wall_seconds: f64,
+    pub steps_per_second: f64,
+    /// FNV-1a over the run's events and decisions, hex.
+    pub trace_hash: String,
+    /// Final state of each Server, by label.
+    pub outcomes: BTreeMap<&'static str, u64>,
+    /// Cloud fates drawn, by kind.
+    pub fates: BTreeMap<&'static str, u64>,
+    /// Creates the provider accepted (each made a provider server).
+    pub create_attempts: u64,
+    pub cloud: Counters,
+    pub kube: KubeStats,
+    pub violation_count: u64,
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violation_count == 0
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "simulated {} servers, seed {}, max attempts {}, fault rate {}",
+            self.servers, self.seed, self.max_attempts, self.fault_rate
+        )?;
+        writeln!(
+            f,
+            "steps: {} in {:.2}s wall ({:.0} steps/s), {:.0}s virtual",
+            self.steps, self.wall_seconds, self.steps_per_second, self.virtual_seconds
+        )?;
+        writeln!(f, "trace hash: {}", self.trace_hash)?;
+        writeln!(f, "outcomes: {}", join(&self.outcomes))?;
+        writeln!(f, "fates: {}", join(&self.fates))?;
+        let c = &self.cloud;
+        writeln!(
+            f,
+            "cloud: {} create attempts accepted ({} calls, {} refused, {} deduplicated), {} deletes, {} gets, {} lists, {} injected failures",
+            self.create_attempts,
+            c.create_calls,
+            c.creates_refused,
+            c.creates_deduplicated,
+            c.delete_calls,
+            c.get_calls,
+            c.list_calls,
+            c.injected_failures
+        )?;
+        let k = &self.kube;
+        writeln!(
+            f,
+            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} operator resets",
+            k.reconcile_passes,
+            k.monitor_polls,
+            k.writes,
+            k.write_conflicts,
+            k.writes_dropped,
+            k.write_answers_lost,
+            k.stale_watch_deliveries,
+            k.controller_restarts,
+            k.user_deletes,
+            k.spec_edits,
+            k.operator_resets
+        )?;
+        writeln!(f, "events: {}", join(&k.events))?;
+        writeln!(f, "violations: {}", self.violation_count)?;
+        for violation in &self.violations {
+            writeln!(f, "  {violation}")?;
+        }
+        Ok(())
+    }
+}
+
+fn join(counts: &BTreeMap<&'static str, u64>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(" ")
+}
+
+/// Violations found so far: all counted, the first few kept in full.
+#[derive(Debug, Default)]
+pub(crate) struct Violations {
+    pub(crate) list: Vec<Violation>,
+    pub(crate) count: u64,
+    pub(crate) keep: usize,
+}
+
+impl Violations {
+    pub(crate) fn new(keep: usize) -> Self {
+        Violations { list: Vec::new(), count: 0, keep }
+    }
+
+    pub(crate) fn push(&mut self, violation: Violation) {
+        self.count += 1;
+        if self.list.len() < self.keep {
+            self.list.push(violation);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The decision functions the simulator drives, as plain function pointers so
+//! a test can swap one for a deliberately broken rule and watch the checker
+//! catch it. The default is server-core's.
+
+use std::fmt;
+
+use jiff::Timestamp;
+use server_core::port::ProviderServer;
+use server_core::{Action, ActionFailure, Decision, Facts, Options, Server, ServerStatus};
+
+/// The rules under test.
+#[derive(Clone, Copy)]
+pub struct Rules {
+    /// One reconcile pass.
+    pub reconcile: fn(&Server, &Facts, &Options, Timestamp) -> Decision,
+    /// The follow-up decision after an action failed.
+    pub action_failed: fn(&Server, &Action, &ActionFailure, Timestamp) -> Decision,
+    /// The monitor projection.
+    pub observe: fn(&ServerStatus, Option<&ProviderServer>, Timestamp) -> ServerStatus,
+    /// The watch rule.
+    pub should_wake: fn(Option<&Server>, &Server) -> bool,
+    /// The ProviderCreateFailure predicate, as the watch sees it. The checker
+    /// compares it with what the retry machine decided (invariant 5).
+    pub provider_create_failure: fn(&Server) -> bool,
+}
+
+impl Rules {
+    /// server-core's rules.
+    pub const CORE: Rules = Rules {
+        reconcile: server_core::reconcile,
+        action_failed: server_core::action_failed,
+        observe: server_core::observe,
+        should_wake: server_core::should_wake,
+        provider_create_failure: server_core::provider_create_failure,
+    };
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules::CORE
+    }
+}
+
+impl fmt::Debug for Rules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rules").finish_non_exhaustive()
+    }
+}
