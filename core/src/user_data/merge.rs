@@ -63,20 +63,25 @@ fn encode_payload(content_type: &str, filename: Option<&str>, body: &[u8]) -> Ve
     out
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
+const BOUNDARY_STEM: &[u8] = b"unikorn-user-data-";
 
-/// A boundary that occurs in no part, chosen deterministically.
-fn boundary_for<'p>(parts: impl Iterator<Item = &'p [u8]> + Clone) -> String {
-    let mut n: u64 = 0;
-    loop {
-        let candidate = format!("==unikorn-user-data-{n}==");
-        if !parts.clone().any(|p| contains(p, candidate.as_bytes())) {
-            return candidate;
+/// A boundary that occurs in no part, chosen deterministically and in
+/// linear time: `==unikorn-user-data-N==` with the smallest `N` that no part
+/// mentions after the stem.
+fn boundary_for<'p>(parts: impl Iterator<Item = &'p [u8]>) -> String {
+    let mut taken = std::collections::BTreeSet::new();
+    for part in parts {
+        let mut rest = part;
+        while let Some(i) = rest.windows(BOUNDARY_STEM.len()).position(|w| w == BOUNDARY_STEM) {
+            rest = &rest[i + BOUNDARY_STEM.len()..];
+            let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+            if let Some(n) = std::str::from_utf8(&rest[..digits]).ok().and_then(|d| d.parse::<u64>().ok()) {
+                taken.insert(n);
+            }
         }
-        n += 1;
     }
+    let n = (0..).find(|n| !taken.contains(n)).unwrap_or_default();
+    format!("=={}{n}==", String::from_utf8_lossy(BOUNDARY_STEM))
 }
 
 /// Assembles `multipart/mixed` from the pieces.
@@ -114,8 +119,10 @@ mod tests {
 
     #[test]
     fn boundary_avoids_part_content() {
-        let parts: [&[u8]; 2] = [b"--==unikorn-user-data-0==\n", b"==unikorn-user-data-1=="];
+        let parts: [&[u8]; 2] = [b"--==unikorn-user-data-0==\n", b"==unikorn-user-data-1==unikorn-user-data-3"];
         assert_eq!(boundary_for(parts.into_iter()), "==unikorn-user-data-2==");
+        let parts: [&[u8]; 1] = [b"unikorn-user-data-99999999999999999999999 unikorn-user-data-"];
+        assert_eq!(boundary_for(parts.into_iter()), "==unikorn-user-data-0==");
     }
 
     #[test]

@@ -338,3 +338,36 @@ proptest! {
         prop_assert_eq!(part_types(&out), vec![prefix.mime_type().to_owned(), MANAGED_PART_CONTENT_TYPE.to_owned()]);
     }
 }
+
+#[test]
+fn adversarial_inputs_stay_linear() {
+    let started = std::time::Instant::now();
+    let mut script = String::from("#!/bin/sh\n");
+    for n in 0..50_000 {
+        script.push_str(&format!("# ==unikorn-user-data-{n}==\n"));
+    }
+    let out = String::from_utf8(render(script.as_bytes(), Some(KEY)).unwrap()).unwrap();
+    assert!(out.contains("boundary=\"==unikorn-user-data-50000==\""));
+
+    let params = format!(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b{}\n\n--b\n\n#!\n--b--\n",
+        ";\"".repeat(200_000)
+    );
+    let _ = validate_user_data(params.as_bytes());
+
+    let mut deep = String::from("MIME-Version: 1.0\n");
+    for i in 0..2_000 {
+        deep.push_str(&format!("Content-Type: multipart/mixed; boundary=b{i}\n\n--b{i}\n"));
+    }
+    assert_eq!(validate_user_data(deep.as_bytes()).unwrap_err().reason(), UserDataErrorReason::MimeTooDeep);
+
+    let boundaries =
+        format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n{}--b--\n", "--b\n".repeat(200_000));
+    let _ = validate_user_data(boundaries.as_bytes());
+    let lines = format!(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n--b\n\n#!/bin/sh\n{}--b--\n",
+        "x\n".repeat(300_000)
+    );
+    assert!(validate_user_data(lines.as_bytes()).is_ok());
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
+}
