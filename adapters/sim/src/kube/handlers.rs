@@ -18,6 +18,7 @@ use super::router::{self, ApiPath, ResourcePath};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Subject};
 use super::store::{ListQuery, Preconditions, Target, TypeKey};
+use super::table::{Printer, TableRequest};
 use super::verb::Verb;
 use super::watch::{self, WatchContext, WatchRequest};
 
@@ -86,11 +87,13 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let operation = Operation {
         shared,
         key: (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone()),
         path: &resource_path,
         query: &query,
+        table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
     };
     match verb {
         Verb::Get => operation.get(),
@@ -150,6 +153,8 @@ struct Operation<'a> {
     key: TypeKey,
     path: &'a ResourcePath,
     query: &'a Query,
+    /// Set when the client asked for server-side printing (kubectl get).
+    table: Option<TableRequest>,
 }
 
 impl Operation<'_> {
@@ -215,13 +220,33 @@ impl Operation<'_> {
 
     fn get(&self) -> Result<Response, ApiError> {
         let object = self.shared.store.lock().get(&self.key, self.namespace(), self.name())?;
+        if let Some(request) = self.table {
+            let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+            return Ok(self.table_response(request, &[object], metadata));
+        }
         Ok(json_response(StatusCode::OK, &self.present(&object)))
     }
 
     fn list(&self) -> Result<Response, ApiError> {
         let query = self.list_query()?;
         let page = self.shared.store.lock().list(&self.key, self.namespace(), &query)?;
+        if let Some(request) = self.table {
+            let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+            if let Some(token) = page.continue_token {
+                metadata["continue"] = Value::String(token);
+            }
+            return Ok(self.table_response(request, &page.items, metadata));
+        }
         Ok(self.list_response(&page.items, page.resource_version, page.continue_token))
+    }
+
+    fn table_response(&self, request: TableRequest, items: &[Arc<Value>], metadata: Value) -> Response {
+        let (printer, now) = {
+            let store = self.shared.store.lock();
+            (Printer::for_type(&store, &self.path.rtype, &self.path.version), store.now())
+        };
+        let objects: Vec<Value> = items.iter().map(|o| self.present(o)).collect();
+        json_response(StatusCode::OK, &printer.table(request, &objects, metadata, now))
     }
 
     fn watch(&self) -> Result<Response, ApiError> {

@@ -15,7 +15,9 @@
 //! (no new ones once deleting), JSON patch `test` with the API server's
 //! "missing equals null", label and field selectors, list paging, watches
 //! with bookmarks, timeouts, selector transitions (relabelled out = DELETED)
-//! and 410 Gone, discovery (classic and aggregated), `Status` error bodies.
+//! and 410 Gone, discovery (classic and aggregated), `Status` error bodies,
+//! server-side printing (the `meta.k8s.io` `Table` of `kubectl get`, with a
+//! CRD's printer columns).
 //!
 //! Where it is simpler than a real API server: no schema validation,
 //! pruning or defaulting; server-side apply and strategic merge patch are
@@ -42,6 +44,7 @@ mod counters;
 mod discovery;
 mod faults;
 mod handlers;
+mod jsonpath;
 mod object;
 mod patch;
 mod resource;
@@ -49,6 +52,7 @@ mod router;
 mod selector;
 mod status;
 mod store;
+mod table;
 mod verb;
 mod watch;
 

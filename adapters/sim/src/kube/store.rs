@@ -231,6 +231,11 @@ impl StoreState {
         self.type_state(key).map(|state| &state.rtype)
     }
 
+    /// The store's clock (for ages in server-side printing).
+    pub(crate) fn now(&self) -> jiff::Timestamp {
+        (self.clock)()
+    }
+
     pub(crate) fn resource_version(&self) -> u64 {
         self.resource_version
     }
