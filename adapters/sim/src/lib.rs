@@ -3,6 +3,7 @@
 
 pub mod cloud;
 pub mod kube;
+pub mod openstack;
 pub mod simulate;
 
 pub use kube::SimKube;

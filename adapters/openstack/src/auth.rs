@@ -1,0 +1,384 @@
+//! Keystone v3: a project-scoped token per identity, with the compute and
+//! network endpoints of the configured region from its catalog.
+//!
+//! Tokens are cached per (project, principal, secret) and renewed a margin
+//! before Keystone's expiry, measured on the local monotonic clock from the
+//! token's own lifetime (`expires_at - issued_at`), so clock skew between the
+//! controller and Keystone does not matter. One Keystone request per identity
+//! at a time: concurrent callers wait for it rather than each logging in.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use reqwest::Method;
+use reqwest::header::HeaderValue;
+use serde::Deserialize;
+use serde_json::json;
+use server_core::port::{CloudError, Credentials, IdentityContext};
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use crate::client::Http;
+use crate::config::{Interface, OpenStackConfig};
+use crate::mapping::parse_time;
+
+/// What Keystone needs to find endpoints and when to renew.
+#[derive(Debug)]
+pub(crate) struct Auth {
+    token_url: String,
+    region: String,
+    interface: Interface,
+    refresh_margin: Duration,
+    slots: Mutex<HashMap<TokenKey, Slot>>,
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Token>>>>;
+
+/// Who a token was issued to. The secret is part of the key so a rotated
+/// credential never reuses a token obtained with the old one.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct TokenKey {
+    project_id: String,
+    principal: String,
+    secret: String,
+}
+
+impl fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TokenKey").field("project_id", &self.project_id).finish_non_exhaustive()
+    }
+}
+
+/// A scoped token and the endpoints it unlocks.
+pub(crate) struct Token {
+    value: HeaderValue,
+    pub(crate) project_id: String,
+    pub(crate) endpoints: Endpoints,
+    pub(crate) expires_at: Option<Timestamp>,
+    refresh_at: Instant,
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Token")
+            .field("value", &"<redacted>")
+            .field("project_id", &self.project_id)
+            .field("endpoints", &self.endpoints)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
+}
+
+impl Token {
+    /// The `X-Auth-Token` value, marked sensitive so no Debug prints it.
+    pub(crate) fn header(&self) -> HeaderValue {
+        self.value.clone()
+    }
+
+    fn fresh(&self) -> bool {
+        Instant::now() < self.refresh_at
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Endpoints {
+    /// Nova, as the catalog gives it (usually ending in `/v2.1`).
+    pub(crate) compute: String,
+    /// Neutron, ending in `/v2.0`.
+    pub(crate) network: String,
+}
+
+impl Auth {
+    pub(crate) fn new(config: &OpenStackConfig) -> Self {
+        Auth {
+            token_url: config.token_url(),
+            region: config.region.trim().to_owned(),
+            interface: config.interface,
+            refresh_margin: config.token_refresh_margin,
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A fresh token for the identity, from the cache or from Keystone.
+    pub(crate) async fn token(&self, http: &Http, identity: &IdentityContext) -> Result<Arc<Token>, CloudError> {
+        let slot = self.slot(key(identity)?);
+        let mut cached = slot.lock().await;
+        if let Some(token) = cached.as_ref().filter(|t| t.fresh()) {
+            return Ok(token.clone());
+        }
+        let token = Arc::new(self.issue(http, identity).await?);
+        *cached = Some(token.clone());
+        Ok(token)
+    }
+
+    /// Drops `stale` if it is still the cached token (another caller may have
+    /// replaced it already).
+    pub(crate) async fn invalidate(&self, identity: &IdentityContext, stale: &Token) {
+        let Ok(key) = key(identity) else { return };
+        let slot = self.slot(key);
+        let mut cached = slot.lock().await;
+        if cached.as_ref().is_some_and(|t| t.value == stale.value) {
+            *cached = None;
+        }
+    }
+
+    fn slot(&self, key: TokenKey) -> Slot {
+        let mut slots = self.slots();
+        if let Some(slot) = slots.get(&key) {
+            return slot.clone();
+        }
+        // Identities come and go: forget the ones whose tokens lapsed.
+        slots.retain(|_, slot| match slot.try_lock() {
+            Ok(cached) => cached.as_ref().is_some_and(|t| t.fresh()),
+            // In use right now: keep it.
+            Err(_) => true,
+        });
+        slots.entry(key).or_default().clone()
+    }
+
+    fn slots(&self) -> MutexGuard<'_, HashMap<TokenKey, Slot>> {
+        // The map holds no invariant a panic could break.
+        self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn issue(&self, http: &Http, identity: &IdentityContext) -> Result<Token, CloudError> {
+        const OPERATION: &str = "authenticating with Keystone";
+        let started = Instant::now();
+        let request = http.request(Method::POST, &self.token_url).json(&request_body(identity)?);
+        let reply = http.send(OPERATION, request).await?;
+        if !reply.is_success() {
+            // 401 here is a credential Keystone does not accept: no refresh helps.
+            return Err(reply.error(OPERATION));
+        }
+        let request_id = reply.request_id();
+        let value =
+            reply.headers.get("x-subject-token").cloned().ok_or_else(|| {
+                crate::error::malformed(OPERATION, request_id.as_deref(), "no X-Subject-Token header")
+            })?;
+        let body: TokenBody = reply.json(OPERATION)?;
+        let token = self.token_from(value, body.token, started).map_err(|message| {
+            let request = request_id.as_deref().map(|id| format!(" (request id {id})")).unwrap_or_default();
+            CloudError::Auth { message: format!("{message}{request}") }
+        })?;
+        if !identity.project_id.is_empty() && token.project_id != identity.project_id {
+            return Err(CloudError::Auth {
+                message: format!(
+                    "Keystone scoped the token to project {} but identity {} is for project {}",
+                    token.project_id, identity.identity_id, identity.project_id
+                ),
+            });
+        }
+        info!(
+            identity = %identity.identity_id,
+            project = %token.project_id,
+            expires_at = ?token.expires_at,
+            "obtained Keystone token"
+        );
+        Ok(token)
+    }
+
+    fn token_from(&self, mut value: HeaderValue, body: TokenData, started: Instant) -> Result<Token, String> {
+        value.set_sensitive(true);
+        let project_id = body.project.map(|p| p.id).ok_or("Keystone returned a token without a project scope")?;
+        let compute = self.endpoint(&body.catalog, "compute")?;
+        let network = self.endpoint(&body.catalog, "network")?;
+        let network = if network.trim_end_matches('/').ends_with("/v2.0") {
+            network
+        } else {
+            format!("{}/v2.0", network.trim_end_matches('/'))
+        };
+        let expires_at = body.expires_at.as_deref().and_then(parse_time);
+        let issued_at = body.issued_at.as_deref().and_then(parse_time);
+        let lifetime = match (issued_at, expires_at) {
+            (Some(issued), Some(expires)) => duration_between(issued, expires),
+            (None, Some(expires)) => duration_between(Timestamp::now(), expires),
+            // No expiry at all: renew hourly anyway.
+            _ => Duration::from_secs(3600),
+        };
+        // The margin never eats more than half a (short-lived) token's life.
+        let margin = self.refresh_margin.min(lifetime / 2);
+        debug!(lifetime_s = lifetime.as_secs(), margin_s = margin.as_secs(), "token lifetime");
+        Ok(Token {
+            value,
+            project_id,
+            endpoints: Endpoints { compute, network },
+            expires_at,
+            refresh_at: started + (lifetime - margin),
+        })
+    }
+
+    /// The URL of `service_type` for the configured region and interface.
+    fn endpoint(&self, catalog: &[CatalogEntry], service_type: &str) -> Result<String, String> {
+        let interface = self.interface.as_str();
+        catalog
+            .iter()
+            .filter(|entry| entry.kind == service_type)
+            .flat_map(|entry| &entry.endpoints)
+            .find(|e| {
+                e.interface == interface
+                    && (e.region_id.as_deref() == Some(self.region.as_str())
+                        || e.region.as_deref() == Some(self.region.as_str()))
+            })
+            .map(|e| e.url.clone())
+            .ok_or_else(|| {
+                format!("the service catalog has no {interface} {service_type} endpoint in region {}", self.region)
+            })
+    }
+}
+
+fn duration_between(from: Timestamp, to: Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or(Duration::ZERO)
+}
+
+fn key(identity: &IdentityContext) -> Result<TokenKey, CloudError> {
+    let (principal, secret) = match &identity.credentials {
+        Credentials::Password { user_id, password } => (format!("user:{user_id}"), password.clone()),
+        Credentials::ApplicationCredential { id, secret } => (format!("application-credential:{id}"), secret.clone()),
+        Credentials::None => {
+            return Err(CloudError::Auth {
+                message: format!("identity {} has no OpenStack credentials", identity.identity_id),
+            });
+        }
+    };
+    Ok(TokenKey { project_id: identity.project_id.clone(), principal, secret })
+}
+
+/// The Keystone v3 token request. A password is scoped to the identity's
+/// project by ID (user and project IDs need no domain); an application
+/// credential carries its project itself and must not name a scope.
+fn request_body(identity: &IdentityContext) -> Result<serde_json::Value, CloudError> {
+    match &identity.credentials {
+        Credentials::Password { user_id, password } => {
+            if identity.project_id.is_empty() {
+                return Err(CloudError::Auth {
+                    message: format!("identity {} has a password but no project to scope it to", identity.identity_id),
+                });
+            }
+            Ok(json!({"auth": {
+                "identity": {
+                    "methods": ["password"],
+                    "password": {"user": {"id": user_id, "password": password}},
+                },
+                "scope": {"project": {"id": identity.project_id}},
+            }}))
+        }
+        Credentials::ApplicationCredential { id, secret } => Ok(json!({"auth": {
+            "identity": {
+                "methods": ["application_credential"],
+                "application_credential": {"id": id, "secret": secret},
+            },
+        }})),
+        Credentials::None => {
+            Err(CloudError::Auth { message: format!("identity {} has no OpenStack credentials", identity.identity_id) })
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenBody {
+    token: TokenData,
+}
+
+#[derive(Deserialize)]
+struct TokenData {
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    issued_at: Option<String>,
+    #[serde(default)]
+    project: Option<ProjectRef>,
+    #[serde(default)]
+    catalog: Vec<CatalogEntry>,
+}
+
+#[derive(Deserialize)]
+struct ProjectRef {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct CatalogEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    endpoints: Vec<CatalogEndpoint>,
+}
+
+#[derive(Deserialize)]
+struct CatalogEndpoint {
+    interface: String,
+    #[serde(default)]
+    region: Option<String>,
+    #[serde(default)]
+    region_id: Option<String>,
+    url: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(credentials: Credentials) -> IdentityContext {
+        IdentityContext { region_id: "r".into(), identity_id: "id1".into(), project_id: "proj".into(), credentials }
+    }
+
+    #[test]
+    fn password_is_scoped_to_the_project_and_application_credentials_are_not() -> Result<(), CloudError> {
+        let body = request_body(&identity(Credentials::Password { user_id: "u".into(), password: "p".into() }))?;
+        assert_eq!(body["auth"]["scope"]["project"]["id"], "proj");
+        assert_eq!(body["auth"]["identity"]["password"]["user"]["id"], "u");
+        let body = request_body(&identity(Credentials::ApplicationCredential { id: "ac".into(), secret: "s".into() }))?;
+        assert_eq!(body["auth"]["identity"]["methods"][0], "application_credential");
+        assert!(body["auth"].get("scope").is_none());
+        assert!(matches!(request_body(&identity(Credentials::None)), Err(CloudError::Auth { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn keys_never_print_secrets() -> Result<(), CloudError> {
+        let key = key(&identity(Credentials::Password { user_id: "u".into(), password: "hunter2".into() }))?;
+        assert!(!format!("{key:?}").contains("hunter2"));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn catalog_endpoints_for_region_and_interface() -> Result<(), String> {
+        let mut config = OpenStackConfig::new("http://ks/v3", "r2");
+        config.token_refresh_margin = Duration::from_secs(600);
+        let auth = Auth::new(&config);
+        let body: TokenBody = serde_json::from_value(json!({"token": {
+            "issued_at": "2025-01-01T00:00:00.000000Z",
+            "expires_at": "2025-01-01T00:10:00.000000Z",
+            "project": {"id": "proj"},
+            "catalog": [
+                {"type": "compute", "endpoints": [
+                    {"interface": "public", "region_id": "r1", "url": "http://nova-r1/v2.1"},
+                    {"interface": "internal", "region_id": "r2", "url": "http://nova-internal/v2.1"},
+                    {"interface": "public", "region": "r2", "url": "http://nova-r2/v2.1"},
+                ]},
+                {"type": "network", "endpoints": [{"interface": "public", "region_id": "r2", "url": "http://neutron:9696/"}]},
+            ],
+        }}))
+        .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let token = auth.token_from(HeaderValue::from_static("tok"), body.token, started)?;
+        assert_eq!(token.endpoints.compute, "http://nova-r2/v2.1");
+        assert_eq!(token.endpoints.network, "http://neutron:9696/v2.0");
+        assert!(token.header().is_sensitive());
+        assert!(!format!("{token:?}").contains("tok\""));
+        // A 10-minute token with a 10-minute margin renews at half-life.
+        assert_eq!(token.refresh_at, started + Duration::from_secs(300));
+
+        let no_network: TokenBody = serde_json::from_value(json!({"token": {
+            "project": {"id": "proj"},
+            "catalog": [{"type": "compute", "endpoints": [{"interface": "public", "region_id": "r2", "url": "http://n"}]}],
+        }}))
+        .map_err(|e| e.to_string())?;
+        let error = auth.token_from(HeaderValue::from_static("t"), no_network.token, started).err();
+        assert_eq!(error.as_deref(), Some("the service catalog has no public network endpoint in region r2"));
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! The HTTP layer: one reqwest client (rustls on ring), and authenticated
+//! calls to a service endpoint from the token's catalog, with the one token
+//! refresh on 401 that Keystone's token revocation calls for.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use reqwest::header::HeaderMap;
+use reqwest::{Method, RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
+use server_core::port::{CloudError, IdentityContext};
+use tracing::debug;
+
+use crate::auth::{Auth, Token};
+use crate::config::{ConfigError, OpenStackConfig};
+use crate::error;
+
+/// The shared HTTP client.
+#[derive(Clone, Debug)]
+pub(crate) struct Http {
+    client: reqwest::Client,
+}
+
+/// A complete answer: status, headers and the whole body.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Reply {
+    pub(crate) fn request_id(&self) -> Option<String> {
+        error::request_id(&self.headers)
+    }
+
+    pub(crate) fn is_success(&self) -> bool {
+        self.status.is_success()
+    }
+
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND
+    }
+
+    /// The body of a successful answer as `T`; any other answer as its error.
+    pub(crate) fn json<T: DeserializeOwned>(&self, operation: &str) -> Result<T, CloudError> {
+        if !self.is_success() {
+            return Err(self.error(operation));
+        }
+        serde_json::from_slice(&self.body).map_err(|e| error::malformed(operation, self.request_id().as_deref(), e))
+    }
+
+    /// Success without a body of interest.
+    pub(crate) fn ok(&self, operation: &str) -> Result<(), CloudError> {
+        if self.is_success() { Ok(()) } else { Err(self.error(operation)) }
+    }
+
+    pub(crate) fn error(&self, operation: &str) -> CloudError {
+        error::from_status(operation, self.status, self.request_id().as_deref(), &self.body)
+    }
+}
+
+impl Http {
+    pub(crate) fn new(config: &OpenStackConfig) -> Result<Self, ConfigError> {
+        let client = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls_config(config.ca_certificate.as_deref())?)
+            .timeout(config.request_timeout)
+            .connect_timeout(config.connect_timeout)
+            .user_agent(concat!("server-controller/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        Ok(Http { client })
+    }
+
+    pub(crate) fn request(&self, method: Method, url: &str) -> RequestBuilder {
+        self.client.request(method, url)
+    }
+
+    /// Sends and reads the whole answer. Transport failures (including a body
+    /// cut short) are timeouts: the call's outcome is unknown.
+    pub(crate) async fn send(&self, operation: &str, request: RequestBuilder) -> Result<Reply, CloudError> {
+        let started = Instant::now();
+        let response = request.send().await.map_err(|e| error::from_transport(operation, &e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(|e| error::from_transport(operation, &e))?.to_vec();
+        debug!(
+            operation,
+            status = status.as_u16(),
+            request_id = error::request_id(&headers).as_deref().unwrap_or(""),
+            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "openstack call"
+        );
+        Ok(Reply { status, headers, body })
+    }
+}
+
+/// rustls on ring, verifying with the platform's roots plus any configured CA.
+/// Built here rather than by reqwest so the process never needs a global
+/// default crypto provider.
+fn tls_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, ConfigError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = match ca_pem {
+        Some(pem) => {
+            let extra = CertificateDer::pem_slice_iter(pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError::CaCertificate(e.to_string()))?;
+            if extra.is_empty() {
+                return Err(ConfigError::CaCertificate("no certificate in the PEM text".into()));
+            }
+            rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
+        }
+        None => rustls_platform_verifier::Verifier::new(provider.clone()),
+    }
+    .map_err(|e| ConfigError::CaCertificate(e.to_string()))?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ConfigError::Client(e.to_string()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    Ok(config)
+}
+
+/// The two services the port needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Service {
+    Compute,
+    Network,
+}
+
+impl Service {
+    fn base(self, token: &Token) -> &str {
+        match self {
+            Service::Compute => &token.endpoints.compute,
+            Service::Network => &token.endpoints.network,
+        }
+    }
+}
+
+/// One identity's view of the cloud: calls carry its token.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Session<'a> {
+    pub(crate) http: &'a Http,
+    pub(crate) auth: &'a Auth,
+    pub(crate) identity: &'a IdentityContext,
+}
+
+/// A service call, built by the compute and network modules.
+#[derive(Debug)]
+pub(crate) struct Call<'a> {
+    pub(crate) operation: &'a str,
+    pub(crate) service: Service,
+    pub(crate) method: Method,
+    /// Path below the service endpoint, starting with `/`.
+    pub(crate) path: String,
+    pub(crate) query: Vec<(&'static str, String)>,
+    pub(crate) body: Option<serde_json::Value>,
+}
+
+impl<'a> Call<'a> {
+    pub(crate) fn new(operation: &'a str, service: Service, method: Method, path: impl Into<String>) -> Self {
+        Call { operation, service, method, path: path.into(), query: Vec::new(), body: None }
+    }
+
+    pub(crate) fn query(mut self, key: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((key, value.into()));
+        self
+    }
+
+    pub(crate) fn body(mut self, body: serde_json::Value) -> Self {
+        self.body = Some(body);
+        self
+    }
+}
+
+impl Session<'_> {
+    /// Sends `call` with the identity's token. A 401 means the token was
+    /// revoked or expired early: the token is dropped, a new one fetched and
+    /// the call sent once more; a second 401 is an authentication failure.
+    pub(crate) async fn send(&self, call: &Call<'_>) -> Result<Reply, CloudError> {
+        let token = self.auth.token(self.http, self.identity).await?;
+        let reply = self.send_with(&token, call).await?;
+        if reply.status != StatusCode::UNAUTHORIZED {
+            return Ok(reply);
+        }
+        debug!(operation = call.operation, "token refused; authenticating again");
+        self.auth.invalidate(self.identity, &token).await;
+        let token = self.auth.token(self.http, self.identity).await?;
+        self.send_with(&token, call).await
+    }
+
+    async fn send_with(&self, token: &Token, call: &Call<'_>) -> Result<Reply, CloudError> {
+        let url = format!("{}{}", call.service.base(token).trim_end_matches('/'), call.path);
+        let mut request = self
+            .http
+            .request(call.method.clone(), &url)
+            .header("X-Auth-Token", token.header())
+            .header(reqwest::header::ACCEPT, "application/json");
+        if !call.query.is_empty() {
+            request = request.query(&call.query);
+        }
+        if let Some(body) = &call.body {
+            request = request.json(body);
+        }
+        self.http.send(call.operation, request).await
+    }
+}

@@ -1,0 +1,113 @@
+//! Nova calls (compute API v2.1).
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::Value;
+use server_core::port::CloudError;
+
+use crate::client::{Call, Service, Session};
+use crate::mapping::NovaServer;
+
+/// A runaway pagination (a marker that does not advance) stops here.
+const MAX_PAGES: usize = 1_000;
+
+#[derive(Deserialize)]
+struct ServerList {
+    servers: Vec<NovaServer>,
+    #[serde(default)]
+    servers_links: Vec<Link>,
+}
+
+#[derive(Deserialize)]
+struct Link {
+    rel: String,
+}
+
+#[derive(Deserialize)]
+struct ServerEnvelope {
+    server: NovaServer,
+}
+
+#[derive(Deserialize)]
+struct CreatedEnvelope {
+    server: Created,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+/// Every server of the token's project, with details, following Nova's
+/// pagination (a `next` link means "ask again after the last id").
+pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer>, CloudError> {
+    const OPERATION: &str = "listing servers";
+    let mut servers = Vec::new();
+    let mut marker: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let mut call = Call::new(OPERATION, Service::Compute, Method::GET, "/servers/detail");
+        if let Some(marker) = &marker {
+            call = call.query("marker", marker.clone());
+        }
+        let page: ServerList = session.send(&call).await?.json(OPERATION)?;
+        let more = page.servers_links.iter().any(|l| l.rel == "next");
+        let last = page.servers.last().map(|s| s.id.clone());
+        servers.extend(page.servers);
+        match last {
+            Some(last) if more && marker.as_deref() != Some(last.as_str()) => marker = Some(last),
+            _ => return Ok(servers),
+        }
+    }
+    Err(CloudError::Unavailable { status: 502, message: format!("{OPERATION}: more than {MAX_PAGES} pages") })
+}
+
+/// One server by id; `None` on Nova's authoritative 404.
+pub(crate) async fn get_server(session: &Session<'_>, id: &str) -> Result<Option<NovaServer>, CloudError> {
+    const OPERATION: &str = "reading server";
+    let call = Call::new(OPERATION, Service::Compute, Method::GET, format!("/servers/{}", segment(id)));
+    let reply = session.send(&call).await?;
+    if reply.is_not_found() {
+        return Ok(None);
+    }
+    Ok(Some(reply.json::<ServerEnvelope>(OPERATION)?.server))
+}
+
+/// Asks Nova to build a server; returns its id (Nova answers 202 at once).
+pub(crate) async fn create_server(session: &Session<'_>, body: Value) -> Result<String, CloudError> {
+    const OPERATION: &str = "creating server";
+    let call = Call::new(OPERATION, Service::Compute, Method::POST, "/servers").body(body);
+    Ok(session.send(&call).await?.json::<CreatedEnvelope>(OPERATION)?.server.id)
+}
+
+/// Asks Nova to delete a server; a server already gone counts as deleted.
+pub(crate) async fn delete_server(session: &Session<'_>, id: &str) -> Result<(), CloudError> {
+    const OPERATION: &str = "deleting server";
+    let call = Call::new(OPERATION, Service::Compute, Method::DELETE, format!("/servers/{}", segment(id)));
+    let reply = session.send(&call).await?;
+    if reply.is_not_found() {
+        return Ok(());
+    }
+    reply.ok(OPERATION)
+}
+
+/// A provider id as one URL path segment (ids are UUIDs, but nothing read
+/// from an API goes into a path unescaped).
+pub(crate) fn segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::segment;
+
+    #[test]
+    fn ids_are_escaped_as_one_segment() {
+        assert_eq!(segment("9168b536-cd40-4630"), "9168b536-cd40-4630");
+        assert_eq!(segment("../x y"), "..%2Fx%20y");
+    }
+}

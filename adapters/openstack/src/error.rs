@@ -1,0 +1,129 @@
+//! OpenStack answers to [`CloudError`] classes, with the operation and the
+//! request id in the message so an operator can find the call in the
+//! service's logs.
+
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use server_core::port::CloudError;
+
+/// Headers the services put their request id in (Nova sends both).
+const REQUEST_ID_HEADERS: [&str; 2] = ["x-openstack-request-id", "x-compute-request-id"];
+
+/// Longest provider message kept (error pages can be whole HTML documents).
+const MAX_MESSAGE: usize = 512;
+
+pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
+    REQUEST_ID_HEADERS.iter().find_map(|name| headers.get(*name).and_then(|v| v.to_str().ok()).map(str::to_owned))
+}
+
+/// The error of a non-success answer to `operation`.
+///
+/// 401 is [`CloudError::Auth`]; the token refresh has already been tried by
+/// the time this runs. 404 is mapped by callers that treat it as "absent";
+/// here it is a refusal like any other 4xx.
+pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Option<&str>, body: &[u8]) -> CloudError {
+    let detail = provider_message(body).unwrap_or_else(|| status.canonical_reason().unwrap_or("no reason").to_owned());
+    let request = request_id.map(|id| format!(", request id {id}")).unwrap_or_default();
+    CloudError::from_http(status.as_u16(), format!("{operation}: {detail} (HTTP {}{request})", status.as_u16()))
+}
+
+/// A transport failure: no usable answer arrived, so the outcome is unknown.
+/// Connection failures count as timeouts too (transient, never a refusal).
+pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudError {
+    let what = if error.is_timeout() {
+        "no answer in time"
+    } else if error.is_connect() {
+        "connection failed"
+    } else if error.is_decode() || error.is_body() {
+        "answer unreadable"
+    } else {
+        "request failed"
+    };
+    // The URL is left out: it may carry query filters with server uids, and the
+    // operation already says which call it was.
+    let source = std::error::Error::source(error).map(|s| format!(": {s}")).unwrap_or_default();
+    CloudError::Timeout { message: format!("{operation}: {what}{source}") }
+}
+
+/// An answer that arrived but cannot be understood (a provider bug or a proxy
+/// in the way). It is treated as unavailability, so callers retry.
+pub(crate) fn malformed(operation: &str, request_id: Option<&str>, detail: impl std::fmt::Display) -> CloudError {
+    let request = request_id.map(|id| format!(", request id {id}")).unwrap_or_default();
+    CloudError::Unavailable { status: 502, message: format!("{operation}: malformed answer: {detail}{request}") }
+}
+
+/// The human message in an OpenStack error body. The services disagree on the
+/// shape: Nova `{"itemNotFound": {"code": 404, "message": ...}}`, Neutron
+/// `{"NeutronError": {"type": ..., "message": ...}}`, Keystone
+/// `{"error": {"code": 401, "message": ..., "title": ...}}`, and some proxies
+/// answer plain text.
+pub(crate) fn provider_message(body: &[u8]) -> Option<String> {
+    let message = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Object(map)) => map
+            .values()
+            .find_map(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+            .or_else(|| map.get("message").and_then(|m| m.as_str()).map(str::to_owned))
+            .or_else(|| map.get("faultstring").and_then(|m| m.as_str()).map(str::to_owned))?,
+        Ok(_) => return None,
+        Err(_) => String::from_utf8_lossy(body).trim().to_owned(),
+    };
+    let message = message.split_whitespace().collect::<Vec<_>>().join(" ");
+    if message.is_empty() {
+        return None;
+    }
+    Some(truncate(message))
+}
+
+fn truncate(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::header::HeaderValue;
+
+    use super::*;
+
+    #[test]
+    fn messages_of_each_service_shape() {
+        let nova = br#"{"itemNotFound": {"code": 404, "message": "Instance x could not be found."}}"#;
+        assert_eq!(provider_message(nova).as_deref(), Some("Instance x could not be found."));
+        let neutron =
+            br#"{"NeutronError": {"type": "PortNotFound", "message": "Port y could not be found.", "detail": ""}}"#;
+        assert_eq!(provider_message(neutron).as_deref(), Some("Port y could not be found."));
+        let keystone = br#"{"error": {"code": 401, "message": "The request you have made requires authentication.", "title": "Unauthorized"}}"#;
+        assert_eq!(provider_message(keystone).as_deref(), Some("The request you have made requires authentication."));
+        assert_eq!(
+            provider_message(b"<html>\n 502   Bad Gateway </html>").as_deref(),
+            Some("<html> 502 Bad Gateway </html>")
+        );
+        assert_eq!(provider_message(b""), None);
+        let long = "é".repeat(1000);
+        assert!(provider_message(long.as_bytes()).is_some_and(|m| m.len() <= MAX_MESSAGE + 3));
+    }
+
+    #[test]
+    fn statuses_keep_their_class_and_carry_the_request_id() {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-compute-request-id", HeaderValue::from_static("req-abc"));
+        let id = request_id(&headers);
+        let body = br#"{"forbidden": {"code": 403, "message": "Quota exceeded for instances"}}"#;
+        let error = from_status("creating server", StatusCode::FORBIDDEN, id.as_deref(), body);
+        assert!(
+            matches!(&error, CloudError::Refused { status: 403, message } if message.contains("req-abc") && message.contains("Quota exceeded"))
+        );
+        assert!(from_status("x", StatusCode::CONFLICT, None, b"").is_transient());
+        assert!(from_status("x", StatusCode::TOO_MANY_REQUESTS, None, b"").is_transient());
+        assert!(from_status("x", StatusCode::BAD_GATEWAY, None, b"").is_transient());
+        assert!(matches!(from_status("x", StatusCode::UNAUTHORIZED, None, b""), CloudError::Auth { .. }));
+        assert!(malformed("x", None, "eof").is_transient());
+    }
+}

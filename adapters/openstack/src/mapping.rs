@@ -1,0 +1,319 @@
+//! Pure translations between the port's types and OpenStack's JSON: what a
+//! Nova server record means to the monitor, and what a create request puts
+//! in Neutron and Nova. No I/O here, so it is all unit-tested.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::TimeZone;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use server_core::model::NetworkAttachment;
+use server_core::port::{CreateRequest, PowerState, ProviderServer, ProviderStatus};
+
+/// Nova metadata that ties a provider server to its Server; the uid is the
+/// idempotency key.
+pub const METADATA_SERVER_UID: &str = "unikorn:server-uid";
+pub const METADATA_SERVER_NAMESPACE: &str = "unikorn:server-namespace";
+pub const METADATA_SERVER_NAME: &str = "unikorn:server-name";
+/// Keys with this prefix are the operator's; user tags cannot set them.
+const RESERVED_PREFIX: &str = "unikorn:";
+/// Nova's limit on metadata keys and values.
+const METADATA_MAX: usize = 255;
+
+/// The Neutron port made for a Server, found again by this name.
+pub fn port_name(server_uid: &str) -> String {
+    format!("unikorn-server-{server_uid}")
+}
+
+/// The subset of a Nova server record the port needs (API v2.1 fields).
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct NovaServer {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) status: String,
+    #[serde(default)]
+    pub(crate) metadata: BTreeMap<String, String>,
+    #[serde(rename = "OS-EXT-STS:power_state", default)]
+    pub(crate) power_state: Option<i64>,
+    #[serde(rename = "OS-EXT-STS:task_state", default)]
+    pub(crate) task_state: Option<String>,
+    #[serde(default)]
+    pub(crate) created: Option<String>,
+    #[serde(rename = "OS-SRV-USG:launched_at", default)]
+    pub(crate) launched_at: Option<String>,
+    /// Network name -> addresses on it.
+    #[serde(default)]
+    pub(crate) addresses: BTreeMap<String, Vec<NovaAddress>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct NovaAddress {
+    pub(crate) addr: String,
+    #[serde(default)]
+    pub(crate) version: Option<u8>,
+    #[serde(rename = "OS-EXT-IPS:type", default)]
+    pub(crate) kind: Option<String>,
+    #[serde(rename = "OS-EXT-IPS-MAC:mac_addr", default)]
+    pub(crate) mac: Option<String>,
+}
+
+impl NovaServer {
+    pub(crate) fn server_uid(&self) -> Option<&str> {
+        self.metadata.get(METADATA_SERVER_UID).map(String::as_str).filter(|uid| !uid.is_empty())
+    }
+
+    /// Nova is already deleting it: a second DELETE would only earn a 409.
+    pub(crate) fn deleting(&self) -> bool {
+        self.task_state.as_deref() == Some("deleting") || self.status.eq_ignore_ascii_case("DELETED")
+    }
+}
+
+/// A Nova record as the monitor sees it.
+pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
+    let status = provider_status(&server.status);
+    let fixed = addresses(server, "fixed");
+    let floating = addresses(server, "floating");
+    ProviderServer {
+        id: server.id.clone(),
+        server_uid: server.server_uid().unwrap_or_default().to_owned(),
+        queued: status == ProviderStatus::Build && queued(server.task_state.as_deref()),
+        status,
+        power_state: power_state(server.power_state),
+        created: server.created.as_deref().and_then(parse_time),
+        launched_at: server.launched_at.as_deref().and_then(parse_time),
+        private_ip: preferred(&fixed).map(|a| a.addr.clone()),
+        public_ip: preferred(&floating).map(|a| a.addr.clone()),
+        // Every address of one port shares its MAC; floating ones repeat it.
+        mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
+    }
+}
+
+fn addresses<'a>(server: &'a NovaServer, kind: &str) -> Vec<&'a NovaAddress> {
+    server
+        .addresses
+        .values()
+        .flatten()
+        // Without the extension attribute an address is taken as fixed.
+        .filter(|a| a.kind.as_deref().unwrap_or("fixed") == kind)
+        .collect()
+}
+
+/// IPv4 first: it is what users and the Go controller report.
+fn preferred<'a>(addresses: &[&'a NovaAddress]) -> Option<&'a NovaAddress> {
+    addresses.iter().find(|a| a.version == Some(4)).or(addresses.first()).copied()
+}
+
+pub(crate) fn provider_status(status: &str) -> ProviderStatus {
+    match status.to_ascii_uppercase().as_str() {
+        "ACTIVE" => ProviderStatus::Active,
+        "BUILD" => ProviderStatus::Build,
+        "ERROR" => ProviderStatus::Error,
+        "REBUILD" => ProviderStatus::Rebuild,
+        "UNKNOWN" | "" => ProviderStatus::Unknown,
+        other => ProviderStatus::Other(other.to_owned()),
+    }
+}
+
+/// Nova `OS-EXT-STS:power_state`: 0 NOSTATE, 1 RUNNING, 3 PAUSED,
+/// 4 SHUTDOWN, 6 CRASHED, 7 SUSPENDED.
+pub(crate) fn power_state(state: Option<i64>) -> PowerState {
+    match state {
+        None | Some(0) => PowerState::NoState,
+        Some(1) => PowerState::Running,
+        Some(4) => PowerState::Shutdown,
+        Some(_) => PowerState::Other,
+    }
+}
+
+/// A BUILD server has not begun deploying while Nova is still scheduling it
+/// (no task yet, or `scheduling`); later tasks (`networking`,
+/// `block_device_mapping`, `spawning`) are the deployment itself.
+fn queued(task_state: Option<&str>) -> bool {
+    matches!(task_state, None | Some("scheduling"))
+}
+
+/// OpenStack timestamps: RFC 3339 (`created`: `2024-05-01T10:00:00Z`) or a
+/// naive UTC date-time (`launched_at`: `2024-05-01T10:00:05.000000`).
+pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    text.parse::<Timestamp>()
+        .ok()
+        .or_else(|| text.parse::<DateTime>().ok().and_then(|dt| dt.to_zoned(TimeZone::UTC).ok()).map(|z| z.timestamp()))
+}
+
+/// Nova metadata for the Server's provider server: the three keys tying it to
+/// the Server, then the user's tags (those that fit Nova's limits and do not
+/// claim an operator key).
+pub(crate) fn server_metadata(request: &CreateRequest) -> BTreeMap<String, String> {
+    let mut metadata = BTreeMap::new();
+    for tag in &request.tags {
+        let fits = !tag.name.is_empty() && tag.name.len() <= METADATA_MAX && tag.value.len() <= METADATA_MAX;
+        if fits && !tag.name.starts_with(RESERVED_PREFIX) {
+            metadata.insert(tag.name.clone(), tag.value.clone());
+        }
+    }
+    metadata.insert(METADATA_SERVER_UID.to_owned(), request.server.uid.clone());
+    metadata.insert(METADATA_SERVER_NAMESPACE.to_owned(), request.server.namespace.clone());
+    metadata.insert(METADATA_SERVER_NAME.to_owned(), request.server.name.clone());
+    metadata
+}
+
+/// `POST /v2.0/ports` body: the Server's port on its first network.
+pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment) -> Value {
+    let pairs: Vec<Value> = network
+        .allowed_address_pairs
+        .iter()
+        .map(|pair| match &pair.mac_address {
+            Some(mac) if !mac.is_empty() => json!({"ip_address": pair.cidr, "mac_address": mac}),
+            _ => json!({"ip_address": pair.cidr}),
+        })
+        .collect();
+    json!({"port": {
+        "name": port_name(&request.server.uid),
+        "description": format!("Server {}/{}", request.server.namespace, request.server.name),
+        "network_id": network.id,
+        "security_groups": request.security_group_ids,
+        "allowed_address_pairs": pairs,
+    }})
+}
+
+/// `POST /servers` body: boots from the image with the prepared port.
+pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
+    let mut server = json!({
+        "name": request.name,
+        "flavorRef": request.flavor_id,
+        "imageRef": request.image_id,
+        "networks": [{"port": port_id}],
+        "metadata": server_metadata(request),
+    });
+    if let (Some(user_data), Some(object)) = (&request.user_data, server.as_object_mut()) {
+        object.insert("user_data".into(), Value::String(BASE64.encode(user_data)));
+    }
+    json!({ "server": server })
+}
+
+#[cfg(test)]
+mod tests {
+    use server_core::model::{AllowedAddressPair, Tag};
+    use server_core::port::ServerRef;
+
+    use super::*;
+
+    fn nova(value: Value) -> NovaServer {
+        serde_json::from_value(value).unwrap_or_default()
+    }
+
+    #[test]
+    fn active_record_with_launch_time_addresses_and_mac() {
+        let server = nova(json!({
+            "id": "9168b536",
+            "status": "ACTIVE",
+            "metadata": {"unikorn:server-uid": "uid-1"},
+            "OS-EXT-STS:power_state": 1,
+            "OS-EXT-STS:task_state": null,
+            "created": "2024-05-01T10:00:00Z",
+            "OS-SRV-USG:launched_at": "2024-05-01T10:00:42.000000",
+            "addresses": {"private": [
+                {"addr": "fd00::5", "version": 6, "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"},
+                {"addr": "10.0.0.5", "version": 4, "OS-EXT-IPS:type": "fixed", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"},
+                {"addr": "203.0.113.7", "version": 4, "OS-EXT-IPS:type": "floating", "OS-EXT-IPS-MAC:mac_addr": "fa:16:3e:00:00:01"},
+            ]},
+        }));
+        let record = provider_server(&server);
+        assert_eq!(record.server_uid, "uid-1");
+        assert_eq!(record.status, ProviderStatus::Active);
+        assert_eq!(record.power_state, PowerState::Running);
+        assert!(!record.queued);
+        assert_eq!(record.created, "2024-05-01T10:00:00Z".parse().ok());
+        assert_eq!(record.launched_at, "2024-05-01T10:00:42Z".parse().ok());
+        assert_eq!(record.private_ip.as_deref(), Some("10.0.0.5"));
+        assert_eq!(record.public_ip.as_deref(), Some("203.0.113.7"));
+        assert_eq!(record.mac_address.as_deref(), Some("fa:16:3e:00:00:01"));
+    }
+
+    #[test]
+    fn building_server_is_queued_until_nova_starts_deploying() {
+        let scheduling = nova(json!({"id": "a", "status": "BUILD", "OS-EXT-STS:task_state": "scheduling"}));
+        assert!(provider_server(&scheduling).queued);
+        let spawning = nova(json!({"id": "a", "status": "BUILD", "OS-EXT-STS:task_state": "spawning"}));
+        assert!(!provider_server(&spawning).queued);
+        let record = provider_server(&spawning);
+        assert_eq!((record.launched_at, record.private_ip, record.mac_address), (None, None, None));
+        assert_eq!(record.server_uid, "");
+    }
+
+    #[test]
+    fn statuses_and_power_states() {
+        assert_eq!(provider_status("SHUTOFF"), ProviderStatus::Other("SHUTOFF".into()));
+        assert_eq!(provider_status("error"), ProviderStatus::Error);
+        assert_eq!(provider_status("REBUILD"), ProviderStatus::Rebuild);
+        assert_eq!(provider_status(""), ProviderStatus::Unknown);
+        assert_eq!(power_state(Some(4)), PowerState::Shutdown);
+        assert_eq!(power_state(Some(0)), PowerState::NoState);
+        assert_eq!(power_state(Some(7)), PowerState::Other);
+        assert_eq!(power_state(None), PowerState::NoState);
+    }
+
+    #[test]
+    fn timestamps_in_both_openstack_shapes() {
+        assert_eq!(parse_time("2013-09-23T13:53:12.000000"), "2013-09-23T13:53:12Z".parse().ok());
+        assert_eq!(parse_time("2013-09-23T13:53:12+01:00"), "2013-09-23T12:53:12Z".parse().ok());
+        assert_eq!(parse_time(""), None);
+        assert_eq!(parse_time("yesterday"), None);
+    }
+
+    fn request() -> CreateRequest {
+        CreateRequest {
+            server: ServerRef { namespace: "ns".into(), name: "web".into(), uid: "uid-1".into() },
+            name: "web-label".into(),
+            flavor_id: "flavor".into(),
+            image_id: "image".into(),
+            networks: vec![NetworkAttachment {
+                id: "net-1".into(),
+                allowed_address_pairs: vec![
+                    AllowedAddressPair { cidr: "10.1.0.0/24".into(), mac_address: None },
+                    AllowedAddressPair { cidr: "10.2.0.1".into(), mac_address: Some("fa:16:3e:aa:bb:cc".into()) },
+                ],
+            }],
+            security_group_ids: vec!["sg-1".into(), "sg-2".into()],
+            public_ip: true,
+            user_data: Some(b"#cloud-config\n".to_vec()),
+            tags: vec![
+                Tag { name: "team".into(), value: "blue".into() },
+                Tag { name: "unikorn:server-uid".into(), value: "forged".into() },
+            ],
+        }
+    }
+
+    #[test]
+    fn create_bodies() {
+        let request = request();
+        let port = port_body(&request, &request.networks[0]);
+        assert_eq!(port["port"]["name"], "unikorn-server-uid-1");
+        assert_eq!(port["port"]["network_id"], "net-1");
+        assert_eq!(port["port"]["security_groups"], json!(["sg-1", "sg-2"]));
+        assert_eq!(
+            port["port"]["allowed_address_pairs"],
+            json!([{"ip_address": "10.1.0.0/24"}, {"ip_address": "10.2.0.1", "mac_address": "fa:16:3e:aa:bb:cc"}])
+        );
+        let server = server_body(&request, "port-1");
+        assert_eq!(server["server"]["name"], "web-label");
+        assert_eq!(server["server"]["flavorRef"], "flavor");
+        assert_eq!(server["server"]["imageRef"], "image");
+        assert_eq!(server["server"]["networks"], json!([{"port": "port-1"}]));
+        assert_eq!(server["server"]["user_data"], "I2Nsb3VkLWNvbmZpZwo=");
+        assert_eq!(
+            server["server"]["metadata"],
+            json!({"team": "blue", "unikorn:server-uid": "uid-1", "unikorn:server-namespace": "ns", "unikorn:server-name": "web"})
+        );
+        let no_user_data = CreateRequest { user_data: None, ..request };
+        assert!(server_body(&no_user_data, "p")["server"].get("user_data").is_none());
+    }
+}

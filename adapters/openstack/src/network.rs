@@ -1,0 +1,126 @@
+//! Neutron calls (networking API v2.0): the Server's port and floating IP.
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use server_core::port::CloudError;
+
+use crate::client::{Call, Service, Session};
+use crate::compute::segment;
+
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct Port {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) network_id: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct FloatingIp {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) floating_ip_address: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Ports {
+    ports: Vec<Port>,
+}
+
+#[derive(Deserialize)]
+struct PortEnvelope {
+    port: Port,
+}
+
+#[derive(Deserialize)]
+struct FloatingIps {
+    floatingips: Vec<FloatingIp>,
+}
+
+#[derive(Deserialize)]
+struct FloatingIpEnvelope {
+    floatingip: FloatingIp,
+}
+
+#[derive(Deserialize)]
+struct Networks {
+    networks: Vec<NetworkRef>,
+}
+
+#[derive(Deserialize)]
+struct NetworkRef {
+    id: String,
+}
+
+/// Ports of the token's project with this exact name.
+pub(crate) async fn ports_named(session: &Session<'_>, name: &str) -> Result<Vec<Port>, CloudError> {
+    const OPERATION: &str = "listing ports";
+    let call = Call::new(OPERATION, Service::Network, Method::GET, "/ports").query("name", name);
+    Ok(session.send(&call).await?.json::<Ports>(OPERATION)?.ports)
+}
+
+pub(crate) async fn create_port(session: &Session<'_>, body: Value) -> Result<Port, CloudError> {
+    const OPERATION: &str = "creating port";
+    let call = Call::new(OPERATION, Service::Network, Method::POST, "/ports").body(body);
+    Ok(session.send(&call).await?.json::<PortEnvelope>(OPERATION)?.port)
+}
+
+/// Sets the fields in `body` on an existing port.
+pub(crate) async fn update_port(session: &Session<'_>, id: &str, body: Value) -> Result<(), CloudError> {
+    const OPERATION: &str = "updating port";
+    let call = Call::new(OPERATION, Service::Network, Method::PUT, format!("/ports/{}", segment(id))).body(body);
+    session.send(&call).await?.ok(OPERATION)
+}
+
+/// Deletes a port; one already gone counts as deleted.
+pub(crate) async fn delete_port(session: &Session<'_>, id: &str) -> Result<(), CloudError> {
+    const OPERATION: &str = "deleting port";
+    let call = Call::new(OPERATION, Service::Network, Method::DELETE, format!("/ports/{}", segment(id)));
+    let reply = session.send(&call).await?;
+    if reply.is_not_found() {
+        return Ok(());
+    }
+    reply.ok(OPERATION)
+}
+
+/// Floating IPs associated with a port.
+pub(crate) async fn floating_ips_of(session: &Session<'_>, port_id: &str) -> Result<Vec<FloatingIp>, CloudError> {
+    const OPERATION: &str = "listing floating IPs";
+    let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("port_id", port_id);
+    Ok(session.send(&call).await?.json::<FloatingIps>(OPERATION)?.floatingips)
+}
+
+/// Allocates a floating IP on `network_id` and associates it with the port.
+pub(crate) async fn create_floating_ip(
+    session: &Session<'_>,
+    network_id: &str,
+    port_id: &str,
+    description: &str,
+) -> Result<FloatingIp, CloudError> {
+    const OPERATION: &str = "creating floating IP";
+    let body = json!({"floatingip": {
+        "floating_network_id": network_id,
+        "port_id": port_id,
+        "description": description,
+    }});
+    let call = Call::new(OPERATION, Service::Network, Method::POST, "/floatingips").body(body);
+    Ok(session.send(&call).await?.json::<FloatingIpEnvelope>(OPERATION)?.floatingip)
+}
+
+/// Releases a floating IP; one already gone counts as released.
+pub(crate) async fn delete_floating_ip(session: &Session<'_>, id: &str) -> Result<(), CloudError> {
+    const OPERATION: &str = "deleting floating IP";
+    let call = Call::new(OPERATION, Service::Network, Method::DELETE, format!("/floatingips/{}", segment(id)));
+    let reply = session.send(&call).await?;
+    if reply.is_not_found() {
+        return Ok(());
+    }
+    reply.ok(OPERATION)
+}
+
+/// IDs of the external networks visible to the project.
+pub(crate) async fn external_networks(session: &Session<'_>) -> Result<Vec<String>, CloudError> {
+    const OPERATION: &str = "listing external networks";
+    let call = Call::new(OPERATION, Service::Network, Method::GET, "/networks").query("router:external", "true");
+    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks.into_iter().map(|n| n.id).collect())
+}

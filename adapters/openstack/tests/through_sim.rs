@@ -1,0 +1,622 @@
+//! The adapter driven over HTTP through server-sim's OpenStack simulator:
+//! auth and token refresh, idempotent create, record mapping, delete
+//! sequencing and every error class.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
+use server_core::port::{
+    CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
+    ServerRef,
+};
+use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
+use server_sim::cloud::{CloudConfig, Fate, ManualClock, SimCloud};
+use server_sim::openstack::{Fault, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const PROJECT: &str = "project-1";
+
+struct Harness {
+    sim: OpenStackSim,
+    clock: Arc<ManualClock>,
+    served: ServeHandle,
+    cloud: OpenStackCloud,
+    identity: IdentityContext,
+}
+
+impl Harness {
+    async fn new() -> Result<Self, Box<dyn std::error::Error>> {
+        Harness::with(OpenStackSimConfig::default(), |_| {}).await
+    }
+
+    async fn with(
+        sim_config: OpenStackSimConfig,
+        configure: impl FnOnce(&mut OpenStackConfig),
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let clock = Arc::new(ManualClock::starting_at(start()));
+        let cloud = SimCloud::with_clock(CloudConfig::reliable(7), clock.clone());
+        let sim = OpenStackSim::with_config(cloud, sim_config);
+        let served = sim.serve("127.0.0.1:0".parse()?).await?;
+        let mut config = OpenStackConfig::new(served.auth_url(), "RegionOne");
+        config.request_timeout = Duration::from_secs(2);
+        config.connect_timeout = Duration::from_secs(1);
+        configure(&mut config);
+        let cloud = OpenStackCloud::new(config)?;
+        let identity = IdentityContext {
+            region_id: "region-a".into(),
+            identity_id: "identity-1".into(),
+            project_id: PROJECT.into(),
+            credentials: Credentials::Password { user_id: "user-1".into(), password: "s3cret".into() },
+        };
+        Ok(Harness { sim, clock, served, cloud, identity })
+    }
+
+    /// Another adapter instance (no token cache, no remembered ids).
+    fn fresh_cloud(&self) -> Result<OpenStackCloud, Box<dyn std::error::Error>> {
+        Ok(OpenStackCloud::new(self.cloud.config().clone())?)
+    }
+
+    fn ops(&self, op: Op) -> usize {
+        self.sim.requests().iter().filter(|r| r.op == op).count()
+    }
+}
+
+fn start() -> Timestamp {
+    Timestamp::from_second(1_767_225_600).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn server_ref(uid: &str) -> ServerRef {
+    ServerRef { namespace: "ns".into(), name: format!("server-{uid}"), uid: uid.into() }
+}
+
+fn request(uid: &str, public_ip: bool) -> CreateRequest {
+    CreateRequest {
+        server: server_ref(uid),
+        name: format!("vm-{uid}"),
+        flavor_id: "flavor-small".into(),
+        image_id: "image-ubuntu".into(),
+        networks: vec![NetworkAttachment {
+            id: "net-1".into(),
+            allowed_address_pairs: vec![
+                AllowedAddressPair { cidr: "10.9.0.0/16".into(), mac_address: None },
+                AllowedAddressPair { cidr: "10.8.0.1".into(), mac_address: Some("fa:16:3e:aa:bb:cc".into()) },
+            ],
+        }],
+        security_group_ids: vec!["sg-web".into(), "sg-ssh".into()],
+        public_ip,
+        user_data: Some(b"#cloud-config\nruncmd: [echo hi]\n\xff\x00binary".to_vec()),
+        tags: vec![Tag { name: "team".into(), value: "blue".into() }],
+    }
+}
+
+// ---------------------------------------------------------------- auth
+
+#[tokio::test]
+async fn token_is_cached_then_refreshed_once_on_401() -> TestResult {
+    let h = Harness::new().await?;
+    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity).await?;
+    assert_eq!(h.sim.counters().token_requests, 1, "the token is reused");
+
+    // Keystone forgot every token: one 401, one new token, the call succeeds.
+    h.sim.revoke_tokens();
+    h.cloud.list(&h.identity).await?;
+    let counters = h.sim.counters();
+    assert_eq!((counters.token_requests, counters.unauthorized), (2, 1));
+
+    // A 401 that survives the refresh is an auth failure, after one retry only.
+    h.sim.inject(Target::Compute, Fault::Status(401), 2);
+    let error = h.cloud.list(&h.identity).await.err();
+    assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
+    assert_eq!(h.sim.counters().token_requests, 3);
+    assert!(!error.is_some_and(|e| e.is_transient()));
+    Ok(())
+}
+
+#[tokio::test]
+async fn token_is_renewed_shortly_before_expiry() -> TestResult {
+    let sim_config = OpenStackSimConfig { token_ttl: Duration::from_secs(2), ..Default::default() };
+    let h = Harness::with(sim_config, |c| c.token_refresh_margin = Duration::from_secs(1)).await?;
+    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity).await?;
+    assert_eq!(h.sim.counters().token_requests, 1);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    h.cloud.list(&h.identity).await?;
+    assert_eq!(h.sim.counters().token_requests, 2, "renewed a margin before expiry");
+    assert_eq!(h.sim.counters().unauthorized, 0, "never sent an expired token");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_token_keystone_considers_expired_is_replaced() -> TestResult {
+    let h = Harness::new().await?;
+    h.cloud.list(&h.identity).await?;
+    // Keystone's clock runs two hours ahead of ours: its token lapsed early.
+    h.clock.advance(Duration::from_secs(7_200));
+    h.cloud.list(&h.identity).await?;
+    let counters = h.sim.counters();
+    assert_eq!((counters.token_requests, counters.unauthorized), (2, 1));
+    Ok(())
+}
+
+#[tokio::test]
+async fn tokens_are_per_identity() -> TestResult {
+    let h = Harness::new().await?;
+    let other = IdentityContext {
+        identity_id: "identity-2".into(),
+        project_id: "project-2".into(),
+        credentials: Credentials::Password { user_id: "user-2".into(), password: "pw2".into() },
+        ..h.identity.clone()
+    };
+    h.cloud.create(&h.identity, &request("uid-a", false)).await?;
+    h.cloud.create(&other, &request("uid-b", false)).await?;
+    assert_eq!(h.sim.counters().token_requests, 2);
+    let mine = h.cloud.list(&h.identity).await?;
+    let theirs = h.cloud.list(&other).await?;
+    assert_eq!(mine.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), ["uid-a"]);
+    assert_eq!(theirs.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), ["uid-b"]);
+    assert_eq!(h.sim.counters().token_requests, 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn application_credentials_authenticate_for_their_project() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.add_application_credential("ac-1", "ac-secret", PROJECT);
+    h.sim.add_application_credential("ac-other", "x", "project-elsewhere");
+    let identity = IdentityContext {
+        credentials: Credentials::ApplicationCredential { id: "ac-1".into(), secret: "ac-secret".into() },
+        ..h.identity.clone()
+    };
+    h.cloud.list(&identity).await?;
+
+    let wrong_secret = IdentityContext {
+        credentials: Credentials::ApplicationCredential { id: "ac-1".into(), secret: "nope".into() },
+        ..h.identity.clone()
+    };
+    let error = h.cloud.list(&wrong_secret).await.err();
+    assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("request id req-")), "{error:?}");
+
+    // A credential of another project must not be used to list this one.
+    let wrong_project = IdentityContext {
+        credentials: Credentials::ApplicationCredential { id: "ac-other".into(), secret: "x".into() },
+        ..h.identity.clone()
+    };
+    let error = h.cloud.list(&wrong_project).await.err();
+    assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("project-elsewhere")), "{error:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_or_missing_credentials_are_auth_errors() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.add_user("user-1", "the-real-one");
+    let error = h.cloud.list(&h.identity).await.err();
+    assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
+    let none = IdentityContext { credentials: Credentials::None, ..h.identity.clone() };
+    let error = h.cloud.list(&none).await.err();
+    assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("no OpenStack credentials")));
+    // Nothing went to Keystone for the identity without credentials.
+    assert_eq!(h.sim.counters().token_requests, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn endpoints_come_from_the_configured_region() -> TestResult {
+    // The simulator's catalog lists a decoy region first: picking it would fail
+    // to connect; the configured region is used.
+    let h = Harness::new().await?;
+    h.cloud.list(&h.identity).await?;
+    let elsewhere = Harness::with(OpenStackSimConfig::default(), |c| c.region = "Atlantis".into()).await?;
+    let error = elsewhere.cloud.list(&elsewhere.identity).await.err();
+    assert!(
+        matches!(&error, Some(CloudError::Auth { message }) if message.contains("no public compute endpoint in region Atlantis")),
+        "{error:?}"
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- create
+
+#[tokio::test]
+async fn create_makes_port_server_and_floating_ip() -> TestResult {
+    let h = Harness::new().await?;
+    let req = request("uid-1", true);
+    let created = h.cloud.create(&h.identity, &req).await?;
+    assert_eq!(created.server_uid, "uid-1");
+    assert_eq!(created.status, ProviderStatus::Build);
+
+    let ports = h.sim.ports();
+    assert_eq!(ports.len(), 1);
+    let port = &ports[0];
+    assert_eq!(port.name, port_name("uid-1"));
+    assert_eq!(port.project_id, PROJECT);
+    assert_eq!(port.network_id, "net-1");
+    assert_eq!(port.security_groups, ["sg-web", "sg-ssh"]);
+    assert_eq!(
+        port.allowed_address_pairs,
+        [("10.9.0.0/16".to_owned(), port.mac_address.clone()), ("10.8.0.1".to_owned(), "fa:16:3e:aa:bb:cc".to_owned())]
+    );
+    assert_eq!(port.server_uid.as_deref(), Some("uid-1"));
+
+    let servers = h.sim.servers();
+    assert_eq!(servers.len(), 1);
+    let server = &servers[0];
+    assert_eq!(server.id.as_deref(), Some(created.id.as_str()));
+    assert_eq!(
+        (server.name.as_str(), server.flavor_id.as_str(), server.image_id.as_str()),
+        ("vm-uid-1", "flavor-small", "image-ubuntu")
+    );
+    assert_eq!(server.port_id.as_deref(), Some(port.id.as_str()));
+    assert_eq!(server.user_data, req.user_data, "user data reaches Nova byte for byte");
+    assert_eq!(server.metadata.get("unikorn:server-uid").map(String::as_str), Some("uid-1"));
+    assert_eq!(server.metadata.get("unikorn:server-namespace").map(String::as_str), Some("ns"));
+    assert_eq!(server.metadata.get("unikorn:server-name").map(String::as_str), Some("server-uid-1"));
+    assert_eq!(server.metadata.get("team").map(String::as_str), Some("blue"));
+
+    // No floatingNetworkID configured: the project's only external network.
+    let ips = h.sim.floating_ips();
+    assert_eq!(ips.len(), 1);
+    assert_eq!(ips[0].port_id.as_deref(), Some(port.id.as_str()));
+    assert_eq!(ips[0].network_id, "external");
+    Ok(())
+}
+
+#[tokio::test]
+async fn create_is_idempotent_per_server_uid() -> TestResult {
+    let h = Harness::new().await?;
+    let req = request("uid-1", true);
+    let first = h.cloud.create(&h.identity, &req).await?;
+    let again = h.cloud.create(&h.identity, &req).await?;
+    // A restarted controller remembers nothing but finds it by metadata.
+    let restarted = h.fresh_cloud()?.create(&h.identity, &req).await?;
+    assert_eq!((again.id.as_str(), restarted.id.as_str()), (first.id.as_str(), first.id.as_str()));
+    let counters = h.sim.counters();
+    assert_eq!(counters.server_creates, 1, "one POST /servers");
+    assert_eq!(counters.duplicate_server_creates, 0);
+    assert_eq!((counters.port_creates, counters.floating_ip_creates), (1, 1));
+    assert_eq!(h.sim.cloud().truth("uid-1").creates_accepted, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lost_create_answer_is_absorbed_by_the_next_create() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| c.request_timeout = Duration::from_millis(400)).await?;
+    h.sim.inject(Target::Op(Op::ServerCreate), Fault::LoseAnswer(Duration::from_secs(2)), 1);
+    let req = request("uid-1", false);
+    let error = h.cloud.create(&h.identity, &req).await.err();
+    assert!(matches!(error, Some(CloudError::Timeout { .. })), "{error:?}");
+    assert!(error.is_some_and(|e| e.is_transient()));
+
+    let record = h.cloud.create(&h.identity, &req).await?;
+    assert_eq!(record.server_uid, "uid-1");
+    let counters = h.sim.counters();
+    assert_eq!((counters.server_creates, counters.duplicate_server_creates, counters.port_creates), (1, 0, 1));
+    assert_eq!(h.sim.cloud().truth("uid-1").live, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_port_left_by_a_failed_attempt_is_updated_and_reused() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::refused(1));
+    let error = h.cloud.create(&h.identity, &request("uid-1", false)).await.err();
+    assert!(
+        matches!(&error, Some(CloudError::Refused { status: 403, message }) if message.contains("Quota exceeded") && message.contains("request id req-")),
+        "{error:?}"
+    );
+    assert_eq!(h.sim.ports().len(), 1);
+
+    // The spec changed in between: the port follows it.
+    let mut req = request("uid-1", false);
+    req.security_group_ids = vec!["sg-new".into()];
+    h.cloud.create(&h.identity, &req).await?;
+    let ports = h.sim.ports();
+    assert_eq!(ports.len(), 1);
+    assert_eq!(ports[0].security_groups, ["sg-new"]);
+    assert_eq!(h.sim.counters().port_creates, 1);
+    assert_eq!(h.sim.counters().port_updates, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_floating_ip_is_added_on_the_next_create() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| c.floating_network_id = Some("external".into())).await?;
+    h.sim.inject(Target::Op(Op::FloatingIpCreate), Fault::Status(503), 1);
+    let error = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
+    assert!(matches!(error, Some(CloudError::Unavailable { status: 503, .. })), "{error:?}");
+    assert!(h.sim.floating_ips().is_empty());
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().len(), 1);
+    assert_eq!(h.sim.counters().server_creates, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_create_without_network_is_refused_before_any_call() -> TestResult {
+    let h = Harness::new().await?;
+    let req = CreateRequest { networks: vec![], ..request("uid-1", false) };
+    let error = h.cloud.create(&h.identity, &req).await.err();
+    assert!(matches!(error, Some(CloudError::Refused { status: 400, .. })), "{error:?}");
+    assert!(h.sim.requests().is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------- get and list
+
+#[tokio::test]
+async fn records_map_queued_launch_time_addresses_and_mac() -> TestResult {
+    let h = Harness::new().await?;
+    let uid = "uid-1";
+    h.sim.cloud().script(uid, Fate::clean().with_build_time(Duration::from_secs(30)));
+    h.cloud.create(&h.identity, &request(uid, true)).await?;
+    let port = h.sim.ports().into_iter().next().ok_or("no port")?;
+    let ip = h.sim.floating_ips().into_iter().next().ok_or("no floating IP")?;
+
+    let queued = h.cloud.get(&h.identity, &server_ref(uid)).await?.ok_or("absent")?;
+    assert_eq!(queued.status, ProviderStatus::Build);
+    assert!(queued.queued, "scheduling is pre-deploy");
+    assert_eq!(queued.created, Some(start()));
+    assert_eq!((queued.launched_at, queued.private_ip.as_deref(), queued.mac_address.as_deref()), (None, None, None));
+
+    h.clock.advance(Duration::from_secs(5));
+    let building = h.cloud.get(&h.identity, &server_ref(uid)).await?.ok_or("absent")?;
+    assert_eq!(building.status, ProviderStatus::Build);
+    assert!(!building.queued, "spawning");
+    assert_eq!(building.launched_at, None);
+
+    h.clock.advance(Duration::from_secs(25));
+    let active = h.cloud.get(&h.identity, &server_ref(uid)).await?.ok_or("absent")?;
+    assert_eq!(active.status, ProviderStatus::Active);
+    assert_eq!(active.power_state, PowerState::Running);
+    assert_eq!(active.launched_at, start().checked_add(jiff::SignedDuration::from_secs(30)).ok());
+    assert_eq!(active.private_ip.as_deref(), Some(port.ip_address.as_str()));
+    assert_eq!(active.public_ip.as_deref(), Some(ip.address.as_str()));
+    assert_eq!(active.mac_address.as_deref(), Some(port.mac_address.as_str()));
+
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(listed, vec![active]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_boot_shows_as_error() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::failing_boots(1).with_fail_time(Duration::from_secs(10)));
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    h.clock.advance(Duration::from_secs(11));
+    let record = h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
+    assert_eq!(record.status, ProviderStatus::Error);
+    assert_eq!(record.launched_at, None);
+    Ok(())
+}
+
+#[tokio::test]
+async fn get_uses_the_known_id_and_says_absent_only_after_a_full_list() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    assert_eq!(h.cloud.get(&h.identity, &server_ref("nobody")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), 1, "absence comes from the list");
+
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    let lists = h.ops(Op::ServerListDetail);
+    h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
+    assert_eq!(h.ops(Op::ServerListDetail), lists, "one GET /servers/{{id}}, no list");
+    assert_eq!(h.ops(Op::ServerGet), 1);
+
+    // The server vanished behind the operator's back: the known id 404s, the
+    // list confirms, and only then is it absent.
+    h.sim.cloud().with_model(|m| m.delete(start(), "uid-1"))?;
+    assert_eq!(h.cloud.get(&h.identity, &server_ref("uid-1")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), lists + 1);
+
+    // A list that fails is not absence.
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(500), 1);
+    let error = h.cloud.get(&h.identity, &server_ref("uid-1")).await.err();
+    assert!(matches!(error, Some(CloudError::Unavailable { status: 500, .. })), "{error:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
+    let sim_config = OpenStackSimConfig { page_size: 2, ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    for i in 0..5 {
+        h.cloud.create(&h.identity, &request(&format!("uid-{i}"), false)).await?;
+        h.clock.advance(Duration::from_secs(1));
+    }
+    foreign_server(&h).await?;
+    let before = h.ops(Op::ServerListDetail);
+    let mut uids: Vec<String> = h.cloud.list(&h.identity).await?.into_iter().map(|s| s.server_uid).collect();
+    uids.sort();
+    assert_eq!(uids, ["uid-0", "uid-1", "uid-2", "uid-3", "uid-4"]);
+    assert_eq!(h.ops(Op::ServerListDetail) - before, 3, "three pages of two");
+    Ok(())
+}
+
+/// A server someone made by hand in the project, without the operator's
+/// metadata, straight through the simulator's HTTP API.
+async fn foreign_server(h: &Harness) -> TestResult {
+    // Only this raw client needs a process default; the adapter never does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let auth = serde_json::json!({"auth": {
+        "identity": {"methods": ["password"], "password": {"user": {"id": "admin", "password": "pw"}}},
+        "scope": {"project": {"id": PROJECT}},
+    }});
+    let reply = client.post(format!("{}/auth/tokens", h.served.auth_url())).json(&auth).send().await?;
+    let token = reply.headers().get("x-subject-token").ok_or("no token")?.clone();
+    let server =
+        serde_json::json!({"server": {"name": "by-hand", "flavorRef": "f", "imageRef": "i", "networks": "none"}});
+    let reply = client
+        .post(format!("{}/compute/v2.1/servers", h.served.url()))
+        .header("x-auth-token", token)
+        .json(&server)
+        .send()
+        .await?;
+    assert_eq!(reply.status().as_u16(), 202);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- delete
+
+#[tokio::test]
+async fn delete_removes_the_server_first_then_floating_ip_and_port() -> TestResult {
+    let h = Harness::new().await?;
+    let uid = "uid-1";
+    h.sim.cloud().script(uid, Fate::clean().with_delete_time(Duration::from_secs(10)));
+    h.cloud.create(&h.identity, &request(uid, true)).await?;
+    h.clock.advance(Duration::from_secs(40));
+
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::InProgress);
+    assert_eq!(h.ops(Op::ServerDelete), 1);
+    assert_eq!((h.ops(Op::PortDelete), h.ops(Op::FloatingIpDelete)), (0, 0), "nothing released while Nova lists it");
+
+    // Still deleting: no second DELETE (Nova would answer 409), still in progress.
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::InProgress);
+    assert_eq!(h.ops(Op::ServerDelete), 1);
+
+    h.clock.advance(Duration::from_secs(10));
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::Gone);
+    let order: Vec<Op> = h
+        .sim
+        .requests()
+        .into_iter()
+        .map(|r| r.op)
+        .filter(|op| matches!(op, Op::ServerDelete | Op::FloatingIpDelete | Op::PortDelete))
+        .collect();
+    assert_eq!(order, [Op::ServerDelete, Op::FloatingIpDelete, Op::PortDelete]);
+    assert!(h.sim.ports().is_empty() && h.sim.floating_ips().is_empty());
+    assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
+    assert_eq!(h.sim.cloud().truth(uid).live, 0);
+
+    // Deleting what is gone is done, and touches nothing.
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::Gone);
+    assert_eq!(h.ops(Op::ServerDelete), 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_fast_delete_is_gone_in_one_call() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert!(h.sim.ports().is_empty());
+    assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_of_a_never_created_server_releases_a_leftover_port() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::refused(1));
+    assert!(h.cloud.create(&h.identity, &request("uid-1", false)).await.is_err());
+    assert_eq!(h.sim.ports().len(), 1);
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert!(h.sim.ports().is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn delete_not_found_counts_as_done() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    // Nova forgets the server between our list and our DELETE.
+    h.sim.inject(Target::Op(Op::ServerDelete), Fault::Status(404), 1);
+    let progress = h.cloud.delete(&h.identity, &server_ref("uid-1")).await?;
+    assert_eq!(progress, DeleteProgress::InProgress, "Nova still lists it");
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_release_is_retried_and_gone_waits_for_it() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    h.sim.inject(Target::Op(Op::PortDelete), Fault::Status(500), 1);
+    let error = h.cloud.delete(&h.identity, &server_ref("uid-1")).await.err();
+    assert!(matches!(error, Some(CloudError::Unavailable { status: 500, .. })), "{error:?}");
+    assert_eq!(h.sim.ports().len(), 1);
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert!(h.sim.ports().is_empty());
+    Ok(())
+}
+
+// ---------------------------------------------------------------- error classes
+
+#[tokio::test]
+async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
+    let h = Harness::new().await?;
+    h.cloud.list(&h.identity).await?;
+    for (status, transient) in
+        [(409, true), (429, true), (500, true), (502, true), (503, true), (400, false), (403, false), (413, false)]
+    {
+        h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), 1);
+        let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+        assert_eq!(error.is_transient(), transient, "{status}: {error:?}");
+        let expected = match status {
+            409 => matches!(error, CloudError::Conflict { .. }),
+            429 => matches!(error, CloudError::RateLimited { .. }),
+            500..=599 => matches!(error, CloudError::Unavailable { status: s, .. } if s == status),
+            _ => matches!(error, CloudError::Refused { status: s, .. } if s == status),
+        };
+        assert!(expected, "{status}: {error:?}");
+        let message = error.to_string();
+        assert!(message.contains("listing servers") && message.contains("request id req-"), "{message}");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_slow_answer_is_a_timeout() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| c.request_timeout = Duration::from_millis(300)).await?;
+    h.cloud.list(&h.identity).await?;
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(2)), 1);
+    let error = h.cloud.list(&h.identity).await.err();
+    assert!(
+        matches!(&error, Some(CloudError::Timeout { message }) if message.contains("no answer in time")),
+        "{error:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn keystone_outages_are_transient() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.inject(Target::Keystone, Fault::Status(503), 1);
+    let error = h.cloud.list(&h.identity).await.err();
+    assert!(matches!(error, Some(CloudError::Unavailable { status: 503, .. })), "{error:?}");
+    h.cloud.list(&h.identity).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_unreachable_cloud_is_transient() -> TestResult {
+    let h = Harness::new().await?;
+    let addr = h.served.addr();
+    h.served.shutdown();
+    // Give the listener a moment to close.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut config = OpenStackConfig::new(format!("http://{addr}/identity/v3"), "RegionOne");
+    config.connect_timeout = Duration::from_millis(500);
+    let cloud = OpenStackCloud::new(config)?;
+    let error = cloud.list(&h.identity).await.err();
+    assert!(matches!(error, Some(CloudError::Timeout { .. })), "{error:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn credentials_and_tokens_stay_out_of_errors_and_debug() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.add_user("user-1", "another");
+    let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    assert!(!error.to_string().contains("s3cret"));
+    assert!(!format!("{:?}", h.cloud).contains("s3cret"));
+    Ok(())
+}

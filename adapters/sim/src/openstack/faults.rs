@@ -1,0 +1,101 @@
+//! Scripted faults: rules that replace or hold back the next answers of
+//! chosen endpoints, in the order they were added.
+
+use std::time::Duration;
+
+use super::{Op, Service};
+
+/// Which requests a fault rule applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    Any,
+    /// Token requests.
+    Keystone,
+    /// Every Nova endpoint.
+    Compute,
+    /// Every Neutron endpoint.
+    Network,
+    /// One endpoint.
+    Op(Op),
+}
+
+impl Target {
+    fn matches(self, op: Op) -> bool {
+        match self {
+            Target::Any => true,
+            Target::Keystone => op.service() == Service::Identity,
+            Target::Compute => op.service() == Service::Compute,
+            Target::Network => op.service() == Service::Network,
+            Target::Op(target) => target == op,
+        }
+    }
+}
+
+/// What happens to a matching request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer this status (with the service's error body) without acting;
+    /// 401 on a service call is a token refusal, 429 carries `Retry-After`.
+    Status(u16),
+    /// Wait this long, then handle the request normally.
+    Delay(Duration),
+    /// Handle the request (its effect happens), then hold the answer back
+    /// this long: a client with a shorter timeout never learns the outcome.
+    LoseAnswer(Duration),
+}
+
+#[derive(Debug, Default)]
+pub(super) struct FaultRules {
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug)]
+struct Rule {
+    target: Target,
+    fault: Fault,
+    remaining: u32,
+}
+
+impl FaultRules {
+    pub(super) fn add(&mut self, target: Target, fault: Fault, times: u32) {
+        if times > 0 {
+            self.rules.push(Rule { target, fault, remaining: times });
+        }
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.rules.clear();
+    }
+
+    /// The fault for this request, if a rule fires.
+    pub(super) fn take(&mut self, op: Op) -> Option<Fault> {
+        let rule = self.rules.iter_mut().find(|r| r.remaining > 0 && r.target.matches(op))?;
+        if rule.remaining != u32::MAX {
+            rule.remaining -= 1;
+        }
+        let fault = rule.fault;
+        self.rules.retain(|r| r.remaining > 0);
+        Some(fault)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_fire_in_order_and_run_out() {
+        let mut rules = FaultRules::default();
+        rules.add(Target::Op(Op::ServerCreate), Fault::Status(409), 1);
+        rules.add(Target::Compute, Fault::Status(500), 2);
+        assert_eq!(rules.take(Op::PortCreate), None);
+        assert_eq!(rules.take(Op::ServerCreate), Some(Fault::Status(409)));
+        assert_eq!(rules.take(Op::ServerCreate), Some(Fault::Status(500)));
+        assert_eq!(rules.take(Op::ServerList), Some(Fault::Status(500)));
+        assert_eq!(rules.take(Op::ServerList), None);
+        rules.add(Target::Keystone, Fault::Status(503), u32::MAX);
+        for _ in 0..3 {
+            assert_eq!(rules.take(Op::Token), Some(Fault::Status(503)));
+        }
+    }
+}

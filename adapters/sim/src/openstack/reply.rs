@@ -1,0 +1,74 @@
+//! Answers in each service's own shape: Keystone `{"error": {...}}`, Nova
+//! `{"itemNotFound": {"code", "message"}}`, Neutron `{"NeutronError": {...}}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::Service;
+
+pub(super) fn json(status: StatusCode, body: Value) -> Response {
+    (status, Json(body)).into_response()
+}
+
+pub(super) fn empty(status: StatusCode) -> Response {
+    status.into_response()
+}
+
+/// An error answer of `service` with `code` and `message`.
+pub(super) fn error(service: Service, code: u16, message: &str) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = match service {
+        Service::Identity => json!({"error": {
+            "code": code,
+            "message": message,
+            "title": status.canonical_reason().unwrap_or("Error"),
+        }}),
+        Service::Compute => json!({ nova_fault_key(code): {"code": code, "message": message} }),
+        Service::Network => json!({"NeutronError": {
+            "type": neutron_error_type(code),
+            "message": message,
+            "detail": "",
+        }}),
+    };
+    let mut response = json(status, body);
+    if code == 429 {
+        response.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// The token refusal keystonemiddleware answers on every service.
+pub(super) fn unauthorized(service: Service) -> Response {
+    let mut response = error(service, 401, "The request you have made requires authentication.");
+    response.headers_mut().insert("www-authenticate", HeaderValue::from_static("Keystone uri=\"/identity\""));
+    response
+}
+
+fn nova_fault_key(code: u16) -> &'static str {
+    match code {
+        400 => "badRequest",
+        401 => "unauthorized",
+        403 => "forbidden",
+        404 => "itemNotFound",
+        409 => "conflictingRequest",
+        413 | 429 => "overLimit",
+        501 => "notImplemented",
+        503 => "serviceUnavailable",
+        _ => "computeFault",
+    }
+}
+
+fn neutron_error_type(code: u16) -> &'static str {
+    match code {
+        400 => "HTTPBadRequest",
+        401 => "HTTPUnauthorized",
+        403 => "HTTPForbidden",
+        404 => "HTTPNotFound",
+        409 => "HTTPConflict",
+        429 => "HTTPTooManyRequests",
+        503 => "HTTPServiceUnavailable",
+        _ => "HTTPInternalServerError",
+    }
+}

@@ -1,0 +1,236 @@
+//! The simulator's own bookkeeping: tokens, what Nova was asked to create
+//! per Server uid, Neutron ports and floating IPs. Servers themselves live in
+//! the SimCloud model.
+
+use std::collections::{BTreeMap, HashMap};
+
+use jiff::Timestamp;
+use serde::Serialize;
+
+use super::faults::FaultRules;
+use super::{OpenStackCounters, RequestRecord};
+
+#[derive(Debug, Default)]
+pub(super) struct State {
+    serial: u64,
+    /// user id -> password (empty: any password is accepted).
+    pub(super) users: BTreeMap<String, String>,
+    /// application credential id -> (secret, project id).
+    pub(super) application_credentials: BTreeMap<String, (String, String)>,
+    pub(super) tokens: HashMap<String, IssuedToken>,
+    /// Server uid -> what Nova was last asked to create for it. The model
+    /// keeps at most one live server per uid, so the last request describes it.
+    pub(super) books: BTreeMap<String, ServerBook>,
+    /// Nova id -> Server uid, learnt from creates and lists.
+    pub(super) ids: HashMap<String, String>,
+    pub(super) ports: BTreeMap<String, SimPort>,
+    pub(super) floating_ips: BTreeMap<String, SimFloatingIp>,
+    pub(super) faults: FaultRules,
+    pub(super) counters: OpenStackCounters,
+    pub(super) log: Vec<RequestRecord>,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct IssuedToken {
+    pub(super) project_id: Option<String>,
+    pub(super) expires_at: Timestamp,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct ServerBook {
+    pub(super) id: Option<String>,
+    pub(super) project_id: String,
+    pub(super) name: String,
+    pub(super) flavor_id: String,
+    pub(super) image_id: String,
+    pub(super) port_id: Option<String>,
+    pub(super) metadata: BTreeMap<String, String>,
+    pub(super) user_data: Option<Vec<u8>>,
+    /// A delete was accepted (Nova shows task_state `deleting`).
+    pub(super) deleting: bool,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct SimPort {
+    pub(super) id: String,
+    pub(super) project_id: String,
+    pub(super) name: String,
+    pub(super) description: String,
+    pub(super) network_id: String,
+    pub(super) mac_address: String,
+    pub(super) ip_address: String,
+    pub(super) security_groups: Vec<String>,
+    /// (ip_address, mac_address); Neutron fills a missing MAC with the port's.
+    pub(super) allowed_address_pairs: Vec<(String, String)>,
+    /// The Server uid whose Nova server boots with it.
+    pub(super) bound_uid: Option<String>,
+    pub(super) created: Timestamp,
+    pub(super) revision: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct SimFloatingIp {
+    pub(super) id: String,
+    pub(super) project_id: String,
+    pub(super) address: String,
+    pub(super) network_id: String,
+    pub(super) port_id: Option<String>,
+    pub(super) description: String,
+    pub(super) created: Timestamp,
+}
+
+/// A Neutron port, as tests inspect it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PortView {
+    pub id: String,
+    pub project_id: String,
+    pub name: String,
+    pub network_id: String,
+    pub mac_address: String,
+    pub ip_address: String,
+    pub security_groups: Vec<String>,
+    pub allowed_address_pairs: Vec<(String, String)>,
+    pub server_uid: Option<String>,
+}
+
+/// A floating IP, as tests inspect it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FloatingIpView {
+    pub id: String,
+    pub project_id: String,
+    pub address: String,
+    pub network_id: String,
+    pub port_id: Option<String>,
+}
+
+/// What Nova was last asked to create for a Server uid.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ServerView {
+    pub server_uid: String,
+    /// The Nova id, when the create was answered.
+    pub id: Option<String>,
+    pub project_id: String,
+    pub name: String,
+    pub flavor_id: String,
+    pub image_id: String,
+    pub port_id: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    /// Decoded from the request's base64.
+    pub user_data: Option<Vec<u8>>,
+}
+
+impl State {
+    pub(super) fn next_serial(&mut self) -> u64 {
+        self.serial += 1;
+        self.serial
+    }
+
+    /// A UUID-shaped id; `kind` keeps ids of different resources apart.
+    pub(super) fn next_id(&mut self, kind: u16) -> String {
+        let n = self.next_serial();
+        format!("5e5e{kind:04x}-0000-4000-8000-{n:012x}")
+    }
+
+    pub(super) fn port_views(&self) -> Vec<PortView> {
+        self.ports
+            .values()
+            .map(|p| PortView {
+                id: p.id.clone(),
+                project_id: p.project_id.clone(),
+                name: p.name.clone(),
+                network_id: p.network_id.clone(),
+                mac_address: p.mac_address.clone(),
+                ip_address: p.ip_address.clone(),
+                security_groups: p.security_groups.clone(),
+                allowed_address_pairs: p.allowed_address_pairs.clone(),
+                server_uid: p.bound_uid.clone(),
+            })
+            .collect()
+    }
+
+    pub(super) fn floating_ip_views(&self) -> Vec<FloatingIpView> {
+        self.floating_ips
+            .values()
+            .map(|f| FloatingIpView {
+                id: f.id.clone(),
+                project_id: f.project_id.clone(),
+                address: f.address.clone(),
+                network_id: f.network_id.clone(),
+                port_id: f.port_id.clone(),
+            })
+            .collect()
+    }
+
+    pub(super) fn server_views(&self) -> Vec<ServerView> {
+        self.books
+            .iter()
+            .map(|(uid, b)| ServerView {
+                server_uid: uid.clone(),
+                id: b.id.clone(),
+                project_id: b.project_id.clone(),
+                name: b.name.clone(),
+                flavor_id: b.flavor_id.clone(),
+                image_id: b.image_id.clone(),
+                port_id: b.port_id.clone(),
+                metadata: b.metadata.clone(),
+                user_data: b.user_data.clone(),
+            })
+            .collect()
+    }
+
+    /// The floating IP associated with a port, if any.
+    pub(super) fn floating_ip_of(&self, port_id: &str) -> Option<&SimFloatingIp> {
+        self.floating_ips.values().find(|f| f.port_id.as_deref() == Some(port_id))
+    }
+}
+
+/// Neutron's MAC prefix (`fa:16:3e`), then the port's serial.
+pub(super) fn mac_for(n: u64) -> String {
+    format!("fa:16:3e:{:02x}:{:02x}:{:02x}", 0x80 | ((n >> 16) & 0x7f), (n >> 8) & 0xff, n & 0xff)
+}
+
+pub(super) fn fixed_ip_for(n: u64) -> String {
+    format!("172.{}.{}.{}", 16 + ((n >> 16) & 0x0f), (n >> 8) & 0xff, n & 0xff)
+}
+
+pub(super) fn floating_ip_for(n: u64) -> String {
+    format!("100.{}.{}.{}", 64 + ((n >> 16) & 0x3f), (n >> 8) & 0xff, n & 0xff)
+}
+
+/// `2024-05-01T10:00:00Z`: Nova's `created`, Neutron's `created_at`.
+pub(super) fn rfc3339(t: Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// `2024-05-01T10:00:05.000000`: Nova's `OS-SRV-USG:launched_at` (naive UTC).
+pub(super) fn naive_utc(t: Timestamp) -> String {
+    let micros = t.subsec_microsecond();
+    format!("{}.{micros:06}", t.strftime("%Y-%m-%dT%H:%M:%S"))
+}
+
+/// Keystone's `expires_at`: `2024-05-01T11:00:00.000000Z`.
+pub(super) fn keystone_time(t: Timestamp) -> String {
+    format!("{}Z", naive_utc(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_shapes() {
+        let t: Timestamp = "2024-05-01T10:00:05.25Z".parse().unwrap_or(Timestamp::UNIX_EPOCH);
+        assert_eq!(rfc3339(t), "2024-05-01T10:00:05Z");
+        assert_eq!(naive_utc(t), "2024-05-01T10:00:05.250000");
+        assert_eq!(keystone_time(t), "2024-05-01T10:00:05.250000Z");
+    }
+
+    #[test]
+    fn generated_addresses() {
+        assert_eq!(mac_for(1), "fa:16:3e:80:00:01");
+        assert_eq!(fixed_ip_for(258), "172.16.1.2");
+        assert_eq!(floating_ip_for(3), "100.64.0.3");
+        let mut state = State::default();
+        assert_eq!(state.next_id(1), "5e5e0001-0000-4000-8000-000000000001");
+    }
+}
