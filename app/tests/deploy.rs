@@ -1,0 +1,73 @@
+//! `deploy/`: the CRD is what `server-controller crd` prints, and the
+//! Deployment runs the operator with probes, resources and a locked-down
+//! security context. (`rbac.rs` checks the RBAC against observed use.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+fn deploy_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name)
+}
+
+#[test]
+fn crd_yaml_is_up_to_date() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller")).arg("crd").output().expect("crd runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let generated = String::from_utf8(output.stdout).unwrap();
+    let committed = std::fs::read_to_string(deploy_file("crd.yaml")).unwrap();
+    assert!(
+        generated == committed,
+        "deploy/crd.yaml is stale; regenerate it with\n  cargo run -p server-controller -- crd > deploy/crd.yaml"
+    );
+}
+
+fn deployment() -> Value {
+    let text = std::fs::read_to_string(deploy_file("deployment.yaml")).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    documents.into_iter().find(|d| d["kind"] == "Deployment").expect("a Deployment")
+}
+
+#[test]
+fn deployment_runs_the_operator_locked_down() {
+    let deployment = deployment();
+    // No leader election: more than one replica would reconcile the same Servers.
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1);
+    let container = &containers[0];
+
+    assert_eq!(container["args"], json!(["run", "--log-format", "json"]));
+    let pod_name = container["env"].as_array().and_then(|env| env.iter().find(|e| e["name"] == "POD_NAME"));
+    assert_eq!(pod_name.map(|e| &e["valueFrom"]["fieldRef"]["fieldPath"]), Some(&json!("metadata.name")));
+
+    let port = container["ports"].as_array().and_then(|ports| ports.first()).expect("a port");
+    assert_eq!(port["containerPort"], 8080);
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"], path, "{probe}");
+        assert!(get["port"] == 8080 || get["port"] == port["name"], "{probe} port");
+    }
+
+    for kind in ["requests", "limits"] {
+        for resource in ["cpu", "memory"] {
+            assert!(container["resources"][kind][resource].is_string(), "resources.{kind}.{resource}");
+        }
+    }
+
+    let security = &container["securityContext"];
+    assert_eq!(security["runAsNonRoot"], true);
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
+    assert!(security["capabilities"].get("add").is_none());
+    assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+}
