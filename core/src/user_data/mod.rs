@@ -5,11 +5,21 @@
 //! - gzip (magic `1f 8b`) is passed on untouched, and refused when it would
 //!   have to be merged;
 //! - a MIME message (cloud-init finds `mime-version:` in the first 4 KiB) is
-//!   read with the rules of Python's email parser; multiparts
-//!   without boundary, opening or closing boundary line are refused, and so
-//!   are parts cloud-init could not type;
-//! - anything else is one payload typed by its first line
-//!   ([`PayloadType::sniff`]); without a sentinel it is refused.
+//!   read with the rules of Python's email parser, which cloud-init uses.
+//!   Where that parser only notes a defect and cloud-init then silently
+//!   drops or truncates user data, it is refused here: a multipart without
+//!   boundary parameter, opening or closing boundary line, and a `text/plain`
+//!   part with a body but no sentinel. Also refused, as this reader does not
+//!   follow them: nested `message/*` parts, uuencoded parts, RFC 2231
+//!   encoded boundaries, multiparts nested more than 16 deep;
+//! - anything else is one payload typed by its first line exactly as
+//!   cloud-init types it ([`PayloadType::sniff`]); without a sentinel, or
+//!   with one of the three entries of cloud-init's table that only make
+//!   sense as a MIME part's type, it is refused.
+//!
+//! [`cloud_init_parts`] tells what cloud-init's MIME processor will hand its
+//! handlers; the conformance test (app/tests/cloud_init_conformance.rs)
+//! checks it against the real cloud-init.
 //!
 //! With an SSH CA, its public key becomes a managed cloud-config part
 //! ([`MANAGED_PART_NAME`]): alone when there is no user data, otherwise last
