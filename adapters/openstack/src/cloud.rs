@@ -252,9 +252,14 @@ impl OpenStackCloud {
         let uid = server.uid.as_str();
         let servers = self.servers_of(&session, uid).await?;
         if !servers.is_empty() {
-            for nova in servers.iter().filter(|s| !s.deleting()) {
-                compute::delete_server(&session, &nova.id).await?;
-                info!(server_uid = uid, provider_id = %nova.id, "requested provider server deletion");
+            for nova in &servers {
+                if nova.soft_deleted() {
+                    compute::force_delete_server(&session, &nova.id).await?;
+                    info!(server_uid = uid, provider_id = %nova.id, "force-deleted soft-deleted provider server");
+                } else if !nova.deleting() {
+                    compute::delete_server(&session, &nova.id).await?;
+                    info!(server_uid = uid, provider_id = %nova.id, "requested provider server deletion");
+                }
             }
             self.forget(uid);
             // Nova deletes asynchronously; a quick look spares a pass when it

@@ -90,6 +90,19 @@ pub(crate) async fn delete_server(session: &Session<'_>, id: &str) -> Result<(),
     reply.ok(OPERATION)
 }
 
+/// Reclaims a soft-deleted server now; one already gone counts as deleted.
+pub(crate) async fn force_delete_server(session: &Session<'_>, id: &str) -> Result<(), CloudError> {
+    const OPERATION: &str = "force-deleting server";
+    let path = format!("/servers/{}/action", segment(id));
+    let call =
+        Call::new(OPERATION, Service::Compute, Method::POST, path).body(serde_json::json!({"forceDelete": null}));
+    let reply = session.send(&call).await?;
+    if reply.is_not_found() {
+        return Ok(());
+    }
+    reply.ok(OPERATION)
+}
+
 /// A provider id as one URL path segment (ids are UUIDs, but nothing read
 /// from an API goes into a path unescaped).
 pub(crate) fn segment(id: &str) -> String {

@@ -70,6 +70,12 @@ impl NovaServer {
     pub(crate) fn deleting(&self) -> bool {
         self.task_state.as_deref() == Some("deleting") || self.status.eq_ignore_ascii_case("DELETED")
     }
+
+    /// Deleted on a cloud that defers reclaiming (`reclaim_instance_interval`):
+    /// Nova keeps listing it, and holds its port, until a force delete.
+    pub(crate) fn soft_deleted(&self) -> bool {
+        self.status.eq_ignore_ascii_case("SOFT_DELETED")
+    }
 }
 
 /// A Nova record as the monitor sees it.

@@ -522,6 +522,24 @@ async fn delete_of_a_never_created_server_releases_a_leftover_port() -> TestResu
 }
 
 #[tokio::test]
+async fn a_soft_deleted_server_is_force_deleted_before_its_port_is_released() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig { soft_delete: true, ..Default::default() }, |_| {}).await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    // Nova keeps listing the server as SOFT_DELETED: not gone yet.
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
+    let record = h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
+    assert_eq!(record.status, ProviderStatus::Other("SOFT_DELETED".into()));
+    assert_eq!(h.sim.ports().len(), 1);
+    // The next pass reclaims it, and only then gives back the port and IP.
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::ServerAction)), (1, 1));
+    assert!(h.sim.ports().is_empty() && h.sim.floating_ips().is_empty());
+    assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
+    Ok(())
+}
+
+#[tokio::test]
 async fn delete_not_found_counts_as_done() -> TestResult {
     let h = Harness::new().await?;
     h.sim.cloud().script("uid-1", Fate::clean());

@@ -27,6 +27,7 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/compute/v2.1/servers", get(endpoint(Op::ServerList)).post(endpoint(Op::ServerCreate)))
         .route("/compute/v2.1/servers/detail", get(endpoint(Op::ServerListDetail)))
         .route("/compute/v2.1/servers/{id}", get(endpoint(Op::ServerGet)).delete(endpoint(Op::ServerDelete)))
+        .route("/compute/v2.1/servers/{id}/action", post(endpoint(Op::ServerAction)))
         .route("/network/v2.0/ports", get(endpoint(Op::PortList)).post(endpoint(Op::PortCreate)))
         .route(
             "/network/v2.0/ports/{id}",

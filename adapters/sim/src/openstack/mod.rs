@@ -22,7 +22,7 @@
 //!
 //! Endpoints (under the served URL): `POST /identity/v3/auth/tokens`;
 //! `/compute/v2.1/servers` (`GET` summary, `POST`), `GET /servers/detail`,
-//! `GET|DELETE /servers/{id}`; `/network/v2.0/ports` (`GET`, `POST`),
+//! `GET|DELETE /servers/{id}`, `POST /servers/{id}/action` (`forceDelete`); `/network/v2.0/ports` (`GET`, `POST`),
 //! `GET|PUT|DELETE /ports/{id}`, `/network/v2.0/floatingips` (`GET`,
 //! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`.
 
@@ -66,6 +66,9 @@ pub struct OpenStackSimConfig {
     /// sees no answer): `None` answers 504 at once as a proxy would; `Some(d)`
     /// holds the answer back `d` first, for client timeouts to fire.
     pub lost_answer_hang: Option<Duration>,
+    /// Nova's deferred delete (`reclaim_instance_interval`): a deleted server
+    /// stays listed as `SOFT_DELETED` until force-deleted.
+    pub soft_delete: bool,
 }
 
 impl Default for OpenStackSimConfig {
@@ -77,6 +80,7 @@ impl Default for OpenStackSimConfig {
             external_networks: vec!["external".into()],
             public_url: None,
             lost_answer_hang: None,
+            soft_delete: false,
         }
     }
 }
@@ -98,6 +102,7 @@ pub struct OpenStackCounters {
     pub server_lists: u64,
     pub server_gets: u64,
     pub server_deletes: u64,
+    pub server_actions: u64,
     pub port_lists: u64,
     pub port_creates: u64,
     pub port_updates: u64,
@@ -130,6 +135,8 @@ pub enum Op {
     ServerCreate,
     ServerGet,
     ServerDelete,
+    /// `POST /servers/{id}/action` (only `forceDelete` is modelled).
+    ServerAction,
     PortList,
     PortCreate,
     PortGet,
@@ -154,9 +161,12 @@ impl Op {
     pub(crate) fn service(self) -> Service {
         match self {
             Op::Token => Service::Identity,
-            Op::ServerList | Op::ServerListDetail | Op::ServerCreate | Op::ServerGet | Op::ServerDelete => {
-                Service::Compute
-            }
+            Op::ServerList
+            | Op::ServerListDetail
+            | Op::ServerCreate
+            | Op::ServerGet
+            | Op::ServerDelete
+            | Op::ServerAction => Service::Compute,
             _ => Service::Network,
         }
     }

@@ -29,6 +29,7 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Handled {
         Op::ServerCreate => create(ctx),
         Op::ServerGet => show(ctx, id),
         Op::ServerDelete => delete(ctx, id),
+        Op::ServerAction => action(ctx, id),
         _ => (error(404, "The resource could not be found."), None),
     }
 }
@@ -106,10 +107,47 @@ fn delete(ctx: &Ctx<'_>, id: &str) -> Handled {
         Ok(_) => return not_found(id),
         Err(e) => return model_error(ctx, Service::Compute, &e),
     }
-    match ctx.model(|m| m.delete(ctx.now, &uid)) {
+    if ctx.sim.config().soft_delete {
+        let Some(book) = state.books.get_mut(&uid) else { return not_found(id) };
+        if book.soft_deleted {
+            return (error(409, &format!("Cannot 'delete' instance {id} while it is in vm_state soft-delete")), None);
+        }
+        book.soft_deleted = true;
+        return (reply::empty(StatusCode::NO_CONTENT), None);
+    }
+    reclaim(ctx, &mut state, &uid)
+}
+
+/// `POST /servers/{id}/action` with `{"forceDelete": null}`: reclaims a
+/// soft-deleted server now.
+fn action(ctx: &Ctx<'_>, id: &str) -> Handled {
+    let mut state = ctx.state();
+    state.counters.server_actions += 1;
+    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or_default();
+    if body.get("forceDelete").is_none() {
+        return (error(400, "There is no such action in this simulator (only forceDelete)."), None);
+    }
+    let Some(uid) = state.ids.get(id).cloned() else { return not_found(id) };
+    match ctx.model(|m| m.get(ctx.now, &uid)) {
+        Ok(Some(record)) if record.id == id => {}
+        Ok(_) => return not_found(id),
+        Err(e) => return model_error(ctx, Service::Compute, &e),
+    }
+    if !state.books.get(&uid).is_some_and(|b| b.soft_deleted) {
+        return (error(409, &format!("Cannot 'forceDelete' instance {id} while it is not soft-deleted")), None);
+    }
+    let (response, hold) = reclaim(ctx, &mut state, &uid);
+    // Nova answers the action 202, not the delete's 204.
+    if response.status().is_success() { (reply::empty(StatusCode::ACCEPTED), hold) } else { (response, hold) }
+}
+
+/// Hands the server to the model's delete timeline.
+fn reclaim(ctx: &Ctx<'_>, state: &mut State, uid: &str) -> Handled {
+    match ctx.model(|m| m.delete(ctx.now, uid)) {
         Ok(_) => {
-            if let Some(book) = state.books.get_mut(&uid) {
+            if let Some(book) = state.books.get_mut(uid) {
                 book.deleting = true;
+                book.soft_deleted = false;
             }
             (reply::empty(StatusCode::NO_CONTENT), None)
         }
@@ -261,6 +299,7 @@ fn create(ctx: &Ctx<'_>) -> Handled {
             metadata: requested.metadata,
             user_data: requested.user_data,
             deleting: false,
+            soft_deleted: false,
         };
         state.books.insert(uid, book);
     }
@@ -299,7 +338,9 @@ fn links(ctx: &Ctx<'_>, id: &str) -> Value {
 /// A server with details, as `GET /servers/{id}` shows it (API v2.1).
 fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
     let book = state.books.get(&record.server_uid).filter(|b| b.id.as_deref().is_none_or(|id| id == record.id));
+    let soft_deleted = book.is_some_and(|b| b.soft_deleted);
     let status = match &record.status {
+        _ if soft_deleted => "SOFT_DELETED",
         ProviderStatus::Active => "ACTIVE",
         ProviderStatus::Build => "BUILD",
         ProviderStatus::Error => "ERROR",
@@ -318,11 +359,13 @@ fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
         Value::Null
     };
     let vm_state = match record.status {
+        _ if soft_deleted => "soft-delete",
         ProviderStatus::Build => "building",
         ProviderStatus::Error => "error",
         _ => "active",
     };
     let power_state = match record.power_state {
+        _ if soft_deleted => 4,
         PowerState::NoState => 0,
         PowerState::Running => 1,
         PowerState::Shutdown => 4,

@@ -48,6 +48,8 @@ pub(super) struct ServerBook {
     pub(super) user_data: Option<Vec<u8>>,
     /// A delete was accepted (Nova shows task_state `deleting`).
     pub(super) deleting: bool,
+    /// Deleted on a soft-delete cloud: listed as `SOFT_DELETED`.
+    pub(super) soft_deleted: bool,
 }
 
 #[derive(Clone, Debug)]
