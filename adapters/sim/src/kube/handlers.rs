@@ -18,7 +18,7 @@ use super::router::{self, ApiPath, ResourcePath};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Subject};
 use super::store::{ListQuery, Preconditions, Target, TypeKey};
-use super::table::{Printer, TableRequest};
+use super::table::{Printer, TableRequest, WatchPrinting};
 use super::verb::Verb;
 use super::watch::{self, WatchContext, WatchRequest};
 
@@ -277,6 +277,10 @@ impl Operation<'_> {
             bookmarks: flag("allowWatchBookmarks"),
             timeout,
             resource_label: self.path.label(),
+            table: self.table.map(|request| WatchPrinting {
+                printer: Printer::for_type(&self.shared.store.lock(), &self.path.rtype, &self.path.version),
+                request,
+            }),
         };
         let context = WatchContext {
             store: self.shared.store.clone(),

@@ -184,10 +184,7 @@ impl Parser<'_> {
     }
 
     fn identifier(&mut self) -> &str {
-        let end = self
-            .rest
-            .find(|c: char| matches!(c, '.' | '[' | ']' | '(' | ')' | '=' | '!' | '<' | '>' | ' '))
-            .unwrap_or(self.rest.len());
+        let end = self.rest.find(['.', '[', ']', '(', ')', '=', '!', '<', '>', ' ']).unwrap_or(self.rest.len());
         let (name, rest) = self.rest.split_at(end);
         self.rest = rest;
         name

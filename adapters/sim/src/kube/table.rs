@@ -8,6 +8,7 @@
 //! Events and Leases get the columns of the API server's built-in printers;
 //! any other type gets the default Name and Created At. Each row carries the
 //! object as `PartialObjectMetadata`, or whole with `includeObject=Object`.
+//! Watches asked for Tables send each event's object as a one-row Table.
 
 use jiff::Timestamp;
 use serde_json::{Map, Value, json};
@@ -292,6 +293,21 @@ impl Printer {
     }
 }
 
+/// Server-side printing of a watch (`kubectl get -w`): each event's object
+/// goes out as a one-row Table.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchPrinting {
+    pub(crate) printer: Printer,
+    pub(crate) request: TableRequest,
+}
+
+impl WatchPrinting {
+    pub(crate) fn one_row(&self, object: Value, now: Timestamp) -> Value {
+        let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+        self.printer.table(self.request, &[object], metadata, now)
+    }
+}
+
 /// A CRD `additionalPrinterColumns` entry as a column.
 fn printer_column(declared: &Value) -> Column {
     let field = |name: &str| declared.get(name).and_then(Value::as_str).unwrap_or_default();
@@ -567,6 +583,67 @@ mod tests {
         let table =
             Printer::leases().table(request(IncludeObject::None), &[lease], json!({}), at("2024-01-01T00:00:09Z"));
         assert_eq!(table["rows"][0]["cells"], json!(["l", "pod-a", "9s"]));
+    }
+
+    /// GETs `path` from a served SimKube, as kubectl would; HTTP/1.0 so the
+    /// body is plain (not chunked) and ends when the server closes.
+    async fn http_get_text(sim: &crate::kube::SimKube, path: &str, accept: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let served = sim.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let mut stream = tokio::net::TcpStream::connect(served.addr()).await.unwrap();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: sim\r\nAccept: {accept}\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        served.shutdown();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "{response}");
+        body.to_string()
+    }
+
+    async fn http_get(sim: &crate::kube::SimKube, path: &str, accept: &str) -> Value {
+        serde_json::from_str(&http_get_text(sim, path, accept).await).unwrap()
+    }
+
+    #[tokio::test]
+    async fn served_gets_and_lists_answer_with_tables_when_asked() {
+        let sim = crate::kube::SimKube::new();
+        let mut crd = server_crd();
+        crd["metadata"] = json!({"name": "servers.region.unikorn-cloud.org"});
+        crd["spec"]["group"] = json!("region.unikorn-cloud.org");
+        crd["spec"]["names"] = json!({"kind": "Server", "plural": "servers"});
+        crd["spec"]["scope"] = json!("Namespaced");
+        crd["spec"]["versions"][0]["served"] = json!(true);
+        crd["spec"]["versions"][0]["storage"] = json!(true);
+        sim.install_crd(crd).unwrap();
+        sim.store().create("servers", server("server-000", "Provisioned")).unwrap();
+        let collection = "/apis/region.unikorn-cloud.org/v1alpha1/namespaces/ns/servers";
+
+        let list = http_get(&sim, collection, KUBECTL_ACCEPT).await;
+        assert_eq!(list["kind"], "Table");
+        assert_eq!(list["columnDefinitions"][1]["name"], "status");
+        assert_eq!(list["rows"][0]["cells"][1], "Provisioned");
+        assert_eq!(list["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert!(list["metadata"]["resourceVersion"].is_string());
+
+        let one = http_get(&sim, &format!("{collection}/server-000?includeObject=Object"), KUBECTL_ACCEPT).await;
+        assert_eq!(one["rows"].as_array().map(Vec::len), Some(1));
+        assert_eq!(one["rows"][0]["object"]["kind"], "Server");
+        assert_eq!(one["rows"][0]["object"]["apiVersion"], "region.unikorn-cloud.org/v1alpha1");
+
+        let plain = http_get(&sim, collection, "application/json").await;
+        assert_eq!(plain["kind"], "ServerList");
+
+        // kubectl get -w: every event's object is a one-row Table.
+        let watched = http_get_text(&sim, &format!("{collection}?watch=true&timeoutSeconds=1"), KUBECTL_ACCEPT).await;
+        let event: Value = serde_json::from_str(watched.lines().next().unwrap()).unwrap();
+        assert_eq!(event["type"], "ADDED");
+        assert_eq!(event["object"]["kind"], "Table");
+        assert_eq!(event["object"]["rows"][0]["cells"][0], "server-000");
+
+        let events = http_get(&sim, "/apis/events.k8s.io/v1/namespaces/ns/events", KUBECTL_ACCEPT).await;
+        assert_eq!(events["columnDefinitions"][0]["name"], "Last Seen");
+        assert_eq!(events["rows"], json!([]));
     }
 
     #[test]

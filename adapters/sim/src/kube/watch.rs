@@ -26,6 +26,7 @@ use super::resource::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::ApiError;
 use super::store::{Change, ChangeKind, Changes, StoreHandle, TypeKey};
+use super::table::WatchPrinting;
 
 /// Server-side default when a client sends no `timeoutSeconds` (the real API
 /// server picks 30–60 minutes).
@@ -48,6 +49,8 @@ pub(crate) struct WatchRequest {
     pub(crate) timeout: Duration,
     /// `plural` for fault scoping.
     pub(crate) resource_label: String,
+    /// Set for server-side printing (`kubectl get -w`).
+    pub(crate) table: Option<WatchPrinting>,
 }
 
 /// What the stream needs from the server.
@@ -264,6 +267,10 @@ impl WatchStream {
         let mut object = (**object).clone();
         if let Some(map) = object.as_object_mut() {
             map.insert("apiVersion".into(), Value::String(self.request.rtype.api_version(&self.request.version)));
+        }
+        if let Some(printing) = &self.request.table {
+            let now = self.context.store.lock().now();
+            object = printing.one_row(object, now);
         }
         line(&json!({"type": event_type, "object": object}))
     }
