@@ -2,7 +2,14 @@
 //! and reads, and watches cut short. The operator must still converge, and
 //! the invariants (at most max creates, one provider server per Server, no
 //! booted server deleted, clean deletion) must still hold.
+//!
+//! And the operator's caches of consumed resources lagging or frozen: a
+//! stale cache may cost a conflict and a retry, never a wrong decision.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
 use server_core::model::reference_finalizer;
 use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
@@ -26,11 +33,7 @@ async fn scenarios_converge_under_api_faults() {
         let happy = env.create_server("happy", fast(Fate::clean()), Env::spec());
         let flaky = env.create_server("flaky", fast(Fate::failing_boots(2)), Env::spec());
         let doomed = env.create_server("doomed", fast(Fate::failing_forever()), Env::spec());
-        let data = env.create_server(
-            "data",
-            fast(Fate::error_after_launch(std::time::Duration::from_millis(400))),
-            Env::spec(),
-        );
+        let data = env.create_server("data", fast(Fate::error_after_launch(Duration::from_millis(400))), Env::spec());
         env.start();
 
         for name in ["happy", "flaky"] {
@@ -79,6 +82,95 @@ async fn scenarios_converge_under_api_faults() {
             }
         }
         assert_eq!(env.cloud.live_servers(), 0, "a provider server outlived its Server");
+        env.assert_invariants();
+        env.stop().await;
+    })
+    .await;
+}
+
+/// The operator's cache of Networks lags the API server (each networks watch
+/// is cut after one event and every networks request is answered 1.5 s late).
+/// A Network created together with the Server that names it is not in the
+/// cache when the Server's first pass runs: the pass confirms the absence
+/// with a live list and finds it, so the Server never reports it unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown() {
+    within(async {
+        let mut env = Env::new(32).await;
+        let lag = Duration::from_millis(1500);
+        env.sim.faults().set(
+            FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1).with_latency(lag, Duration::ZERO),
+        );
+        env.start();
+        // Any Network event now cuts the watch: the cache then lags by `lag`.
+        env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
+        env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
+        env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
+
+        let late = "5b0f3c2e-1d4a-4e6b-8c7d-9e0f1a2b3c4d";
+        env.seed("networks", late, json!({"prefix": "192.168.2.0/24"}));
+        let mut spec = Env::spec();
+        spec["networks"] = json!([{ "id": late }]);
+        let uid = env.create_server("late", fast(Fate::clean()), spec);
+        let reported_unknown = AtomicBool::new(false);
+        env.wait_server("late", "Running and Available", |s| {
+            if available_message(s).contains("unknown resource ID") {
+                reported_unknown.store(true, Ordering::SeqCst);
+            }
+            phase(s) == "Running" && available_reason(s) == "Provisioned"
+        })
+        .await;
+        assert!(!reported_unknown.load(Ordering::SeqCst), "a Network the cache lacked was reported unknown");
+        assert!(env.counters().count(Verb::List, "networks") >= 2, "no live list: the cache did not lag");
+        assert!(env.finalizers("networks", late).contains(&reference_finalizer("late")));
+        assert_eq!(env.truth(&uid).creates_accepted, 1);
+        env.sim.faults().clear();
+        env.stop().await;
+    })
+    .await;
+}
+
+/// The operator's cache of Networks is frozen (its watch cut after one event,
+/// every reconnect refused) before a Server references a Network. Its later
+/// passes see the Network without the reference: re-adding it with the
+/// outdated resourceVersion conflicts, and the pass yields instead of acting
+/// on the stale view. Deleted meanwhile, the Server reads its references
+/// live before releasing them, so none is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference() {
+    within(async {
+        let mut env = Env::new(33).await;
+        env.sim.faults().set(FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1));
+        env.start();
+        env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
+        // Let the open watch get past fault injection before refusing the next ones.
+        env.idle(2).await;
+        env.sim.faults().fail_next(Verb::Watch, Some("networks"), FaultKind::Internal, u32::MAX);
+        env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
+        env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
+
+        let uid = env.create_server("brief", fast(Fate::clean()), Env::spec());
+        let reference = reference_finalizer("brief");
+        env.wait("the provider server and its Network reference", || {
+            env.truth(&uid).live == 1 && env.finalizers("networks", NETWORK).contains(&reference)
+        })
+        .await;
+        // Only a pass re-adding the reference (seen absent in the cache) patches the Network again.
+        env.wait("a re-add refused for its outdated resourceVersion", || {
+            env.counters().count(Verb::Patch, "networks") >= 2
+        })
+        .await;
+        let held = env.finalizers("networks", NETWORK);
+        assert_eq!(held.iter().filter(|f| **f == reference).count(), 1, "{held:?}");
+
+        env.delete_server("brief").await;
+        env.wait("the Server is gone", || env.server("brief").is_none()).await;
+        env.sim.faults().clear();
+        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+            assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
+        }
+        let truth = env.truth(&uid);
+        assert_eq!((truth.creates_accepted, truth.live), (1, 0), "{truth:?}");
         env.assert_invariants();
         env.stop().await;
     })

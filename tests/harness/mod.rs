@@ -457,6 +457,17 @@ pub fn writes(counters: &CounterSnapshot, resource: &str) -> u64 {
     [Verb::Patch, Verb::Create, Verb::Update, Verb::Delete].iter().map(|v| counters.count(*v, resource)).sum()
 }
 
+/// The kinds a pass consumes, which the operator caches: each is listed once
+/// when its cache fills and then only watched (a live list or get confirms
+/// what a cache lacks, and reads the references of a deleting Server).
+pub const CONSUMED_KINDS: [&str; 5] =
+    ["identities", "networks", "securitygroups", "sshcertificateauthorities", "openstackidentities"];
+
+/// Lists and gets of the consumed kinds.
+pub fn consumed_reads(counters: &CounterSnapshot) -> u64 {
+    CONSUMED_KINDS.iter().map(|kind| counters.count(Verb::List, kind) + counters.count(Verb::Get, kind)).sum()
+}
+
 /// All writes to the Server and the kinds it references.
 pub fn operator_writes(counters: &CounterSnapshot) -> u64 {
     ["servers", "servers/status", "networks", "securitygroups", "sshcertificateauthorities", "identities", "events"]

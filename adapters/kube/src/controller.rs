@@ -13,6 +13,7 @@ use kube::{Api, Client, ResourceExt};
 use server_core::Outcome;
 use tracing::{debug, info, warn};
 
+use crate::cache::Caches;
 use crate::config::ControllerConfig;
 use crate::crd::Server;
 use crate::error::Error;
@@ -33,8 +34,14 @@ pub(crate) fn servers_api(client: Client, namespace: Option<&str>) -> Api<Server
     }
 }
 
+/// What every pass shares: the executor and the caches it reads from.
+struct Context {
+    executor: Arc<Executor>,
+    caches: Caches,
+}
+
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
-pub(crate) async fn run(executor: Arc<Executor>, shutdown: Shutdown) -> Result<(), Error> {
+pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutdown) -> Result<(), Error> {
     let config = executor.config.clone();
     let api = servers_api(executor.client.clone(), config.namespace.as_deref());
     let (reader, writer) = reflector::store();
@@ -49,7 +56,7 @@ pub(crate) async fn run(executor: Arc<Executor>, shutdown: Shutdown) -> Result<(
     }
     info!(namespace = config.namespace.as_deref().unwrap_or("<all>"), "server controller started");
     controller
-        .run(reconcile, error_policy, executor)
+        .run(reconcile, error_policy, Arc::new(Context { executor, caches }))
         .for_each(|result| async move {
             match result {
                 Ok((object, requeue)) => debug!(server = %object.name, ?requeue, "pass finished"),
@@ -61,9 +68,10 @@ pub(crate) async fn run(executor: Arc<Executor>, shutdown: Shutdown) -> Result<(
     Ok(())
 }
 
-async fn reconcile(server: Arc<Server>, executor: Arc<Executor>) -> Result<Requeue, Error> {
+async fn reconcile(server: Arc<Server>, context: Arc<Context>) -> Result<Requeue, Error> {
+    let executor = &context.executor;
     let started = Instant::now();
-    let result = executor.reconcile(&server).await;
+    let result = executor.reconcile(&server, &context.caches).await;
     let elapsed = started.elapsed();
     match result {
         Ok(outcome) => {
@@ -88,9 +96,9 @@ async fn reconcile(server: Arc<Server>, executor: Arc<Executor>) -> Result<Reque
 }
 
 /// A pass whose facts could not be read is retried at the same fixed interval.
-fn error_policy(server: Arc<Server>, error: &Error, executor: Arc<Executor>) -> Requeue {
+fn error_policy(server: Arc<Server>, error: &Error, context: Arc<Context>) -> Requeue {
     warn!(server = %server.name_any(), namespace = %server.namespace().unwrap_or_default(), %error, "pass failed");
-    Requeue::requeue(executor.config.yield_interval)
+    Requeue::requeue(context.executor.config.yield_interval)
 }
 
 /// Ticks every `interval`, starting one interval from now (the initial list
@@ -104,7 +112,7 @@ fn resync_ticks(interval: Duration) -> impl futures_util::Stream<Item = ()> + Se
 
 /// A constant delay between watch retries.
 #[derive(Clone, Copy, Debug)]
-struct FixedBackoff(Duration);
+pub(crate) struct FixedBackoff(pub(crate) Duration);
 
 impl Iterator for FixedBackoff {
     type Item = Duration;

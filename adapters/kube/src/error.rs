@@ -15,6 +15,9 @@ pub enum Error {
     /// The controller's watch stream ended with an error.
     #[error("watching Servers failed: {0}")]
     Watch(String),
+    /// The caches of consumed resources could not be filled or kept.
+    #[error("caching consumed resources failed: {0}")]
+    Cache(String),
     /// A Server object could not be read into the core model.
     #[error("Server {name} is malformed: {message}")]
     Malformed { name: String, message: String },

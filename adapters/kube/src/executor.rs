@@ -16,6 +16,7 @@ use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
 use tracing::{debug, info, warn};
 
+use crate::cache::Caches;
 use crate::config::ControllerConfig;
 use crate::convert::core_server;
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
@@ -47,12 +48,13 @@ pub(crate) fn now() -> Timestamp {
 }
 
 impl Executor {
-    /// One pass over `object`. `Err` only when the facts could not be read;
-    /// a failed action is the core's to judge and comes back as an outcome.
-    pub(crate) async fn reconcile(&self, object: &Server) -> Result<Outcome, Error> {
+    /// One pass over `object`, reading consumed resources from `caches`.
+    /// `Err` only when the facts could not be read; a failed action is the
+    /// core's to judge and comes back as an outcome.
+    pub(crate) async fn reconcile(&self, object: &Server, caches: &Caches) -> Result<Outcome, Error> {
         let server = core_server(object);
         let gathered = if needs_facts(&server) {
-            gather(&self.client, &self.clouds, self.config.cloud_timeout, &server).await?
+            gather(&self.client, caches, &self.clouds, self.config.cloud_timeout, &server).await?
         } else {
             Gathered::skipped()
         };
@@ -226,7 +228,9 @@ impl Pass<'_> {
     }
 
     /// Adds or removes the Server's reference finalizer on a consumed
-    /// resource, guarded by the resourceVersion read this pass.
+    /// resource, guarded by the resourceVersion read this pass (from a cache
+    /// that may lag: an outdated one makes the write a Conflict, never a
+    /// write over a change it did not see).
     async fn set_reference(&mut self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
         let key = (reference.kind, reference.name.clone());
         let Some(read) = self.resources.get(&key).cloned() else {

@@ -1,6 +1,8 @@
-//! Gathers the facts of one pass: the Identity, the consumed resources listed
-//! by the Server's identity label, the SSH CAs of its namespace, and the
-//! provider's view through the cloud port. Reads only; it decides nothing.
+//! Gathers the facts of one pass: the Identity, the consumed resources with
+//! the Server's identity label, the SSH CAs of its namespace (from the caches,
+//! confirmed live where a lagging cache could mislead), and the provider's
+//! view through the cloud port, read on every pass. Reads only; it decides
+//! nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -8,10 +10,11 @@ use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::{Api, Client, Resource, ResourceExt};
-use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
+use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 use server_core::{Facts, ProviderView};
 
+use crate::cache::{Caches, ConsumedKind};
 use crate::convert::{consumed, core_identity, core_ssh_ca};
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup};
 use crate::error::{Error, is_not_found};
@@ -75,45 +78,26 @@ impl Gathered {
     }
 }
 
-/// Reads everything the core needs about `server`.
+/// Reads everything the core needs about `server`: the consumed resources
+/// from the caches (live when they must be confirmed), the provider's view
+/// from its cloud, always live.
 pub(crate) async fn gather(
     client: &Client,
+    caches: &Caches,
     clouds: &CloudRegistry,
     cloud_timeout: Duration,
     server: &Server,
 ) -> Result<Gathered, Error> {
-    let namespace = server.meta.namespace.as_str();
-    let mut gathered = Gathered {
-        facts: Facts::default(),
-        resources: BTreeMap::new(),
-        cloud: Err("the server has no region or identity label".into()),
-    };
-    let identity_id = server.meta.label(IDENTITY_LABEL);
-    if let Some(identity_id) = identity_id {
-        let selector = ListParams::default().labels(&format!("{IDENTITY_LABEL}={identity_id}"));
-        for network in list::<Network>(client, namespace, &selector).await? {
-            gathered.remember(ResourceKind::Network, &network);
-            gathered.facts.networks.push(consumed(&network.metadata));
-        }
-        for group in list::<SecurityGroup>(client, namespace, &selector).await? {
-            gathered.remember(ResourceKind::SecurityGroup, &group);
-            gathered.facts.security_groups.push(consumed(&group.metadata));
-        }
-        if let Some(identity) = get::<Identity>(client, namespace, identity_id).await? {
-            gathered.remember(ResourceKind::Identity, &identity);
-            gathered.facts.identity = Some(core_identity(&identity));
-        }
-    }
-    for ca in list::<SSHCertificateAuthority>(client, namespace, &ListParams::default()).await? {
-        gathered.remember(ResourceKind::SshCertificateAuthority, &ca);
-        gathered.facts.ssh_certificate_authorities.push(core_ssh_ca(&ca));
+    let mut gathered = Gathered::cached(caches, server);
+    if must_confirm(server, &gathered.facts) {
+        gathered = Gathered::live(client, server).await?;
     }
 
-    if let (Some(region_id), Some(identity_id)) = (server.meta.label(REGION_LABEL), identity_id) {
+    let namespace = server.meta.namespace.as_str();
+    if let (Some(region_id), Some(identity_id)) = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
         gathered.cloud = match clouds.get(region_id) {
             None => Err(format!("no cloud is configured for region {region_id}")),
-            Some(cloud) => identity_context(client, namespace, region_id, identity_id)
-                .await
+            Some(cloud) => identity_context(caches, namespace, region_id, identity_id)
                 .map(|identity| CloudHandle { cloud: cloud.clone(), identity, timeout: cloud_timeout })
                 .map_err(|e| e.to_string()),
         };
@@ -123,6 +107,32 @@ pub(crate) async fn gather(
         Ok(handle) => provider_view(handle, &server_ref(server)).await,
     };
     Ok(gathered)
+}
+
+/// Whether the cached consumed resources must be confirmed by live reads.
+/// What a lagging cache holds may be outdated, which every write's
+/// resourceVersion precondition catches (a Conflict, and the pass retries).
+/// What it lacks may only be new, so absence is confirmed before it is acted
+/// on: a resource the spec names (else a spurious "unknown resource ID"
+/// error), and every reference of a deleting Server (the release lets the
+/// Server go, so a reference the cache has not seen yet would leak for good).
+fn must_confirm(server: &Server, facts: &Facts) -> bool {
+    if server.meta.deleting {
+        return true;
+    }
+    // Without the label the core refuses the Server before any reference.
+    if server.meta.label(IDENTITY_LABEL).is_none() {
+        return false;
+    }
+    let spec = &server.spec;
+    let lacks = |found: &[Consumed], id: &str| !found.iter().any(|c| c.name == id);
+    facts.identity.is_none()
+        || spec.networks.iter().any(|n| lacks(&facts.networks, &n.id))
+        || spec.security_groups.iter().any(|g| lacks(&facts.security_groups, &g.id))
+        || spec
+            .ssh_certificate_authority_id
+            .as_deref()
+            .is_some_and(|id| !facts.ssh_certificate_authorities.iter().any(|ca| ca.resource.name == id))
 }
 
 /// The provider's view: a record, an authoritative absence, or unknown.
@@ -139,6 +149,77 @@ pub(crate) fn server_ref(server: &Server) -> ServerRef {
 }
 
 impl Gathered {
+    fn empty() -> Self {
+        Gathered {
+            facts: Facts::default(),
+            resources: BTreeMap::new(),
+            cloud: Err("the server has no region or identity label".into()),
+        }
+    }
+
+    /// The consumed resources as the caches hold them.
+    fn cached(caches: &Caches, server: &Server) -> Self {
+        let namespace = server.meta.namespace.as_str();
+        let mut gathered = Gathered::empty();
+        if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
+            for network in caches.networks(namespace, identity_id) {
+                gathered.add_network(&network);
+            }
+            for group in caches.security_groups(namespace, identity_id) {
+                gathered.add_security_group(&group);
+            }
+            if let Some(identity) = caches.identity(namespace, identity_id) {
+                gathered.add_identity(&identity);
+            }
+        }
+        for ca in caches.ssh_certificate_authorities(namespace) {
+            gathered.add_ssh_certificate_authority(&ca);
+        }
+        gathered
+    }
+
+    /// The consumed resources as the API server has them now.
+    async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
+        let namespace = server.meta.namespace.as_str();
+        let mut gathered = Gathered::empty();
+        if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
+            let selector = ListParams::default().labels(&format!("{IDENTITY_LABEL}={identity_id}"));
+            for network in list::<Network>(client, namespace, &selector).await? {
+                gathered.add_network(&network);
+            }
+            for group in list::<SecurityGroup>(client, namespace, &selector).await? {
+                gathered.add_security_group(&group);
+            }
+            if let Some(identity) = get::<Identity>(client, namespace, identity_id).await? {
+                gathered.add_identity(&identity);
+            }
+        }
+        for ca in list::<SSHCertificateAuthority>(client, namespace, &ListParams::default()).await? {
+            gathered.add_ssh_certificate_authority(&ca);
+        }
+        Ok(gathered)
+    }
+
+    fn add_network(&mut self, network: &Network) {
+        self.remember(ResourceKind::Network, network);
+        self.facts.networks.push(consumed(&network.metadata));
+    }
+
+    fn add_security_group(&mut self, group: &SecurityGroup) {
+        self.remember(ResourceKind::SecurityGroup, group);
+        self.facts.security_groups.push(consumed(&group.metadata));
+    }
+
+    fn add_identity(&mut self, identity: &Identity) {
+        self.remember(ResourceKind::Identity, identity);
+        self.facts.identity = Some(core_identity(identity));
+    }
+
+    fn add_ssh_certificate_authority(&mut self, ca: &SSHCertificateAuthority) {
+        self.remember(ResourceKind::SshCertificateAuthority, ca);
+        self.facts.ssh_certificate_authorities.push(core_ssh_ca(ca));
+    }
+
     fn remember<K: Resource>(&mut self, kind: ResourceKind, object: &K) {
         let read = ReadResource {
             resource_version: object.resource_version().unwrap_or_default(),
@@ -148,13 +229,7 @@ impl Gathered {
     }
 }
 
-async fn list<K>(client: &Client, namespace: &str, params: &ListParams) -> Result<Vec<K>, Error>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+async fn list<K: ConsumedKind>(client: &Client, namespace: &str, params: &ListParams) -> Result<Vec<K>, Error> {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     match api.list(params).await {
         Ok(list) => Ok(list.items),
@@ -162,17 +237,74 @@ where
     }
 }
 
-async fn get<K>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>, Error>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+async fn get<K: ConsumedKind>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>, Error> {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     match api.get(name).await {
         Ok(object) => Ok(Some(object)),
         Err(error) if is_not_found(&error) => Ok(None),
         Err(source) => Err(Error::kube(format!("reading {} {namespace}/{name}", K::kind(&())), source)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use server_core::model::{Identity as CoreIdentity, NetworkAttachment, SecurityGroupRef, SshCertificateAuthority};
+
+    use super::*;
+
+    /// A Server naming network n1, group g1 and CA ca1, and facts holding all three.
+    fn named_and_found() -> (Server, Facts) {
+        let mut server = Server::default();
+        server.meta.labels.insert(IDENTITY_LABEL.into(), "id1".into());
+        server.spec.networks.push(NetworkAttachment { id: "n1".into(), ..Default::default() });
+        server.spec.security_groups.push(SecurityGroupRef { id: "g1".into() });
+        server.spec.ssh_certificate_authority_id = Some("ca1".into());
+        let facts = Facts {
+            identity: Some(CoreIdentity { resource: Consumed::new("id1"), ..Default::default() }),
+            networks: vec![Consumed::new("n0"), Consumed::new("n1")],
+            security_groups: vec![Consumed::new("g1")],
+            ssh_certificate_authorities: vec![SshCertificateAuthority {
+                resource: Consumed::new("ca1"),
+                ..Default::default()
+            }],
+            ..Facts::default()
+        };
+        (server, facts)
+    }
+
+    #[test]
+    fn a_cache_holding_everything_the_spec_names_is_enough() {
+        let (server, facts) = named_and_found();
+        assert!(!must_confirm(&server, &facts));
+    }
+
+    #[test]
+    fn whatever_the_spec_names_and_the_cache_lacks_is_confirmed() {
+        let (server, facts) = named_and_found();
+        let lacking: [fn(&mut Facts); 4] = [
+            |f| f.identity = None,
+            |f| f.networks.retain(|n| n.name != "n1"),
+            |f| f.security_groups.clear(),
+            |f| f.ssh_certificate_authorities.clear(),
+        ];
+        for (i, lack) in lacking.iter().enumerate() {
+            let mut facts = facts.clone();
+            lack(&mut facts);
+            assert!(must_confirm(&server, &facts), "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_deleting_server_reads_its_references_live() {
+        let (mut server, facts) = named_and_found();
+        server.meta.deleting = true;
+        assert!(must_confirm(&server, &facts));
+    }
+
+    #[test]
+    fn without_an_identity_label_nothing_is_confirmed() {
+        let (mut server, facts) = named_and_found();
+        server.meta.labels.clear();
+        assert!(!must_confirm(&server, &Facts { networks: Vec::new(), ..facts }));
     }
 }

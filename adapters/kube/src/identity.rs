@@ -1,40 +1,33 @@
-//! The identity context of cloud calls, read from the OpenstackIdentity of a
-//! Server's identity (same namespace, name = identity ID). Credentials are
-//! passed to the cloud port and never logged.
+//! The identity context of cloud calls, read from the cached OpenstackIdentity
+//! of a Server's identity (same namespace, name = identity ID). Credentials
+//! are passed to the cloud port and never logged.
 
-use kube::{Api, Client};
 use server_core::port::{Credentials, IdentityContext};
 
+use crate::cache::Caches;
 use crate::crd::OpenstackIdentity;
-use crate::error::{is_not_found, short_message};
 
-/// Why no identity context could be built; the provider's view is then unknown.
+/// No OpenstackIdentity to call the cloud as; the provider's view is then
+/// unknown and the pass yields (so one too new for the cache only delays it).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum IdentityError {
-    #[error("OpenstackIdentity {namespace}/{name} not found")]
-    NotFound { namespace: String, name: String },
-    #[error("reading OpenstackIdentity {namespace}/{name} failed: {message}")]
-    Read { namespace: String, name: String, message: String },
+#[error("OpenstackIdentity {namespace}/{name} not found")]
+pub(crate) struct MissingIdentity {
+    namespace: String,
+    name: String,
 }
 
-/// Reads the OpenstackIdentity `identity_id` in `namespace` into a context.
-pub(crate) async fn identity_context(
-    client: &Client,
+/// The cached OpenstackIdentity `identity_id` in `namespace` as a context.
+/// Outdated credentials make the cloud refuse the call: the provider's view
+/// is unknown and the pass retries.
+pub(crate) fn identity_context(
+    caches: &Caches,
     namespace: &str,
     region_id: &str,
     identity_id: &str,
-) -> Result<IdentityContext, IdentityError> {
-    let api: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
-    match api.get(identity_id).await {
-        Ok(identity) => Ok(context_from(&identity, region_id, identity_id)),
-        Err(error) if is_not_found(&error) => {
-            Err(IdentityError::NotFound { namespace: namespace.into(), name: identity_id.into() })
-        }
-        Err(error) => Err(IdentityError::Read {
-            namespace: namespace.into(),
-            name: identity_id.into(),
-            message: short_message(&error),
-        }),
+) -> Result<IdentityContext, MissingIdentity> {
+    match caches.openstack_identity(namespace, identity_id) {
+        Some(identity) => Ok(context_from(&identity, region_id, identity_id)),
+        None => Err(MissingIdentity { namespace: namespace.into(), name: identity_id.into() }),
     }
 }
 

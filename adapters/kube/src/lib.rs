@@ -1,10 +1,10 @@
 //! server-kube: the Server controller on Kubernetes.
 //!
 //! Connects server-core to a Kubernetes API: CRD types ([`crd`]), the watch
-//! with the wake rule ([`wake`]), the executor that gathers facts, asks
-//! `server_core::reconcile` and runs its actions, Kubernetes Events, and the
-//! monitor loop that projects the provider's view onto status. Every rule is
-//! server-core's; this crate only performs I/O.
+//! with the wake rule ([`wake`]), caches of the consumed kinds, the executor
+//! that gathers facts, asks `server_core::reconcile` and runs its actions,
+//! Kubernetes Events, and the monitor loop that projects the provider's view
+//! onto status. Every rule is server-core's; this crate only performs I/O.
 //!
 //! ```no_run
 //! # async fn doc(client: kube::Client, clouds: server_kube::CloudRegistry) -> Result<(), server_kube::Error> {
@@ -13,6 +13,7 @@
 //! # }
 //! ```
 
+mod cache;
 mod config;
 mod controller;
 pub mod convert;
@@ -42,6 +43,7 @@ pub use monitor::PollReport;
 pub use registry::CloudRegistry;
 pub use server_core::Outcome;
 
+use cache::Caches;
 use executor::Executor;
 use monitor::Monitor;
 
@@ -86,33 +88,62 @@ impl Operator {
         &self.executor.config
     }
 
-    /// Runs the controller and the monitor until `shutdown` resolves.
+    /// Runs the controller and the monitor until `shutdown` resolves. Both
+    /// start once the caches of consumed resources are filled.
     pub async fn run(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
         let shutdown = shutdown::shutdown(shutdown);
-        let (controller, monitor) =
-            tokio::join!(controller::run(self.executor.clone(), shutdown.clone()), self.monitor.run(shutdown));
-        controller.and(monitor)
+        self.with_caches(shutdown.clone(), |caches| async move {
+            let (controller, monitor) = tokio::join!(
+                controller::run(self.executor.clone(), caches.clone(), shutdown.clone()),
+                self.monitor.run(&caches, shutdown)
+            );
+            controller.and(monitor)
+        })
+        .await
     }
 
     /// Runs only the controller (watch, wake rule, passes) until `shutdown` resolves.
     pub async fn run_controller(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
-        controller::run(self.executor.clone(), shutdown::shutdown(shutdown)).await
+        let shutdown = shutdown::shutdown(shutdown);
+        self.with_caches(shutdown.clone(), |caches| controller::run(self.executor.clone(), caches, shutdown)).await
     }
 
     /// Runs only the monitor loop until `shutdown` resolves.
     pub async fn run_monitor(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
-        self.monitor.run(shutdown::shutdown(shutdown)).await
+        let shutdown = shutdown::shutdown(shutdown);
+        self.with_caches(shutdown.clone(), |caches| async move { self.monitor.run(&caches, shutdown).await }).await
     }
 
     /// One reconcile pass over `server`, outside the controller (for the
-    /// simulator and tests). Returns the core's outcome.
+    /// simulator and tests). Returns the core's outcome. Without running
+    /// caches, it lists the consumed kinds of the Server's namespace first.
     pub async fn reconcile_once(&self, server: &crd::Server) -> Result<Outcome, Error> {
-        self.executor.reconcile(server).await
+        let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
+        let caches = Caches::load(&self.executor.client, Some(namespace)).await?;
+        self.executor.reconcile(server, &caches).await
     }
 
-    /// One monitor poll, outside the loop.
+    /// One monitor poll, outside the loop; it lists the consumed kinds first.
     pub async fn poll_once(&self) -> Result<PollReport, Error> {
-        self.monitor.poll().await
+        let caches = Caches::load(&self.executor.client, self.config().namespace.as_deref()).await?;
+        self.monitor.poll(&caches).await
+    }
+
+    /// Runs `work` over filled caches of the configured namespace scope.
+    async fn with_caches<W, F>(&self, shutdown: shutdown::Shutdown, work: W) -> Result<(), Error>
+    where
+        W: FnOnce(Caches) -> F,
+        F: Future<Output = Result<(), Error>>,
+    {
+        let config = self.config();
+        cache::with_caches(
+            &self.executor.client,
+            config.namespace.as_deref(),
+            config.watch_retry_interval,
+            shutdown,
+            work,
+        )
+        .await
     }
 }
 

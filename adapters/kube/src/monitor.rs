@@ -1,7 +1,8 @@
 //! The monitor loop (DESIGN §11): every interval, list the live Servers, ask
-//! each (region, identity)'s cloud once for all its servers, project each
-//! Server with `server_core::observe`, and patch only what changed, guarded by
-//! the resourceVersion the list returned.
+//! each (region, identity)'s cloud once for all its servers (with the
+//! credentials of the cached OpenstackIdentity), project each Server with
+//! `server_core::observe`, and patch only what changed, guarded by the
+//! resourceVersion the list returned.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use server_core::port::ProviderServer;
 use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
+use crate::cache::Caches;
 use crate::config::ControllerConfig;
 use crate::controller::servers_api;
 use crate::convert::core_server;
@@ -59,7 +61,7 @@ type GroupKey = (String, String, String);
 
 impl Monitor {
     /// Polls every interval until `shutdown` resolves.
-    pub(crate) async fn run(&self, shutdown: Shutdown) -> Result<(), Error> {
+    pub(crate) async fn run(&self, caches: &Caches, shutdown: Shutdown) -> Result<(), Error> {
         // The first poll waits one interval: at start-up the controller's
         // initial passes go first instead of racing the monitor's writes.
         let first = tokio::time::Instant::now() + self.config.monitor_interval;
@@ -73,7 +75,7 @@ impl Monitor {
                 _ = ticks.tick() => {}
             }
             let started = Instant::now();
-            match self.poll().await {
+            match self.poll(caches).await {
                 Ok(report) => {
                     self.metrics.monitor_poll_finished(started.elapsed(), report.patched);
                     debug!(?report, elapsed = ?started.elapsed(), "monitor poll finished");
@@ -88,7 +90,7 @@ impl Monitor {
     /// One poll. Servers are listed before the clouds are asked, so a status
     /// computed from them is written only if the Server has not changed since
     /// (a reconciler write in between makes the patch conflict, not regress).
-    pub(crate) async fn poll(&self) -> Result<PollReport, Error> {
+    pub(crate) async fn poll(&self, caches: &Caches) -> Result<PollReport, Error> {
         let api = servers_api(self.client.clone(), self.config.namespace.as_deref());
         let servers =
             api.list(&ListParams::default()).await.map_err(|e| Error::kube("listing Servers for the monitor", e))?;
@@ -113,7 +115,7 @@ impl Monitor {
         self.metrics.servers_by_phase(&phases);
 
         for ((namespace, region, identity), members) in groups {
-            let Some(records) = self.list_group(&namespace, &region, &identity).await else {
+            let Some(records) = self.list_group(caches, &namespace, &region, &identity).await else {
                 report.groups_failed += 1;
                 self.metrics.monitor_group_failed(&region);
                 continue;
@@ -129,12 +131,18 @@ impl Monitor {
 
     /// The group's provider servers, or `None` (logged) when the group cannot
     /// be asked this poll.
-    async fn list_group(&self, namespace: &str, region: &str, identity: &str) -> Option<Vec<ProviderServer>> {
+    async fn list_group(
+        &self,
+        caches: &Caches,
+        namespace: &str,
+        region: &str,
+        identity: &str,
+    ) -> Option<Vec<ProviderServer>> {
         let Some(cloud) = self.clouds.get(region) else {
             warn!(%region, "monitor: no cloud is configured for the region");
             return None;
         };
-        let context = match identity_context(&self.client, namespace, region, identity).await {
+        let context = match identity_context(caches, namespace, region, identity) {
             Ok(context) => context,
             Err(error) => {
                 warn!(%region, %identity, %error, "monitor: no identity to ask the cloud as");

@@ -1,0 +1,253 @@
+//! Reflector caches of the kinds a pass reads but does not own: Identities,
+//! Networks, SecurityGroups, SSHCertificateAuthorities and
+//! OpenstackIdentities, one list and one watch per kind over the controller's
+//! namespace scope for the operator's lifetime.
+//!
+//! They replace the reads every pass used to make (five requests, each list
+//! returning every object of the namespace: O(Servers) per pass, O(Servers²)
+//! per resync). A cache lags the API server: an object it holds may be
+//! outdated, and one it lacks may only be new. Writes built from it carry its
+//! resourceVersion as precondition, so the first case ends in a Conflict and
+//! a retry; the second is confirmed with a live read where acting on the
+//! absence would be wrong (see `facts`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::{self, BoxFuture};
+use futures_util::{FutureExt, StreamExt};
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use server_core::model::IDENTITY_LABEL;
+use tracing::{info, warn};
+
+use crate::controller::FixedBackoff;
+use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
+use crate::error::Error;
+use crate::shutdown::Shutdown;
+
+/// A namespaced kind the operator reads through the API or a cache.
+pub(crate) trait ConsumedKind:
+    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> ConsumedKind for K where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Read handles on the caches; cloning shares them.
+#[derive(Clone, Debug)]
+pub(crate) struct Caches {
+    identities: Store<Identity>,
+    networks: Store<Network>,
+    security_groups: Store<SecurityGroup>,
+    ssh_certificate_authorities: Store<SSHCertificateAuthority>,
+    openstack_identities: Store<OpenstackIdentity>,
+}
+
+impl Caches {
+    /// The caches of `namespace` (all namespaces when `None`), and the
+    /// future that fills them: it lists and watches each kind, retrying a
+    /// failed watch after `retry`, and never ends on its own.
+    pub(crate) fn start(
+        client: &Client,
+        namespace: Option<&str>,
+        retry: Duration,
+    ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
+        let mut reflectors = Vec::new();
+        let caches = Caches {
+            identities: reflect(client, namespace, retry, &mut reflectors),
+            networks: reflect(client, namespace, retry, &mut reflectors),
+            security_groups: reflect(client, namespace, retry, &mut reflectors),
+            ssh_certificate_authorities: reflect(client, namespace, retry, &mut reflectors),
+            openstack_identities: reflect(client, namespace, retry, &mut reflectors),
+        };
+        (caches, future::join_all(reflectors).map(|_| ()))
+    }
+
+    /// Caches filled by one list of each kind and never updated: for a pass
+    /// or a poll outside the running operator, where they are as fresh as
+    /// the reads they replace.
+    pub(crate) async fn load(client: &Client, namespace: Option<&str>) -> Result<Caches, Error> {
+        Ok(Caches {
+            identities: loaded(client, namespace).await?,
+            networks: loaded(client, namespace).await?,
+            security_groups: loaded(client, namespace).await?,
+            ssh_certificate_authorities: loaded(client, namespace).await?,
+            openstack_identities: loaded(client, namespace).await?,
+        })
+    }
+
+    /// Resolves once every cache holds its initial list.
+    async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
+        tokio::try_join!(
+            self.identities.wait_until_ready(),
+            self.networks.wait_until_ready(),
+            self.security_groups.wait_until_ready(),
+            self.ssh_certificate_authorities.wait_until_ready(),
+            self.openstack_identities.wait_until_ready(),
+        )?;
+        Ok(())
+    }
+
+    pub(crate) fn identity(&self, namespace: &str, name: &str) -> Option<Arc<Identity>> {
+        self.identities.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    pub(crate) fn openstack_identity(&self, namespace: &str, name: &str) -> Option<Arc<OpenstackIdentity>> {
+        self.openstack_identities.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Networks of `namespace` with the identity label `identity_id`, by name.
+    pub(crate) fn networks(&self, namespace: &str, identity_id: &str) -> Vec<Arc<Network>> {
+        select(&self.networks, namespace, Some(identity_id))
+    }
+
+    /// Security groups of `namespace` with the identity label `identity_id`, by name.
+    pub(crate) fn security_groups(&self, namespace: &str, identity_id: &str) -> Vec<Arc<SecurityGroup>> {
+        select(&self.security_groups, namespace, Some(identity_id))
+    }
+
+    /// Every SSH certificate authority of `namespace`, by name.
+    pub(crate) fn ssh_certificate_authorities(&self, namespace: &str) -> Vec<Arc<SSHCertificateAuthority>> {
+        select(&self.ssh_certificate_authorities, namespace, None)
+    }
+}
+
+/// Runs `work` over filled caches of `namespace`: starts the reflectors,
+/// waits until every cache holds its initial list (or for `shutdown`, then
+/// returns without running `work`), runs `work` and stops the reflectors once
+/// it returns, so they live exactly as long as the loops reading them.
+pub(crate) async fn with_caches<W, F>(
+    client: &Client,
+    namespace: Option<&str>,
+    retry: Duration,
+    shutdown: Shutdown,
+    work: W,
+) -> Result<(), Error>
+where
+    W: FnOnce(Caches) -> F,
+    F: Future<Output = Result<(), Error>>,
+{
+    let (caches, reflectors) = Caches::start(client, namespace, retry);
+    let work = async {
+        tokio::select! {
+            ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,
+            () = shutdown => return Ok(()),
+        }
+        info!(namespace = namespace.unwrap_or("<all>"), "caches of consumed resources ready");
+        work(caches.clone()).await
+    };
+    tokio::select! {
+        result = work => result,
+        // Watchers retry forever; this only guards against a future change.
+        () = reflectors => Err(Error::Cache("the watches of consumed resources ended".into())),
+    }
+}
+
+pub(crate) fn scoped_api<K: ConsumedKind>(client: Client, namespace: Option<&str>) -> Api<K> {
+    match namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    }
+}
+
+/// One kind's cache, and the future filling it pushed onto `reflectors`.
+fn reflect<K: ConsumedKind>(
+    client: &Client,
+    namespace: Option<&str>,
+    retry: Duration,
+    reflectors: &mut Vec<BoxFuture<'static, ()>>,
+) -> Store<K> {
+    let (store, writer) = reflector::store();
+    let events = watcher(scoped_api::<K>(client.clone(), namespace), watcher::Config::default())
+        .backoff(FixedBackoff(retry))
+        // Nothing reads managed fields; dropping them keeps the cache small.
+        .modify(|object: &mut K| object.managed_fields_mut().clear())
+        .reflect(writer);
+    reflectors.push(
+        events
+            .for_each(|event| async move {
+                if let Err(error) = event {
+                    warn!(kind = %K::kind(&()), %error, "watch of a consumed kind failed; the cache keeps its last state");
+                }
+            })
+            .boxed(),
+    );
+    store
+}
+
+/// A cache holding the result of one list.
+async fn loaded<K: ConsumedKind>(client: &Client, namespace: Option<&str>) -> Result<Store<K>, Error> {
+    let list = scoped_api::<K>(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("listing {}", K::plural(&())), e))?;
+    let (store, mut writer) = reflector::store();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for object in list.items {
+        writer.apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    Ok(store)
+}
+
+/// The cached objects of `namespace` (with identity label `identity_id` if
+/// given), in name order as a list returns them, so passes are deterministic.
+fn select<K: ConsumedKind>(store: &Store<K>, namespace: &str, identity_id: Option<&str>) -> Vec<Arc<K>> {
+    let mut found = store.state_filter(|object| {
+        object.meta().namespace.as_deref() == Some(namespace)
+            && identity_id.is_none_or(|id| object.labels().get(IDENTITY_LABEL).is_some_and(|label| label == id))
+    });
+    found.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::NetworkSpec;
+
+    fn network(namespace: &str, name: &str, identity: &str) -> Network {
+        let mut network = Network::new(name, NetworkSpec::default());
+        network.metadata.namespace = Some(namespace.into());
+        network.metadata.labels = Some([(IDENTITY_LABEL.to_owned(), identity.to_owned())].into());
+        network
+    }
+
+    #[test]
+    fn selects_by_namespace_and_identity_in_name_order() {
+        let (store, mut writer) = reflector::store::<Network>();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in [
+            network("ns", "b", "id1"),
+            network("ns", "a", "id1"),
+            network("ns", "c", "id2"),
+            network("other", "d", "id1"),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let names = |found: Vec<Arc<Network>>| found.iter().map(|n| n.name_any()).collect::<Vec<_>>();
+        assert_eq!(names(select(&store, "ns", Some("id1"))), ["a", "b"]);
+        assert_eq!(names(select(&store, "ns", None)), ["a", "b", "c"]);
+        assert!(select(&store, "none", None).is_empty());
+    }
+}
