@@ -7,9 +7,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use anyhow::Context as _;
+use k8s_openapi::api::core::v1::Secret;
 use prometheus_client::registry::Registry;
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_openstack::{OpenStackCloud, OpenStackConfig};
 use tokio::sync::watch;
 
 use crate::http::Endpoints;
@@ -66,6 +70,25 @@ pub(crate) struct Args {
     /// Seed of the simulated cloud (with --cloud sim).
     #[arg(long, env = "SERVER_CONTROLLER_SIM_SEED", default_value_t = 1)]
     sim_seed: u64,
+
+    /// An OpenStack region: `REGION_ID=FILE`, the region label value and a
+    /// JSON file of its endpoint configuration (auth URL, region name, ...).
+    /// Repeat for each region (with --cloud openstack).
+    #[arg(long = "openstack-config", env = "SERVER_CONTROLLER_OPENSTACK_CONFIGS", value_delimiter = ',', value_parser = parse_region_source)]
+    openstack_configs: Vec<(String, String)>,
+
+    /// An OpenStack region from a Kubernetes Secret: `REGION_ID=NAMESPACE/NAME`,
+    /// whose data keys are the configuration's fields. Repeat for each region.
+    #[arg(long = "openstack-secret", env = "SERVER_CONTROLLER_OPENSTACK_SECRETS", value_delimiter = ',', value_parser = parse_region_source)]
+    openstack_secrets: Vec<(String, String)>,
+}
+
+/// Parses `REGION_ID=SOURCE`.
+fn parse_region_source(value: &str) -> Result<(String, String), String> {
+    match value.split_once('=') {
+        Some((region, source)) if !region.is_empty() && !source.is_empty() => Ok((region.into(), source.into())),
+        _ => Err(format!("{value:?} is not REGION_ID=SOURCE")),
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -114,7 +137,7 @@ fn controller_config(args: &Args) -> ControllerConfig {
     }
 }
 
-fn clouds(args: &Args) -> anyhow::Result<CloudRegistry> {
+async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
     match args.cloud {
         CloudKind::Sim => {
             let cloud = server_sim::cloud::SimCloud::new(server_sim::cloud::CloudConfig::new(args.sim_seed));
@@ -124,18 +147,48 @@ fn clouds(args: &Args) -> anyhow::Result<CloudRegistry> {
                 .iter()
                 .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
         }
-        CloudKind::Openstack => anyhow::bail!(
-            "--cloud openstack needs the OpenStack adapter, which this build does not include yet; use --cloud sim"
-        ),
+        CloudKind::Openstack => openstack_clouds(args, client).await,
     }
 }
 
+/// One OpenStack cloud per region, from files or from Secrets. Credentials
+/// are per identity (OpenstackIdentity), never in this configuration.
+async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
+    let mut registry = CloudRegistry::new();
+    for (region, path) in &args.openstack_configs {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
+        let config = OpenStackConfig::from_json(&text)
+            .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
+        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+    }
+    for (region, secret) in &args.openstack_secrets {
+        let (namespace, name) = secret
+            .split_once('/')
+            .with_context(|| format!("region {region}: the Secret {secret:?} is not NAMESPACE/NAME"))?;
+        let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+        let found =
+            secrets.get(name).await.with_context(|| format!("cannot read region {region}'s Secret {secret}"))?;
+        let data: BTreeMap<String, Vec<u8>> =
+            found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
+        let config = OpenStackConfig::from_secret_data(&data)
+            .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
+        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+    }
+    if registry.regions().next().is_none() {
+        anyhow::bail!(
+            "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
+        );
+    }
+    Ok(registry)
+}
+
 async fn operate(args: &Args) -> anyhow::Result<()> {
-    let clouds = clouds(args)?;
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
+    let clouds = clouds(args, &client).await?;
     tracing::info!(server_version = %version.git_version, regions = ?clouds, "connected");
 
     let mut registry = Registry::default();

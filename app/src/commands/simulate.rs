@@ -31,6 +31,11 @@ pub(crate) struct Args {
     #[arg(long)]
     replay_check: bool,
 
+    /// Log every step of one Server (`server-N` or `N`), e.g. the one a
+    /// violation names, to see what the controller read, decided and did.
+    #[arg(long, value_name = "SERVER", value_parser = parse_server)]
+    explain: Option<usize>,
+
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -42,6 +47,11 @@ enum Output {
     Json,
 }
 
+fn parse_server(value: &str) -> Result<usize, String> {
+    let index = value.strip_prefix("server-").unwrap_or(value);
+    index.parse().map_err(|_| format!("{value:?} is not a server name (server-N) or index"))
+}
+
 fn parse_rate(value: &str) -> Result<f64, String> {
     let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
     if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
@@ -51,6 +61,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let mut config = SimConfig::with_fault_rate(args.servers, args.seed, args.fault_rate);
     config.max_attempts = args.max_attempts;
     config.replay_check = args.replay_check;
+    config.explain = args.explain;
     let report = simulate::run(&config);
     let printed = match args.output {
         Output::Text => format!("{report}"),

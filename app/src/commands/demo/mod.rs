@@ -25,7 +25,7 @@ use server_sim::cloud::{CloudConfig, Fate, SimCloud};
 use server_sim::kube::{Patch, PatchKind};
 use tokio::sync::watch;
 
-use crate::commands::run::parse_duration;
+use crate::commands::run::{CloudKind, parse_duration};
 use crate::telemetry::{self, LogFormat};
 use observer::{History, Observer};
 use report::{ApiRequests, CreateAttempts, INVARIANTS, InvariantVerdict, Report};
@@ -69,6 +69,12 @@ pub(crate) struct Args {
     /// Address of the in-process API server.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
+
+    /// How the operator reaches SimCloud: directly through the cloud port
+    /// (`sim`), or through the OpenStack adapter over HTTP to the OpenStack
+    /// simulator (`openstack`: Keystone, Nova and Neutron on a loopback port).
+    #[arg(long, value_enum, default_value_t = CloudKind::Sim)]
+    cloud: CloudKind,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -152,7 +158,7 @@ async fn demo(args: &Args) -> anyhow::Result<Report> {
         concurrency: 16,
         ..ControllerConfig::default()
     };
-    let registry = CloudRegistry::new().with(REGION, cloud.port());
+    let (registry, _openstack) = cloud_registry(args.cloud, &cloud).await?;
     let operator = Operator::new(world.client.clone(), registry, config);
     let (stop, stopped) = watch::channel(false);
     let running = {
@@ -201,6 +207,28 @@ async fn demo(args: &Args) -> anyhow::Result<Report> {
         serve_until_interrupted(&world, &args.kubeconfig).await?;
     }
     Ok(report)
+}
+
+/// The operator's clouds. With `openstack`, the OpenStack simulator serves
+/// SimCloud's model over HTTP and the real OpenStack adapter talks to it; the
+/// returned handle keeps it serving.
+async fn cloud_registry(
+    kind: CloudKind,
+    cloud: &SimCloud,
+) -> anyhow::Result<(CloudRegistry, Option<server_sim::openstack::ServeHandle>)> {
+    match kind {
+        CloudKind::Sim => Ok((CloudRegistry::new().with(REGION, cloud.port()), None)),
+        CloudKind::Openstack => {
+            let simulator = server_sim::openstack::OpenStackSim::new(cloud.clone());
+            simulator.add_user(world::OPENSTACK_USER, world::OPENSTACK_PASSWORD);
+            let served =
+                simulator.serve("127.0.0.1:0".parse()?).await.context("cannot serve the OpenStack simulator")?;
+            let config = server_openstack::OpenStackConfig::new(served.auth_url(), "RegionOne");
+            let openstack = server_openstack::OpenStackCloud::new(config)
+                .context("the OpenStack adapter refused its configuration")?;
+            Ok((CloudRegistry::new().with(REGION, openstack.port()), Some(served)))
+        }
+    }
 }
 
 fn progress_bar(args: &Args) -> ProgressBar {

@@ -17,6 +17,9 @@ pub(crate) const IDENTITY: &str = "identity-a";
 pub(crate) const NETWORKS: [&str; 2] = ["net-a", "net-b"];
 pub(crate) const SECURITY_GROUP: &str = "sg-web";
 pub(crate) const SSH_CA: &str = "ca-ops";
+/// The demo identity's OpenStack user (known to the OpenStack simulator only).
+pub(crate) const OPENSTACK_USER: &str = "demo-user";
+pub(crate) const OPENSTACK_PASSWORD: &str = "demo-password";
 /// A throwaway ed25519 public key: the demo's SSH certificate authority.
 const SSH_CA_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl demo-ca@unikorn";
@@ -61,7 +64,14 @@ impl World {
         }]});
         let seeds = [
             ("identities", identity),
-            ("openstackidentities", object("OpenstackIdentity", IDENTITY, json!({"projectID": "project-a"}))),
+            (
+                "openstackidentities",
+                object(
+                    "OpenstackIdentity",
+                    IDENTITY,
+                    json!({"projectID": "project-a", "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD}),
+                ),
+            ),
             ("networks", object("Network", NETWORKS[0], json!({"prefix": "10.0.0.0/24"}))),
             ("networks", object("Network", NETWORKS[1], json!({"prefix": "10.1.0.0/24"}))),
             ("securitygroups", object("SecurityGroup", SECURITY_GROUP, json!({}))),
