@@ -53,6 +53,8 @@ use monitor::Monitor;
 pub struct Operator {
     executor: Arc<Executor>,
     monitor: Arc<Monitor>,
+    /// True while the caches are filled and the loops run: the readiness probe.
+    ready: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl std::fmt::Debug for Operator {
@@ -81,11 +83,18 @@ impl Operator {
             metrics: metrics.clone(),
         };
         let executor = Executor { client, clouds, events, config, metrics };
-        Operator { executor: Arc::new(executor), monitor: Arc::new(monitor) }
+        let (ready, _) = tokio::sync::watch::channel(false);
+        Operator { executor: Arc::new(executor), monitor: Arc::new(monitor), ready: Arc::new(ready) }
     }
 
     pub fn config(&self) -> &ControllerConfig {
         &self.executor.config
+    }
+
+    /// Whether the operator is taking work: true once its caches are filled
+    /// and its loops run, false again when they stop.
+    pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.ready.subscribe()
     }
 
     /// Runs the controller and the monitor until `shutdown` resolves. Both
@@ -136,14 +145,20 @@ impl Operator {
         F: Future<Output = Result<(), Error>>,
     {
         let config = self.config();
-        cache::with_caches(
+        let ready = self.ready.clone();
+        let result = cache::with_caches(
             &self.executor.client,
             config.namespace.as_deref(),
             config.watch_retry_interval,
             shutdown,
-            work,
+            |caches| {
+                ready.send_replace(true);
+                work(caches)
+            },
         )
-        .await
+        .await;
+        self.ready.send_replace(false);
+        result
     }
 }
 

@@ -212,7 +212,14 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     });
 
     let operator = Operator::with_metrics(client, clouds, controller_config(args), metrics);
-    endpoints.set_ready(true);
+    // Ready once the operator's caches are filled and its loops run.
+    let mut readiness = operator.readiness();
+    let probe = endpoints.clone();
+    tokio::spawn(async move {
+        while readiness.changed().await.is_ok() {
+            probe.set_ready(*readiness.borrow());
+        }
+    });
     let result = if args.no_monitor {
         operator.run_controller(wait_stop(stopped.clone())).await
     } else {
