@@ -60,6 +60,8 @@ VALIDATE = {
     "mime-invalid-utf8": b"MIME-Version: 1.0\n\n#!/bin/sh\n\xff",
     "gzip": gzip.compress(b"#!/bin/sh\necho gz\n", mtime=0),
     "cr-only": b"#!/bin/sh\recho cr\r",
+    "header-only-from": b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\nFrom x\n",
+    "header-only-from-cr": b"MIME-Version: 1.0\rContent-Type: text/x-shellscript\rFrom x\r",
 }
 
 MERGE = {
@@ -78,6 +80,7 @@ MERGE = {
     "mime-single": b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\n\n#!/bin/sh\r",
     "cr-only": b"#!/bin/sh\recho cr\r",
     "non-ascii": "#!/bin/sh\necho \u00e9\u20ac\U0001F600\n".encode(),
+    "header-only-from": b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\nFrom x\n",
 }
 
 for directory, seeds in ((V, VALIDATE), (M, MERGE)):

@@ -354,6 +354,10 @@ fn large_and_non_ascii_scripts() {
     // A script that mentions MIME-Version is a MIME message to cloud-init.
     let sneaky = b"#!/bin/sh\necho 'MIME-Version: 1.0'\n";
     check("mime-mention", sneaky, Some(ED25519), "raw", &[("text/x-shellscript", sneaky)]);
+    // A MIME message that ends inside its header block with a `From ` line,
+    // which Python moves to the body (found by fuzzing).
+    let header_only = b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\nFrom x\n";
+    check("header-only", header_only, Some(ED25519), "raw", &[("text/x-shellscript", b"From x\n")]);
     // A script containing our own boundary.
     let boundary = b"#!/bin/sh\necho '--==unikorn-user-data-0=='\n";
     check("boundary-in-script", boundary, Some(ED25519), "raw", &[("text/x-shellscript", boundary)]);

@@ -14,8 +14,9 @@ pub(crate) enum Piece<'a> {
     /// ending that belongs to the boundary after it.
     Part(&'a [u8]),
     /// A whole entity (headers, blank line, body) copied from the user's
-    /// data, which needs a line ending before the next boundary.
-    Entity(&'a [u8]),
+    /// data, which needs a line ending before the next boundary, and a blank
+    /// line first when it ends inside its header block.
+    Entity { raw: &'a [u8], ended_in_headers: bool },
     /// A payload to wrap in headers of ours.
     Payload { content_type: &'a str, filename: Option<&'a str>, body: &'a [u8] },
 }
@@ -33,7 +34,7 @@ pub(crate) fn user_pieces<'a>(data: &'a [u8], classified: &'a Classified<'a>) ->
             Body::Multipart(parts) if message.content_type != "multipart/digest" => {
                 parts.iter().map(|p| Piece::Part(p.raw.as_bytes())).collect()
             }
-            _ => vec![Piece::Entity(message.raw.as_bytes())],
+            _ => vec![Piece::Entity { raw: message.raw.as_bytes(), ended_in_headers: message.ended_in_headers }],
         },
     }
 }
@@ -84,29 +85,53 @@ fn boundary_for<'p>(parts: impl Iterator<Item = &'p [u8]>) -> String {
     format!("=={}{n}==", String::from_utf8_lossy(BOUNDARY_STEM))
 }
 
+/// What goes between a piece and the next boundary line.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    /// The piece ends with the line ending that belongs to the boundary.
+    Own,
+    /// The piece ends inside its header block.
+    AfterHeaders,
+    /// The piece needs a line ending.
+    Add,
+}
+
 /// Assembles `multipart/mixed` from the pieces.
 pub(crate) fn assemble(pieces: &[Piece<'_>]) -> Vec<u8> {
-    let parts: Vec<(Vec<u8>, bool)> = pieces
+    let parts: Vec<(Vec<u8>, Ending)> = pieces
         .iter()
         .map(|piece| match piece {
-            Piece::Part(raw) => (raw.to_vec(), true),
-            Piece::Entity(raw) => (raw.to_vec(), false),
-            Piece::Payload { content_type, filename, body } => (encode_payload(content_type, *filename, body), false),
+            Piece::Part(raw) => (raw.to_vec(), Ending::Own),
+            Piece::Entity { raw, ended_in_headers: true } => (raw.to_vec(), Ending::AfterHeaders),
+            Piece::Entity { raw, ended_in_headers: false } => (raw.to_vec(), Ending::Add),
+            Piece::Payload { content_type, filename, body } => {
+                (encode_payload(content_type, *filename, body), Ending::Add)
+            }
         })
         .collect();
     let boundary = boundary_for(parts.iter().map(|(p, _)| p.as_slice()));
     let mut out = Vec::with_capacity(parts.iter().map(|(p, _)| p.len()).sum::<usize>() + 200);
     out.extend_from_slice(format!("Content-Type: multipart/mixed; boundary=\"{boundary}\"\n").as_bytes());
     out.extend_from_slice(b"MIME-Version: 1.0\n\n");
-    for (part, has_delimiter) in &parts {
+    for (part, ending) in &parts {
         out.extend_from_slice(format!("--{boundary}\n").as_bytes());
         out.extend_from_slice(part);
         // The line ending before a boundary belongs to the boundary: a part
         // of the user's keeps its own; other pieces get one. After a lone CR
         // a bare LF would fuse with it into CRLF, so that gets CRLF.
         let ends_line = part.ends_with(b"\n") || part.ends_with(b"\r");
-        if !(*has_delimiter && ends_line) {
-            out.extend_from_slice(if part.ends_with(b"\r") { b"\r\n" } else { b"\n" });
+        let eol: &[u8] = if part.ends_with(b"\r") { b"\r\n" } else { b"\n" };
+        match ending {
+            Ending::Own if ends_line => {}
+            // A complete last header line: a blank line must end the header
+            // block first, or ours would, and a header-only entity whose
+            // trailing `From ` line Python moves to the body would lose the
+            // line ending that the boundary then takes.
+            Ending::AfterHeaders if ends_line => {
+                out.extend_from_slice(eol);
+                out.extend_from_slice(eol);
+            }
+            _ => out.extend_from_slice(eol),
         }
     }
     out.extend_from_slice(format!("--{boundary}--\n").as_bytes());

@@ -37,6 +37,9 @@ pub(crate) struct Entity<'a> {
     pub(crate) content_type: String,
     /// The first `Content-Transfer-Encoding` value, lower-cased, if any.
     pub(crate) transfer_encoding: Option<String>,
+    /// The input ended (or a boundary came) before the header block did:
+    /// there is no blank line and no body line.
+    pub(crate) ended_in_headers: bool,
     pub(crate) body: Body<'a>,
 }
 
@@ -259,9 +262,13 @@ fn mime_error(reason: UserDataErrorReason, message: impl Into<String>) -> UserDa
 fn parse_entity<'a>(reader: &mut Reader<'a>, default_type: &str, depth: usize) -> Result<Entity<'a>, UserDataError> {
     let start = reader.pos;
     let mut header_lines = Vec::new();
+    let mut ended_in_headers = false;
     loop {
         let before = reader.pos;
-        let Some(line) = reader.read_line() else { break };
+        let Some(line) = reader.read_line() else {
+            ended_in_headers = true;
+            break;
+        };
         if !is_header_line(line) {
             if !starts_with_line_ending(line) {
                 reader.pos = before;
@@ -280,6 +287,7 @@ fn parse_entity<'a>(reader: &mut Reader<'a>, default_type: &str, depth: usize) -
             raw: &reader.text[start..reader.pos],
             content_type,
             transfer_encoding,
+            ended_in_headers,
             body: Body::Multipart(parts),
         });
     }
@@ -291,7 +299,13 @@ fn parse_entity<'a>(reader: &mut Reader<'a>, default_type: &str, depth: usize) -
         Some(from_line) => Cow::Owned(format!("{from_line}{rest}")),
         None => Cow::Borrowed(rest),
     };
-    Ok(Entity { raw: &reader.text[start..reader.pos], content_type, transfer_encoding, body: Body::Leaf(payload) })
+    Ok(Entity {
+        raw: &reader.text[start..reader.pos],
+        content_type,
+        transfer_encoding,
+        ended_in_headers,
+        body: Body::Leaf(payload),
+    })
 }
 
 fn parse_multipart<'a>(

@@ -339,6 +339,25 @@ proptest! {
     }
 }
 
+/// Found by fuzzing (user_data_merge): a MIME message that ends inside its
+/// header block with a `From ` line, which Python moves to the body.
+#[test]
+fn header_only_message_keeps_its_payload_when_merged() {
+    for data in [
+        &b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\nFrom x\n"[..],
+        b"MIME-Version: 1.0\r\nContent-Type: text/x-shellscript\r\nFrom x\r\n",
+        b"MIME-Version: 1.0\rContent-Type: text/x-shellscript\rFrom x\r",
+        b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\nFrom x",
+        b"MIME-Version: 1.0\nContent-Type: text/x-shellscript\n",
+        b"MIME-Version: 1.0\n",
+    ] {
+        let before = cloud_init_parts(data).unwrap().unwrap();
+        let out = render(data, Some(KEY)).unwrap();
+        let after = cloud_init_parts(&out).unwrap().unwrap();
+        assert_eq!(after[..after.len() - 1], before[..], "{:?}", String::from_utf8_lossy(data));
+    }
+}
+
 #[test]
 fn adversarial_inputs_stay_linear() {
     let started = std::time::Instant::now();
