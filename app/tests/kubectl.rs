@@ -8,79 +8,29 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod support;
 
-/// The demo must settle and start serving within this long.
-const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+use std::process::{Command, Stdio};
 
-/// `demo --serve` running in the background, killed on drop.
-struct ServedDemo {
-    child: Child,
-    dir: PathBuf,
-}
+use support::ServedDemo;
 
-impl ServedDemo {
-    fn start(servers: usize) -> Self {
-        let dir = std::env::temp_dir().join(format!("server-controller-kubectl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-            .args(["demo", "--servers", &servers.to_string(), "--serve", "--kubeconfig"])
-            .arg(dir.join("kubeconfig"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the server-controller binary starts");
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let demo = Self { child, dir };
-
-        // Keep draining stderr after the marker so the child never blocks on a full pipe.
-        let (lines, received) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let _ = lines.send(line);
-            }
-        });
-        let mut seen = Vec::new();
-        loop {
-            match received.recv_timeout(STARTUP_TIMEOUT) {
-                Ok(line) if line.contains("stays up") => return demo,
-                Ok(line) => seen.push(line),
-                Err(error) => panic!("the demo never said it stays up ({error}); stderr:\n{}", seen.join("\n")),
-            }
-        }
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        let output = Command::new("kubectl")
-            .args(args)
-            .arg("--cache-dir")
-            .arg(self.dir.join("cache"))
-            .env("KUBECONFIG", self.dir.join("kubeconfig"))
-            .output()
-            .expect("kubectl runs");
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        assert!(
-            output.status.success(),
-            "kubectl {} failed ({}):\n{stdout}\n{}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        stdout
-    }
-}
-
-impl Drop for ServedDemo {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
+    let output = Command::new("kubectl")
+        .args(args)
+        .arg("--cache-dir")
+        .arg(demo.dir.join("cache"))
+        .env("KUBECONFIG", demo.dir.join("kubeconfig"))
+        .output()
+        .expect("kubectl runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "kubectl {} failed ({}):\n{stdout}\n{}",
+        args.join(" "),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 /// Whether kubectl can run here; panics under CI, where it must.
@@ -112,7 +62,7 @@ fn kubectl_lists_describes_and_shows_events() {
     }
     let demo = ServedDemo::start(5);
 
-    let servers = demo.kubectl(&["get", "servers"]);
+    let servers = kubectl(&demo, &["get", "servers"]);
     let mut lines = servers.lines();
     let header = lines.next().expect("a header line");
     assert_eq!(columns(header), ["NAME", "STATUS", "AGE", "PRIVATEIP", "PUBLICIP"], "{servers}");
@@ -129,11 +79,11 @@ fn kubectl_lists_describes_and_shows_events() {
         assert!(rows.iter().any(|row| row[1] == status), "no {status} server:\n{servers}");
     }
 
-    let one = demo.kubectl(&["get", "server", "server-000"]);
+    let one = kubectl(&demo, &["get", "server", "server-000"]);
     assert_eq!(one.lines().count(), 2, "{one}");
     assert!(one.contains("server-000"), "{one}");
 
-    let events = demo.kubectl(&["get", "events"]);
+    let events = kubectl(&demo, &["get", "events"]);
     assert_eq!(
         columns(events.lines().next().unwrap_or_default()),
         ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
@@ -141,7 +91,7 @@ fn kubectl_lists_describes_and_shows_events() {
     assert!(events.contains("ProviderCreateFailed"), "{events}");
     assert!(events.contains("server/server-001"), "{events}");
 
-    let described = demo.kubectl(&["describe", "server", "server-000"]);
+    let described = kubectl(&demo, &["describe", "server", "server-000"]);
     assert!(described.lines().any(|line| columns(line) == ["Name:", "server-000"]), "{described}");
     assert!(described.contains("Provisioned"), "{described}");
 }

@@ -1,0 +1,80 @@
+//! `server-controller run` against the in-process API server of `demo --serve`:
+//! it connects through a kubeconfig, turns ready once its caches are filled,
+//! serves Prometheus metrics, and on SIGTERM finishes its work and exits 0.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::ServedDemo;
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").and_then(|listener| listener.local_addr()).expect("a free loopback port")
+}
+
+/// One plain HTTP/1.0 GET: the status code and the body.
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let code = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    Some((code, body))
+}
+
+fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
+    let demo = ServedDemo::start(3);
+    let metrics = free_port();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--cloud", "sim", "--sim-region", "region-a", "--namespace", "demo"])
+        .args(["--yield-interval", "200ms", "--monitor-interval", "200ms", "--log-format", "json"])
+        .arg("--metrics-addr")
+        .arg(metrics.to_string())
+        .env("KUBECONFIG", demo.kubeconfig())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the operator starts");
+
+    wait_for("/healthz", Duration::from_secs(60), || get(metrics, "/healthz").is_some_and(|(code, _)| code == 200));
+    wait_for("/readyz to turn ready", Duration::from_secs(60), || {
+        get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    // The demo's Servers are reconciled again by this operator (its own cloud
+    // has none of them, so they pass through the controller and the monitor).
+    wait_for("reconcile metrics", Duration::from_secs(60), || {
+        get(metrics, "/metrics").is_some_and(|(_, body)| body.contains("server_controller_reconciles_total{"))
+    });
+    let (_, body) = get(metrics, "/metrics").unwrap();
+    assert!(body.contains("server_controller_monitor_poll_duration_seconds"), "{body}");
+
+    let term = Command::new("kill").args(["-TERM", &operator.id().to_string()]).status().expect("kill runs");
+    assert!(term.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = operator.try_wait().expect("the operator can be waited on") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the operator did not exit within 30 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "the operator exited with {status} after SIGTERM");
+}

@@ -1,0 +1,67 @@
+//! A `demo --serve` running in the background, for tests that drive the
+//! in-process API server with real clients (kubectl, the operator's `run`).
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The demo must settle and start serving within this long.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// `demo --serve` running in the background, killed on drop.
+pub struct ServedDemo {
+    child: Child,
+    pub dir: PathBuf,
+}
+
+impl ServedDemo {
+    pub fn start(servers: usize) -> Self {
+        let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!("server-controller-demo-{}-{unique}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+            .args(["demo", "--servers", &servers.to_string(), "--serve", "--kubeconfig"])
+            .arg(dir.join("kubeconfig"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server-controller binary starts");
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let demo = Self { child, dir };
+
+        // Keep draining stderr after the marker so the child never blocks on a full pipe.
+        let (lines, received) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            match received.recv_timeout(STARTUP_TIMEOUT) {
+                Ok(line) if line.contains("stays up") => return demo,
+                Ok(line) => seen.push(line),
+                Err(error) => panic!("the demo never said it stays up ({error}); stderr:\n{}", seen.join("\n")),
+            }
+        }
+    }
+}
+
+impl ServedDemo {
+    /// The kubeconfig that reaches the demo's API server.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+}
+
+impl Drop for ServedDemo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
