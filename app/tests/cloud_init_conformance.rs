@@ -333,7 +333,10 @@ fn empty_user_data() {
     assert!(out.status.success());
     assert!(out.stdout.is_empty(), "no user data and no CA: nothing to send");
     // With a CA: the managed cloud-config alone, typed by its first line.
-    for key in [ED25519, ECDSA, TRICKY_COMMENT_KEY] {
+    // The last key's comment would make cloud-init read a bare managed
+    // document as MIME (found by fuzzing).
+    let mime_comment = format!("{ED25519} MIME-Version: 1.0 jos\u{e9}");
+    for key in [ED25519, ECDSA, TRICKY_COMMENT_KEY, &format!("{ED25519} jos\u{e9}"), &mime_comment] {
         check("empty-ca", b"", Some(key), "raw", &[]);
     }
     check("padded-key", b"", Some(&format!("\n  {ED25519}  \n")), "raw", &[]);

@@ -95,7 +95,9 @@ pub fn validate_managed_user_data(data: &[u8]) -> Result<PayloadKind, UserDataEr
 /// data (`None` or empty) and no CA.
 ///
 /// - no CA: the user data, validated, unchanged;
-/// - a CA and no user data: the managed cloud-config alone;
+/// - a CA and no user data: the managed cloud-config alone (as the one part
+///   of a multipart in the odd case that the key's comment mentions
+///   `MIME-Version:`, which would make cloud-init read it as MIME);
 /// - a CA and user data: `multipart/mixed` with the user's parts, then the
 ///   managed part.
 pub fn render_user_data(
@@ -121,15 +123,22 @@ pub fn render_user_data(
     };
     let key = validate_ssh_public_key(key)?;
     let managed = managed_cloud_config(&key)?;
-    let Some((data, classified)) = classified else {
-        return Ok(Some(managed.into_bytes()));
-    };
-    let mut pieces = merge::user_pieces(data, &classified);
-    pieces.push(Piece::Payload {
+    let managed_piece = Piece::Payload {
         content_type: MANAGED_PART_CONTENT_TYPE,
         filename: Some(MANAGED_PART_NAME),
         body: managed.as_bytes(),
-    });
+    };
+    let Some((data, classified)) = classified else {
+        if !looks_like_mime(managed.as_bytes()) {
+            return Ok(Some(managed.into_bytes()));
+        }
+        // The key's comment mentions MIME-Version: cloud-init would read the
+        // document as a MIME message and garble any non-ASCII text in it, so
+        // it goes as the one part of a multipart (found by fuzzing).
+        return Ok(Some(merge::assemble(&[managed_piece])));
+    };
+    let mut pieces = merge::user_pieces(data, &classified);
+    pieces.push(managed_piece);
     Ok(Some(merge::assemble(&pieces)))
 }
 

@@ -358,6 +358,24 @@ fn header_only_message_keeps_its_payload_when_merged() {
     }
 }
 
+/// Found by fuzzing (user_data_merge): a key comment that mentions
+/// MIME-Version makes cloud-init read the managed document as MIME, where
+/// non-ASCII text would be garbled.
+#[test]
+fn key_comment_mentioning_mime_version() {
+    let key = format!("{KEY} MIME-Version: 1.0 jos\u{e9}");
+    let out = render_user_data(None, Some(&key)).unwrap().unwrap();
+    let managed = managed_cloud_config(&validate_ssh_public_key(&key).unwrap()).unwrap();
+    assert!(looks_like_mime(&out));
+    assert_eq!(
+        cloud_init_parts(&out).unwrap(),
+        Some(vec![CloudInitPart { content_type: MANAGED_PART_CONTENT_TYPE.into(), payload: managed.into_bytes() }])
+    );
+    let plain = format!("{KEY} jos\u{e9}");
+    let out = render_user_data(None, Some(&plain)).unwrap().unwrap();
+    assert!(out.starts_with(b"#cloud-config\n"));
+}
+
 #[test]
 fn adversarial_inputs_stay_linear() {
     let started = std::time::Instant::now();
