@@ -2,33 +2,56 @@
 //! fields that changed, so fields this operator does not model (volumes,
 //! rebuild, ...) survive every write.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::model::ServerStatus;
 
 /// The merge patch taking `before` to `after`, or `None` when nothing changed
 /// (no write at all). Removed fields become `null`, which deletes them.
+///
+/// Field by field on the typed status, serializing only what changed: the
+/// same patch as diffing the two JSON documents (typed equality and JSON
+/// equality coincide for these fields, and absence follows the
+/// `skip_serializing_if` of each), at a fraction of the cost on the hottest
+/// path of every pass. `tests/status_patch_equivalence.rs` holds it to the
+/// JSON diff, and the unit tests below to the field list.
 pub fn status_merge_patch(before: &ServerStatus, after: &ServerStatus) -> Option<Value> {
-    let (before, after) = (to_object(before), to_object(after));
+    if before == after {
+        return None;
+    }
     let mut patch = Map::new();
-    for (key, value) in &after {
-        if before.get(key) != Some(value) {
-            patch.insert(key.clone(), value.clone());
-        }
-    }
-    for key in before.keys() {
-        if !after.contains_key(key) {
-            patch.insert(key.clone(), Value::Null);
-        }
-    }
+    let (b, a) = (before, after);
+    diff(&mut patch, "conditions", &b.conditions, &a.conditions, Vec::is_empty);
+    diff(&mut patch, "phase", &b.phase, &a.phase, Option::is_none);
+    diff(&mut patch, "privateIP", &b.private_ip, &a.private_ip, Option::is_none);
+    diff(&mut patch, "publicIP", &b.public_ip, &a.public_ip, Option::is_none);
+    diff(&mut patch, "macAddress", &b.mac_address, &a.mac_address, Option::is_none);
+    diff(&mut patch, "launchedAt", &b.launched_at, &a.launched_at, Option::is_none);
+    diff(&mut patch, "scheduledAt", &b.scheduled_at, &a.scheduled_at, Option::is_none);
+    diff(&mut patch, "provisionedAt", &b.provisioned_at, &a.provisioned_at, Option::is_none);
+    diff(&mut patch, "providerCreateFailures", &b.provider_create_failures, &a.provider_create_failures, |n| *n == 0);
+    diff(&mut patch, "providerCreateRetrying", &b.provider_create_retrying, &a.provider_create_retrying, |r| !r);
     (!patch.is_empty()).then_some(Value::Object(patch))
 }
 
-fn to_object(status: &ServerStatus) -> Map<String, Value> {
-    match serde_json::to_value(status) {
-        Ok(Value::Object(map)) => map,
-        // A derived Serialize of a struct always yields an object.
-        _ => Map::new(),
+/// One field of the patch. `absent` mirrors the field's `skip_serializing_if`:
+/// an absent value is not in the document, so removing one is a `null`.
+fn diff<T: PartialEq + Serialize>(
+    patch: &mut Map<String, Value>,
+    key: &str,
+    before: &T,
+    after: &T,
+    absent: fn(&T) -> bool,
+) {
+    if before == after {
+        return;
+    }
+    if !absent(after) {
+        // Plain data always serializes; `Null` would only drop the field.
+        patch.insert(key.to_owned(), serde_json::to_value(after).unwrap_or(Value::Null));
+    } else if !absent(before) {
+        patch.insert(key.to_owned(), Value::Null);
     }
 }
 
@@ -94,5 +117,46 @@ mod tests {
         assert_eq!(stored["providerCreateFailures"], 2);
         assert_eq!(stored["volumes"][0]["id"], "v1");
         assert_eq!(stored["rebuild"]["state"], "Initiated");
+    }
+
+    /// Every key a fully populated status serializes to is one the typed diff
+    /// knows: a new status field must be added there too.
+    #[test]
+    fn the_typed_diff_covers_every_status_field() {
+        let t = Timestamp::from_second(1_700_000_000).unwrap_or_default();
+        let mut full = ServerStatus {
+            phase: Some(Phase::Running),
+            private_ip: Some("10.0.0.1".into()),
+            public_ip: Some("192.0.2.1".into()),
+            mac_address: Some("fa:16:3e:00:00:01".into()),
+            launched_at: Some(t),
+            scheduled_at: Some(t),
+            provisioned_at: Some(t),
+            provider_create_failures: 1,
+            provider_create_retrying: true,
+            ..Default::default()
+        };
+        crate::model::set_condition(
+            &mut full.conditions,
+            crate::model::ConditionType::Healthy,
+            crate::model::ConditionStatus::True,
+            crate::model::ConditionReason::Healthy,
+            "ok",
+            t,
+        );
+        let Value::Object(fields) = serde_json::to_value(&full).unwrap_or_default() else {
+            panic!("a status serializes to an object");
+        };
+        let Some(Value::Object(patch)) = status_merge_patch(&ServerStatus::default(), &full) else {
+            panic!("a full status differs from an empty one");
+        };
+        let (mut serialized, mut diffed): (Vec<_>, Vec<_>) = (fields.keys().collect(), patch.keys().collect());
+        serialized.sort();
+        diffed.sort();
+        assert_eq!(serialized, diffed);
+        let Some(Value::Object(cleared)) = status_merge_patch(&full, &ServerStatus::default()) else {
+            panic!("an empty status differs from a full one");
+        };
+        assert!(cleared.values().all(Value::is_null) && cleared.len() == fields.len());
     }
 }
