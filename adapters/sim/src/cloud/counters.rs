@@ -28,6 +28,38 @@ pub struct Counters {
     pub vanished: u64,
 }
 
+impl Counters {
+    /// Adds another cloud's counters (the simulator sums its shards').
+    pub fn merge(&mut self, other: &Counters) {
+        let Counters {
+            create_calls,
+            delete_calls,
+            get_calls,
+            list_calls,
+            creates_accepted,
+            creates_deduplicated,
+            creates_refused,
+            creates_lost_answer,
+            injected_failures,
+            deletions_started,
+            launched_deleted,
+            vanished,
+        } = *other;
+        self.create_calls += create_calls;
+        self.delete_calls += delete_calls;
+        self.get_calls += get_calls;
+        self.list_calls += list_calls;
+        self.creates_accepted += creates_accepted;
+        self.creates_deduplicated += creates_deduplicated;
+        self.creates_refused += creates_refused;
+        self.creates_lost_answer += creates_lost_answer;
+        self.injected_failures += injected_failures;
+        self.deletions_started += deletions_started;
+        self.launched_deleted += launched_deleted;
+        self.vanished += vanished;
+    }
+}
+
 /// The cloud's truth about one Server (one uid), at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct UidTruth {

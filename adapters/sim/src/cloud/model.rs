@@ -54,6 +54,10 @@ impl CloudConfig {
     }
 }
 
+/// A cheap reference to one Server uid's state in a [`CloudModel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ServerHandle(usize);
+
 /// The deterministic cloud. See the module docs.
 #[derive(Debug)]
 pub struct CloudModel {
@@ -62,7 +66,10 @@ pub struct CloudModel {
     faults: SplitMix64,
     slots: HashMap<String, usize, FnvBuild>,
     servers: Vec<UidState>,
-    projects: HashMap<String, Vec<usize>, FnvBuild>,
+    /// Project ids, interned: the index of each in `project_slots`.
+    projects: HashMap<String, usize, FnvBuild>,
+    /// The slots of the servers created in each project.
+    project_slots: Vec<Vec<usize>>,
     counters: Counters,
     /// Serial number of the next provider server: its id, addresses and MAC.
     next_number: u64,
@@ -84,7 +91,14 @@ struct UidState {
 #[derive(Debug)]
 struct Instance {
     number: u64,
-    project_id: String,
+    /// Provider id, addresses and MAC, formatted once at create time so that
+    /// reads (the simulator's hottest cloud path) only copy them.
+    id: String,
+    private_ip: String,
+    public_ip: Option<String>,
+    mac: String,
+    /// Interned project id.
+    project: usize,
     name: String,
     created: i64,
     launch: Option<i64>,
@@ -92,7 +106,6 @@ struct Instance {
     vanish: Option<i64>,
     /// Set by the first delete request.
     gone: Option<i64>,
-    public_ip: bool,
 }
 
 impl Instance {
@@ -104,34 +117,61 @@ impl Instance {
         self.launch.is_some_and(|t| t <= now)
     }
 
-    fn record(&self, uid: &str, now: i64) -> ProviderServer {
-        let launched = self.launched(now);
-        let status = if self.error.is_some_and(|t| t <= now) {
+    fn status(&self, now: i64) -> ProviderStatus {
+        if self.error.is_some_and(|t| t <= now) {
             ProviderStatus::Error
-        } else if launched {
+        } else if self.launched(now) {
             ProviderStatus::Active
         } else {
             ProviderStatus::Build
+        }
+    }
+
+    fn queued(&self, now: i64) -> bool {
+        // Scheduling takes the first two seconds of a build.
+        now - self.created < 2_000
+    }
+
+    /// Equal versions mean equal records: the record is a function of the
+    /// instance and of these few facts about `now`.
+    fn version(&self, now: i64) -> u64 {
+        let status = match self.status(now) {
+            ProviderStatus::Build => u64::from(self.queued(now)),
+            ProviderStatus::Active => 2,
+            _ => 3,
         };
+        (self.number << 3) | (status << 1) | u64::from(self.launched(now))
+    }
+
+    fn record(&self, uid: &str, now: i64) -> ProviderServer {
+        let launched = self.launched(now);
+        let status = self.status(now);
         let active = status == ProviderStatus::Active;
-        let n = self.number;
         ProviderServer {
-            id: format!("sim-{n:08x}"),
+            id: self.id.clone(),
             server_uid: uid.to_owned(),
             power_state: if active { PowerState::Running } else { PowerState::NoState },
-            // Scheduling takes the first two seconds of a build.
-            queued: status == ProviderStatus::Build && now - self.created < 2_000,
+            queued: status == ProviderStatus::Build && self.queued(now),
             status,
             created: Timestamp::from_millisecond(self.created).ok(),
             launched_at: self.launch.filter(|_| launched).and_then(|t| Timestamp::from_millisecond(t).ok()),
-            private_ip: Some(format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)),
-            public_ip: (self.public_ip && launched)
-                .then(|| format!("100.{}.{}.{}", 64 + ((n >> 16) & 0x3f), (n >> 8) & 0xff, n & 0xff)),
+            private_ip: Some(self.private_ip.clone()),
+            public_ip: self.public_ip.clone().filter(|_| launched),
             // The port's MAC is final only once the server is ACTIVE.
-            mac_address: active
-                .then(|| format!("fa:16:3e:{:02x}:{:02x}:{:02x}", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)),
+            mac_address: active.then(|| self.mac.clone()),
         }
     }
+}
+
+/// Id and addresses of the `n`-th provider server: unique, deterministic.
+fn identity_of(n: u64, public_ip: bool) -> (String, String, Option<String>, String) {
+    let (a, b, c) = ((n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+    (
+        format!("sim-{n:08x}"),
+        format!("10.{a}.{b}.{c}"),
+        public_ip.then(|| format!("100.{}.{b}.{c}", 64 + (a & 0x3f))),
+        format!("fa:16:3e:{a:02x}:{b:02x}:{c:02x}"),
+    )
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -146,9 +186,17 @@ impl CloudModel {
             slots: HashMap::default(),
             servers: Vec::new(),
             projects: HashMap::default(),
+            project_slots: Vec::new(),
             counters: Counters::default(),
             next_number: 1,
         }
+    }
+
+    /// Restarts the call-fault stream from `seed`; fates (drawn from the
+    /// config's seed and each uid) are unaffected. The simulator gives each
+    /// of its shards its own stream.
+    pub fn reseed_faults(&mut self, seed: u64) {
+        self.faults = SplitMix64::stream(seed, "cloud-call-faults");
     }
 
     pub fn config(&self) -> &CloudConfig {
@@ -176,8 +224,16 @@ impl CloudModel {
 
     /// Ground truth for one uid at `now`.
     pub fn truth(&self, uid: &str, now: Timestamp) -> UidTruth {
+        match self.slots.get(uid) {
+            Some(&slot) => self.truth_of(ServerHandle(slot), now),
+            None => UidTruth::default(),
+        }
+    }
+
+    /// [`CloudModel::truth`] by handle.
+    pub fn truth_of(&self, handle: ServerHandle, now: Timestamp) -> UidTruth {
         let now = now.as_millisecond();
-        let Some(state) = self.slots.get(uid).and_then(|&slot| self.servers.get(slot)) else {
+        let Some(state) = self.servers.get(handle.0) else {
             return UidTruth::default();
         };
         let live = state.instances.last().filter(|i| i.exists(now));
@@ -210,7 +266,7 @@ impl CloudModel {
         }
         let uid = request.server.uid.as_str();
         let slot = self.slot(uid);
-        self.index_project(project_id, slot);
+        let project = self.index_project(project_id, slot);
         let number = self.next_number;
         let Some(state) = self.servers.get_mut(slot) else {
             return Err(CloudError::Unavailable { status: 500, message: "simulated cloud lost a slot".into() });
@@ -243,16 +299,20 @@ impl CloudModel {
         if vanish.is_some() {
             self.counters.vanished += 1;
         }
+        let (id, private_ip, public_ip, mac) = identity_of(number, request.public_ip);
         let instance = Instance {
             number,
-            project_id: project_id.to_owned(),
+            id,
+            private_ip,
+            public_ip,
+            mac,
+            project,
             name: request.name.clone(),
             created: now,
             launch,
             error,
             vanish,
             gone: None,
-            public_ip: request.public_ip,
         };
         let record = instance.record(uid, now);
         state.instances.push(instance);
@@ -266,13 +326,19 @@ impl CloudModel {
 
     /// Starts (or continues) deleting the Server's provider server.
     pub fn delete(&mut self, now: Timestamp, uid: &str) -> Result<DeleteProgress, CloudError> {
+        let handle = self.slots.get(uid).map(|&slot| ServerHandle(slot));
+        self.delete_by(now, handle)
+    }
+
+    /// [`CloudModel::delete`] by handle (`None`: a uid the cloud never saw).
+    pub fn delete_by(&mut self, now: Timestamp, handle: Option<ServerHandle>) -> Result<DeleteProgress, CloudError> {
         let now = now.as_millisecond();
         self.counters.delete_calls += 1;
         if self.faults.chance(self.config.write_failure_rate) {
             self.counters.injected_failures += 1;
             return Err(CloudError::Unavailable { status: 503, message: "simulated delete outage".into() });
         }
-        let Some(state) = self.slots.get(uid).and_then(|&slot| self.servers.get_mut(slot)) else {
+        let Some(state) = handle.and_then(|h| self.servers.get_mut(h.0)) else {
             return Ok(DeleteProgress::Gone);
         };
         state.truth.delete_calls += 1;
@@ -297,9 +363,19 @@ impl CloudModel {
 
     /// The Server's provider server; `Ok(None)` is an authoritative not-found.
     pub fn get(&mut self, now: Timestamp, uid: &str) -> Result<Option<ProviderServer>, CloudError> {
+        let handle = self.slots.get(uid).map(|&slot| ServerHandle(slot));
+        self.get_by(now, handle)
+    }
+
+    /// [`CloudModel::get`] by handle (`None`: a uid the cloud never saw).
+    pub fn get_by(
+        &mut self,
+        now: Timestamp,
+        handle: Option<ServerHandle>,
+    ) -> Result<Option<ProviderServer>, CloudError> {
         let now = now.as_millisecond();
         self.counters.get_calls += 1;
-        let slot = self.slots.get(uid).copied();
+        let slot = handle.map(|h| h.0);
         if let Some(state) = slot.and_then(|slot| self.servers.get_mut(slot))
             && state.reads_failed < state.fate.failed_reads
         {
@@ -307,18 +383,43 @@ impl CloudModel {
             self.counters.injected_failures += 1;
             return Err(CloudError::Timeout { message: "simulated read timeout (scripted)".into() });
         }
-        self.read_fault()?;
+        if self.faults.chance(self.config.read_failure_rate) {
+            return Err(self.read_failure());
+        }
         let state = slot.and_then(|slot| self.servers.get(slot));
         Ok(state.and_then(|s| s.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&s.uid, now))))
     }
 
     /// Every provider server of the project, ordered by uid.
     pub fn list(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<ProviderServer>, CloudError> {
+        let listed = self.list_versions(now, project_id)?;
+        let now = now.as_millisecond();
+        let mut records: Vec<ProviderServer> = listed
+            .iter()
+            .filter_map(|(handle, _)| self.servers.get(handle.0))
+            .filter_map(|s| s.instances.last().map(|i| i.record(&s.uid, now)))
+            .collect();
+        records.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
+        Ok(records)
+    }
+
+    /// [`CloudModel::list`] without building the records: each listed server
+    /// as its handle and a version (equal versions, equal records). The
+    /// simulator's monitor reads a record only when its version moved. Counted
+    /// and fault-injected like `list`.
+    pub fn list_versions(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<(ServerHandle, u64)>, CloudError> {
         let now = now.as_millisecond();
         self.counters.list_calls += 1;
-        let slots = self.projects.get(project_id).cloned().unwrap_or_default();
+        let Some(&project) = self.projects.get(project_id) else {
+            return if self.faults.chance(self.config.read_failure_rate) {
+                Err(self.read_failure())
+            } else {
+                Ok(Vec::new())
+            };
+        };
+        let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
         let mut scripted_failure = false;
-        for &slot in &slots {
+        for &slot in slots {
             if let Some(state) = self.servers.get_mut(slot)
                 && state.reads_failed < state.fate.failed_reads
             {
@@ -330,17 +431,31 @@ impl CloudModel {
             self.counters.injected_failures += 1;
             return Err(CloudError::Timeout { message: "simulated list timeout (scripted)".into() });
         }
-        self.read_fault()?;
-        let mut records: Vec<ProviderServer> = slots
+        if self.faults.chance(self.config.read_failure_rate) {
+            return Err(self.read_failure());
+        }
+        let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
+        Ok(slots
             .iter()
-            .filter_map(|&slot| self.servers.get(slot))
-            .filter_map(|s| {
-                let live = s.instances.last().filter(|i| i.exists(now) && i.project_id == project_id);
-                live.map(|i| i.record(&s.uid, now))
+            .filter_map(|&slot| {
+                let state = self.servers.get(slot)?;
+                let live = state.instances.last().filter(|i| i.exists(now) && i.project == project)?;
+                Some((ServerHandle(slot), live.version(now)))
             })
-            .collect();
-        records.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
-        Ok(records)
+            .collect())
+    }
+
+    /// The handle of `uid` (made, with its drawn fate, on first sight).
+    pub fn handle(&mut self, uid: &str) -> ServerHandle {
+        ServerHandle(self.slot(uid))
+    }
+
+    /// The record of a listed server at `now` (no call is counted: it comes
+    /// with the list it was listed in).
+    pub fn listed_record(&self, handle: ServerHandle, now: Timestamp) -> Option<ProviderServer> {
+        let now = now.as_millisecond();
+        let state = self.servers.get(handle.0)?;
+        state.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&state.uid, now))
     }
 
     /// The provider-side name the live server of `uid` was created with.
@@ -350,17 +465,15 @@ impl CloudModel {
         state.instances.last().filter(|i| i.exists(now)).map(|i| i.name.as_str())
     }
 
-    fn read_fault(&mut self) -> Result<(), CloudError> {
-        if !self.faults.chance(self.config.read_failure_rate) {
-            return Ok(());
-        }
+    /// An injected read failure (the caller drew it from `read_failure_rate`).
+    fn read_failure(&mut self) -> CloudError {
         self.counters.injected_failures += 1;
         // Half time out, half answer 503: both leave the provider's view unknown.
-        Err(if self.faults.chance(0.5) {
+        if self.faults.chance(0.5) {
             CloudError::Timeout { message: "simulated read timeout".into() }
         } else {
             CloudError::Unavailable { status: 503, message: "simulated read outage".into() }
-        })
+        }
     }
 
     /// The slot of `uid`, made (with its drawn fate) on first sight.
@@ -380,15 +493,25 @@ impl CloudModel {
         slot
     }
 
-    fn index_project(&mut self, project_id: &str, slot: usize) {
-        match self.projects.get_mut(project_id) {
-            // Retried creates come back to the same slot: the last-entry check
-            // spares the scan in the common case.
-            Some(slots) if slots.last() == Some(&slot) || slots.contains(&slot) => {}
-            Some(slots) => slots.push(slot),
+    /// Interns the project and files the slot under it.
+    fn index_project(&mut self, project_id: &str, slot: usize) -> usize {
+        let project = match self.projects.get(project_id) {
+            Some(&project) => project,
             None => {
-                self.projects.insert(project_id.to_owned(), vec![slot]);
+                let project = self.project_slots.len();
+                self.projects.insert(project_id.to_owned(), project);
+                self.project_slots.push(Vec::new());
+                project
             }
+        };
+        if let Some(slots) = self.project_slots.get_mut(project)
+            // Retried creates come back to the same slot: the last-entry
+            // check spares the scan in the common case.
+            && slots.last() != Some(&slot)
+            && !slots.contains(&slot)
+        {
+            slots.push(slot);
         }
+        project
     }
 }

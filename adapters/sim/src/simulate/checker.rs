@@ -12,6 +12,8 @@ pub(crate) struct Pass {
     pub(crate) view_rv: u64,
     pub(crate) deleting: bool,
     pub(crate) retrying: bool,
+    /// providerCreateFailures as the pass read it.
+    pub(crate) failures: i32,
     /// The watch's predicate on the Server this pass read.
     pub(crate) pcf: bool,
     pub(crate) provider: ProviderKind,
@@ -30,6 +32,7 @@ impl Pass {
             view_rv,
             deleting: view.meta.deleting,
             retrying: view.status.provider_create_retrying,
+            failures: view.status.provider_create_failures,
             pcf: (rules.provider_create_failure)(view),
             provider: match provider {
                 ProviderView::Present(_) => ProviderKind::Present,
@@ -61,16 +64,21 @@ impl Engine {
         if decision.status.provider_create_failures > max {
             found.push((
                 "2",
-                format!("decided providerCreateFailures {} above the cap {max}", decision.status.provider_create_failures),
+                format!(
+                    "decided providerCreateFailures {} above the cap {max}",
+                    decision.status.provider_create_failures
+                ),
             ));
         }
 
         let Some(check) = self.objs.get_mut(i).map(|o| &mut o.check) else { return };
         let decisive = first && !pass.deleting && !unknown;
-        if decisive && check.parked && (!terminal || creates || deletes) {
-            found.push(("2", format!("parked at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
+        // Judged on what the pass read: a reset the controller has not seen
+        // yet cannot have re-armed anything.
+        if decisive && pass.failures >= max && (!terminal || creates || deletes) {
+            found.push(("2", format!("at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
         }
-        if decisive && check.rearm_pending {
+        if decisive && check.rearm_pending && pass.failures < max {
             check.rearm_pending = false;
             // With one attempt allowed the failed server itself is that
             // attempt, so a reset cannot re-arm it; from two up it must.
@@ -81,13 +89,13 @@ impl Engine {
         // Invariant 5: the watch's predicate and the retry machine agree.
         if decisive && !pass.retrying {
             if deletes && !pass.pcf {
-                found.push(("5", "the retry machine deleted to retry while the watch predicate says no failure".into()));
+                found
+                    .push(("5", "the retry machine deleted to retry while the watch predicate says no failure".into()));
             }
             if pass.pcf && (creates || decision.outcome == Outcome::Done) {
                 found.push((
                     "5",
-                    "the watch predicate says create failure, yet the retry machine treated the server as fine"
-                        .into(),
+                    "the watch predicate says create failure, yet the retry machine treated the server as fine".into(),
                 ));
             }
         }

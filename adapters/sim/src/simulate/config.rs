@@ -20,6 +20,11 @@ pub struct SimConfig {
     pub replay_check: bool,
     /// Violations kept in full in the report (all are counted).
     pub max_reported_violations: usize,
+    /// Index of a Server whose every step is logged in the report.
+    pub explain: Option<usize>,
+    /// Threads to run shards on; 0 means one per available core. The result
+    /// is the same for any value.
+    pub threads: usize,
 }
 
 impl SimConfig {
@@ -39,6 +44,8 @@ impl SimConfig {
             timing: SimTiming::default(),
             replay_check: false,
             max_reported_violations: 100,
+            explain: None,
+            threads: 0,
         }
     }
 }

@@ -18,9 +18,41 @@ use crate::cloud::rng::SplitMix64;
 /// Virtual time zero: 2025-06-01T00:00:00Z, in milliseconds.
 const EPOCH_MS: i64 = 1_748_736_000_000;
 
+/// A slice of the Servers simulated on its own: its own queue, cloud model
+/// and random streams. Shards share nothing, so they run on any number of
+/// threads with the same result; the layout depends on the server count only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shard {
+    pub(crate) index: usize,
+    /// Global index of the shard's first Server (a multiple of the tenant size).
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+}
+
+impl Shard {
+    /// Servers per shard: small enough to stay cache-friendly and to spread
+    /// over threads, a multiple of the tenant size.
+    pub(crate) const SIZE: usize = 1_250 * TENANT_SIZE;
+
+    pub(crate) fn layout(servers: usize) -> Vec<Shard> {
+        (0..servers.div_ceil(Shard::SIZE))
+            .map(|index| {
+                let first = index * Shard::SIZE;
+                Shard { index, first, count: Shard::SIZE.min(servers - first) }
+            })
+            .collect()
+    }
+
+    /// The seed of this shard's own random streams.
+    fn seed(&self, seed: u64) -> u64 {
+        crate::cloud::rng::mix(seed ^ crate::cloud::rng::mix(self.index as u64 + 1))
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) config: SimConfig,
+    pub(crate) shard: Shard,
     pub(crate) rules: Rules,
     pub(crate) options: Options,
     pub(crate) cloud: CloudModel,
@@ -36,25 +68,31 @@ pub(crate) struct Engine {
     pub(crate) controller_up: bool,
     pub(crate) trace: Trace,
     pub(crate) violations: Violations,
+    pub(crate) explain_log: Vec<String>,
     pub(crate) stats: KubeStats,
 }
 
 impl Engine {
-    pub(crate) fn new(config: SimConfig, rules: Rules, trace: Trace) -> Self {
+    pub(crate) fn new(config: SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Self {
         let epoch = Timestamp::from_millisecond(EPOCH_MS).unwrap_or(Timestamp::UNIX_EPOCH);
-        let count = config.servers;
-        let tenant_count = count.div_ceil(TENANT_SIZE);
-        let tenants = (0..tenant_count)
+        let count = shard.count;
+        let first_tenant = shard.first / TENANT_SIZE;
+        let tenants = (0..count.div_ceil(TENANT_SIZE))
             .map(|t| {
                 let first = t * TENANT_SIZE;
-                Tenant::new(t, first, TENANT_SIZE.min(count - first), epoch)
+                Tenant::new(first_tenant + t, first, TENANT_SIZE.min(count - first), epoch)
             })
             .collect();
         let mut cloud = CloudModel::new(config.cloud);
+        cloud.reseed_faults(shard.seed(config.seed));
         let objs = (0..count)
             .map(|i| {
-                let server = new_server(i, i / TENANT_SIZE);
+                let global = shard.first + i;
+                let server = new_server(global, global / TENANT_SIZE);
+                // Fates come from the seed and the uid alone: the same for
+                // every shard layout.
                 let fate = cloud.fate(&server.meta.uid).kind();
+                let handle = cloud.handle(&server.meta.uid);
                 Obj {
                     server,
                     rv: 0,
@@ -62,6 +100,8 @@ impl Engine {
                     lagging: None,
                     tenant: i / TENANT_SIZE,
                     fate,
+                    handle,
+                    monitor_memo: None,
                     pending_at: NOT_PENDING,
                     ticket: 0,
                     check: CheckState::default(),
@@ -70,8 +110,10 @@ impl Engine {
             .collect();
         Engine {
             options: Options::with_max_attempts(config.max_attempts),
-            faults: SplitMix64::stream(config.seed, "kube-faults"),
+            faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
+            shard,
             violations: Violations::new(config.max_reported_violations),
+            explain_log: Vec::new(),
             queue: Queue::with_capacity(count * 2),
             config,
             rules,
@@ -90,7 +132,7 @@ impl Engine {
 
     /// Schedules what the users, operators and the environment will do.
     pub(crate) fn plan(&mut self) {
-        let mut rng = SplitMix64::stream(self.config.seed, "plan");
+        let mut rng = SplitMix64::stream(self.shard.seed(self.config.seed), "plan");
         let (timing, kube) = (self.config.timing, self.config.kube);
         let horizon = timing.horizon;
         for i in 0..self.objs.len() {
@@ -111,6 +153,8 @@ impl Engine {
         for t in 0..self.tenants.len() {
             self.queue.push(rng.between(0, timing.monitor_interval), EventKind::Monitor, t, 0);
         }
+        // Restarts hit every shard at the same instants: one controller.
+        let mut rng = SplitMix64::stream(self.config.seed, "restarts");
         let restarts = u64::from(kube.restarts);
         for r in 0..restarts {
             // Spread over the run, jittered, so they hit servers mid-flight.
@@ -162,12 +206,12 @@ impl Engine {
         self.now_ts = Timestamp::from_millisecond(millis).unwrap_or(Timestamp::MAX);
     }
 
-
     pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
         let name = self.objs.get(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
         self.violations.push(Violation {
             invariant,
             seed: self.config.seed,
+            shard: self.shard.index,
             step: self.step,
             at_ms: self.now,
             server: name,
@@ -195,6 +239,8 @@ impl Engine {
         let Some(obj) = self.objs.get_mut(i) else { return false };
         obj.exists = true;
         obj.rv = rv;
+        self.note(i, || "created by the user".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
         // ADDED reaches the controller: creation always wakes it.
         if (self.rules.should_wake)(None, &obj.server) {
             let at = self.now + self.config.timing.wake_delay;
@@ -208,6 +254,8 @@ impl Engine {
     fn catch_up(&mut self, i: usize) -> bool {
         let Some(obj) = self.objs.get_mut(i) else { return false };
         let Some(lagging) = obj.lagging.take() else { return false };
+        self.note(i, || "the controller's cache caught up".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
         let wake = obj.exists && (self.rules.should_wake)(Some(&lagging.0), &obj.server);
         if wake {
             let at = self.now + self.config.timing.wake_delay;
@@ -256,6 +304,11 @@ impl Engine {
         for (invariant, message) in found {
             self.violation(invariant, i, message);
         }
+        if self.explaining(i) {
+            let lagging = lag.is_some();
+            let line = self.objs.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
+            self.note(i, || format!("stored {line} (watch held back: {lagging}, wakes: {wake})"));
+        }
         if wake {
             let at = self.now + self.config.timing.wake_delay;
             self.schedule_reconcile(i, at);
@@ -268,10 +321,10 @@ impl Engine {
         let Some(obj) = self.objs.get_mut(i) else { return };
         obj.exists = false;
         self.stats.servers_removed += 1;
-        let uid = obj.server.meta.uid.clone();
+        let handle = obj.handle;
         let finalizer = server_core::model::reference_finalizer(&obj.server.meta.name);
         let tenant = obj.tenant;
-        let live = self.cloud.truth(&uid, self.now_ts).live;
+        let live = self.cloud.truth_of(handle, self.now_ts).live;
         if live > 0 {
             self.violation("6", i, format!("Server removed while {live} provider server(s) of it exist"));
         }
@@ -291,6 +344,8 @@ impl Engine {
             return false;
         }
         self.stats.user_deletes += 1;
+        self.note(i, || "the user deletes it".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
         if obj.server.meta.finalizers.is_empty() {
             self.remove(i);
             return true;
@@ -311,6 +366,8 @@ impl Engine {
             return false;
         }
         self.stats.spec_edits += 1;
+        self.note(i, || "the user edits its spec".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
         let old = obj.server.clone();
         let old_rv = obj.rv;
         let spec = &mut obj.server.spec;
@@ -331,7 +388,7 @@ impl Engine {
     fn operator_reset(&mut self, i: usize) -> bool {
         let creates = {
             let Some(obj) = self.objs.get(i) else { return false };
-            self.cloud.truth(&obj.server.meta.uid, self.now_ts).creates_accepted
+            self.cloud.truth_of(obj.handle, self.now_ts).creates_accepted
         };
         let Some(obj) = self.objs.get_mut(i) else { return false };
         obj.check.reset_scheduled = false;
@@ -339,6 +396,8 @@ impl Engine {
             return false;
         }
         self.stats.operator_resets += 1;
+        self.note(i, || "an operator resets providerCreateFailures".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
         let old = obj.server.clone();
         let old_rv = obj.rv;
         // kubectl patch --subresource=status: no resourceVersion precondition.
@@ -399,8 +458,8 @@ impl Engine {
             return "parked";
         }
         let status = &server.status;
-        let refused = server.meta.annotations.get(CREATE_REFUSED_ANNOTATION)
-            == Some(&server.meta.generation.to_string());
+        let refused =
+            server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&server.meta.generation.to_string());
         if refused {
             return "refused";
         }

@@ -10,6 +10,7 @@ use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server
 
 use super::checker::Pass;
 use super::engine::Engine;
+use super::explain;
 use super::world::apply_status_patch;
 
 impl Engine {
@@ -25,13 +26,23 @@ impl Engine {
             let obj = &*obj;
             let Some((view, view_rv)) = obj.view() else { return false };
             let Some(tenant) = self.tenants.get_mut(obj.tenant) else { return false };
-            tenant.facts.provider = match self.cloud.get(now, &view.meta.uid) {
+            tenant.facts.provider = match self.cloud.get_by(now, Some(obj.handle)) {
                 Ok(Some(record)) => ProviderView::Present(record),
                 Ok(None) => ProviderView::Absent,
                 Err(error) => ProviderView::Unknown(error.to_string()),
             };
             let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
             let pass = Pass::new(&self.rules, view, view_rv, &tenant.facts.provider);
+            if self.config.explain == Some(self.shard.first + i) {
+                let line = format!(
+                    "pass on {} (cache lagging: {}), provider {} -> {}",
+                    explain::server(view, view_rv),
+                    obj.lagging.is_some(),
+                    explain::view(&tenant.facts.provider),
+                    explain::decision(&decision)
+                );
+                self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
+            }
             tenant.facts.provider = ProviderView::Absent;
             (decision, pass)
         };
@@ -59,6 +70,7 @@ impl Engine {
         for action in &decision.actions {
             let result = self.run_action(i, action, &mut rv, pass);
             self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+            self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
             let failure = match result {
                 Ok(wrote) => {
                     persisted |= wrote;
@@ -77,9 +89,11 @@ impl Engine {
                 (self.rules.action_failed)(base, action, &failure, self.now_ts)
             };
             self.check_decision(i, pass, &follow_up, false);
+            self.note(i, || format!("  follow-up: {}", explain::decision(&follow_up)));
             for action in &follow_up.actions {
                 let result = self.run_action(i, action, &mut rv, pass);
                 self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+                self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
                 if result.is_err() {
                     break;
                 }
@@ -105,7 +119,8 @@ impl Engine {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;
-                let gone = self.objs.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
+                let gone =
+                    self.objs.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
                 if gone {
                     self.remove(i);
                 }
@@ -246,27 +261,32 @@ impl Engine {
     fn create_provider_server(&mut self, i: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
         let before = self.cloud.truth(uid, self.now_ts);
-        let (tenant, exists, window_start) = match self.objs.get(i) {
-            Some(obj) => (obj.tenant, obj.exists, obj.check.creates_at_reset),
+        let (tenant, exists, window_start, ever_booted) = match self.objs.get(i) {
+            Some(obj) => (obj.tenant, obj.exists, obj.check.creates_at_reset, obj.check.ever_booted),
             None => return Err(not_found()),
         };
         let project = self.tenants.get(tenant).map(|t| t.identity.project_id.as_str()).unwrap_or_default();
         let result = self.cloud.create(self.now_ts, project, request);
         let after = self.cloud.truth(uid, self.now_ts);
         self.trace.add(u64::from(after.creates_accepted));
+        self.note(i, || format!("  cloud create: {result:?} truth {after:?}"));
         if after.creates_accepted > before.creates_accepted {
             let max = u32::try_from(self.options.max_attempts()).unwrap_or(u32::MAX);
             let window = after.creates_accepted - window_start;
             if window > max {
                 self.violation("4", i, format!("{window} creates accepted since the last reset, cap {max}"));
             }
-            if before.ever_launched {
+            // §7: a server whose status showed a boot is never recreated. One
+            // that booted and vanished between two observations the controller
+            // cannot know about; the cloud's truth counts those separately.
+            if ever_booted {
                 self.violation(
                     "1",
                     i,
-                    "a new provider server was created for a Server whose earlier provider server had launched"
-                        .into(),
+                    "a provider server was recreated for a Server whose status showed a boot".into(),
                 );
+            } else if before.ever_launched {
+                self.stats.recreated_unobserved_boots += 1;
             }
             if !exists {
                 self.violation("6", i, "a provider server was created for a removed Server".into());
@@ -281,10 +301,15 @@ impl Engine {
     /// DeleteProviderServer against the cloud. On the retry path (the pass saw
     /// the Server not deleting), invariant 1: never a server that booted.
     fn delete_provider_server(&mut self, i: usize, server: &ServerRef, pass: &Pass) -> Result<(), ActionFailure> {
-        let uid = server.uid.as_str();
-        let before = self.cloud.truth(uid, self.now_ts);
-        let result = self.cloud.delete(self.now_ts, uid);
-        let after = self.cloud.truth(uid, self.now_ts);
+        // The pass's own Server (a ServerRef names it by uid, as the port does).
+        let handle = match self.objs.get(i) {
+            Some(obj) if obj.server.meta.uid == server.uid => obj.handle,
+            _ => self.cloud.handle(&server.uid),
+        };
+        let before = self.cloud.truth_of(handle, self.now_ts);
+        let result = self.cloud.delete_by(self.now_ts, Some(handle));
+        let after = self.cloud.truth_of(handle, self.now_ts);
+        self.note(i, || format!("  cloud delete: {result:?} truth {after:?}"));
         if !pass.deleting {
             if after.launched_deleted > before.launched_deleted {
                 self.violation("1", i, "the retry path deleted a provider server that had launched".into());
@@ -312,8 +337,8 @@ impl Engine {
         self.stats.monitor_polls += 1;
         let Some(tenant) = self.tenants.get(t) else { return false };
         let (first, len) = (tenant.first, tenant.len);
-        let records = match self.cloud.list(self.now_ts, &tenant.identity.project_id) {
-            Ok(records) => records,
+        let listed = match self.cloud.list_versions(self.now_ts, &tenant.identity.project_id) {
+            Ok(listed) => listed,
             Err(_) => {
                 self.stats.monitor_list_failures += 1;
                 self.trace.add(u64::MAX);
@@ -324,9 +349,25 @@ impl Engine {
             let write = {
                 let Some(obj) = self.objs.get(i) else { continue };
                 let Some((view, view_rv)) = obj.view() else { continue };
-                let record = records.iter().find(|r| r.server_uid == view.meta.uid);
-                let observed = (self.rules.observe)(&view.status, record, self.now_ts);
+                let listed = listed.iter().find(|(handle, _)| *handle == obj.handle);
+                // observe is a fixed point (server-core tests it): the same
+                // record over the same stored status changes nothing, so that
+                // case is skipped without building the record.
+                let memo = (view_rv, listed.map_or(u64::MAX, |(_, version)| *version));
+                if obj.monitor_memo == Some(memo) {
+                    continue;
+                }
+                let record = listed.and_then(|(handle, _)| self.cloud.listed_record(*handle, self.now_ts));
+                let observed = (self.rules.observe)(&view.status, record.as_ref(), self.now_ts);
+                self.stats.observations += 1;
+                if self.explaining(i) {
+                    let line = format!("monitor sees {}", explain::record(record.as_ref()));
+                    self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
+                }
                 if observed == view.status {
+                    if let Some(obj) = self.objs.get_mut(i) {
+                        obj.monitor_memo = Some(memo);
+                    }
                     continue;
                 }
                 status_merge_patch(&view.status, &observed).map(|patch| (patch, view_rv))
@@ -335,6 +376,7 @@ impl Engine {
             let mut rv = view_rv;
             let result = self.write_server(i, Some(view_rv), &mut rv, |s| apply_status_patch(&mut s.status, &patch));
             self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
+            self.note(i, || format!("  monitor write -> {result:?}"));
         }
         true
     }

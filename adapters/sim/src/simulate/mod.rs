@@ -17,6 +17,7 @@ mod checker;
 mod config;
 mod engine;
 mod executor;
+mod explain;
 mod queue;
 mod report;
 mod rules;
@@ -24,14 +25,20 @@ mod trace;
 mod world;
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 pub use config::{KubeFaults, SimConfig, SimTiming};
 pub use report::{KubeStats, Report, Violation};
 pub use rules::Rules;
 
-use engine::Engine;
+use engine::{Engine, Shard};
+use report::merge_counts;
 use trace::Trace;
+
+use crate::cloud::Counters;
+use crate::cloud::rng::Fnv1a;
 
 /// Runs the simulation with server-core's rules.
 pub fn run(config: &SimConfig) -> Report {
@@ -39,13 +46,44 @@ pub fn run(config: &SimConfig) -> Report {
 }
 
 /// Runs the simulation with the given rules (a test may plug in broken ones).
+///
+/// The Servers are split into fixed shards (by count only) that run on
+/// `config.threads` threads; the result does not depend on the thread count.
 pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
     let started = Instant::now();
+    let shards = Shard::layout(config.servers);
+    let threads = match config.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .clamp(1, shards.len().max(1));
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<ShardResult>>> = Mutex::new((0..shards.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while let Some(shard) = shards.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let result = run_shard(config, *shard, rules);
+                    let mut slots = results.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                    if let Some(slot) = slots.get_mut(shard.index) {
+                        *slot = Some(result);
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+    merge(config, results.into_iter().flatten().collect(), started.elapsed().as_secs_f64())
+}
+
+/// One shard, start to end (twice, compared step by step, with the replay check).
+fn run_shard(config: &SimConfig, shard: Shard, rules: Rules) -> ShardResult {
     let mut engine = if config.replay_check {
-        let mut first = simulate(config, rules, Trace::recording());
+        let mut first = simulate(config, shard, rules, Trace::recording());
         let recorded = first.trace.take_recorded();
         let first_hash = first.trace.finish();
-        let mut second = simulate(config, rules, Trace::replaying(recorded));
+        drop(first);
+        let mut second = simulate(config, shard, rules, Trace::replaying(recorded));
         let diverged = second.trace.divergence.or_else(|| {
             let same_length = second.trace.expected_steps() == usize::try_from(second.step).ok();
             (!same_length || second.trace.finish() != first_hash).then_some(second.step)
@@ -56,17 +94,56 @@ pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
         }
         second
     } else {
-        simulate(config, rules, Trace::default())
+        simulate(config, shard, rules, Trace::default())
     };
     engine.final_checks();
-    report(&engine, started.elapsed().as_secs_f64())
+    ShardResult::of(&engine)
 }
 
-fn simulate(config: &SimConfig, rules: Rules, trace: Trace) -> Engine {
-    let mut engine = Engine::new(config.clone(), rules, trace);
+fn simulate(config: &SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Engine {
+    let mut engine = Engine::new(config.clone(), shard, rules, trace);
     engine.plan();
     engine.run();
     engine
+}
+
+/// What a shard contributes to the report (the engine itself is dropped on
+/// its thread).
+#[derive(Debug)]
+struct ShardResult {
+    steps: u64,
+    now: u64,
+    trace_hash: u64,
+    outcomes: BTreeMap<&'static str, u64>,
+    fates: BTreeMap<&'static str, u64>,
+    cloud: Counters,
+    kube: KubeStats,
+    violation_count: u64,
+    violations: Vec<Violation>,
+    explain: Vec<String>,
+}
+
+impl ShardResult {
+    fn of(engine: &Engine) -> Self {
+        let mut outcomes = BTreeMap::new();
+        let mut fates = BTreeMap::new();
+        for obj in &engine.objs {
+            *outcomes.entry(engine.outcome_of(obj)).or_insert(0) += 1;
+            *fates.entry(obj.fate.as_str()).or_insert(0) += 1;
+        }
+        ShardResult {
+            steps: engine.step,
+            now: engine.now,
+            trace_hash: engine.trace.finish(),
+            outcomes,
+            fates,
+            cloud: engine.cloud.counters(),
+            kube: engine.stats.clone(),
+            violation_count: engine.violations.count,
+            violations: engine.violations.list.clone(),
+            explain: engine.explain_log.clone(),
+        }
+    }
 }
 
 impl Engine {
@@ -78,7 +155,7 @@ impl Engine {
             if obj.exists || obj.rv == 0 {
                 continue;
             }
-            let live = self.cloud.truth(&obj.server.meta.uid, self.now_ts).live;
+            let live = self.cloud.truth_of(obj.handle, self.now_ts).live;
             if live > 0 {
                 self.violation("6", i, format!("{live} provider server(s) remain for a removed Server at the end"));
             }
@@ -86,34 +163,47 @@ impl Engine {
     }
 }
 
-fn report(engine: &Engine, wall_seconds: f64) -> Report {
-    let config = &engine.config;
-    let mut outcomes = BTreeMap::new();
-    let mut fates = BTreeMap::new();
-    for obj in &engine.objs {
-        *outcomes.entry(engine.outcome_of(obj)).or_insert(0) += 1;
-        *fates.entry(obj.fate.as_str()).or_insert(0) += 1;
-    }
-    let cloud = engine.cloud.counters();
-    let steps = engine.step;
-    Report {
+fn merge(config: &SimConfig, results: Vec<ShardResult>, wall_seconds: f64) -> Report {
+    let mut report = Report {
         servers: config.servers,
         seed: config.seed,
-        max_attempts: engine.options.max_attempts(),
+        max_attempts: server_core::Options::with_max_attempts(config.max_attempts).max_attempts(),
         fault_rate: config.fault_rate,
-        steps,
-        virtual_seconds: engine.now as f64 / 1000.0,
+        steps: 0,
+        virtual_seconds: 0.0,
         wall_seconds,
-        steps_per_second: if wall_seconds > 0.0 { steps as f64 / wall_seconds } else { 0.0 },
-        trace_hash: format!("{:016x}", engine.trace.finish()),
-        outcomes,
-        fates,
-        create_attempts: cloud.creates_accepted,
-        cloud,
-        kube: engine.stats.clone(),
-        violation_count: engine.violations.count,
-        violations: engine.violations.list.clone(),
+        steps_per_second: 0.0,
+        trace_hash: String::new(),
+        outcomes: BTreeMap::new(),
+        fates: BTreeMap::new(),
+        create_attempts: 0,
+        cloud: Counters::default(),
+        kube: KubeStats::default(),
+        violation_count: 0,
+        violations: Vec::new(),
+        explain: Vec::new(),
+    };
+    // The run's hash: FNV-1a over the shards' hashes, in shard order.
+    let mut trace = Fnv1a::new();
+    let mut now = 0;
+    for result in results {
+        trace.write_u64(result.trace_hash);
+        report.steps += result.steps;
+        now = now.max(result.now);
+        merge_counts(&mut report.outcomes, &result.outcomes);
+        merge_counts(&mut report.fates, &result.fates);
+        report.cloud.merge(&result.cloud);
+        report.kube.merge(&result.kube);
+        report.violation_count += result.violation_count;
+        let room = config.max_reported_violations.saturating_sub(report.violations.len());
+        report.violations.extend(result.violations.into_iter().take(room));
+        report.explain.extend(result.explain);
     }
+    report.trace_hash = format!("{:016x}", trace.finish());
+    report.virtual_seconds = now as f64 / 1000.0;
+    report.create_attempts = report.cloud.creates_accepted;
+    report.steps_per_second = if wall_seconds > 0.0 { report.steps as f64 / wall_seconds } else { 0.0 };
+    report
 }
 
 #[cfg(test)]

@@ -78,8 +78,7 @@ mod tests {
         queue.push(20, EventKind::Monitor, 0, 0);
         queue.push(10, EventKind::Reconcile, 1, 0);
         queue.push(10, EventKind::Arrive, 2, 0);
-        let order: Vec<(u64, usize)> =
-            std::iter::from_fn(|| queue.pop()).map(|e| (e.at, e.target as usize)).collect();
+        let order: Vec<(u64, usize)> = std::iter::from_fn(|| queue.pop()).map(|e| (e.at, e.target as usize)).collect();
         assert_eq!(order, [(10, 1), (10, 2), (20, 0)]);
     }
 }

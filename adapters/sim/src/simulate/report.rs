@@ -15,6 +15,9 @@ pub struct Violation {
     /// DESIGN §12 number ("1".."10"), or "patch" for an unappliable status patch.
     pub invariant: &'static str,
     pub seed: u64,
+    /// The shard the Server was simulated in (fixed by the server count) and
+    /// the step within it.
+    pub shard: usize,
     pub step: u64,
     /// Virtual time of the step, in milliseconds since the run began.
     pub at_ms: u64,
@@ -26,8 +29,8 @@ impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "invariant {} violated at step {} (t={}ms, seed {}) on {}: {}",
-            self.invariant, self.step, self.at_ms, self.seed, self.server, self.message
+            "invariant {} violated at shard {} step {} (t={}ms, seed {}) on {}: {}",
+            self.invariant, self.shard, self.step, self.at_ms, self.seed, self.server, self.message
         )
     }
 }
@@ -38,6 +41,9 @@ pub struct KubeStats {
     pub reconcile_passes: u64,
     pub monitor_polls: u64,
     pub monitor_list_failures: u64,
+    /// Monitor projections computed (an unchanged record over an unchanged
+    /// status is not projected again).
+    pub observations: u64,
     pub writes: u64,
     pub write_conflicts: u64,
     pub writes_dropped: u64,
@@ -48,10 +54,63 @@ pub struct KubeStats {
     pub spec_edits: u64,
     pub operator_resets: u64,
     pub servers_removed: u64,
+    /// Ground truth: provider servers that booted and vanished before any
+    /// observation persisted the boot, whose Server the controller then
+    /// (legitimately, as far as it could know) created again.
+    pub recreated_unobserved_boots: u64,
     /// Events emitted, by reason.
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
     pub pass_outcomes: BTreeMap<&'static str, u64>,
+}
+
+impl KubeStats {
+    /// Adds another shard's counts.
+    pub(crate) fn merge(&mut self, other: &KubeStats) {
+        let KubeStats {
+            reconcile_passes,
+            monitor_polls,
+            monitor_list_failures,
+            observations,
+            writes,
+            write_conflicts,
+            writes_dropped,
+            write_answers_lost,
+            stale_watch_deliveries,
+            controller_restarts,
+            user_deletes,
+            spec_edits,
+            operator_resets,
+            servers_removed,
+            recreated_unobserved_boots,
+            events,
+            pass_outcomes,
+        } = other;
+        self.reconcile_passes += reconcile_passes;
+        self.monitor_polls += monitor_polls;
+        self.monitor_list_failures += monitor_list_failures;
+        self.observations += observations;
+        self.writes += writes;
+        self.write_conflicts += write_conflicts;
+        self.writes_dropped += writes_dropped;
+        self.write_answers_lost += write_answers_lost;
+        self.stale_watch_deliveries += stale_watch_deliveries;
+        // One controller: every shard sees the same restarts.
+        self.controller_restarts = self.controller_restarts.max(*controller_restarts);
+        self.user_deletes += user_deletes;
+        self.spec_edits += spec_edits;
+        self.operator_resets += operator_resets;
+        self.servers_removed += servers_removed;
+        self.recreated_unobserved_boots += recreated_unobserved_boots;
+        merge_counts(&mut self.events, events);
+        merge_counts(&mut self.pass_outcomes, pass_outcomes);
+    }
+}
+
+pub(crate) fn merge_counts(into: &mut BTreeMap<&'static str, u64>, from: &BTreeMap<&'static str, u64>) {
+    for (key, count) in from {
+        *into.entry(key).or_insert(0) += count;
+    }
 }
 
 /// The result of a run.
@@ -77,6 +136,9 @@ pub struct Report {
     pub kube: KubeStats,
     pub violation_count: u64,
     pub violations: Vec<Violation>,
+    /// The step log of the Server named by `SimConfig::explain`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explain: Vec<String>,
 }
 
 impl Report {
@@ -129,10 +191,17 @@ impl fmt::Display for Report {
             k.spec_edits,
             k.operator_resets
         )?;
+        writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;
         writeln!(f, "violations: {}", self.violation_count)?;
         for violation in &self.violations {
             writeln!(f, "  {violation}")?;
+        }
+        if !self.explain.is_empty() {
+            writeln!(f, "explain:")?;
+            for line in &self.explain {
+                writeln!(f, "  {line}")?;
+            }
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use server_core::model::{
 use server_core::port::IdentityContext;
 use server_core::{Facts, ProviderView, Server, ServerSpec, ServerStatus};
 
-use crate::cloud::FateKind;
+use crate::cloud::{FateKind, ServerHandle};
 
 /// Servers per tenant (namespace + identity + cloud project). Small, so the
 /// reference finalizer lists on shared resources stay short.
@@ -42,6 +42,11 @@ pub(crate) struct Obj {
     pub(crate) lagging: Option<Box<(Server, u64)>>,
     pub(crate) tenant: usize,
     pub(crate) fate: FateKind,
+    /// This Server's state in the cloud model.
+    pub(crate) handle: ServerHandle,
+    /// (resourceVersion, record version) of the last observation that
+    /// changed nothing.
+    pub(crate) monitor_memo: Option<(u64, u64)>,
     /// When the next pass is due (`NOT_PENDING` if none), and the ticket that
     /// identifies that queue entry: kube-runtime keeps one pending reconcile
     /// per object, the earliest.
