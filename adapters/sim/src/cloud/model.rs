@@ -110,7 +110,7 @@ struct Instance {
 
 impl Instance {
     fn exists(&self, now: i64) -> bool {
-        !self.gone.is_some_and(|t| t <= now) && !self.vanish.is_some_and(|t| t <= now)
+        self.gone.is_none_or(|t| t > now) && self.vanish.is_none_or(|t| t > now)
     }
 
     fn launched(&self, now: i64) -> bool {

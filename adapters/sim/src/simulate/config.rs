@@ -25,9 +25,15 @@ pub struct SimConfig {
     /// Threads to run shards on; 0 means one per available core. The result
     /// is the same for any value.
     pub threads: usize,
+    /// Servers per shard (rounded up to whole tenants). Part of what a seed
+    /// replays: the same seed with another shard size is another run.
+    pub shard_size: usize,
 }
 
 impl SimConfig {
+    /// Small enough to stay cache-friendly and to spread over threads.
+    pub const DEFAULT_SHARD_SIZE: usize = 10_000;
+
     pub fn new(servers: usize, seed: u64) -> Self {
         SimConfig::with_fault_rate(servers, seed, FateMix::DEFAULT_FAULT_RATE)
     }
@@ -46,6 +52,7 @@ impl SimConfig {
             max_reported_violations: 100,
             explain: None,
             threads: 0,
+            shard_size: SimConfig::DEFAULT_SHARD_SIZE,
         }
     }
 }

@@ -30,15 +30,14 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    /// Servers per shard: small enough to stay cache-friendly and to spread
-    /// over threads, a multiple of the tenant size.
-    pub(crate) const SIZE: usize = 1_250 * TENANT_SIZE;
-
-    pub(crate) fn layout(servers: usize) -> Vec<Shard> {
-        (0..servers.div_ceil(Shard::SIZE))
+    /// Shards of `size` Servers (rounded up to whole tenants, so tenants never
+    /// straddle shards).
+    pub(crate) fn layout(servers: usize, size: usize) -> Vec<Shard> {
+        let size = size.max(1).div_ceil(TENANT_SIZE) * TENANT_SIZE;
+        (0..servers.div_ceil(size))
             .map(|index| {
-                let first = index * Shard::SIZE;
-                Shard { index, first, count: Shard::SIZE.min(servers - first) }
+                let first = index * size;
+                Shard { index, first, count: size.min(servers - first) }
             })
             .collect()
     }

@@ -51,7 +51,7 @@ pub fn run(config: &SimConfig) -> Report {
 /// `config.threads` threads; the result does not depend on the thread count.
 pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
     let started = Instant::now();
-    let shards = Shard::layout(config.servers);
+    let shards = Shard::layout(config.servers, config.shard_size);
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,

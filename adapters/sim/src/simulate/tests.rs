@@ -1,11 +1,151 @@
-//! The simulator: determinism, a clean run, and a checker that can fail.
+//! The simulator: a clean run, determinism, and a checker that can fail.
+
+use jiff::Timestamp;
+use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
+use server_core::port::ProviderServer;
+use server_core::{Action, Decision, Facts, Options, Server, ServerStatus, status_merge_patch};
 
 use super::*;
 
+fn config(servers: usize, seed: u64) -> SimConfig {
+    SimConfig { shard_size: 96, threads: 2, ..SimConfig::new(servers, seed) }
+}
+
 #[test]
-fn small_run_has_no_violations() {
-    let report = run(&SimConfig::new(300, 1));
+fn default_mix_runs_without_violations() {
+    let report = run(&config(300, 1));
     assert!(report.passed(), "{report}");
-    assert!(report.steps > 300);
+    assert!(report.steps > 3_000, "{report}");
     assert_eq!(report.outcomes.values().sum::<u64>(), 300);
+    // The mix reaches every kind of fate and every kind of fault.
+    assert!(report.fates.len() >= 5, "{report}");
+    assert!(report.kube.events.contains_key("ProviderCreateRetrying"), "{report}");
+    assert!(report.kube.write_conflicts > 0 && report.kube.stale_watch_deliveries > 0, "{report}");
+    assert!(report.cloud.injected_failures > 0 && report.kube.controller_restarts > 0, "{report}");
+    assert!(report.outcomes.get("running").copied().unwrap_or(0) > 150, "{report}");
+}
+
+#[test]
+fn no_faults_means_every_server_runs_or_is_deleted() {
+    let report = run(&SimConfig { shard_size: 96, ..SimConfig::with_fault_rate(200, 3, 0.0) });
+    assert!(report.passed(), "{report}");
+    let settled = ["running", "deleted"].iter().map(|k| report.outcomes.get(k).copied().unwrap_or(0)).sum::<u64>();
+    assert_eq!(settled, 200, "{report}");
+    assert_eq!(report.create_attempts, 200);
+}
+
+#[test]
+fn same_seed_same_trace_and_another_seed_another() {
+    let first = run(&config(200, 42));
+    let again = run(&config(200, 42));
+    assert_eq!(first.trace_hash, again.trace_hash);
+    assert_eq!((first.steps, &first.outcomes), (again.steps, &again.outcomes));
+    assert_ne!(first.trace_hash, run(&config(200, 43)).trace_hash);
+}
+
+#[test]
+fn the_thread_count_does_not_change_the_run() {
+    let one = run(&SimConfig { threads: 1, ..config(250, 5) });
+    let three = run(&SimConfig { threads: 3, ..config(250, 5) });
+    assert_eq!(one.trace_hash, three.trace_hash);
+    assert_eq!(one.steps, three.steps);
+}
+
+#[test]
+fn replay_check_finds_the_run_deterministic() {
+    let report = run(&SimConfig { replay_check: true, ..config(120, 9) });
+    assert!(report.passed(), "{report}");
+}
+
+#[test]
+fn explain_logs_one_server() {
+    let report = run(&SimConfig { explain: Some(7), ..config(60, 2) });
+    assert!(report.explain.iter().any(|line| line.contains("created by the user")), "{:?}", report.explain);
+    assert!(report.explain.iter().any(|line| line.contains("pass on")));
+}
+
+/// The ProviderCreateFailure predicate with the boot guard left out: Healthy
+/// False/Errored alone, whatever provisionedAt, launchedAt or the phase say.
+fn pcf_ignoring_boot(server: &Server) -> bool {
+    server
+        .status
+        .condition(ConditionType::Healthy)
+        .is_some_and(|c| c.status == ConditionStatus::False && c.reason == ConditionReason::Errored)
+}
+
+/// server-core's reconcile, fed a status with every sign of a boot hidden, so
+/// its retry machine decides with `pcf_ignoring_boot`. What it writes is
+/// re-derived from the real stored status (the broken rule ignores the latch;
+/// it does not erase it).
+fn reconcile_ignoring_boot(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut blinded = server.clone();
+    blinded.status.provisioned_at = None;
+    blinded.status.launched_at = None;
+    if blinded.status.phase.is_some_and(Phase::is_post_launch) {
+        blinded.status.phase = Some(Phase::Building);
+    }
+    let mut decision = server_core::reconcile(&blinded, facts, options, now);
+    let status = &mut decision.status;
+    if status.launched_at == blinded.status.launched_at {
+        status.launched_at = server.status.launched_at;
+    }
+    if status.phase == blinded.status.phase {
+        status.phase = server.status.phase;
+    }
+    status.provisioned_at = server.status.provisioned_at;
+    let patch = status_merge_patch(&server.status, &decision.status);
+    let at = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_)));
+    match (at, patch) {
+        (Some(at), Some(patch)) => decision.actions[at] = Action::WriteStatus(patch),
+        (Some(at), None) => {
+            decision.actions.remove(at);
+        }
+        (None, Some(patch)) => decision.actions.insert(0, Action::WriteStatus(patch)),
+        (None, None) => {}
+    }
+    decision
+}
+
+#[test]
+fn a_predicate_ignoring_provisioned_at_is_caught_with_its_seed() {
+    let broken = Rules {
+        reconcile: reconcile_ignoring_boot,
+        provider_create_failure: pcf_ignoring_boot,
+        should_wake: |old, new| {
+            old.is_none_or(|old| old.meta.generation != new.meta.generation)
+                || old.is_some_and(|old| !pcf_ignoring_boot(old) && pcf_ignoring_boot(new))
+        },
+        ..Rules::CORE
+    };
+    let seed = 11;
+    let report = run_with(&config(300, seed), broken);
+    assert!(!report.passed(), "the broken predicate went unnoticed:\n{report}");
+    let first = report.violations.first().cloned();
+    let Some(first) = first else { panic!("violations counted but none reported") };
+    assert_eq!(first.seed, seed);
+    assert!(report.violations.iter().any(|v| v.invariant == "1"), "{report}");
+    assert!(report.violations.iter().all(|v| v.seed == seed));
+    // The seed (and server count) reproduce it: same violation, same step.
+    let again = run_with(&config(300, seed), broken);
+    assert_eq!(again.violations.first(), Some(&first));
+}
+
+/// A monitor that drops the latch when the provider no longer lists the server.
+fn observe_forgetting_the_latch(
+    status: &ServerStatus,
+    record: Option<&ProviderServer>,
+    now: Timestamp,
+) -> ServerStatus {
+    let mut next = server_core::observe(status, record, now);
+    if record.is_none() {
+        next.provisioned_at = None;
+    }
+    next
+}
+
+#[test]
+fn a_monitor_that_clears_provisioned_at_is_caught() {
+    let broken = Rules { observe: observe_forgetting_the_latch, ..Rules::CORE };
+    let report = run_with(&config(300, 4), broken);
+    assert!(report.violations.iter().any(|v| v.invariant == "3"), "{report}");
 }

@@ -168,7 +168,7 @@ pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
         image: ImageSpec { id: "image-1".into() },
         networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: Vec::new() }],
         security_groups: vec![SecurityGroupRef { id: "sg-a".into() }],
-        ssh_certificate_authority_id: (index % 3 == 0).then(|| "ca".to_owned()),
+        ssh_certificate_authority_id: index.is_multiple_of(3).then(|| "ca".to_owned()),
         ..Default::default()
     };
     Server { meta, spec, status: ServerStatus::default() }
