@@ -15,6 +15,12 @@ use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
 use server_e2e::*;
 
+cloud_scenarios!(
+    scenarios_converge_under_api_faults,
+    a_network_newer_than_the_cache_is_confirmed_not_reported_unknown,
+    a_frozen_cache_only_conflicts_and_never_leaks_a_reference,
+);
+
 fn faults() -> FaultConfig {
     FaultConfig::none()
         .with_error_rate(Verb::Patch, FaultKind::Conflict, 0.15)
@@ -25,67 +31,65 @@ fn faults() -> FaultConfig {
         .with_watch_cut_probability(0.2)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenarios_converge_under_api_faults() {
-    within(async {
-        let mut env = Env::new(31).await;
-        env.sim.faults().set(faults());
-        let happy = env.create_server("happy", fast(Fate::clean()), Env::spec());
-        let flaky = env.create_server("flaky", fast(Fate::failing_boots(2)), Env::spec());
-        let doomed = env.create_server("doomed", fast(Fate::failing_forever()), Env::spec());
-        let data = env.create_server("data", fast(Fate::error_after_launch(Duration::from_millis(400))), Env::spec());
-        env.start();
+async fn scenarios_converge_under_api_faults(kind: CloudKind) {
+    let mut env = Env::new(kind, 31).await;
+    env.sim.faults().set(faults());
+    let happy = env.create_server("happy", fast(Fate::clean()), Env::spec());
+    let flaky = env.create_server("flaky", fast(Fate::failing_boots(2)), Env::spec());
+    let doomed = env.create_server("doomed", fast(Fate::failing_forever()), Env::spec());
+    let data = env.create_server("data", fast(Fate::error_after_launch(Duration::from_millis(400))), Env::spec());
+    env.start();
 
-        for name in ["happy", "flaky"] {
-            env.wait_server(name, "Running and Available", |s| {
-                phase(s) == "Running" && available_reason(s) == "Provisioned" && status(s).provisioned_at.is_some()
-            })
-            .await;
-        }
-        env.wait_server("doomed", "parked at the cap", |s| {
-            available_reason(s) == "Errored" && available_message(s).contains("failed after 3 attempts")
+    for name in ["happy", "flaky"] {
+        env.wait_server(name, "Running and Available", |s| {
+            phase(s) == "Running" && available_reason(s) == "Provisioned" && status(s).provisioned_at.is_some()
         })
         .await;
-        env.wait_server("data", "booted, then ERROR observed", |s| {
-            status(s).provisioned_at.is_some()
-                && condition(s, "Healthy").is_some_and(|c| c.0 == "False" && c.1 == "Errored")
-        })
-        .await;
-        env.idle(10).await;
-
-        assert_eq!(env.truth(&happy).creates_accepted, 1);
-        assert_eq!(env.truth(&flaky).creates_accepted, 3);
-        assert_eq!(env.truth(&doomed).creates_accepted, 3, "more than max creates");
-        let data_truth = env.truth(&data);
-        assert_eq!((data_truth.creates_accepted, data_truth.delete_calls), (1, 0), "{data_truth:?}");
-        for uid in [&happy, &flaky, &doomed] {
-            assert_eq!(env.truth(uid).launched_deleted, 0, "{uid}: a booted server was deleted");
-        }
-        let server = env.server("flaky").unwrap_or_else(|| panic!("gone"));
-        assert_eq!(status(&server).provider_create_failures, 2, "a conflict counted a failure twice");
-        let counters = env.counters();
-        assert!(counters.total_faults() > 0 && counters.watch_cuts > 0, "no fault was injected: {counters:?}");
-        println!("faults injected: {:?}, watch cuts: {}", counters.injected_faults, counters.watch_cuts);
-
-        // Deletion still cleans up everything (deletes go through the store, so
-        // the harness itself is not subject to the faults).
-        for name in ["happy", "flaky", "doomed", "data"] {
-            env.sim.store().delete("servers", Some(NAMESPACE), name).unwrap_or_else(|e| panic!("deleting {name}: {e}"));
-        }
-        for name in ["happy", "flaky", "doomed", "data"] {
-            env.wait(&format!("{name} is gone"), || env.server(name).is_none()).await;
-            let reference = reference_finalizer(name);
-            for (plural, resource) in
-                [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)]
-            {
-                assert!(!env.finalizers(plural, resource).contains(&reference), "{plural} keeps {name}'s reference");
-            }
-        }
-        assert_eq!(env.cloud.live_servers(), 0, "a provider server outlived its Server");
-        env.assert_invariants();
-        env.stop().await;
+    }
+    env.wait_server("doomed", "parked at the cap", |s| {
+        available_reason(s) == "Errored" && available_message(s).contains("failed after 3 attempts")
     })
     .await;
+    env.wait_server("data", "booted, then ERROR observed", |s| {
+        status(s).provisioned_at.is_some()
+            && condition(s, "Healthy").is_some_and(|c| c.0 == "False" && c.1 == "Errored")
+    })
+    .await;
+    env.idle(10).await;
+
+    assert_eq!(env.truth(&happy).creates_accepted, 1);
+    assert_eq!(env.truth(&flaky).creates_accepted, 3);
+    assert_eq!(env.truth(&doomed).creates_accepted, 3, "more than max creates");
+    let data_truth = env.truth(&data);
+    assert_eq!((data_truth.creates_accepted, data_truth.delete_calls), (1, 0), "{data_truth:?}");
+    for uid in [&happy, &flaky, &doomed] {
+        assert_eq!(env.truth(uid).launched_deleted, 0, "{uid}: a booted server was deleted");
+    }
+    let server = env.server("flaky").unwrap_or_else(|| panic!("gone"));
+    assert_eq!(status(&server).provider_create_failures, 2, "a conflict counted a failure twice");
+    let counters = env.counters();
+    assert!(counters.total_faults() > 0 && counters.watch_cuts > 0, "no fault was injected: {counters:?}");
+    println!("faults injected: {:?}, watch cuts: {}", counters.injected_faults, counters.watch_cuts);
+
+    // Deletion still cleans up everything (deletes go through the store, so
+    // the harness itself is not subject to the faults).
+    for name in ["happy", "flaky", "doomed", "data"] {
+        env.sim.store().delete("servers", Some(NAMESPACE), name).unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+    }
+    for name in ["happy", "flaky", "doomed", "data"] {
+        env.wait(&format!("{name} is gone"), || env.server(name).is_none()).await;
+        let reference = reference_finalizer(name);
+        for (plural, resource) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)]
+        {
+            assert!(!env.finalizers(plural, resource).contains(&reference), "{plural} keeps {name}'s reference");
+        }
+    }
+    assert_eq!(env.cloud.live_servers(), 0, "a provider server outlived its Server");
+    for uid in [&happy, &flaky, &doomed, &data] {
+        env.assert_released(uid);
+    }
+    env.assert_invariants();
+    env.stop().await;
 }
 
 /// The operator's cache of Networks lags the API server (each networks watch
@@ -93,41 +97,38 @@ async fn scenarios_converge_under_api_faults() {
 /// A Network created together with the Server that names it is not in the
 /// cache when the Server's first pass runs: the pass confirms the absence
 /// with a live list and finds it, so the Server never reports it unknown.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown() {
-    within(async {
-        let mut env = Env::new(32).await;
-        let lag = Duration::from_millis(1500);
-        env.sim.faults().set(
-            FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1).with_latency(lag, Duration::ZERO),
-        );
-        env.start();
-        // Any Network event now cuts the watch: the cache then lags by `lag`.
-        env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
-        env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
-        env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
+async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown(kind: CloudKind) {
+    let mut env = Env::new(kind, 32).await;
+    let lag = Duration::from_millis(1500);
+    env.sim.faults().set(
+        FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1).with_latency(lag, Duration::ZERO),
+    );
+    env.start();
+    // Any Network event now cuts the watch: the cache then lags by `lag`.
+    env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
+    env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
+    env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
 
-        let late = "5b0f3c2e-1d4a-4e6b-8c7d-9e0f1a2b3c4d";
-        env.seed("networks", late, json!({"prefix": "192.168.2.0/24"}));
-        let mut spec = Env::spec();
-        spec["networks"] = json!([{ "id": late }]);
-        let uid = env.create_server("late", fast(Fate::clean()), spec);
-        let reported_unknown = AtomicBool::new(false);
-        env.wait_server("late", "Running and Available", |s| {
-            if available_message(s).contains("unknown resource ID") {
-                reported_unknown.store(true, Ordering::SeqCst);
-            }
-            phase(s) == "Running" && available_reason(s) == "Provisioned"
-        })
-        .await;
-        assert!(!reported_unknown.load(Ordering::SeqCst), "a Network the cache lacked was reported unknown");
-        assert!(env.counters().count(Verb::List, "networks") >= 2, "no live list: the cache did not lag");
-        assert!(env.finalizers("networks", late).contains(&reference_finalizer("late")));
-        assert_eq!(env.truth(&uid).creates_accepted, 1);
-        env.sim.faults().clear();
-        env.stop().await;
+    let late = "5b0f3c2e-1d4a-4e6b-8c7d-9e0f1a2b3c4d";
+    env.seed("networks", late, json!({"prefix": "192.168.2.0/24"}));
+    let mut spec = Env::spec();
+    spec["networks"] = json!([{ "id": late }]);
+    let uid = env.create_server("late", fast(Fate::clean()), spec);
+    let reported_unknown = AtomicBool::new(false);
+    env.wait_server("late", "Running and Available", |s| {
+        if available_message(s).contains("unknown resource ID") {
+            reported_unknown.store(true, Ordering::SeqCst);
+        }
+        phase(s) == "Running" && available_reason(s) == "Provisioned"
     })
     .await;
+    assert!(!reported_unknown.load(Ordering::SeqCst), "a Network the cache lacked was reported unknown");
+    assert!(env.counters().count(Verb::List, "networks") >= 2, "no live list: the cache did not lag");
+    assert!(env.finalizers("networks", late).contains(&reference_finalizer("late")));
+    assert_eq!(env.truth(&uid).creates_accepted, 1);
+    env.sim.faults().clear();
+    env.assert_invariants();
+    env.stop().await;
 }
 
 /// The operator's cache of Networks is frozen (its watch cut after one event,
@@ -136,43 +137,40 @@ async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown() {
 /// outdated resourceVersion conflicts, and the pass yields instead of acting
 /// on the stale view. Deleted meanwhile, the Server reads its references
 /// live before releasing them, so none is left behind.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference() {
-    within(async {
-        let mut env = Env::new(33).await;
-        env.sim.faults().set(FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1));
-        env.start();
-        env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
-        // Let the open watch get past fault injection before refusing the next ones.
-        env.idle(2).await;
-        env.sim.faults().fail_next(Verb::Watch, Some("networks"), FaultKind::Internal, u32::MAX);
-        env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
-        env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
+async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference(kind: CloudKind) {
+    let mut env = Env::new(kind, 33).await;
+    env.sim.faults().set(FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1));
+    env.start();
+    env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
+    // Let the open watch get past fault injection before refusing the next ones.
+    env.idle(2).await;
+    env.sim.faults().fail_next(Verb::Watch, Some("networks"), FaultKind::Internal, u32::MAX);
+    env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
+    env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
 
-        let uid = env.create_server("brief", fast(Fate::clean()), Env::spec());
-        let reference = reference_finalizer("brief");
-        env.wait("the provider server and its Network reference", || {
-            env.truth(&uid).live == 1 && env.finalizers("networks", NETWORK).contains(&reference)
-        })
-        .await;
-        // Only a pass re-adding the reference (seen absent in the cache) patches the Network again.
-        env.wait("a re-add refused for its outdated resourceVersion", || {
-            env.counters().count(Verb::Patch, "networks") >= 2
-        })
-        .await;
-        let held = env.finalizers("networks", NETWORK);
-        assert_eq!(held.iter().filter(|f| **f == reference).count(), 1, "{held:?}");
-
-        env.delete_server("brief").await;
-        env.wait("the Server is gone", || env.server("brief").is_none()).await;
-        env.sim.faults().clear();
-        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
-            assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
-        }
-        let truth = env.truth(&uid);
-        assert_eq!((truth.creates_accepted, truth.live), (1, 0), "{truth:?}");
-        env.assert_invariants();
-        env.stop().await;
+    let uid = env.create_server("brief", fast(Fate::clean()), Env::spec());
+    let reference = reference_finalizer("brief");
+    env.wait("the provider server and its Network reference", || {
+        env.truth(&uid).live == 1 && env.finalizers("networks", NETWORK).contains(&reference)
     })
     .await;
+    // Only a pass re-adding the reference (seen absent in the cache) patches the Network again.
+    env.wait("a re-add refused for its outdated resourceVersion", || {
+        env.counters().count(Verb::Patch, "networks") >= 2
+    })
+    .await;
+    let held = env.finalizers("networks", NETWORK);
+    assert_eq!(held.iter().filter(|f| **f == reference).count(), 1, "{held:?}");
+
+    env.delete_server("brief").await;
+    env.wait("the Server is gone", || env.server("brief").is_none()).await;
+    env.sim.faults().clear();
+    for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+        assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
+    }
+    let truth = env.truth(&uid);
+    assert_eq!((truth.creates_accepted, truth.live), (1, 0), "{truth:?}");
+    env.assert_released(&uid);
+    env.assert_invariants();
+    env.stop().await;
 }

@@ -10,6 +10,16 @@ use server_e2e::cloud::Fate;
 use server_e2e::simkube::Verb;
 use server_e2e::*;
 
+cloud_scenarios!(
+    happy_path_then_resync_writes_nothing_then_deletion_cleans_up,
+    request_budget_of_the_happy_path,
+    request_budget_of_one_retry,
+    a_resync_of_many_servers_reads_no_consumed_kind,
+    pause_stops_all_work_and_a_spec_change_wakes_it,
+    identity_not_ready_waits_then_proceeds,
+    unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_nothing,
+);
+
 /// Per-Server API requests (see `request_budget`) of the happy path and of
 /// one retry, with headroom for timing (the monitor's projections vary).
 /// Measured: 9 and 20, all writes; 19 and 50 when every pass read the five
@@ -17,62 +27,100 @@ use server_e2e::*;
 const BUDGET_HAPPY: u64 = 12;
 const BUDGET_RETRY: u64 = 24;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn happy_path_then_resync_writes_nothing_then_deletion_cleans_up() {
-    within(async {
-        let mut env = Env::with_config(1, config_with_resync(Duration::from_millis(300))).await;
-        let uid = env.create_server("happy", fast(Fate::clean()), Env::spec());
-        env.start();
+async fn happy_path_then_resync_writes_nothing_then_deletion_cleans_up(kind: CloudKind) {
+    let mut env = Env::with_config(kind, 1, config_with_resync(Duration::from_millis(300))).await;
+    let mut spec = Env::spec();
+    spec["publicIPAllocation"] = json!({ "enabled": true });
+    let uid = env.create_server("happy", fast(Fate::clean()), spec);
+    env.start();
 
-        let server = env
-            .wait_server("happy", "Running, provisioned and Available", |s| {
-                phase(s) == "Running" && status(s).provisioned_at.is_some() && available_reason(s) == "Provisioned"
-            })
-            .await;
-        assert!(has_finalizer(&server, SERVER_FINALIZER));
-        let reference = reference_finalizer("happy");
-        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
-            assert!(env.finalizers(plural, name).contains(&reference), "{plural}/{name} lacks the reference");
-        }
-        let truth = env.truth(&uid);
-        assert_eq!((truth.create_calls, truth.creates_accepted, truth.delete_calls), (1, 1, 0));
-        assert_eq!(condition(&server, "Healthy").map(|c| c.1).as_deref(), Some("Healthy"));
-        assert!(status(&server).mac_address.is_some() && status(&server).private_ip.is_some());
-        assert!(env.events("happy").is_empty(), "no events on the happy path: {:?}", env.events("happy"));
-        let provisioned_at = status(&server).provisioned_at;
-        let converged = env.counters();
-        println!("happy path requests until converged: {:#?}", converged.requests);
+    let server = env
+        .wait_server("happy", "Running, provisioned, Available and public", |s| {
+            phase(s) == "Running"
+                && status(s).provisioned_at.is_some()
+                && available_reason(s) == "Provisioned"
+                && status(s).public_ip.is_some()
+        })
+        .await;
+    assert!(has_finalizer(&server, SERVER_FINALIZER));
+    let reference = reference_finalizer("happy");
+    for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+        assert!(env.finalizers(plural, name).contains(&reference), "{plural}/{name} lacks the reference");
+    }
+    let truth = env.truth(&uid);
+    assert_eq!((truth.create_calls, truth.creates_accepted, truth.delete_calls), (1, 1, 0));
+    assert_eq!(condition(&server, "Healthy").map(|c| c.1).as_deref(), Some("Healthy"));
+    assert!(status(&server).mac_address.is_some() && status(&server).private_ip.is_some());
+    assert!(env.events("happy").is_empty(), "no events on the happy path: {:?}", env.events("happy"));
+    if let Some(openstack) = env.openstack() {
+        assert_openstack_resources_match(openstack, &uid, &server);
+    }
+    let provisioned_at = status(&server).provisioned_at;
+    let converged = env.counters();
+    println!("happy path requests until converged: {:#?}", converged.requests);
+    println!("{kind:?}: cloud calls until converged: {:?}", env.cloud.counters());
 
-        // Resyncs re-run full passes every 300 ms: each asks the provider,
-        // but none reads a consumed kind (the caches serve them) or writes.
-        let provider_reads = env.cloud.counters().get_calls;
-        env.idle(15).await;
-        let later = env.counters();
-        assert_eq!(operator_writes(&later), operator_writes(&converged), "a resync wrote something");
-        assert!(env.cloud.counters().get_calls >= provider_reads + 2, "no resync pass ran");
-        assert_eq!(consumed_reads(&later), consumed_reads(&converged), "a resync read a consumed kind");
-        assert_eq!(env.truth(&uid).create_calls, 1);
+    // Resyncs re-run full passes every 300 ms: each asks the provider,
+    // but none reads a consumed kind (the caches serve them) or writes.
+    let provider_reads = env.cloud.counters().get_calls;
+    env.idle(15).await;
+    let later = env.counters();
+    assert_eq!(operator_writes(&later), operator_writes(&converged), "a resync wrote something");
+    assert!(env.cloud.counters().get_calls >= provider_reads + 2, "no resync pass ran");
+    assert_eq!(consumed_reads(&later), consumed_reads(&converged), "a resync read a consumed kind");
+    assert_eq!(env.truth(&uid).create_calls, 1);
 
-        env.delete_server("happy").await;
-        env.wait("the Server is gone", || env.server("happy").is_none()).await;
-        assert_eq!(env.truth(&uid).live, 0, "the provider server was not deleted");
-        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
-            assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
-        }
-        assert_eq!(env.truth(&uid).creates_accepted, 1);
-        assert!(provisioned_at.is_some());
-        env.assert_invariants();
-        env.stop().await;
-    })
-    .await;
+    env.delete_server("happy").await;
+    env.wait("the Server is gone", || env.server("happy").is_none()).await;
+    env.assert_released(&uid);
+    if let Some(openstack) = env.openstack() {
+        assert!(openstack.floating_ips().is_empty(), "{:?}", openstack.floating_ips());
+        let counters = openstack.counters();
+        assert_eq!((counters.server_creates, counters.port_creates, counters.floating_ip_creates), (1, 1, 1));
+        assert_eq!((counters.port_deletes, counters.floating_ip_deletes), (1, 1), "{counters:?}");
+    }
+    for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+        assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
+    }
+    assert_eq!(env.truth(&uid).creates_accepted, 1);
+    assert!(provisioned_at.is_some());
+    env.assert_invariants();
+    env.stop().await;
+}
+
+/// What Nova and Neutron hold for a running Server is what its spec asked for
+/// and what its status shows: the server tied to it by metadata on a port
+/// with its network and security group, and a floating IP on that port.
+fn assert_openstack_resources_match(openstack: &openstack::OpenStackSim, uid: &str, server: &server_kube::crd::Server) {
+    let nova = openstack.servers().into_iter().find(|s| s.server_uid == uid);
+    let nova = nova.unwrap_or_else(|| panic!("Nova was never asked for {uid}"));
+    assert_eq!((nova.flavor_id.as_str(), nova.image_id.as_str(), nova.project_id.as_str()), (FLAVOR, IMAGE, PROJECT));
+    assert_eq!(nova.metadata.get("unikorn:server-name").map(String::as_str), Some("happy"));
+    assert_eq!(nova.metadata.get("unikorn:server-namespace").map(String::as_str), Some(NAMESPACE));
+    let ports = openstack.ports();
+    let [port] = ports.as_slice() else { panic!("one port expected: {ports:?}") };
+    assert_eq!(nova.port_id.as_deref(), Some(port.id.as_str()));
+    assert_eq!(
+        (port.network_id.as_str(), port.security_groups.as_slice()),
+        (NETWORK, &[SECURITY_GROUP.to_owned()][..])
+    );
+    let floating_ips = openstack.floating_ips();
+    let [floating_ip] = floating_ips.as_slice() else { panic!("one floating IP expected: {floating_ips:?}") };
+    assert_eq!(floating_ip.port_id.as_deref(), Some(port.id.as_str()));
+    let status = status(server);
+    assert_eq!(status.private_ip.as_deref(), Some(port.ip_address.as_str()));
+    assert_eq!(status.mac_address.as_deref(), Some(port.mac_address.as_str()));
+    assert_eq!(status.public_ip.as_deref(), Some(floating_ip.address.as_str()));
+    let counters = openstack.counters();
+    assert_eq!(counters.token_requests, 1, "one login, then the cached token: {counters:?}");
 }
 
 /// The API requests one Server costs from creation to converged, by verb and
 /// resource, leaving out what does not scale with Servers: the watches, the
 /// one list of each consumed kind that fills its cache (asserted: passes read
 /// none of them), and the monitor's one Server list per poll.
-async fn request_budget(seed: u64, fate: Fate) -> (u64, server_e2e::simkube::CounterSnapshot) {
-    let mut env = Env::new(seed).await;
+async fn request_budget(kind: CloudKind, seed: u64, fate: Fate) -> (u64, server_e2e::simkube::CounterSnapshot) {
+    let mut env = Env::new(kind, seed).await;
     let uid = env.create_server("budget", fast(fate), Env::spec());
     env.start();
     env.wait_server("budget", "Running and Available", |s| {
@@ -81,10 +129,11 @@ async fn request_budget(seed: u64, fate: Fate) -> (u64, server_e2e::simkube::Cou
     .await;
     env.idle(3).await;
     let counters = env.counters();
+    env.assert_invariants();
     env.stop().await;
-    for kind in CONSUMED_KINDS {
-        assert_eq!(counters.count(Verb::List, kind), 1, "{kind}: listed other than once, to fill its cache");
-        assert_eq!(counters.count(Verb::Get, kind), 0, "{kind}: read around the cache");
+    for consumed in CONSUMED_KINDS {
+        assert_eq!(counters.count(Verb::List, consumed), 1, "{consumed}: listed other than once, to fill its cache");
+        assert_eq!(counters.count(Verb::Get, consumed), 0, "{consumed}: read around the cache");
     }
     let per_server: u64 = counters
         .requests
@@ -95,160 +144,162 @@ async fn request_budget(seed: u64, fate: Fate) -> (u64, server_e2e::simkube::Cou
         })
         .map(|(_, n)| n)
         .sum();
-    println!("cloud calls: {:?}", env.cloud.counters());
-    println!("provider truth: {:?}", env.truth(&uid));
+    println!("{kind:?}: cloud calls: {:?}", env.cloud.counters());
+    let truth = env.truth(&uid);
+    println!("provider truth: {truth:?}");
+    if let Some(openstack) = env.openstack_counters() {
+        println!("OpenStack requests by endpoint: {:?}", env.openstack_requests_by_op());
+        // One port per accepted create; a failed server's port is released
+        // before the next attempt makes its own.
+        let accepted = u64::from(truth.creates_accepted);
+        assert_eq!((openstack.server_creates, openstack.port_creates), (accepted, accepted), "{openstack:?}");
+        assert_eq!(openstack.port_deletes, accepted - 1, "{openstack:?}");
+        assert_eq!(openstack.token_requests, 1, "{openstack:?}");
+    }
     println!("requests by verb and resource: {:#?}", counters.requests);
     println!("per-Server requests (no watches, no lists): {per_server}");
     (per_server, counters)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_budget_of_the_happy_path() {
-    within(async {
-        let (per_server, counters) = request_budget(2, Fate::clean()).await;
-        // Writes only: the finalizer, the create note, three references, two
-        // Available writes, and the monitor's projections. Far more means a loop.
-        assert!(per_server <= BUDGET_HAPPY, "too many requests for one Server: {per_server}");
-        assert!(writes(&counters, "servers") <= 3, "Server metadata written too often");
-    })
-    .await;
+async fn request_budget_of_the_happy_path(kind: CloudKind) {
+    let (per_server, counters) = request_budget(kind, 2, Fate::clean()).await;
+    // Writes only: the finalizer, the create note, three references, two
+    // Available writes, and the monitor's projections. Far more means a loop.
+    assert!(per_server <= BUDGET_HAPPY, "too many requests for one Server: {per_server}");
+    assert!(writes(&counters, "servers") <= 3, "Server metadata written too often");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn request_budget_of_one_retry() {
-    within(async {
-        let (per_server, _) = request_budget(6, Fate::failing_boots(1)).await;
-        assert!(per_server <= BUDGET_RETRY, "too many requests for one retried Server: {per_server}");
-    })
-    .await;
+async fn request_budget_of_one_retry(kind: CloudKind) {
+    let (per_server, _) = request_budget(kind, 6, Fate::failing_boots(1)).await;
+    assert!(per_server <= BUDGET_RETRY, "too many requests for one retried Server: {per_server}");
 }
 
 /// Every Server is re-reconciled at each resync, yet the consumed kinds stay
 /// listed once (when their caches filled) and are never read per pass: a
 /// resync costs no API request for them, however many Servers share a
 /// namespace (before the caches: five per pass, each list O(Servers)).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resync_of_many_servers_reads_no_consumed_kind() {
-    within(async {
-        const SERVERS: u64 = 20;
-        let mut env = Env::with_config(7, config_with_resync(Duration::from_millis(300))).await;
-        let names: Vec<String> = (0..SERVERS).map(|i| format!("many-{i}")).collect();
-        for name in &names {
-            env.create_server(name, fast(Fate::clean()), Env::spec());
-        }
-        env.start();
-        for name in &names {
-            env.wait_server(name, "Running, provisioned and Available", |s| {
-                phase(s) == "Running" && status(s).provisioned_at.is_some() && available_reason(s) == "Provisioned"
-            })
-            .await;
-        }
-        let converged = env.counters();
-        let provider_reads = env.cloud.counters().get_calls;
-        env.idle(10).await;
-        let later = env.counters();
-        let resync_passes = env.cloud.counters().get_calls - provider_reads;
-        assert!(resync_passes >= 2 * SERVERS, "fewer than two resyncs ran: {resync_passes} passes");
-        for kind in CONSUMED_KINDS {
-            assert_eq!(later.count(Verb::List, kind), 1, "{kind}: listed other than once, to fill its cache");
-            assert_eq!(later.count(Verb::Get, kind), 0, "{kind}: read around the cache");
-        }
-        assert_eq!(operator_writes(&later), operator_writes(&converged), "a resync wrote something");
-        println!("{resync_passes} resync passes over {SERVERS} Servers: 0 requests for consumed kinds");
-        env.assert_invariants();
-        env.stop().await;
-    })
-    .await;
+async fn a_resync_of_many_servers_reads_no_consumed_kind(kind: CloudKind) {
+    const SERVERS: u64 = 20;
+    let mut env = Env::with_config(kind, 7, config_with_resync(Duration::from_millis(300))).await;
+    let names: Vec<String> = (0..SERVERS).map(|i| format!("many-{i}")).collect();
+    for name in &names {
+        env.create_server(name, fast(Fate::clean()), Env::spec());
+    }
+    env.start();
+    for name in &names {
+        env.wait_server(name, "Running, provisioned and Available", |s| {
+            phase(s) == "Running" && status(s).provisioned_at.is_some() && available_reason(s) == "Provisioned"
+        })
+        .await;
+    }
+    let converged = env.counters();
+    let provider_reads = env.cloud.counters().get_calls;
+    let nova_before = env.openstack_counters();
+    env.idle(10).await;
+    let later = env.counters();
+    let resync_passes = env.cloud.counters().get_calls - provider_reads;
+    assert!(resync_passes >= 2 * SERVERS, "fewer than two resyncs ran: {resync_passes} passes");
+    if let (Some(before), Some(after)) = (nova_before, env.openstack_counters()) {
+        // A pass reads its server by the id the adapter remembers (one GET),
+        // never by listing the project; the monitor lists once per 100 ms
+        // poll for all twenty Servers, while twenty passes run every 300 ms
+        // (ratio 1:6.7, whatever the scheduling delays).
+        let gets = after.server_gets - before.server_gets;
+        let lists = after.server_lists - before.server_lists;
+        println!("{resync_passes} resync passes: {gets} Nova GETs, {lists} Nova lists");
+        assert!(gets >= 2 * SERVERS, "{gets} GETs for {resync_passes} passes: {after:?}");
+        assert!(lists <= resync_passes / 2, "{lists} server lists for {resync_passes} passes: {after:?}");
+    }
+    for kind in CONSUMED_KINDS {
+        assert_eq!(later.count(Verb::List, kind), 1, "{kind}: listed other than once, to fill its cache");
+        assert_eq!(later.count(Verb::Get, kind), 0, "{kind}: read around the cache");
+    }
+    assert_eq!(operator_writes(&later), operator_writes(&converged), "a resync wrote something");
+    println!("{resync_passes} resync passes over {SERVERS} Servers: 0 requests for consumed kinds");
+    env.assert_invariants();
+    env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pause_stops_all_work_and_a_spec_change_wakes_it() {
-    within(async {
-        let mut env = Env::new(3).await;
-        let mut spec = Env::spec();
-        spec["pause"] = json!(true);
-        let uid = env.create_server("paused", fast(Fate::clean()), spec);
-        env.start();
-        env.idle(8).await;
-        let server = env.server("paused").unwrap_or_else(|| panic!("the paused Server vanished"));
-        assert!(!has_finalizer(&server, SERVER_FINALIZER), "a paused Server got the finalizer");
-        assert!(server.status.is_none() || available_reason(&server).is_empty(), "a paused Server got a status");
-        assert_eq!(env.truth(&uid).create_calls, 0);
-        assert_eq!(env.cloud.counters().get_calls, 0, "a paused Server was read from the provider");
-        assert!(env.finalizers("networks", NETWORK).is_empty());
+async fn pause_stops_all_work_and_a_spec_change_wakes_it(kind: CloudKind) {
+    let mut env = Env::new(kind, 3).await;
+    let mut spec = Env::spec();
+    spec["pause"] = json!(true);
+    let uid = env.create_server("paused", fast(Fate::clean()), spec);
+    env.start();
+    env.idle(8).await;
+    let server = env.server("paused").unwrap_or_else(|| panic!("the paused Server vanished"));
+    assert!(!has_finalizer(&server, SERVER_FINALIZER), "a paused Server got the finalizer");
+    assert!(server.status.is_none() || available_reason(&server).is_empty(), "a paused Server got a status");
+    assert_eq!(env.truth(&uid).create_calls, 0);
+    assert_eq!(env.cloud.counters().get_calls, 0, "a paused Server was read from the provider");
+    assert!(env.finalizers("networks", NETWORK).is_empty());
 
-        env.patch_spec("paused", json!({ "pause": false })).await;
-        env.wait_server("paused", "Running after unpausing", |s| phase(s) == "Running").await;
-        assert_eq!(env.truth(&uid).creates_accepted, 1);
-        env.stop().await;
-    })
-    .await;
+    env.patch_spec("paused", json!({ "pause": false })).await;
+    env.wait_server("paused", "Running after unpausing", |s| phase(s) == "Running").await;
+    assert_eq!(env.truth(&uid).creates_accepted, 1);
+    env.assert_invariants();
+    env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn identity_not_ready_waits_then_proceeds() {
-    within(async {
-        let mut env = Env::new(4).await;
-        env.seed_identity(false);
-        let uid = env.create_server("waiting", fast(Fate::clean()), Env::spec());
-        env.start();
-        let server = env
-            .wait_server("waiting", "waiting for the identity", |s| {
-                available_message(s).contains("Waiting for the identity")
-            })
-            .await;
-        assert_eq!(available_reason(&server), "Provisioning");
-        env.idle(5).await;
-        assert_eq!(env.truth(&uid).create_calls, 0, "created before the identity was ready");
+async fn identity_not_ready_waits_then_proceeds(kind: CloudKind) {
+    let mut env = Env::new(kind, 4).await;
+    env.seed_identity(false);
+    let uid = env.create_server("waiting", fast(Fate::clean()), Env::spec());
+    env.start();
+    let server = env
+        .wait_server("waiting", "waiting for the identity", |s| {
+            available_message(s).contains("Waiting for the identity")
+        })
+        .await;
+    assert_eq!(available_reason(&server), "Provisioning");
+    env.idle(5).await;
+    assert_eq!(env.truth(&uid).create_calls, 0, "created before the identity was ready");
 
-        env.make_identity_ready();
-        env.wait_server("waiting", "Running once the identity is ready", |s| phase(s) == "Running").await;
-        assert_eq!(env.truth(&uid).creates_accepted, 1);
-        env.stop().await;
-    })
-    .await;
+    env.make_identity_ready();
+    env.wait_server("waiting", "Running once the identity is ready", |s| phase(s) == "Running").await;
+    assert_eq!(env.truth(&uid).creates_accepted, 1);
+    env.assert_invariants();
+    env.stop().await;
 }
 
 /// Each refusal names what is wrong, and nothing is touched: no finalizer,
 /// no reference, no provider call.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_nothing() {
-    within(async {
-        let mut env = Env::new(5).await;
-        let mut unknown = Env::spec();
-        unknown["networks"] = json!([{ "id": "11111111-2222-4333-8444-555555555555" }]);
-        let mut duplicate = Env::spec();
-        duplicate["networks"] = json!([{ "id": NETWORK }, { "id": NETWORK }]);
-        let uids = [
-            env.create_server("unknown-network", fast(Fate::clean()), unknown),
-            env.create_server("duplicate-ids", fast(Fate::clean()), duplicate),
-            env.create_server_with_labels("no-region", fast(Fate::clean()), Env::spec(), &[(IDENTITY_LABEL, IDENTITY)]),
-            env.create_server_with_labels("no-identity", fast(Fate::clean()), Env::spec(), &[(REGION_LABEL, REGION)]),
-        ];
-        env.start();
-        let expected = [
-            ("unknown-network", "attempt to reference unknown resource ID 11111111-2222-4333-8444-555555555555"),
-            ("duplicate-ids", &*format!("network ID {NETWORK} appears more than once")),
-            ("no-region", &*format!("missing required label {REGION_LABEL}")),
-            ("no-identity", &*format!("missing required label {IDENTITY_LABEL}")),
-        ];
-        for (name, message) in expected {
-            let server = env
-                .wait_server(name, message, |s| {
-                    available_reason(s) == "Errored" && available_message(s).contains(message)
-                })
-                .await;
-            assert!(!has_finalizer(&server, SERVER_FINALIZER), "{name} got the finalizer");
-        }
-        env.idle(5).await;
-        for uid in &uids {
-            let truth = env.truth(uid);
-            assert_eq!((truth.create_calls, truth.delete_calls), (0, 0), "{uid} reached the provider");
-        }
-        for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
-            assert!(env.finalizers(plural, name).is_empty(), "{plural}/{name} got a reference");
-        }
-        env.stop().await;
-    })
-    .await;
+async fn unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_nothing(kind: CloudKind) {
+    let mut env = Env::new(kind, 5).await;
+    let mut unknown = Env::spec();
+    unknown["networks"] = json!([{ "id": "11111111-2222-4333-8444-555555555555" }]);
+    let mut duplicate = Env::spec();
+    duplicate["networks"] = json!([{ "id": NETWORK }, { "id": NETWORK }]);
+    let uids = [
+        env.create_server("unknown-network", fast(Fate::clean()), unknown),
+        env.create_server("duplicate-ids", fast(Fate::clean()), duplicate),
+        env.create_server_with_labels("no-region", fast(Fate::clean()), Env::spec(), &[(IDENTITY_LABEL, IDENTITY)]),
+        env.create_server_with_labels("no-identity", fast(Fate::clean()), Env::spec(), &[(REGION_LABEL, REGION)]),
+    ];
+    env.start();
+    let expected = [
+        ("unknown-network", "attempt to reference unknown resource ID 11111111-2222-4333-8444-555555555555"),
+        ("duplicate-ids", &*format!("network ID {NETWORK} appears more than once")),
+        ("no-region", &*format!("missing required label {REGION_LABEL}")),
+        ("no-identity", &*format!("missing required label {IDENTITY_LABEL}")),
+    ];
+    for (name, message) in expected {
+        let server = env
+            .wait_server(name, message, |s| available_reason(s) == "Errored" && available_message(s).contains(message))
+            .await;
+        assert!(!has_finalizer(&server, SERVER_FINALIZER), "{name} got the finalizer");
+    }
+    env.idle(5).await;
+    for uid in &uids {
+        let truth = env.truth(uid);
+        assert_eq!((truth.create_calls, truth.delete_calls), (0, 0), "{uid} reached the provider");
+    }
+    for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
+        assert!(env.finalizers(plural, name).is_empty(), "{plural}/{name} got a reference");
+    }
+    if let Some(openstack) = env.openstack_counters() {
+        assert_eq!((openstack.port_creates, openstack.server_creates), (0, 0), "{openstack:?}");
+    }
+    env.assert_invariants();
+    env.stop().await;
 }

@@ -2,6 +2,12 @@
 //! operator's CRDs, a SimCloud, and the real controller and monitor of
 //! server-kube running against them with short intervals.
 //!
+//! Every scenario runs once per [`CloudKind`] (see [`cloud_scenarios!`]):
+//! with SimCloud's port handed to the controller directly, and with the
+//! OpenStack simulator serving the same SimCloud over loopback HTTP to
+//! server-openstack's adapter. SimCloud's truth and counters count model
+//! calls either way, so the scenarios assert the same ground truth.
+//!
 //! Fixtures are seeded through SimKube's store (no API requests, so the
 //! request counters only see the operator); what a user or an operator does
 //! during a test (spec changes, resets, deletes) goes through the API.
@@ -16,21 +22,28 @@ use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+use server_core::port::CloudPort;
 use server_kube::crd::{self, Server};
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
 use server_sim::SimKube;
 use server_sim::cloud::{CloudConfig, Fate, SimCloud, UidTruth};
 use server_sim::kube::{CounterSnapshot, ServeHandle, Verb};
+use server_sim::openstack::{Op, OpenStackCounters, OpenStackSim};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use server_sim::cloud;
 pub use server_sim::kube as simkube;
+pub use server_sim::openstack;
 
 pub const NAMESPACE: &str = "e2e";
 pub const REGION: &str = "region-1";
 pub const IDENTITY: &str = "identity-1";
 pub const PROJECT: &str = "project-1";
+/// The OpenstackIdentity's credentials, the only ones the simulated Keystone accepts.
+pub const OPENSTACK_USER: &str = "user-1";
+pub const OPENSTACK_PASSWORD: &str = "not-a-real-password";
 pub const NETWORK: &str = "0c6f8a9e-5b1d-4d8e-9f3a-2b7c1e4d5a60";
 pub const SECURITY_GROUP: &str = "7d2e4f1a-8c3b-4e5d-a6f7-1b2c3d4e5f60";
 pub const FLAVOR: &str = "8c2b1d54-2a56-4bb3-9b0c-1d2f6e1f4a01";
@@ -64,6 +77,44 @@ pub fn config_with_resync(every: Duration) -> ControllerConfig {
     ControllerConfig { resync_interval: Some(every), ..test_config() }
 }
 
+/// How the controller reaches SimCloud.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloudKind {
+    /// SimCloud's in-process port.
+    Direct,
+    /// server-openstack's adapter over loopback HTTP to the OpenStack
+    /// simulator, which serves SimCloud's model.
+    OpenStack,
+}
+
+/// Defines each scenario `async fn name(kind: CloudKind)` as two tests,
+/// `name::direct` and `name::openstack`, each under the test-wide deadline.
+/// Separate tests (not a loop) so a failure names its kind and the two run
+/// in parallel.
+#[macro_export]
+macro_rules! cloud_scenarios {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn direct() {
+                $crate::within(super::$scenario($crate::CloudKind::Direct)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn openstack() {
+                $crate::within(super::$scenario($crate::CloudKind::OpenStack)).await
+            }
+        }
+    )+};
+}
+
+/// The OpenStack simulator in front of the Env's SimCloud.
+struct OpenStackPath {
+    sim: OpenStackSim,
+    served: Option<server_sim::openstack::ServeHandle>,
+    config: OpenStackConfig,
+}
+
 /// What runs: both loops, or only the controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loops {
@@ -78,11 +129,16 @@ struct Running {
 
 /// One test's world.
 pub struct Env {
+    pub kind: CloudKind,
     pub sim: SimKube,
     pub cloud: SimCloud,
     pub client: Client,
     pub config: ControllerConfig,
     served: Option<ServeHandle>,
+    openstack: Option<OpenStackPath>,
+    /// Operator starts so far: each OpenStack adapter is a fresh one (a
+    /// restarted process), so each may log in once.
+    starts: u64,
     running: Option<Running>,
     invariant_violated: Arc<AtomicBool>,
     watched_uids: Arc<std::sync::Mutex<Vec<String>>>,
@@ -91,20 +147,20 @@ pub struct Env {
 impl Env {
     /// A SimKube serving every CRD, a reliable SimCloud, a ready Identity with
     /// its OpenstackIdentity, one Network and one SecurityGroup.
-    pub async fn new(seed: u64) -> Env {
-        Env::with_config(seed, test_config()).await
+    pub async fn new(kind: CloudKind, seed: u64) -> Env {
+        Env::with_config(kind, seed, test_config()).await
     }
 
-    pub async fn with_config(seed: u64, config: ControllerConfig) -> Env {
-        Env::build(seed, config, CloudConfig::reliable(seed)).await
+    pub async fn with_config(kind: CloudKind, seed: u64, config: ControllerConfig) -> Env {
+        Env::build(kind, seed, config, CloudConfig::reliable(seed)).await
     }
 
     /// A world whose cloud misbehaves as `cloud` says.
-    pub async fn with_cloud(seed: u64, cloud: CloudConfig) -> Env {
-        Env::build(seed, test_config(), cloud).await
+    pub async fn with_cloud(kind: CloudKind, seed: u64, cloud: CloudConfig) -> Env {
+        Env::build(kind, seed, test_config(), cloud).await
     }
 
-    pub async fn build(seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
+    pub async fn build(kind: CloudKind, seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
         init_tracing();
         let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
         for crd in crd::all_crds() {
@@ -114,12 +170,20 @@ impl Env {
         let served = sim.serve(([127, 0, 0, 1], 0).into()).await.unwrap_or_else(|e| panic!("cannot serve: {e}"));
         let url = served.url().parse().unwrap_or_else(|e| panic!("bad url: {e}"));
         let client = Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("no client: {e}"));
+        let cloud = SimCloud::new(cloud);
+        let openstack = match kind {
+            CloudKind::Direct => None,
+            CloudKind::OpenStack => Some(serve_openstack(&cloud, &config).await),
+        };
         let env = Env {
+            kind,
             sim,
-            cloud: SimCloud::new(cloud),
+            cloud,
             client,
             config,
             served: Some(served),
+            openstack,
+            starts: 0,
             running: None,
             invariant_violated: Arc::new(AtomicBool::new(false)),
             watched_uids: Arc::new(std::sync::Mutex::new(Vec::new())),
@@ -139,7 +203,8 @@ impl Env {
     pub fn start_loops(&mut self, loops: Loops) {
         assert!(self.running.is_none(), "the operator is already running");
         let mut registry = CloudRegistry::new();
-        registry.insert(REGION, self.cloud.port());
+        registry.insert(REGION, self.cloud_port());
+        self.starts += 1;
         let operator = Operator::new(self.client.clone(), registry, self.config.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
@@ -152,6 +217,17 @@ impl Env {
             }
         });
         self.running = Some(Running { stop, task });
+    }
+
+    /// The port the controller is given: a new OpenStack adapter per start,
+    /// as a restarted process would have (no cached token or server ids).
+    fn cloud_port(&self) -> Arc<dyn CloudPort> {
+        match &self.openstack {
+            None => self.cloud.port(),
+            Some(path) => OpenStackCloud::new(path.config.clone())
+                .unwrap_or_else(|e| panic!("the OpenStack adapter refused its configuration: {e}"))
+                .port(),
+        }
     }
 
     /// Stops the operator and waits until it has (in-flight passes finish).
@@ -198,7 +274,7 @@ impl Env {
         let openstack = json!({
             "apiVersion": "region.unikorn-cloud.org/v1alpha1",
             "metadata": { "name": IDENTITY, "namespace": NAMESPACE },
-            "spec": { "projectID": PROJECT, "userID": "user-1", "password": "not-a-real-password" },
+            "spec": { "projectID": PROJECT, "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD },
         });
         self.sim
             .store()
@@ -359,9 +435,61 @@ impl Env {
         tokio::time::sleep(YIELD * intervals).await;
     }
 
+    /// The OpenStack simulator, when the Env runs through it.
+    pub fn openstack(&self) -> Option<&OpenStackSim> {
+        self.openstack.as_ref().map(|path| &path.sim)
+    }
+
     /// Fails if a Server ever had two live provider servers (invariant 6).
+    /// Through OpenStack also: Nova was never asked to create a second server
+    /// for a Server that had one (the model deduplicates, a real Nova would
+    /// not), no port was deleted under its server, and each adapter logged
+    /// in once (tokens are cached per identity; the sim's last an hour).
     pub fn assert_invariants(&self) {
         assert!(!self.invariant_violated.load(Ordering::SeqCst), "two provider servers existed for one Server");
+        if let Some(counters) = self.openstack_counters() {
+            assert_eq!(counters.duplicate_server_creates, 0, "Nova was asked for a second server: {counters:?}");
+            assert_eq!(counters.ports_deleted_while_attached, 0, "a port was deleted under its server: {counters:?}");
+            assert!(
+                counters.token_requests <= self.starts,
+                "{} token requests for {} operator starts: {counters:?}",
+                counters.token_requests,
+                self.starts
+            );
+        }
+    }
+
+    pub fn openstack_counters(&self) -> Option<OpenStackCounters> {
+        self.openstack().map(OpenStackSim::counters)
+    }
+
+    /// Neutron ports made for the Server with this uid (None for the direct path).
+    pub fn openstack_ports_of(&self, uid: &str) -> Option<usize> {
+        let name = port_name(uid);
+        self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
+    }
+
+    /// OpenStack requests so far by endpoint (empty for the direct path).
+    pub fn openstack_requests_by_op(&self) -> BTreeMap<Op, usize> {
+        let mut by_op = BTreeMap::new();
+        for request in self.openstack().map(OpenStackSim::requests).unwrap_or_default() {
+            *by_op.entry(request.op).or_default() += 1;
+        }
+        by_op
+    }
+
+    /// After a Server's deletion: no provider server of it, and through
+    /// OpenStack none of its Neutron port or floating IPs either.
+    pub fn assert_released(&self, uid: &str) {
+        let truth = self.truth(uid);
+        assert_eq!(truth.live, 0, "{uid}: the provider server outlived its Server: {truth:?}");
+        if let Some(openstack) = self.openstack() {
+            assert_eq!(self.openstack_ports_of(uid), Some(0), "{uid}: its port outlived it: {:?}", openstack.ports());
+            // Deleting a port unbinds its floating IPs: one left unbound was
+            // not released first (every floating IP here is a Server's).
+            let unbound: Vec<_> = openstack.floating_ips().into_iter().filter(|ip| ip.port_id.is_none()).collect();
+            assert!(unbound.is_empty(), "floating IPs outlived their ports: {unbound:?}");
+        }
     }
 
     fn spawn_invariant_checker(&self) {
@@ -393,7 +521,24 @@ impl Drop for Env {
         if let Some(served) = self.served.take() {
             served.shutdown();
         }
+        if let Some(served) = self.openstack.as_mut().and_then(|path| path.served.take()) {
+            served.shutdown();
+        }
     }
+}
+
+/// Serves the OpenStack simulator over `cloud` and configures the adapter for
+/// it. Each HTTP call gets half the controller's cloud timeout, so a slow
+/// call fails as the adapter's timeout (transient) before the controller's.
+async fn serve_openstack(cloud: &SimCloud, config: &ControllerConfig) -> OpenStackPath {
+    let sim = OpenStackSim::new(cloud.clone());
+    sim.add_user(OPENSTACK_USER, OPENSTACK_PASSWORD);
+    let addr = ([127, 0, 0, 1], 0).into();
+    let served = sim.serve(addr).await.unwrap_or_else(|e| panic!("cannot serve the OpenStack simulator: {e}"));
+    let mut adapter = OpenStackConfig::new(served.auth_url(), "RegionOne");
+    adapter.request_timeout = config.cloud_timeout / 2;
+    adapter.connect_timeout = config.cloud_timeout / 2;
+    OpenStackPath { sim, served: Some(served), config: adapter }
 }
 
 fn json_of(server: Option<&Server>) -> Value {

@@ -67,6 +67,40 @@ fn server_crd_matches_the_real_one() {
     assert_same_identity(&generated(&crd::server_crd()), &theirs);
 }
 
+fn schema(crd: &Value) -> Value {
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// Paths of the properties in `ours` that `theirs` lacks, recursively.
+fn missing_properties(ours: &Value, theirs: &Value, path: &str, missing: &mut Vec<String>) {
+    if let Some(properties) = ours["properties"].as_object() {
+        for (name, schema) in properties {
+            let here = format!("{path}.{name}");
+            match theirs["properties"].get(name) {
+                Some(their_schema) => missing_properties(schema, their_schema, &here, missing),
+                None => missing.push(here),
+            }
+        }
+    }
+    if ours.get("items").is_some() {
+        missing_properties(&ours["items"], &theirs["items"], &format!("{path}[]"), missing);
+    }
+}
+
+/// Every field the operator reads or writes is spelled as the real CRD
+/// spells it: a misspelt one (e.g. `publicIpAllocation` for
+/// `publicIPAllocation`) is pruned by the API server and never set.
+#[test]
+fn server_fields_are_named_as_in_the_real_schema() {
+    let Some(theirs) = fixture("region.unikorn-cloud.org_servers.yaml") else {
+        return;
+    };
+    let ours = generated(&crd::server_crd());
+    let mut missing = Vec::new();
+    missing_properties(&schema(&ours), &schema(&theirs), "", &mut missing);
+    assert!(missing.is_empty(), "fields the real Server CRD does not have: {missing:?}");
+}
+
 #[test]
 fn consumed_crds_name_the_same_kinds() {
     let files = [
@@ -84,6 +118,12 @@ fn consumed_crds_name_the_same_kinds() {
         for pointer in ["/spec/group", "/spec/scope", "/spec/names/kind", "/spec/names/plural", "/metadata/name"] {
             assert_eq!(ours.pointer(pointer), theirs.pointer(pointer), "{file} {pointer}");
         }
+        // The spec is what the operator reads (our CRDs of kinds without a
+        // status in the real one may still declare an empty one).
+        let spec = |crd: &Value| schema(crd)["properties"]["spec"].clone();
+        let mut missing = Vec::new();
+        missing_properties(&spec(&ours), &spec(&theirs), ".spec", &mut missing);
+        assert!(missing.is_empty(), "{file}: fields the real CRD does not have: {missing:?}");
         let (ours, theirs) = (&ours["spec"]["versions"][0], &theirs["spec"]["versions"][0]);
         let status = |v: &Value| v["subresources"].get("status").is_some();
         assert_eq!(status(ours), status(theirs), "{file} status subresource");

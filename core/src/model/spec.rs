@@ -19,7 +19,10 @@ pub struct ServerSpec {
     pub image: ImageSpec,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_groups: Vec<SecurityGroupRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// PublicIPAllocation is the server public IP allocation configuration.
+    // Named as in the real CRD: camelCase would give `publicIpAllocation`,
+    // which the API server prunes.
+    #[serde(rename = "publicIPAllocation", default, skip_serializing_if = "Option::is_none")]
     pub public_ip_allocation: Option<PublicIpAllocation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<NetworkAttachment>,
