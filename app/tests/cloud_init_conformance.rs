@@ -691,7 +691,7 @@ fn comparable(parts: &[server_core::user_data::CloudInitPart]) -> Vec<(String, V
     parts.iter().map(|p| (p.content_type.clone(), p.payload.clone())).collect()
 }
 
-/// Differential test: for generated inputs and the committed fuzz corpus,
+/// Differential test: for generated inputs and the committed fuzz corpora,
 /// the parts server-core says cloud-init will see are the parts the real
 /// cloud-init sees, before and after merging with a CA.
 #[test]
@@ -703,15 +703,23 @@ fn server_core_sees_user_data_as_cloud_init_does() {
     }
     let mut inputs: Vec<(String, Vec<u8>)> = Vec::new();
     let mut generator = Gen(0x5eed_cafe_f00d_d00d);
-    for i in 0..400 {
+    for i in 0..1000 {
         inputs.push((format!("gen-{i:04}"), generator.message()));
     }
-    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/user_data_validate");
-    if let Ok(entries) = fs::read_dir(&corpus) {
+    // The fuzz corpora: user data as it is, and the user data after the key
+    // in the merge target's `key NUL user-data` inputs.
+    for target in ["user_data_validate", "user_data_merge"] {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus").join(target);
+        let Ok(entries) = fs::read_dir(&corpus) else { continue };
         for entry in entries {
             let path = entry.unwrap().path();
-            let name = format!("corpus-{}", path.file_name().unwrap().to_string_lossy());
-            inputs.push((name, fs::read(&path).unwrap()));
+            let name = format!("{target}-{}", path.file_name().unwrap().to_string_lossy());
+            let bytes = fs::read(&path).unwrap();
+            let user_data = match bytes.iter().position(|b| *b == 0) {
+                Some(i) if target == "user_data_merge" => bytes[i + 1..].to_vec(),
+                _ => bytes,
+            };
+            inputs.push((name, user_data));
         }
     }
     let managed = {
@@ -742,7 +750,7 @@ fn server_core_sees_user_data_as_cloud_init_does() {
         with_managed.push(managed.clone());
         expected.insert(format!("{name}.merged"), comparable(&with_managed));
     }
-    assert!(generated_accepted > 100, "too few generated inputs accepted: {generated_accepted} (refused {refused})");
+    assert!(generated_accepted > 300, "too few generated inputs accepted: {generated_accepted} (refused {refused})");
 
     let harness = scratch.write("harness.py", HARNESS.as_bytes());
     let out = Command::new(PYTHON).arg(&harness).arg("batch").arg(&dir).output().unwrap();
