@@ -36,6 +36,11 @@ pub(crate) struct Args {
     #[arg(long, value_name = "SERVER", value_parser = parse_server)]
     explain: Option<usize>,
 
+    /// Threads to run the simulation's shards on (0: one per core). The
+    /// result does not depend on it.
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
@@ -62,6 +67,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     config.max_attempts = args.max_attempts;
     config.replay_check = args.replay_check;
     config.explain = args.explain;
+    config.threads = args.threads;
     let report = simulate::run(&config);
     let printed = match args.output {
         Output::Text => format!("{report}"),

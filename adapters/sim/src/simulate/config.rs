@@ -90,7 +90,7 @@ impl KubeFaults {
             write_dropped: rate * 0.03,
             write_lost_answer: rate * 0.03,
             stale_watch: rate * 0.1,
-            restarts: if rate > 0.0 { 2 } else { 0 },
+            restarts: if rate > 0.0 { 1 } else { 0 },
             user_delete: 0.2,
             spec_edit: 0.05,
             refused_spec_fix: 0.5,

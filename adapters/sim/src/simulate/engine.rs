@@ -93,6 +93,7 @@ impl Engine {
                 let fate = cloud.fate(&server.meta.uid).kind();
                 let handle = cloud.handle(&server.meta.uid);
                 Obj {
+                    shadow: server.clone(),
                     server,
                     rv: 0,
                     exists: false,
@@ -263,12 +264,49 @@ impl Engine {
         true
     }
 
+    /// Every change to a stored Server goes through here: `change` runs on the
+    /// shadow copy, the copies swap (the shadow now holds the old Server for
+    /// the wake rule, the checks and a lagging cache), then the part `change`
+    /// touched is copied back into the shadow to bring it level. No whole
+    /// Server is cloned per write. Returns the new resourceVersion.
+    pub(crate) fn commit(
+        &mut self,
+        i: usize,
+        part: Part,
+        change: &dyn Fn(&mut Server) -> Result<(), String>,
+    ) -> Result<u64, String> {
+        let Some(obj) = self.objs.get_mut(i) else { return Err("no such server".into()) };
+        if let Err(error) = change(&mut obj.shadow) {
+            obj.shadow.clone_from(&obj.server);
+            return Err(error);
+        }
+        std::mem::swap(&mut obj.shadow, &mut obj.server);
+        let old_rv = obj.rv;
+        obj.rv = self.rv_counter.next();
+        let new_rv = obj.rv;
+        self.after_write(i, old_rv);
+        if let Some(obj) = self.objs.get_mut(i) {
+            match part {
+                Part::Status => obj.shadow.status = obj.server.status.clone(),
+                Part::Meta => obj.shadow.meta = obj.server.meta.clone(),
+                Part::MetaAndSpec => {
+                    obj.shadow.meta = obj.server.meta.clone();
+                    obj.shadow.spec = obj.server.spec.clone();
+                }
+            }
+            debug_assert!(obj.shadow == obj.server, "{part:?} write to {} touched another part", obj.server.meta.name);
+        }
+        Ok(new_rv)
+    }
+
     /// Bookkeeping after any write to a stored Server (ours, the monitor's, the
     /// user's, an operator's): checks invariants 2 and 3 on the stored status
     /// and delivers the watch event, possibly late.
-    pub(crate) fn after_write(&mut self, i: usize, old: Server, old_rv: u64) {
+    /// `obj.shadow` is the Server before the write here (see [`Engine::commit`]).
+    fn after_write(&mut self, i: usize, old_rv: u64) {
         let max = self.options.max_attempts();
         let Some(obj) = self.objs.get_mut(i) else { return };
+        let old = &obj.shadow;
         let new = &obj.server.status;
         let mut found = Vec::new();
         if let Some(latched) = old.status.provisioned_at
@@ -293,12 +331,14 @@ impl Engine {
         };
         let wake = match lag {
             Some(lag) => {
-                obj.lagging = Some(Box::new((old, old_rv)));
+                obj.lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
                 self.stats.stale_watch_deliveries += 1;
                 self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, 0);
                 false
             }
-            None => obj.lagging.is_none() && self.controller_up && (self.rules.should_wake)(Some(&old), &obj.server),
+            None => {
+                obj.lagging.is_none() && self.controller_up && (self.rules.should_wake)(Some(&obj.shadow), &obj.server)
+            }
         };
         for (invariant, message) in found {
             self.violation(invariant, i, message);
@@ -349,13 +389,12 @@ impl Engine {
             self.remove(i);
             return true;
         }
-        let old = obj.server.clone();
-        let old_rv = obj.rv;
         // Setting deletionTimestamp on an object with finalizers bumps its generation.
-        obj.server.meta.deleting = true;
-        obj.server.meta.generation += 1;
-        obj.rv = self.rv_counter.next();
-        self.after_write(i, old, old_rv);
+        let _ = self.commit(i, Part::Meta, &|s| {
+            s.meta.deleting = true;
+            s.meta.generation += 1;
+            Ok(())
+        });
         true
     }
 
@@ -366,21 +405,19 @@ impl Engine {
         }
         self.stats.spec_edits += 1;
         self.note(i, || "the user edits its spec".into());
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        let old = obj.server.clone();
-        let old_rv = obj.rv;
-        let spec = &mut obj.server.spec;
-        spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
-        // Swap network and security group, so the old ones get pruned.
-        for network in &mut spec.networks {
-            network.id = if network.id == "net-a" { "net-b".into() } else { "net-a".into() };
-        }
-        for group in &mut spec.security_groups {
-            group.id = if group.id == "sg-a" { "sg-b".into() } else { "sg-a".into() };
-        }
-        obj.server.meta.generation += 1;
-        obj.rv = self.rv_counter.next();
-        self.after_write(i, old, old_rv);
+        let _ = self.commit(i, Part::MetaAndSpec, &|s| {
+            let spec = &mut s.spec;
+            spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
+            // Swap network and security group, so the old ones get pruned.
+            for network in &mut spec.networks {
+                network.id = if network.id == "net-a" { "net-b".into() } else { "net-a".into() };
+            }
+            for group in &mut spec.security_groups {
+                group.id = if group.id == "sg-a" { "sg-b".into() } else { "sg-a".into() };
+            }
+            s.meta.generation += 1;
+            Ok(())
+        });
         true
     }
 
@@ -397,15 +434,14 @@ impl Engine {
         self.stats.operator_resets += 1;
         self.note(i, || "an operator resets providerCreateFailures".into());
         let Some(obj) = self.objs.get_mut(i) else { return false };
-        let old = obj.server.clone();
-        let old_rv = obj.rv;
-        // kubectl patch --subresource=status: no resourceVersion precondition.
-        obj.server.status.provider_create_failures = 0;
         obj.check.parked = false;
         obj.check.rearm_pending = true;
         obj.check.creates_at_reset = creates;
-        obj.rv = self.rv_counter.next();
-        self.after_write(i, old, old_rv);
+        // kubectl patch --subresource=status: no resourceVersion precondition.
+        let _ = self.commit(i, Part::Status, &|s| {
+            s.status.provider_create_failures = 0;
+            Ok(())
+        });
         true
     }
 
@@ -481,6 +517,14 @@ impl Engine {
         }
         "in-progress"
     }
+}
+
+/// Which part of a Server a write changes (see [`Engine::commit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Status,
+    Meta,
+    MetaAndSpec,
 }
 
 /// The API server's resourceVersion sequence (one counter, like etcd's revision).

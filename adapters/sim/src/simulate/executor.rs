@@ -9,7 +9,7 @@ use server_core::reconcile::{EventReason, Reference};
 use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server, status_merge_patch};
 
 use super::checker::Pass;
-use super::engine::Engine;
+use super::engine::{Engine, Part};
 use super::explain;
 use super::world::apply_status_patch;
 
@@ -107,7 +107,7 @@ impl Engine {
     fn run_action(&mut self, i: usize, action: &Action, rv: &mut u64, pass: &Pass) -> Result<bool, ActionFailure> {
         match action {
             Action::AddFinalizer => self
-                .write_server(i, None, rv, |s| {
+                .write_server(i, None, rv, Part::Meta, &|s| {
                     if !s.meta.has_finalizer(SERVER_FINALIZER) {
                         s.meta.finalizers.push(SERVER_FINALIZER.into());
                     }
@@ -115,7 +115,7 @@ impl Engine {
                 })
                 .map(|()| true),
             Action::RemoveFinalizer => {
-                self.write_server(i, None, rv, |s| {
+                self.write_server(i, None, rv, Part::Meta, &|s| {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;
@@ -128,14 +128,14 @@ impl Engine {
             }
             Action::WriteStatus(patch) => {
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, |s| apply_status_patch(&mut s.status, patch)).map(|()| true)
+                self.write_server(i, Some(expected), rv, Part::Status, &|s| apply_status_patch(&mut s.status, patch))
+                    .map(|()| true)
             }
             Action::Annotate { key, value } => {
                 let expected = *rv;
-                let value = value.clone();
-                self.write_server(i, Some(expected), rv, |s| {
+                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
                     match value {
-                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value),
+                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
                         None => s.meta.annotations.remove(*key),
                     };
                     Ok(())
@@ -171,7 +171,8 @@ impl Engine {
         i: usize,
         precondition: Option<u64>,
         rv: &mut u64,
-        change: impl FnOnce(&mut Server) -> Result<(), String>,
+        part: Part,
+        change: &dyn Fn(&mut Server) -> Result<(), String>,
     ) -> Result<(), ActionFailure> {
         self.stats.writes += 1;
         let faults = self.config.kube;
@@ -197,17 +198,14 @@ impl Engine {
                 obj.rv
             )));
         }
-        let mut changed = obj.server.clone();
-        if let Err(error) = change(&mut changed) {
-            self.violation("patch", i, format!("write could not be applied: {error}"));
-            return Err(ActionFailure::Api(format!("invalid write: {error}")));
-        }
-        let old = std::mem::replace(&mut obj.server, changed);
-        let old_rv = obj.rv;
-        obj.rv = self.rv_counter.next();
-        let new_rv = obj.rv;
         let answer_lost = self.faults.chance(faults.write_lost_answer);
-        self.after_write(i, old, old_rv);
+        let new_rv = match self.commit(i, part, change) {
+            Ok(new_rv) => new_rv,
+            Err(error) => {
+                self.violation("patch", i, format!("write could not be applied: {error}"));
+                return Err(ActionFailure::Api(format!("invalid write: {error}")));
+            }
+        };
         if answer_lost {
             self.stats.write_answers_lost += 1;
             return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
@@ -374,7 +372,8 @@ impl Engine {
             };
             let Some((patch, view_rv)) = write else { continue };
             let mut rv = view_rv;
-            let result = self.write_server(i, Some(view_rv), &mut rv, |s| apply_status_patch(&mut s.status, &patch));
+            let result = self
+                .write_server(i, Some(view_rv), &mut rv, Part::Status, &|s| apply_status_patch(&mut s.status, &patch));
             self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  monitor write -> {result:?}"));
         }

@@ -34,6 +34,9 @@ pub(crate) const NOT_PENDING: u64 = u64::MAX;
 pub(crate) struct Obj {
     /// The API server's copy.
     pub(crate) server: Server,
+    /// Equal to `server` between writes; during one, the Server before it
+    /// (see `Engine::commit`).
+    pub(crate) shadow: Server,
     pub(crate) rv: u64,
     /// Created and not yet removed from the API server.
     pub(crate) exists: bool,
@@ -147,7 +150,7 @@ fn identity_name(tenant: usize) -> String {
 }
 
 /// The Server the user creates: labels for region and identity, one network
-/// and security group of its tenant, and the SSH CA on every third server.
+/// and security group of its tenant, and the SSH CA on every tenth server.
 pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
     let name = format!("server-{index}");
     let labels = BTreeMap::from([
@@ -168,7 +171,7 @@ pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
         image: ImageSpec { id: "image-1".into() },
         networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: Vec::new() }],
         security_groups: vec![SecurityGroupRef { id: "sg-a".into() }],
-        ssh_certificate_authority_id: index.is_multiple_of(3).then(|| "ca".to_owned()),
+        ssh_certificate_authority_id: index.is_multiple_of(10).then(|| "ca".to_owned()),
         ..Default::default()
     };
     Server { meta, spec, status: ServerStatus::default() }
@@ -249,8 +252,8 @@ mod tests {
 
     #[test]
     fn new_servers_reference_their_tenant() {
-        let server = new_server(3, 0);
-        assert_eq!(server.meta.label(IDENTITY_LABEL), Some("identity-0"));
+        let server = new_server(10, 1);
+        assert_eq!(server.meta.label(IDENTITY_LABEL), Some("identity-1"));
         assert_eq!(server.spec.ssh_certificate_authority_id.as_deref(), Some("ca"));
         let tenant = Tenant::new(0, 0, 8, Timestamp::UNIX_EPOCH);
         assert_eq!(tenant.resources().count(), 6);
