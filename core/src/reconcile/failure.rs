@@ -28,12 +28,15 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (Action::CreateProviderServer(_), ActionFailure::Cloud(CloudError::Refused { message, .. })) => {
             park_refused_create(server, message, now)
         }
-        // The create did not land (or, on a timeout, the idempotent create
-        // finds it next time): no create is outstanding, so its absence is
-        // not counted as a lost attempt.
+        // A 409, 429 or 5xx says the create did not land: no create is
+        // outstanding, so its absence is not counted as a lost attempt. A
+        // timeout leaves its fate unknown: it may have landed, and its server
+        // may vanish before any pass sees it, so it stays issued (if absent
+        // later, without a boot, it is counted; bounded creates, fail closed).
         (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) if error.is_transient() => {
             let mut plan = Plan::new(&server.status, false, now);
-            if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
+            let may_have_landed = matches!(error, CloudError::Timeout { .. });
+            if !may_have_landed && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
                 plan.annotate(CREATE_ISSUED_ANNOTATION, None);
             }
             plan.finish(Outcome::Yield(format!("Waiting for the provider: {error}")))
