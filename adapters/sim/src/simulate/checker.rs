@@ -78,8 +78,10 @@ impl Engine {
         if decisive && pass.failures >= max && (!terminal || creates || deletes) {
             found.push(("2", format!("at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
         }
-        if decisive && check.rearm_pending && pass.failures < max {
-            check.rearm_pending = false;
+        // The first pass that read the reset (a lagging cache may not show it
+        // yet) must re-arm.
+        if decisive && check.reset_rv.is_some_and(|rv| pass.view_rv >= rv) {
+            check.reset_rv = None;
             // With one attempt allowed the failed server itself is that
             // attempt, so a reset cannot re-arm it; from two up it must.
             if max >= 2 && pass.pcf && at_cap {
@@ -99,10 +101,7 @@ impl Engine {
                 ));
             }
         }
-        let newly_parked = at_cap && !pass.deleting && !check.parked;
-        if newly_parked {
-            check.parked = true;
-        }
+        let newly_parked = at_cap && !pass.deleting && pass.failures < max;
         for (invariant, message) in found {
             self.violation(invariant, i, message);
         }

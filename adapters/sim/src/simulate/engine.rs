@@ -426,22 +426,24 @@ impl Engine {
             let Some(obj) = self.objs.get(i) else { return false };
             self.cloud.truth_of(obj.handle, self.now_ts).creates_accepted
         };
+        let max = self.options.max_attempts();
         let Some(obj) = self.objs.get_mut(i) else { return false };
         obj.check.reset_scheduled = false;
-        if !obj.exists || obj.server.meta.deleting || !obj.check.parked {
+        // An operator resets what the stored status shows parked.
+        if !obj.exists || obj.server.meta.deleting || obj.server.status.provider_create_failures < max {
             return false;
         }
         self.stats.operator_resets += 1;
         self.note(i, || "an operator resets providerCreateFailures".into());
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        obj.check.parked = false;
-        obj.check.rearm_pending = true;
-        obj.check.creates_at_reset = creates;
         // kubectl patch --subresource=status: no resourceVersion precondition.
-        let _ = self.commit(i, Part::Status, &|s| {
+        let reset = self.commit(i, Part::Status, &|s| {
             s.status.provider_create_failures = 0;
             Ok(())
         });
+        if let Some(obj) = self.objs.get_mut(i) {
+            obj.check.reset_rv = reset.ok();
+            obj.check.creates_at_reset = creates;
+        }
         true
     }
 
@@ -489,7 +491,7 @@ impl Engine {
         if server.meta.deleting {
             return "deleting";
         }
-        if obj.check.parked {
+        if server.status.provider_create_failures >= self.options.max_attempts() {
             return "parked";
         }
         let status = &server.status;

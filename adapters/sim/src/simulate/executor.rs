@@ -106,16 +106,26 @@ impl Engine {
     /// Runs one action. `Ok(true)` when it wrote the Server.
     fn run_action(&mut self, i: usize, action: &Action, rv: &mut u64, pass: &Pass) -> Result<bool, ActionFailure> {
         match action {
-            Action::AddFinalizer => self
-                .write_server(i, None, rv, Part::Meta, &|s| {
+            // Every write to the Server is guarded by the resourceVersion the
+            // pass holds, as the kube adapter's executor does: a lagging
+            // cache makes it a Conflict, never a write over unseen changes.
+            Action::AddFinalizer => {
+                let expected = *rv;
+                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
                     if !s.meta.has_finalizer(SERVER_FINALIZER) {
                         s.meta.finalizers.push(SERVER_FINALIZER.into());
                     }
                     Ok(())
                 })
-                .map(|()| true),
+                .map(|()| true)
+            }
             Action::RemoveFinalizer => {
-                self.write_server(i, None, rv, Part::Meta, &|s| {
+                // Removal from a Server that is already gone is done.
+                if self.objs.get(i).is_some_and(|o| !o.exists) {
+                    return Ok(false);
+                }
+                let expected = *rv;
+                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;

@@ -149,3 +149,18 @@ fn a_monitor_that_clears_provisioned_at_is_caught() {
     let report = run_with(&config(300, 4), broken);
     assert!(report.violations.iter().any(|v| v.invariant == "3"), "{report}");
 }
+
+/// Caches that lag for minutes, half the watch deliveries held back, and a
+/// resync every minute: passes act on old copies all the time. The
+/// resourceVersion guards and the issued-create note must still hold every
+/// invariant (this mix found a timed-out create counted as never landed).
+#[test]
+fn long_lagging_caches_hold_the_invariants() {
+    let mut config = config(400, 6);
+    config.timing.max_watch_lag = 300_000;
+    config.timing.resync_interval = Some(60_000);
+    config.kube.stale_watch = 0.5;
+    let report = run(&config);
+    assert!(report.passed(), "{report}");
+    assert!(report.kube.stale_watch_deliveries > 1_000, "{report}");
+}

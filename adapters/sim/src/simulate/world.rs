@@ -64,10 +64,9 @@ pub(crate) struct CheckState {
     /// A persisted status ever showed provisionedAt, launchedAt or a
     /// post-launch phase.
     pub(crate) ever_booted: bool,
-    /// Parked at the cap and not reset since.
-    pub(crate) parked: bool,
-    /// Reset by an operator, and no pass with a known provider view since.
-    pub(crate) rearm_pending: bool,
+    /// The resourceVersion an operator reset was written at, until a pass
+    /// that read it (or later) with a known provider view has been checked.
+    pub(crate) reset_rv: Option<u64>,
     /// The cloud's accepted creates for this uid at the last operator reset.
     pub(crate) creates_at_reset: u32,
     /// An operator reset is already scheduled.
