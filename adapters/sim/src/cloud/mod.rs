@@ -9,13 +9,26 @@
 //! - [`Counters`] and [`UidTruth`] are the ground truth checkers compare with.
 //!
 //! ```
-//! use server_sim::cloud::{CloudConfig, Fate, SimCloud};
-//! let cloud = SimCloud::new(CloudConfig::reliable(7));
+//! use std::sync::Arc;
+//! use server_sim::cloud::{CloudConfig, Fate, SimCloud, TokioClock};
+//!
+//! // Default fault mix, wall clock; or `CloudConfig::reliable(seed)` for clean
+//! // fates and no call failures, `CloudConfig::with_fault_rate(seed, rate)`.
+//! let cloud = SimCloud::new(CloudConfig::new(7));
+//! // Per-Server fates for tests, by Server uid, before the Server is created.
 //! cloud.script("uid-1", Fate::failing_boots(2));
-//! let port = cloud.port(); // Arc<dyn CloudPort> for the registry
+//! cloud.script("uid-2", Fate::error_after_launch(std::time::Duration::from_secs(5)));
+//! // The port for the controller's per-region registry (clones share state).
+//! let port: Arc<dyn server_core::port::CloudPort> = cloud.port();
 //! # drop(port);
+//! // Calls by verb, and the ground truth per Server.
 //! assert_eq!(cloud.counters().create_calls, 0);
+//! assert_eq!(cloud.truth("uid-1").live, 0);
 //! ```
+//!
+//! Under a paused tokio runtime, `SimCloud::with_clock(config,
+//! Arc::new(TokioClock::starting_at(t)))` makes port tests deterministic;
+//! `set_latency` adds a per-call delay in tokio time.
 
 mod clock;
 mod counters;

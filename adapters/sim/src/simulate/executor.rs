@@ -3,7 +3,7 @@
 //! and ask the rules what it means, requeue at the fixed interval after Yield
 //! or Error. Writes carry the resourceVersion the controller last saw.
 
-use server_core::model::{CREATE_REFUSED_ANNOTATION, SERVER_FINALIZER};
+use server_core::model::SERVER_FINALIZER;
 use server_core::port::{CreateRequest, ServerRef};
 use server_core::reconcile::{EventReason, Reference};
 use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server, status_merge_patch};
@@ -52,9 +52,6 @@ impl Engine {
         let outcome = self.execute(i, &pass, decision);
         self.trace.add(outcome_code(&outcome));
         *self.stats.pass_outcomes.entry(outcome.label()).or_insert(0) += 1;
-        if let Some(obj) = self.objs.get_mut(i) {
-            obj.check.last_outcome = outcome.label();
-        }
         if outcome.requeues() {
             let at = self.now + self.config.timing.requeue;
             self.schedule_reconcile(i, at);
@@ -150,11 +147,6 @@ impl Engine {
                     };
                     Ok(())
                 })?;
-                if *key == CREATE_REFUSED_ANNOTATION
-                    && let Some(obj) = self.objs.get_mut(i)
-                {
-                    obj.check.refused = true;
-                }
                 Ok(true)
             }
             Action::Emit(event) => {

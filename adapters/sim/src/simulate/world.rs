@@ -73,10 +73,6 @@ pub(crate) struct CheckState {
     pub(crate) reset_scheduled: bool,
     /// ProviderServerMissing was emitted.
     pub(crate) reported_missing: bool,
-    /// A quota refusal was recorded.
-    pub(crate) refused: bool,
-    /// Outcome label of the last pass.
-    pub(crate) last_outcome: &'static str,
 }
 
 impl Obj {
