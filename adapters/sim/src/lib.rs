@@ -4,6 +4,7 @@
 pub mod cloud;
 pub mod kube;
 pub mod openstack;
+pub mod serve;
 pub mod simulate;
 
 pub use kube::SimKube;

@@ -61,9 +61,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::serve::ServeHandle;
 use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 pub use counters::{CounterSnapshot, RequestKey};
 pub use faults::{ErrorRates, FaultConfig, FaultKind, Faults};
@@ -207,21 +206,7 @@ impl SimKube {
     /// [`ServeHandle::shutdown`] or the end of the runtime; dropping the
     /// handle leaves it running.
     pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<ServeHandle> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let (shutdown, signal) = oneshot::channel::<()>();
-        let router = self.router();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    if signal.await.is_err() {
-                        // Handle dropped without shutdown(): keep serving.
-                        std::future::pending::<()>().await;
-                    }
-                })
-                .await
-        });
-        Ok(ServeHandle { addr, shutdown: Some(shutdown), task })
+        crate::serve::serve(self.router(), addr).await
     }
 
     /// Direct access to objects, bypassing HTTP, faults and counters.
@@ -252,39 +237,5 @@ impl SimKube {
     /// The latest resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.store.resource_version()
-    }
-}
-
-/// A SimKube served on a TCP port.
-#[derive(Debug)]
-pub struct ServeHandle {
-    addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
-}
-
-impl ServeHandle {
-    /// The bound address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://ADDR`, for a kube `Config`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Stops accepting connections; requests in flight finish on their own
-    /// (open watches at their timeout or when their client goes away).
-    pub fn shutdown(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            // The server task may already be gone; nothing to signal then.
-            let _ = shutdown.send(());
-        }
-    }
-
-    /// Whether the server task has ended.
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
     }
 }

@@ -38,9 +38,8 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+pub use crate::serve::ServeHandle;
 use serde::Serialize;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use crate::cloud::SimCloud;
 
@@ -271,21 +270,7 @@ impl OpenStackSim {
     /// Serves the API on `addr` (port 0 picks a free port) until
     /// [`ServeHandle::shutdown`] or the end of the runtime.
     pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<ServeHandle> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let (shutdown, signal) = oneshot::channel::<()>();
-        let router = self.router();
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    if signal.await.is_err() {
-                        // Handle dropped without shutdown(): keep serving.
-                        std::future::pending::<()>().await;
-                    }
-                })
-                .await
-        });
-        Ok(ServeHandle { addr, shutdown: Some(shutdown), task })
+        crate::serve::serve(self.router(), addr).await
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -294,38 +279,9 @@ impl OpenStackSim {
     }
 }
 
-/// An [`OpenStackSim`] served on a TCP port.
-#[derive(Debug)]
-pub struct ServeHandle {
-    addr: SocketAddr,
-    shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<std::io::Result<()>>,
-}
-
 impl ServeHandle {
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// `http://ADDR`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// Keystone's v3 endpoint, for the adapter's `authURL`.
+    /// Keystone's v3 endpoint of an [`OpenStackSim`] served here, for the adapter's `authURL`.
     pub fn auth_url(&self) -> String {
-        format!("http://{}/identity/v3", self.addr)
-    }
-
-    /// Stops accepting connections.
-    pub fn shutdown(mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            // The server task may already be gone; nothing to signal then.
-            let _ = shutdown.send(());
-        }
-    }
-
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
+        format!("http://{}/identity/v3", self.addr())
     }
 }
