@@ -1,7 +1,7 @@
 //! The generated Server CRD against the Go implementation's (DESIGN §3): same
 //! identity, and every object the operator writes validates against the real
-//! `openAPIV3Schema`. The fixtures live in `../shared/fixtures` relative to the
-//! project root; without them the tests print why and pass.
+//! `openAPIV3Schema`. The fixtures are copied into the repository's
+//! `fixtures/unikorn-crds/`; a missing fixture fails the test.
 
 use std::path::PathBuf;
 
@@ -19,10 +19,10 @@ use server_kube::crd::{self, Server, ServerResourceSpec};
 
 fn fixture(file: &str) -> Option<Value> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let path = root.join("../shared/fixtures/unikorn-crds").join(file);
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        println!("skipping: fixture {} is absent", path.display());
-        return None;
+    let path = root.join("fixtures/unikorn-crds").join(file);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(error) => panic!("fixture {} is unreadable: {error}", path.display()),
     };
     match serde_saphyr::from_str::<Value>(&text) {
         Ok(value) => Some(value),
