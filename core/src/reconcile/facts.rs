@@ -11,6 +11,18 @@ pub enum ProviderView {
     Absent,
     /// The read failed or timed out; the reason is for logs and status.
     Unknown(String),
+    /// There is no cloud account to ask as: the Server's Identity (or its
+    /// OpenstackIdentity) is gone, so no provider project can hold a server
+    /// of it. Like `Unknown` it never leads to a create or a delete; a
+    /// deleting Server is then released without one.
+    NoIdentity,
+}
+
+impl ProviderView {
+    /// Whether the provider was asked and answered (present or absent).
+    pub fn is_known(&self) -> bool {
+        matches!(self, ProviderView::Present(_) | ProviderView::Absent)
+    }
 }
 
 /// Everything one reconcile pass needs to know besides the Server itself.
