@@ -124,3 +124,106 @@ pub(crate) fn refused_this_generation(server: &Server) -> bool {
         .and_then(|g| g.parse::<i64>().ok())
         .is_some_and(|g| g == server.meta.generation)
 }
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::model::{Phase, SecurityGroupRef, set_condition};
+
+    fn with(
+        available: Option<(ConditionStatus, ConditionReason)>,
+        healthy: Option<(ConditionStatus, ConditionReason)>,
+    ) -> Server {
+        let mut server = Server::default();
+        for (type_, condition) in [(ConditionType::Available, available), (ConditionType::Healthy, healthy)] {
+            if let Some((status, reason)) = condition {
+                set_condition(&mut server.status.conditions, type_, status, reason, "", Timestamp::UNIX_EPOCH);
+            }
+        }
+        server
+    }
+
+    fn booted(mut server: Server) -> Server {
+        server.status.provisioned_at = Some(Timestamp::UNIX_EPOCH);
+        server.status.phase = Some(Phase::Running);
+        server
+    }
+
+    const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::ZERO };
+    const ERRORED: Option<(ConditionStatus, ConditionReason)> =
+        Some((ConditionStatus::False, ConditionReason::Errored));
+    const PROVISIONED: Option<(ConditionStatus, ConditionReason)> =
+        Some((ConditionStatus::True, ConditionReason::Provisioned));
+
+    #[test]
+    fn deletion_and_pause_come_first() {
+        let mut server = booted(with(PROVISIONED, Some((ConditionStatus::True, ConditionReason::Healthy))));
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Running);
+        server.spec.pause = true;
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Paused);
+        server.meta.deleting = true;
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Deleting);
+    }
+
+    #[test]
+    fn parks_read_from_structure() {
+        let mut at_cap = with(ERRORED, ERRORED);
+        at_cap.status.provider_create_failures = 3;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Parked(ParkKind::AtCap));
+        at_cap.status.provider_create_retrying = true;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Errored, "retrying is not parked");
+        at_cap.status.provider_create_retrying = false;
+        at_cap.status.provider_create_failures = 2;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Errored, "below the cap");
+
+        let mut refused = with(ERRORED, None);
+        refused.meta.generation = 4;
+        refused.meta.annotations.insert(CREATE_REFUSED_ANNOTATION.into(), "4".into());
+        assert_eq!(lifecycle(&refused, &OPTIONS), Lifecycle::Parked(ParkKind::Refused));
+        refused.meta.generation = 5;
+        assert_eq!(lifecycle(&refused, &OPTIONS), Lifecycle::Errored, "a spec change re-arms");
+
+        let missing = booted(with(ERRORED, Some((ConditionStatus::Unknown, ConditionReason::Unknown))));
+        assert_eq!(lifecycle(&missing, &OPTIONS), Lifecycle::Parked(ParkKind::MissingAfterBoot));
+        let errored_running = booted(with(ERRORED, Some((ConditionStatus::True, ConditionReason::Healthy))));
+        assert_eq!(lifecycle(&errored_running, &OPTIONS), Lifecycle::Errored);
+
+        let mut invalid = Server::default();
+        invalid.spec.security_groups = vec![SecurityGroupRef { id: "a".into() }, SecurityGroupRef { id: "a".into() }];
+        assert_eq!(lifecycle(&invalid, &OPTIONS), Lifecycle::Parked(ParkKind::InvalidSpec));
+    }
+
+    #[test]
+    fn booted_servers_by_health() {
+        let healthy = Some((ConditionStatus::True, ConditionReason::Healthy));
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, healthy)), &OPTIONS), Lifecycle::Running);
+        assert_eq!(lifecycle(&booted(with(None, healthy)), &OPTIONS), Lifecycle::Provisioning);
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, ERRORED)), &OPTIONS), Lifecycle::Unhealthy);
+        let unknown = Some((ConditionStatus::Unknown, ConditionReason::Unknown));
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, unknown)), &OPTIONS), Lifecycle::Unseen);
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, None)), &OPTIONS), Lifecycle::Unseen);
+        assert_eq!(lifecycle(&with(None, None), &OPTIONS), Lifecycle::Provisioning);
+    }
+
+    #[test]
+    fn labels_are_distinct() {
+        let all = [
+            Lifecycle::Provisioning,
+            Lifecycle::Running,
+            Lifecycle::Unhealthy,
+            Lifecycle::Unseen,
+            Lifecycle::Errored,
+            Lifecycle::Parked(ParkKind::AtCap),
+            Lifecycle::Parked(ParkKind::Refused),
+            Lifecycle::Parked(ParkKind::MissingAfterBoot),
+            Lifecycle::Parked(ParkKind::InvalidSpec),
+            Lifecycle::Paused,
+            Lifecycle::Deleting,
+        ];
+        let labels: std::collections::BTreeSet<_> = all.iter().map(|l| l.as_str()).collect();
+        assert_eq!(labels.len(), all.len());
+        assert!(all.iter().all(|l| l.park().is_some() == matches!(l, Lifecycle::Parked(_))));
+    }
+}

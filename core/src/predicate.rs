@@ -17,7 +17,8 @@ pub fn ever_booted(status: &ServerStatus) -> bool {
 pub fn record_shows_boot(record: &ProviderServer) -> bool {
     record.launched_at.is_some()
         || record.status == ProviderStatus::Active
-        || (record.status != ProviderStatus::Build && matches!(record.power_state, PowerState::Running | PowerState::Shutdown))
+        || (record.status != ProviderStatus::Build
+            && matches!(record.power_state, PowerState::Running | PowerState::Shutdown))
 }
 
 /// True iff the provider create landed in an error before the server ever

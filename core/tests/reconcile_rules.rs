@@ -476,3 +476,60 @@ fn deletion_without_the_finalizer_does_nothing() {
     assert_eq!(decision.actions, vec![]);
     assert_eq!(decision.outcome, Outcome::Done);
 }
+
+#[test]
+fn deleting_a_server_whose_identity_is_gone_releases_it_with_a_warning() {
+    let mut server = adopted();
+    server.meta.deleting = true;
+    let mut facts = referenced_facts(&server);
+    facts.identity = None;
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert_eq!(decision.actions.last(), Some(&Action::RemoveFinalizer));
+    let released = decision.actions.iter().filter(|a| matches!(a, Action::RemoveReference(_))).count();
+    assert_eq!(released, 2, "the network and the security group");
+    assert_eq!(event_reasons(&decision), ["ProviderServerAbandoned"]);
+    assert!(decision.events().all(|e| e.type_ == server_core::reconcile::EventType::Warning));
+    assert_eq!(decision.outcome, Outcome::Done);
+
+    // A live Server without identity waits; it never creates or deletes.
+    let live = adopted();
+    let mut facts = referenced_facts(&live);
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&live, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(matches!(decision.outcome, Outcome::Yield(_)));
+}
+
+#[test]
+fn references_left_under_a_former_identity_are_released() {
+    let server = adopted();
+    let finalizer = reference_finalizer("web");
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let mut old_network = server_core::model::Consumed::new("net-old-identity");
+    old_network.finalizers.push(finalizer.clone());
+    let mut old_identity = server_core::model::Consumed::new("identity-old");
+    old_identity.finalizers.push(finalizer.clone());
+    facts.other_identity_references =
+        vec![(ResourceKind::Network, old_network), (ResourceKind::Identity, old_identity)];
+    let removed = |decision: &server_core::reconcile::Decision| -> Vec<String> {
+        decision
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RemoveReference(r) => Some(r.name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let pass = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(removed(&pass), ["net-old-identity", "identity-old"]);
+
+    let mut deleting = server.clone();
+    deleting.meta.deleting = true;
+    facts.provider = ProviderView::Absent;
+    let gone = reconcile(&deleting, &facts, &OPTIONS, at(20));
+    assert_eq!(removed(&gone), ["net-a", "sg-a", "identity-a", "net-old-identity", "identity-old"]);
+}

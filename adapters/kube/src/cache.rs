@@ -17,11 +17,12 @@ use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use server_core::model::IDENTITY_LABEL;
+use server_core::model::{IDENTITY_LABEL, ResourceKind};
 use tracing::{info, warn};
 
 use crate::controller::FixedBackoff;
@@ -123,6 +124,36 @@ impl Caches {
     /// Security groups of `namespace` with the identity label `identity_id`, by name.
     pub(crate) fn security_groups(&self, namespace: &str, identity_id: &str) -> Vec<Arc<SecurityGroup>> {
         select(&self.security_groups, namespace, Some(identity_id))
+    }
+
+    /// Every Network, SecurityGroup and Identity of `namespace` whose
+    /// finalizers hold `finalizer` and whose identity is not `identity_id`:
+    /// references left from before a Server's identity label changed.
+    pub(crate) fn held_under_other_identities(
+        &self,
+        namespace: &str,
+        identity_id: &str,
+        finalizer: &str,
+    ) -> Vec<(ResourceKind, ObjectMeta)> {
+        let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer));
+        let foreign = |meta: &ObjectMeta| {
+            meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) != Some(identity_id)
+        };
+        let networks =
+            select(&self.networks, namespace, None).into_iter().map(|n| (ResourceKind::Network, n.metadata.clone()));
+        let groups = select(&self.security_groups, namespace, None)
+            .into_iter()
+            .map(|g| (ResourceKind::SecurityGroup, g.metadata.clone()));
+        let identities = select(&self.identities, namespace, None)
+            .into_iter()
+            .filter(|i| i.metadata.name.as_deref() != Some(identity_id))
+            .map(|i| (ResourceKind::Identity, i.metadata.clone()));
+        networks
+            .chain(groups)
+            .filter(|(_, meta)| foreign(meta))
+            .chain(identities)
+            .filter(|(_, meta)| held(meta))
+            .collect()
     }
 
     /// Every SSH certificate authority of `namespace`, by name.

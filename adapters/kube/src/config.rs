@@ -31,6 +31,13 @@ pub struct ControllerConfig {
 impl ControllerConfig {
     pub const DEFAULT_YIELD_INTERVAL: Duration = Duration::from_secs(10);
     pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(30);
+
+    /// The options the rules run with: `options`, with the grace of an
+    /// issued create set to its fixed multiple of `cloud_timeout` (a create
+    /// may be carried out after its call timed out).
+    pub fn rule_options(&self) -> server_core::Options {
+        self.options.with_create_grace(server_core::Options::grace_for_timeout(self.cloud_timeout))
+    }
 }
 
 impl Default for ControllerConfig {

@@ -59,7 +59,7 @@ impl Executor {
             Gathered::skipped()
         };
         let now = now();
-        let decision = reconcile(&server, &gathered.facts, &self.config.options, now);
+        let decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
         debug!(
             server = %server.meta.name,
             namespace = %server.meta.namespace,

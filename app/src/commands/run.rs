@@ -26,12 +26,13 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_NAMESPACE")]
     namespace: Option<String>,
 
-    /// Total provider create attempts before a Server is parked (below 1 means 1).
+    /// Total provider create attempts before a Server is parked (1 to 100).
     #[arg(
         long,
         env = "SERVER_CONTROLLER_PROVIDER_CREATE_MAX_ATTEMPTS",
         default_value_t = 3,
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(1..=MAX_ATTEMPTS_BOUND)
     )]
     provider_create_max_attempts: i32,
 
@@ -125,6 +126,10 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         }
     }
 }
+
+/// The largest `--provider-create-max-attempts` accepted: far above any
+/// sensible cap, far below where a counter could overflow.
+pub(crate) const MAX_ATTEMPTS_BOUND: i64 = 100;
 
 fn controller_config(args: &Args) -> ControllerConfig {
     ControllerConfig {
@@ -259,7 +264,26 @@ async fn terminated() {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_create_cap_is_bounded_at_parse_time_with_a_clear_error() {
+        let parse = |value: &str| Command::try_parse_from(["run", "--provider-create-max-attempts", value]);
+        assert_eq!(parse("1").map(|c| c.args.provider_create_max_attempts).ok(), Some(1));
+        assert_eq!(parse("100").map(|c| c.args.provider_create_max_attempts).ok(), Some(100));
+        for refused in ["0", "-1", "101", "2147483647", "99999999999"] {
+            let error = parse(refused).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--provider-create-max-attempts"), "{refused}: {error}");
+        }
+    }
 
     #[test]
     fn durations_parse_with_units_and_reject_nonsense() {

@@ -1,4 +1,4 @@
-use crate::model::{Consumed, Identity, SshCertificateAuthority};
+use crate::model::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 use crate::port::ProviderServer;
 
 /// What the provider says about the Server's provider server. The three
@@ -36,6 +36,10 @@ pub struct Facts {
     pub security_groups: Vec<Consumed>,
     /// SSH certificate authorities in the Server's namespace.
     pub ssh_certificate_authorities: Vec<SshCertificateAuthority>,
+    /// Resources of the Server's namespace that carry its reference but
+    /// belong to another identity than its label names (left from before an
+    /// identity label change). Every one is released.
+    pub other_identity_references: Vec<(ResourceKind, Consumed)>,
     pub provider: ProviderView,
 }
 
@@ -46,6 +50,7 @@ impl Default for Facts {
             networks: Vec::new(),
             security_groups: Vec::new(),
             ssh_certificate_authorities: Vec::new(),
+            other_identity_references: Vec::new(),
             provider: ProviderView::Absent,
         }
     }

@@ -10,8 +10,7 @@ use super::plan::Plan;
 use super::references;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle, refused_this_generation};
 use crate::model::{
-    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server,
-    set_condition,
+    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server, set_condition,
 };
 use crate::monitor::observe;
 use crate::port::{CreateRequest, ServerRef};
@@ -240,7 +239,9 @@ fn ensure_exists(
             let message = park_message(server, ParkKind::Refused, options.max_attempts());
             plan.finish(Outcome::Terminal(message))
         }
-        _ if awaiting_issued_create(server, options, &plan) => plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into())),
+        _ if awaiting_issued_create(server, options, &plan) => {
+            plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
+        }
         _ => create(server, facts, plan),
     }
 }

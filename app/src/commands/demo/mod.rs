@@ -46,8 +46,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
     create_failure_rate: f64,
 
-    /// `provider-create-max-attempts` of the operator.
-    #[arg(long, default_value_t = 3)]
+    /// `provider-create-max-attempts` of the operator (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=super::run::MAX_ATTEMPTS_BOUND))]
     max_attempts: i32,
 
     /// Give up waiting for every Server to settle after this long.
