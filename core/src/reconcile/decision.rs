@@ -106,6 +106,8 @@ pub enum EventReason {
     /// A deleting Server released without looking for its provider server,
     /// because its identity is gone (this controller's own reason).
     ProviderServerAbandoned,
+    /// The user data cannot be sent (refused before any create).
+    UserDataRefused,
 }
 
 impl EventReason {
@@ -117,6 +119,7 @@ impl EventReason {
             EventReason::ProviderCreateRefused => "ProviderCreateRefused",
             EventReason::ProviderServerMissing => "ProviderServerMissing",
             EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
+            EventReason::UserDataRefused => "UserDataRefused",
         }
     }
 }

@@ -61,6 +61,11 @@ impl Plan {
         self.trailing.push(action);
     }
 
+    /// The status before this pass.
+    pub(crate) fn before(&self) -> &ServerStatus {
+        &self.before
+    }
+
     /// Closes the pass: sets Available from the outcome and orders the actions.
     pub(crate) fn finish(mut self, outcome: Outcome) -> Decision {
         let (status, reason, message) = available_for(&outcome, self.deleting);
