@@ -293,3 +293,16 @@ fn deletion_does_not_release_a_server_while_a_create_of_unknown_fate_may_land() 
     let settled = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100_000));
     assert_eq!(settled.actions.last(), Some(&Action::RemoveFinalizer));
 }
+
+#[test]
+fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
+    let options = Options::default();
+    let mut server = adopted();
+    issue_create(&mut server, &options, 10);
+    let building = record(ProviderStatus::Build, PowerState::NoState, None);
+    let building = ProviderServer { created: Some(at(11)), ..building };
+    server.status = observe(&server.status, Some(&building), at(12));
+    server.meta.deleting = true;
+    let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
+    assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer));
+}

@@ -9,7 +9,7 @@ use super::options::Options;
 use super::plan::Plan;
 use super::provision::server_ref;
 use super::references;
-use crate::model::{CREATE_ISSUED_ANNOTATION, SERVER_FINALIZER, Server};
+use crate::model::{SERVER_FINALIZER, Server};
 
 pub(crate) const AWAITING_CREATE_MESSAGE: &str =
     "Waiting for the fate of the last create before releasing the server (a late create would be orphaned)";
@@ -33,17 +33,16 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
             release(server, facts, plan)
         }
         ProviderView::Present(_) => {
-            // Seen present, the last create has landed: its fate is settled.
-            if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
-                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
-            }
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
             plan.finish(Outcome::Yield("Deleting provider server".into()))
         }
         // A create of unknown fate may still land after this read: absence
-        // is confirmed once its grace is over.
+        // is confirmed once its grace is over. A create whose record the
+        // monitor has seen (scheduledAt, which a retry's reset clears) has
+        // landed: its fate is settled.
         ProviderView::Absent
-            if IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
+            if server.status.scheduled_at.is_none()
+                && IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
         {
             plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
         }
