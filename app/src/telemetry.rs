@@ -59,7 +59,7 @@ mod tests {
     use kube::api::ListParams;
     use serde_json::json;
     use server_kube::crd::{OpenstackIdentity, Server};
-    use server_sim::SimKube;
+    use server_simkube::SimKube;
 
     use super::*;
 
