@@ -34,7 +34,9 @@ impl World {
     /// Starts SimKube on `addr` (port 0 picks one), serving every CRD the
     /// operator touches, and seeds the consumed resources.
     pub(crate) async fn start(seed: u64, addr: SocketAddr) -> anyhow::Result<Self> {
-        let sim = SimKube::builder().seed(seed).build();
+        // As on a real cluster, objects go only into namespaces that exist.
+        let sim = SimKube::builder().seed(seed).strict_namespaces().build();
+        sim.store().ensure_namespace(NAMESPACE);
         for crd in server_kube::crd::all_crds() {
             let crd = serde_json::to_value(&crd).context("cannot encode a CRD")?;
             sim.install_crd(crd).map_err(|e| anyhow::anyhow!("SimKube refused a CRD: {e:?}"))?;
