@@ -125,3 +125,31 @@ impl World {
         Ok(uid)
     }
 }
+
+/// A Server manifest a user can `kubectl apply` against the playground: it
+/// consumes the resources the demo seeded.
+pub(crate) fn example_server(name: &str) -> String {
+    format!(
+        "apiVersion: region.unikorn-cloud.org/v1alpha1
+kind: Server
+metadata:
+  name: {name}
+  namespace: {NAMESPACE}
+  labels:
+    {REGION_LABEL}: {REGION}
+    {IDENTITY_LABEL}: {IDENTITY}
+    {NAME_LABEL}: {name}
+    {ORGANIZATION_LABEL}: acme
+spec:
+  flavorID: 6a2b1c3d-0000-4000-8000-000000000001
+  image:
+    id: 0f1e2d3c-0000-4000-8000-000000000002
+  networks:
+  - id: {network}
+  securityGroups:
+  - id: {SECURITY_GROUP}
+  sshCertificateAuthorityID: {SSH_CA}
+",
+        network = NETWORKS[0],
+    )
+}
