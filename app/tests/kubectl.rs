@@ -42,7 +42,12 @@ fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
 /// kubectl expected to fail: its stderr.
 fn kubectl_fails(demo: &ServedDemo, args: &[&str]) -> String {
     let output = kubectl_output(demo, args);
-    assert!(!output.status.success(), "kubectl {} succeeded:\n{}", args.join(" "), String::from_utf8_lossy(&output.stdout));
+    assert!(
+        !output.status.success(),
+        "kubectl {} succeeded:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout)
+    );
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
@@ -131,7 +136,10 @@ fn a_user_applies_watches_explains_diffs_and_deletes_a_server() {
     let applied = kubectl(&demo, &["apply", "-f", example]);
     assert!(applied.contains("server.region.unikorn-cloud.org/my-server created"), "{applied}");
     let typo = demo.dir.join("typo.yaml");
-    let manifest = std::fs::read_to_string(&example).expect("the example").replace("kind: Server", "kind: Server\nstatuz: {}").replace("my-server", "typo");
+    let manifest = std::fs::read_to_string(&example)
+        .expect("the example")
+        .replace("kind: Server", "kind: Server\nstatuz: {}")
+        .replace("my-server", "typo");
     std::fs::write(&typo, manifest).expect("written");
     let refused = kubectl_fails(&demo, &["apply", "-f", typo.to_str().expect("UTF-8")]);
     assert!(refused.contains("unknown field \"statuz\""), "{refused}");

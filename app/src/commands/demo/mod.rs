@@ -448,9 +448,7 @@ fn build_report(
             accepted: c.creates_accepted,
             refused: c.creates_refused,
             deduplicated: c.creates_deduplicated,
-            failed: c
-                .create_calls
-                .saturating_sub(c.creates_accepted + c.creates_refused + c.creates_deduplicated),
+            failed: c.create_calls.saturating_sub(c.creates_accepted + c.creates_refused + c.creates_deduplicated),
             max_accepted_per_server,
         },
         events,

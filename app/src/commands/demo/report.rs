@@ -99,7 +99,11 @@ impl fmt::Display for Report {
             "\n  provider creates: {} calls = {} made a server + {} refused (quota) + {} answered with the existing server + {} failed (simulated outage)",
             c.calls, c.accepted, c.refused, c.deduplicated, c.failed
         )?;
-        writeln!(f, "  at most {} servers made for one Server (the cap is {})", c.max_accepted_per_server, self.max_attempts)?;
+        writeln!(
+            f,
+            "  at most {} servers made for one Server (the cap is {})",
+            c.max_accepted_per_server, self.max_attempts
+        )?;
         writeln!(f, "\n  event                                      count")?;
         for (reason, count) in &self.events {
             writeln!(f, "  {reason:<42}{count:>6}")?;
