@@ -136,7 +136,7 @@ fn a_user_applies_watches_explains_diffs_and_deletes_a_server() {
     let applied = kubectl(&demo, &["apply", "-f", example]);
     assert!(applied.contains("server.region.unikorn-cloud.org/my-server created"), "{applied}");
     let typo = demo.dir.join("typo.yaml");
-    let manifest = std::fs::read_to_string(&example)
+    let manifest = std::fs::read_to_string(example)
         .expect("the example")
         .replace("kind: Server", "kind: Server\nstatuz: {}")
         .replace("my-server", "typo");
@@ -154,7 +154,7 @@ fn a_user_applies_watches_explains_diffs_and_deletes_a_server() {
 
     // diff and a server-side dry run show the change without making it.
     let edited = demo.dir.join("edited.yaml");
-    let manifest = std::fs::read_to_string(&example).expect("the example");
+    let manifest = std::fs::read_to_string(example).expect("the example");
     std::fs::write(&edited, manifest.replace("000000000001", "0000000000ff")).expect("written");
     let edited = edited.to_str().expect("UTF-8");
     let diff = kubectl_output(&demo, &["diff", "-f", edited]);
