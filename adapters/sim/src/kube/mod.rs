@@ -15,7 +15,8 @@
 //! preconditions), generation bumps on spec changes and on the start of a
 //! finalizer-blocked deletion, the status subresource split, finalizers
 //! (no new ones once deleting), JSON patch `test` with the API server's
-//! "missing equals null", label and field selectors, list paging, watches
+//! "missing equals null", label and field selectors, consistent list paging (continued pages read
+//! the first page's version; 410 Expired once it is compacted), watches
 //! with bookmarks, timeouts, selector transitions (relabelled out = DELETED)
 //! and 410 Gone, discovery (classic and aggregated), OpenAPI v2 and v3 built
 //! from the CRD schemas, pruning of fields a CRD schema does not declare with
@@ -32,8 +33,9 @@
 //! all served versions share one storage without conversion; request bodies
 //! are JSON only (no protobuf, so kubectl's typed `create namespace` gets 415;
 //! `kubectl apply` works); OpenAPI v2 is served as JSON only; lists and gets
-//! always read the latest state (their resourceVersion parameters are
-//! ignored); deleting a CRD object does not stop serving its type.
+//! read the latest state (their resourceVersion parameters are ignored, as a
+//! watch cache serving `resourceVersion=0` may); deleting a CRD object does
+//! not stop serving its type.
 //!
 //! ```no_run
 //! # async fn demo(crd: serde_json::Value) -> Result<(), Box<dyn std::error::Error>> {
@@ -56,6 +58,7 @@ mod handlers;
 mod jsonpath;
 mod object;
 mod openapi;
+mod paging;
 mod patch;
 mod resource;
 mod router;
@@ -269,6 +272,12 @@ impl SimKube {
     /// Drops all watch history (see [`StoreHandle::compact`]).
     pub fn compact(&self) {
         self.shared.store.compact();
+    }
+
+    /// Ends every open watch stream, as an API server restart does; clients
+    /// resume from their last resourceVersion (410 Gone if it was compacted).
+    pub fn end_watches(&self) {
+        self.shared.store.end_watches();
     }
 
     /// The latest resourceVersion.
