@@ -292,7 +292,10 @@ mod tests {
         let root = std::io::Error::other("No such file or directory");
         let middle = anyhow::Error::new(root).context("failed to read kubeconfig: No such file or directory");
         let top = middle.context("cannot build a Kubernetes client");
-        assert_eq!(cause_once(&top), "cannot build a Kubernetes client: failed to read kubeconfig: No such file or directory");
+        assert_eq!(
+            cause_once(&top),
+            "cannot build a Kubernetes client: failed to read kubeconfig: No such file or directory"
+        );
     }
 
     #[test]
