@@ -6,6 +6,8 @@
 //! errors, which can quote a value. Those never reach the logs, whatever
 //! `RUST_LOG` says; the operator's own logs say what failed.
 
+use std::io::IsTerminal as _;
+
 use tracing::{Level, Metadata};
 use tracing_subscriber::filter::FilterFn;
 use tracing_subscriber::fmt::MakeWriter;
@@ -30,7 +32,10 @@ where
     W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(writer);
+    // Colour only for a person at a terminal: a redirected stderr (a file, a
+    // pipe, a pod's log) gets plain text.
+    let ansi = std::io::stderr().is_terminal();
+    let fmt = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(writer);
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),

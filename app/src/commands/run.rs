@@ -125,7 +125,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     match runtime.block_on(operate(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "operator stopped");
+            tracing::error!(error = %cause_once(&error), "operator stopped");
             ExitCode::FAILURE
         }
     }
@@ -134,6 +134,21 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 /// The largest `--provider-create-max-attempts` accepted: far above any
 /// sensible cap, far below where a counter could overflow.
 pub(crate) const MAX_ATTEMPTS_BOUND: i64 = 100;
+
+/// The error and its causes, each said once: libraries often repeat their
+/// source's text in their own message, so a cause already contained in the
+/// text before it is dropped.
+fn cause_once(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if parts.last().is_some_and(|last| last.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
+}
 
 fn controller_config(args: &Args) -> ControllerConfig {
     ControllerConfig {
@@ -177,8 +192,13 @@ async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<
             .split_once('/')
             .with_context(|| format!("region {region}: the Secret {secret:?} is not NAMESPACE/NAME"))?;
         let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
-        let found =
-            secrets.get(name).await.with_context(|| format!("cannot read region {region}'s Secret {secret}"))?;
+        // The API's own message, not kube's Debug rendering of the Status.
+        let found = secrets.get(name).await.map_err(|error| match error {
+            kube::Error::Api(status) => {
+                anyhow::anyhow!("cannot read region {region}'s Secret {secret}: {} ({})", status.message, status.reason)
+            }
+            other => anyhow::Error::new(other).context(format!("cannot read region {region}'s Secret {secret}")),
+        })?;
         let data: BTreeMap<String, Vec<u8>> =
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
@@ -199,7 +219,8 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
         .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let clouds = clouds(args, &client).await?;
-    tracing::info!(server_version = %version.git_version, regions = ?clouds, "connected");
+    let regions = clouds.regions().collect::<Vec<_>>().join(",");
+    tracing::info!(server_version = %version.git_version, %regions, "connected");
 
     let mut registry = Registry::default();
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
@@ -288,6 +309,17 @@ mod tests {
             let error = parse(refused).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--provider-create-max-attempts"), "{refused}: {error}");
         }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let root = std::io::Error::other("No such file or directory");
+        let middle = anyhow::Error::new(root).context("failed to read kubeconfig: No such file or directory");
+        let top = middle.context("cannot build a Kubernetes client");
+        assert_eq!(
+            cause_once(&top),
+            "cannot build a Kubernetes client: failed to read kubeconfig: No such file or directory"
+        );
     }
 
     #[test]
