@@ -19,6 +19,11 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// The provider's words for the refusal [`CREATE_REFUSED_ANNOTATION`] records
+/// (bounded), so a parked Server keeps saying why even if the status write
+/// that reported it was lost.
+pub const CREATE_REFUSED_MESSAGE_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-message";
+
 /// Records, on the Server, that a create was issued for the attempt whose
 /// failure count is the value, before the create runs. If that provider server
 /// is later absent without a sign of boot, the attempt is counted as spent, so

@@ -10,8 +10,8 @@ mod status;
 pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, set_condition};
 pub use consumed::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 pub use meta::{
-    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta,
-    REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, IDENTITY_LABEL, NAME_LABEL,
+    ORGANIZATION_LABEL, ObjectMeta, REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
 };
 pub use spec::{
     AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, Tag, UserData,

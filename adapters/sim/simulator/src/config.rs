@@ -73,6 +73,10 @@ pub struct KubeFaults {
     pub stale_watch: f64,
     /// Controller restarts during the run (in-memory state lost).
     pub restarts: u32,
+    /// The provider goes down with the controller's first restart and stays
+    /// unreachable this long (ms) after the controller is back, so the
+    /// restart's passes over parked Servers read no provider view.
+    pub provider_outage: u64,
     /// Share of Servers the user deletes at some point.
     pub user_delete: f64,
     /// Share of Servers whose spec the user edits (flavor and network swap).
@@ -91,6 +95,7 @@ impl KubeFaults {
             write_lost_answer: rate * 0.03,
             stale_watch: rate * 0.1,
             restarts: if rate > 0.0 { 1 } else { 0 },
+            provider_outage: if rate > 0.0 { 5_000 } else { 0 },
             user_delete: 0.2,
             spec_edit: 0.05,
             refused_spec_fix: 0.5,

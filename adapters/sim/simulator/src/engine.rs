@@ -3,7 +3,6 @@
 //! rules. Nothing here reads a clock or a thread RNG.
 
 use jiff::Timestamp;
-use server_core::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType};
 use server_core::{Options, Server};
 
 use super::config::SimConfig;
@@ -162,6 +161,11 @@ impl Engine {
             let at = slot * (r + 1) + rng.between(0, slot / 4);
             self.queue.push(at, EventKind::ControllerCrash, 0, 0);
             self.queue.push(at + timing.restart_downtime, EventKind::ControllerStart, 0, 0);
+            if r == 0 && kube.provider_outage > 0 {
+                let ms = |t: u64| EPOCH_MS.saturating_add(i64::try_from(t).unwrap_or(i64::MAX));
+                let until = at + timing.restart_downtime + kube.provider_outage;
+                self.cloud.set_outage(Some(server_simcloud::Outage { from: ms(at), until: ms(until) }));
+            }
         }
         if let Some(interval) = timing.resync_interval {
             self.queue.push(interval, EventKind::Resync, 0, 0);
@@ -482,42 +486,13 @@ impl Engine {
         }
     }
 
-    /// Final state of a Server, for the outcome counts.
+    /// Final state of a Server, for the outcome counts: the project's one
+    /// classifier ([`server_core::lifecycle`]) for every Server that exists.
     pub(crate) fn outcome_of(&self, obj: &Obj) -> &'static str {
-        let server = &obj.server;
         if !obj.exists {
             return if obj.rv == 0 { "never-created" } else { "deleted" };
         }
-        if server.meta.deleting {
-            return "deleting";
-        }
-        if server.status.provider_create_failures >= self.options.max_attempts() {
-            return "parked";
-        }
-        let status = &server.status;
-        let refused =
-            server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&server.meta.generation.to_string());
-        if refused {
-            return "refused";
-        }
-        let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
-        let available = condition(ConditionType::Available);
-        if obj.check.reported_missing && available.is_some_and(|(_, r)| r == ConditionReason::Errored) {
-            return "missing";
-        }
-        let healthy = condition(ConditionType::Healthy);
-        if available == Some((ConditionStatus::True, ConditionReason::Provisioned))
-            && healthy == Some((ConditionStatus::True, ConditionReason::Healthy))
-        {
-            return "running";
-        }
-        if shows_boot(status) && healthy == Some((ConditionStatus::False, ConditionReason::Errored)) {
-            return "errored-after-boot";
-        }
-        if shows_boot(status) && healthy.is_some_and(|(s, _)| s == ConditionStatus::Unknown) {
-            return "lost-after-boot";
-        }
-        "in-progress"
+        server_core::lifecycle(&obj.server, &self.options).as_str()
     }
 }
 
