@@ -41,10 +41,17 @@ struct Context {
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
-pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutdown) -> Result<(), Error> {
+/// `ready` turns true once the Server store holds its first list.
+pub(crate) async fn run(
+    executor: Arc<Executor>,
+    caches: Caches,
+    shutdown: Shutdown,
+    ready: Arc<tokio::sync::watch::Sender<bool>>,
+) -> Result<(), Error> {
     let config = executor.config.clone();
     let api = servers_api(executor.client.clone(), config.namespace.as_deref());
     let (reader, writer) = reflector::store();
+    let store = reader.clone();
     let events =
         watcher(api, watcher::Config::default()).backoff(FixedBackoff(config.watch_retry_interval)).reflect(writer);
     let mut controller = Controller::for_stream(wake_stream(events), reader)
@@ -54,22 +61,38 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
     if let Some(interval) = config.resync_interval {
         controller = controller.reconcile_all_on(resync_ticks(interval));
     }
+    // A new leader passes over every Server: the previous leader's requeues
+    // died with its term.
+    controller = controller.reconcile_all_on(executor.fence.new_terms());
     info!(namespace = config.namespace.as_deref().unwrap_or("<all>"), "server controller started");
-    controller
-        .run(reconcile, error_policy, Arc::new(Context { executor, caches }))
-        .for_each(|result| async move {
+    let passes =
+        controller.run(reconcile, error_policy, Arc::new(Context { executor, caches })).for_each(|result| async move {
             match result {
                 Ok((object, requeue)) => debug!(server = %object.name, ?requeue, "pass finished"),
                 Err(error) => debug!(%error, "controller event"),
             }
-        })
-        .await;
+        });
+    let mut passes = std::pin::pin!(passes);
+    tokio::select! {
+        () = &mut passes => {}
+        filled = store.wait_until_ready() => {
+            if filled.is_ok() {
+                ready.send_replace(true);
+            }
+            passes.await;
+        }
+    }
     info!("server controller stopped");
     Ok(())
 }
 
 async fn reconcile(server: Arc<Server>, context: Arc<Context>) -> Result<Requeue, Error> {
     let executor = &context.executor;
+    // A follower only keeps its store warm; the leader's new term wakes everything.
+    if !executor.fence.holds() {
+        return Ok(Requeue::await_change());
+    }
+    let _in_flight = executor.progress.pass_started();
     let started = Instant::now();
     let result = executor.reconcile(&server, &context.caches).await;
     let elapsed = started.elapsed();
