@@ -33,6 +33,8 @@ use server_sim::openstack::{Op, OpenStackCounters, OpenStackSim};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod ha;
+
 pub use server_sim::cloud;
 pub use server_sim::kube as simkube;
 pub use server_sim::openstack;
@@ -239,6 +241,16 @@ impl Env {
                 other => panic!("the operator did not stop cleanly: {other:?}"),
             }
         }
+    }
+
+    /// The address SimKube serves on.
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        self.served.as_ref().map(ServeHandle::addr).unwrap_or_else(|| panic!("SimKube is not served"))
+    }
+
+    /// SimKube's URL, for a client of one's own.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.api_addr())
     }
 
     // ---- fixtures ----------------------------------------------------------
