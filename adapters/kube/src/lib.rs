@@ -232,7 +232,8 @@ impl Operator {
         F: Future<Output = Result<(), Error>>,
     {
         let config = self.config();
-        cache::with_caches(&self.client, config.namespace.as_deref(), config.watch_retry_interval, shutdown, work).await
+        cache::with_caches(&self.client, config.namespace.as_deref(), &cache::WatchSettings::of(config), shutdown, work)
+            .await
     }
 }
 

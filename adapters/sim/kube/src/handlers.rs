@@ -1,0 +1,360 @@
+//! HTTP handlers: request parsing, counters and faults, then the store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::Shared;
+use super::discovery;
+use super::paging;
+use super::patch::{Patch, PatchKind};
+use super::resource::ResourceType;
+use super::router::{self, ApiPath, ResourcePath};
+use super::selector::{FieldSelector, LabelSelector};
+use super::status::{ApiError, Subject};
+use super::store::{ListQuery, Preconditions, Target, TypeKey};
+use super::table::{Printer, TableRequest, WatchPrinting};
+use super::verb::Verb;
+use super::watch::{self, WatchContext, WatchRequest};
+
+/// Largest request body accepted.
+const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Label under which discovery requests are counted.
+const DISCOVERY: &str = "discovery";
+
+type Query = BTreeMap<String, String>;
+
+/// Entry point for every request.
+pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let response = match dispatch(&shared, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    shared.counters.record_response(response.status().as_u16());
+    response
+}
+
+async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_string();
+    let query: Query =
+        parts.uri.query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
+    let api_path = router::parse(&path).ok_or_else(|| ApiError::unknown_path(&path))?;
+
+    let (group, version, rest) = match api_path {
+        ApiPath::Resource { group, version, rest } => (group, version, rest),
+        discovery_path => {
+            if parts.method != Method::GET {
+                return Err(ApiError::method_not_allowed(format!("{} is not supported on {path}", parts.method)));
+            }
+            shared.counters.record_request(Verb::Get, DISCOVERY);
+            return discover(shared, &discovery_path, &parts.headers);
+        }
+    };
+
+    let resource_path = {
+        let store = shared.store.lock();
+        router::resolve(|plural| store.lookup(group, plural), &path, version, &rest)?
+    };
+    let verb = verb_of(&parts.method, &resource_path, &query)?;
+    let label = resource_path.label();
+    shared.counters.record_request(verb, &label);
+
+    let fault = shared.faults.for_request(verb, &label);
+    if !fault.latency.is_zero() {
+        tokio::time::sleep(fault.latency).await;
+    }
+    if let Some(kind) = fault.error {
+        shared.counters.record_fault(verb, &label);
+        if verb == Verb::Watch && kind == super::faults::FaultKind::Gone {
+            return Ok(streaming(watch::gone_body(&shared.counters, "too old resource version (injected fault)")));
+        }
+        let rtype = &resource_path.rtype;
+        let name = resource_path.name.as_deref().unwrap_or_default();
+        return Err(kind.to_error(Subject::new(&rtype.group, &rtype.plural, name)));
+    }
+
+    if query.get("dryRun").is_some_and(|mode| !mode.is_empty()) {
+        // Refused rather than ignored: a silently persisted dry run would be worse.
+        return Err(ApiError::bad_request("dryRun is not supported by SimKube"));
+    }
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+    let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let operation = Operation {
+        shared,
+        key: (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone()),
+        path: &resource_path,
+        query: &query,
+        table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
+    };
+    match verb {
+        Verb::Get => operation.get(),
+        Verb::List => operation.list(),
+        Verb::Watch => operation.watch(),
+        Verb::Create => operation.create(&body),
+        Verb::Update => operation.update(&body),
+        Verb::Patch => operation.patch(&parts.headers, &body),
+        Verb::Delete => operation.delete(&body),
+        Verb::DeleteCollection => operation.delete_collection(),
+    }
+}
+
+fn discover(shared: &Shared, path: &ApiPath<'_>, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let aggregated = discovery::wants_aggregated(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
+    let store = shared.store.lock();
+    let types: Vec<&ResourceType> = store.types().collect();
+    let (document, aggregated) = match path {
+        ApiPath::Version => (discovery::version(), false),
+        ApiPath::CoreVersions => (discovery::core_versions(&types, aggregated), aggregated),
+        ApiPath::Groups => (discovery::group_list(&types, aggregated), aggregated),
+        ApiPath::Group(group) => (discovery::group(&types, group)?, false),
+        ApiPath::ResourceList { group, version } => (discovery::resource_list(&types, group, version)?, false),
+        ApiPath::Resource { .. } => return Err(ApiError::unknown_path("resource")),
+    };
+    let mut response = json_response(StatusCode::OK, &document);
+    if aggregated {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE));
+    }
+    Ok(response)
+}
+
+fn verb_of(method: &Method, path: &ResourcePath, query: &Query) -> Result<Verb, ApiError> {
+    let named = path.name.is_some();
+    let watching = query.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let verb = match (method.as_str(), named) {
+        ("GET", true) => Verb::Get,
+        ("GET", false) if watching => Verb::Watch,
+        ("GET", false) => Verb::List,
+        ("POST", false) if path.rtype.namespaced == path.namespace.is_some() && !path.status => Verb::Create,
+        ("PUT", true) => Verb::Update,
+        ("PATCH", true) => Verb::Patch,
+        ("DELETE", true) if !path.status => Verb::Delete,
+        ("DELETE", false) => Verb::DeleteCollection,
+        _ => {
+            return Err(ApiError::method_not_allowed(format!("{method} is not supported on this path")));
+        }
+    };
+    Ok(verb)
+}
+
+/// One resource request, after faults.
+struct Operation<'a> {
+    shared: &'a Shared,
+    key: TypeKey,
+    path: &'a ResourcePath,
+    query: &'a Query,
+    /// Set when the client asked for server-side printing (kubectl get).
+    table: Option<TableRequest>,
+}
+
+impl Operation<'_> {
+    fn namespace(&self) -> Option<&str> {
+        self.path.namespace.as_deref()
+    }
+
+    fn name(&self) -> &str {
+        self.path.name.as_deref().unwrap_or_default()
+    }
+
+    fn target(&self) -> Target {
+        if self.path.status { Target::Status } else { Target::Main }
+    }
+
+    /// An object as served at the requested version.
+    fn present(&self, object: &Value) -> Value {
+        let mut object = object.clone();
+        if let Some(map) = object.as_object_mut() {
+            map.insert("apiVersion".into(), Value::String(self.path.rtype.api_version(&self.path.version)));
+        }
+        object
+    }
+
+    fn list_response(&self, items: &[Arc<Value>], resource_version: u64, continue_token: Option<String>) -> Response {
+        let mut metadata = json!({"resourceVersion": resource_version.to_string()});
+        if let Some(token) = continue_token {
+            metadata["continue"] = Value::String(token);
+        }
+        json_response(
+            StatusCode::OK,
+            &json!({
+                "apiVersion": self.path.rtype.api_version(&self.path.version),
+                "kind": self.path.rtype.list_kind,
+                "metadata": metadata,
+                "items": items.iter().map(|o| self.present(o)).collect::<Vec<_>>(),
+            }),
+        )
+    }
+
+    fn list_query(&self) -> Result<ListQuery, ApiError> {
+        let limit = match self.query.get("limit").filter(|l| !l.is_empty()) {
+            Some(limit) => {
+                Some(limit.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit: {limit:?}")))?)
+            }
+            None => None,
+        };
+        Ok(ListQuery {
+            labels: self.labels()?,
+            fields: self.fields()?,
+            limit,
+            continue_token: self.query.get("continue").filter(|c| !c.is_empty()).cloned(),
+        })
+    }
+
+    fn labels(&self) -> Result<LabelSelector, ApiError> {
+        LabelSelector::parse(self.query.get("labelSelector").map_or("", String::as_str))
+    }
+
+    fn fields(&self) -> Result<FieldSelector, ApiError> {
+        FieldSelector::parse(self.query.get("fieldSelector").map_or("", String::as_str))
+    }
+
+    fn get(&self) -> Result<Response, ApiError> {
+        let object = self.shared.store.lock().get(&self.key, self.namespace(), self.name())?;
+        if let Some(request) = self.table {
+            let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+            return Ok(self.table_response(request, &[object], metadata));
+        }
+        Ok(json_response(StatusCode::OK, &self.present(&object)))
+    }
+
+    fn list(&self) -> Result<Response, ApiError> {
+        let query = self.list_query()?;
+        let listed = self.shared.store.lock().list(&self.key, self.namespace(), &query);
+        let page = match (listed, query.continue_token.as_deref()) {
+            (Ok(page), _) => page,
+            (Err(expired), Some(token)) if expired.code == 410 => return Ok(paging::expired(&expired, token)),
+            (Err(error), _) => return Err(error),
+        };
+        if let Some(request) = self.table {
+            let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
+            if let Some(token) = page.continue_token {
+                metadata["continue"] = Value::String(token);
+            }
+            return Ok(self.table_response(request, &page.items, metadata));
+        }
+        Ok(self.list_response(&page.items, page.resource_version, page.continue_token))
+    }
+
+    fn table_response(&self, request: TableRequest, items: &[Arc<Value>], metadata: Value) -> Response {
+        let (printer, now) = {
+            let store = self.shared.store.lock();
+            (Printer::for_type(&store, &self.path.rtype, &self.path.version), store.now())
+        };
+        let objects: Vec<Value> = items.iter().map(|o| self.present(o)).collect();
+        json_response(StatusCode::OK, &printer.table(request, &objects, metadata, now))
+    }
+
+    fn watch(&self) -> Result<Response, ApiError> {
+        let resource_version = match self.query.get("resourceVersion").map(String::as_str) {
+            None | Some("" | "0") => None,
+            Some(rv) => Some(
+                rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+            ),
+        };
+        let timeout = match self.query.get("timeoutSeconds") {
+            Some(seconds) => Duration::from_secs(
+                seconds
+                    .parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {seconds:?}")))?,
+            ),
+            None => watch::DEFAULT_WATCH_TIMEOUT,
+        };
+        let flag = |name: &str| self.query.get(name).is_some_and(|value| value == "true" || value == "1");
+        let request = WatchRequest {
+            key: self.key.clone(),
+            rtype: self.path.rtype.clone(),
+            version: self.path.version.clone(),
+            namespace: self.path.namespace.clone(),
+            labels: self.labels()?,
+            fields: self.fields()?,
+            resource_version,
+            send_initial_events: flag("sendInitialEvents"),
+            bookmarks: flag("allowWatchBookmarks"),
+            timeout,
+            resource_label: self.path.label(),
+            table: self.table.map(|request| WatchPrinting {
+                printer: Printer::for_type(&self.shared.store.lock(), &self.path.rtype, &self.path.version),
+                request,
+            }),
+        };
+        let context = WatchContext {
+            store: self.shared.store.clone(),
+            faults: self.shared.faults.clone(),
+            counters: self.shared.counters.clone(),
+            bookmark_interval: self.shared.bookmark_interval,
+        };
+        Ok(streaming(watch::watch_body(context, request)))
+    }
+
+    fn create(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let object = parse_json(body)?;
+        let created = self.shared.store.lock().create(&self.key, self.namespace(), object)?;
+        Ok(json_response(StatusCode::CREATED, &self.present(&created)))
+    }
+
+    fn update(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let object = parse_json(body)?;
+        let updated =
+            self.shared.store.lock().update(&self.key, self.namespace(), self.name(), object, self.target(), true)?;
+        Ok(json_response(StatusCode::OK, &self.present(&updated)))
+    }
+
+    fn patch(&self, headers: &HeaderMap, body: &[u8]) -> Result<Response, ApiError> {
+        let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let kind = PatchKind::from_content_type(content_type)?;
+        if kind == PatchKind::Apply && self.query.get("fieldManager").is_none_or(String::is_empty) {
+            return Err(ApiError::bad_request("fieldManager: Required value: is required for apply patch"));
+        }
+        let patch = Patch::parse(kind, body)?;
+        let (object, created) =
+            self.shared.store.lock().patch(&self.key, self.namespace(), self.name(), &patch, self.target())?;
+        let code = if created { StatusCode::CREATED } else { StatusCode::OK };
+        Ok(json_response(code, &self.present(&object)))
+    }
+
+    fn delete(&self, body: &[u8]) -> Result<Response, ApiError> {
+        let options = if body.iter().all(u8::is_ascii_whitespace) { Value::Null } else { parse_json(body)? };
+        let text = |pointer: &str| {
+            options.pointer(pointer).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+        };
+        let preconditions =
+            Preconditions { uid: text("/preconditions/uid"), resource_version: text("/preconditions/resourceVersion") };
+        let object = self.shared.store.lock().delete(&self.key, self.namespace(), self.name(), &preconditions)?;
+        Ok(json_response(StatusCode::OK, &self.present(&object)))
+    }
+
+    fn delete_collection(&self) -> Result<Response, ApiError> {
+        let query = self.list_query()?;
+        let mut store = self.shared.store.lock();
+        let deleted = store.delete_collection(&self.key, self.namespace(), &query)?;
+        let resource_version = store.resource_version();
+        drop(store);
+        Ok(self.list_response(&deleted, resource_version, None))
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+}
+
+fn json_response(code: StatusCode, value: &Value) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(error) => ApiError::internal(error.to_string()).into_response(),
+    }
+}
+
+fn streaming(body: Body) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
