@@ -154,17 +154,41 @@ fn user_merge_types_are_kept_and_the_managed_part_still_appends() {
 }
 
 /// A `runcmd` that is a string (invalid cloud-config) is replaced by the
-/// managed list rather than leaving sshd unconfigured.
+/// managed list rather than leaving sshd unconfigured. In a cloud-config of
+/// the user's this is refused before it gets here; a template, which is not
+/// read, can still render one.
 #[test]
 fn a_string_runcmd_gives_way_to_the_managed_list() {
     if !require_cloud_init("a_string_runcmd_gives_way_to_the_managed_list") {
         return;
     }
     let scratch = Scratch::new("string-runcmd");
-    let with_ca = merged(&scratch, &rendered(&scratch, b"#cloud-config\nruncmd: echo hi\n", Some(ED25519)));
+    let refused = render(&scratch, b"#cloud-config\nruncmd: echo hi\n", Some(ED25519));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("CloudConfigNotMergeable"));
+    let template = b"## template: jinja\n#cloud-config\nruncmd: echo {{ v1.local_hostname }}\n";
+    let with_ca = merged(&scratch, &rendered(&scratch, template, Some(ED25519)));
     assert_clean("string runcmd", &with_ca);
     assert_eq!(with_ca.config["runcmd"], json!([RELOAD]));
     assert_eq!(with_ca.config["write_files"].as_array().map(Vec::len), Some(2));
+}
+
+/// A null `runcmd` would keep its null and drop the managed list: refused
+/// with a CA, with the line.
+#[test]
+fn a_null_runcmd_is_refused_with_a_ca() {
+    if !require_cloud_init("a_null_runcmd_is_refused_with_a_ca") {
+        return;
+    }
+    let scratch = Scratch::new("null-runcmd");
+    let data = b"#cloud-config\npackages: [htop]\nruncmd:\n";
+    let refused = render(&scratch, data, Some(ED25519));
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("sets runcmd to something other than a list (at line 3)"), "{stderr}");
+    // What cloud-init would have done with it: the user's null survives, the managed commands do not.
+    let out = String::from_utf8(rendered(&scratch, b"#cloud-config\npackages: [htop]\n", Some(ED25519))).unwrap();
+    let sneaked = out.replacen("packages: [htop]\n", "packages: [htop]\nruncmd:\n", 1);
+    assert_eq!(merged(&scratch, sneaked.as_bytes()).config["runcmd"], Value::Null);
 }
 
 /// Why the managed part carries a Merge-Type: without it (as the Go
@@ -181,4 +205,41 @@ fn without_the_merge_type_cloud_init_drops_the_users_lists() {
     let without = merged(&scratch, out.replace(&header, "").as_bytes());
     assert_eq!(without.config["runcmd"], json!([RELOAD]), "cloud-init kept the user's runcmd after all");
     assert_eq!(without.config["packages"], json!(["htop"]), "keys only the user has survive either way");
+}
+
+/// cloud-init's own example cloud-configs (fixtures/cloud-init-examples):
+/// none is refused, and with a CA each keeps every entry.
+#[test]
+fn cloud_inits_examples_keep_every_entry() {
+    if !require_cloud_init("cloud_inits_examples_keep_every_entry") {
+        return;
+    }
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cloud-init-examples");
+    let scratch = Scratch::new("examples");
+    let managed = merged(&scratch, &rendered(&scratch, b"", Some(ED25519)));
+    let dir = scratch.0.join("inputs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".txt") {
+            continue;
+        }
+        let data = std::fs::read(&path).unwrap();
+        std::fs::write(dir.join(&name), &data).unwrap();
+        std::fs::write(dir.join(format!("{name}.merged")), rendered(&scratch, &data, Some(ED25519))).unwrap();
+        names.push(name);
+    }
+    assert!(names.len() >= 25, "{names:?}");
+    let results = cloud_init::merged_batch(&scratch, &dir);
+    let mut with_config = 0;
+    for name in &names {
+        let user = results[name].as_ref().unwrap();
+        let with_ca = results[&format!("{name}.merged")].as_ref().unwrap();
+        assert_eq!(with_ca.warnings, user.warnings, "{name}");
+        assert_eq!(with_ca.config, appended(&user.config, &managed.config), "{name}");
+        with_config += usize::from(user.config != json!({}));
+    }
+    assert!(with_config >= 25, "only {with_config} examples gave cloud-init a cloud-config");
 }

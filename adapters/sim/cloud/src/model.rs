@@ -14,6 +14,9 @@ use super::counters::{Counters, UidTruth};
 use super::fate::{Fate, FateMix};
 use super::rng::{FnvBuild, SplitMix64};
 
+/// The longest base64 `user_data` Nova accepts.
+const NOVA_USER_DATA_MAX: usize = 65_535;
+
 /// How a simulated cloud behaves.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CloudConfig {
@@ -272,6 +275,17 @@ impl CloudModel {
             return Err(CloudError::Unavailable { status: 500, message: "simulated cloud lost a slot".into() });
         };
         state.truth.create_calls += 1;
+        // Nova's schema caps `user_data` at 65,535 base64 characters
+        // (nova/api/openstack/compute/schemas/servers.py) and answers 400.
+        let user_data_base64 = request.user_data.as_ref().map_or(0, |d| d.len().div_ceil(3) * 4);
+        if user_data_base64 > NOVA_USER_DATA_MAX {
+            state.truth.creates_refused += 1;
+            self.counters.creates_refused += 1;
+            return Err(CloudError::Refused {
+                status: 400,
+                message: format!("Invalid input for field/attribute user_data: longer than {NOVA_USER_DATA_MAX}"),
+            });
+        }
         if let Some(existing) = state.instances.last().filter(|i| i.exists(now)) {
             self.counters.creates_deduplicated += 1;
             return Ok(existing.record(uid, now));

@@ -75,6 +75,20 @@ fn create_is_idempotent_per_uid() {
 }
 
 #[test]
+fn user_data_over_novas_limit_is_refused() {
+    let mut model = model_with("u", Fate::clean());
+    // 49,149 bytes are 65,532 base64 characters: the most Nova takes.
+    let fits = CreateRequest { user_data: Some(vec![b'#'; 49_149]), ..request("u") };
+    assert!(model.create(at(0), "p", &fits).is_ok());
+    let mut model = model_with("u", Fate::clean());
+    let over = CreateRequest { user_data: Some(vec![b'#'; 49_150]), ..request("u") };
+    let refused = model.create(at(0), "p", &over);
+    assert!(matches!(refused, Err(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    let truth = model.truth("u", at(0));
+    assert_eq!((truth.creates_accepted, truth.creates_refused, truth.live), (0, 1, 0));
+}
+
+#[test]
 fn failing_boots_error_before_launch_k_times_then_boot() {
     let fate = Fate::failing_boots(2).with_fail_time(Duration::from_secs(10)).with_build_time(Duration::from_secs(20));
     let mut model = model_with("u", fate);
