@@ -14,6 +14,7 @@
 //! ```
 
 mod cache;
+pub mod cached;
 mod config;
 mod controller;
 pub mod convert;
@@ -40,7 +41,7 @@ use kube::Client;
 pub use config::ControllerConfig;
 pub use controller::requeue_for;
 pub use error::Error;
-pub use events::REPORTING_CONTROLLER;
+pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
 pub use fence::Fence;
 pub use health::Health;
 pub use leader::LeaseConfig;
@@ -50,6 +51,7 @@ pub use registry::CloudRegistry;
 pub use server_core::Outcome;
 
 use cache::Caches;
+use cached::CachedServer;
 use executor::Executor;
 use health::Progress;
 use monitor::Monitor;
@@ -144,7 +146,8 @@ impl Operator {
     }
 
     /// Whether the operator is taking work: true once its caches are filled
-    /// and its loops run, false again when they stop.
+    /// and its loops run, false while the Server watch fails (nothing new
+    /// would be reconciled) and once they stop.
     pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
         self.ready.subscribe()
     }
@@ -181,23 +184,19 @@ impl Operator {
                 Some(tokio::spawn(leader::run(self.client.clone(), lease, self.fence.clone(), stopped)))
             }
         };
-        let ready = self.ready.clone();
         let stop = shutdown.clone();
         let work = self.with_caches(shutdown.clone(), move |caches| async move {
             let shutdown = stop;
             match loops {
                 Loops::Both => {
                     let (controller, monitor) = tokio::join!(
-                        controller::run(self.executor.clone(), caches.clone(), shutdown.clone(), ready),
+                        controller::run(self.executor.clone(), caches.clone(), shutdown.clone()),
                         self.monitor.run(&caches, shutdown.clone())
                     );
                     controller.and(monitor)
                 }
-                Loops::Controller => controller::run(self.executor.clone(), caches, shutdown.clone(), ready).await,
-                Loops::Monitor => {
-                    ready.send_replace(true);
-                    self.monitor.run(&caches, shutdown.clone()).await
-                }
+                Loops::Controller => controller::run(self.executor.clone(), caches, shutdown.clone()).await,
+                Loops::Monitor => self.monitor.run(&caches, shutdown.clone()).await,
             }
         });
         let result = drained(work, shutdown, self.config().drain_timeout).await;
@@ -216,7 +215,7 @@ impl Operator {
     pub async fn reconcile_once(&self, server: &crd::Server) -> Result<Outcome, Error> {
         let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
         let caches = Caches::load(&self.executor.client, Some(namespace)).await?;
-        self.executor.reconcile(server, &caches).await
+        self.executor.reconcile(&CachedServer::new(server.clone()), &caches).await
     }
 
     /// One monitor poll, outside the loop; it lists the consumed kinds first.
@@ -232,8 +231,23 @@ impl Operator {
         F: Future<Output = Result<(), Error>>,
     {
         let config = self.config();
-        cache::with_caches(&self.client, config.namespace.as_deref(), &cache::WatchSettings::of(config), shutdown, work)
-            .await
+        let ready = self.ready.clone();
+        // The caches read through the unfenced client: a follower keeps
+        // them warm.
+        let result = cache::with_caches(
+            &self.client,
+            config.namespace.as_deref(),
+            &cache::WatchSettings::of(config),
+            ready.clone(),
+            shutdown,
+            |caches| {
+                ready.send_replace(true);
+                work(caches)
+            },
+        )
+        .await;
+        self.ready.send_replace(false);
+        result
     }
 }
 
