@@ -178,6 +178,11 @@ pub enum CloudError {
     /// Authentication or configuration failed (bad credentials, no endpoint).
     #[error("provider authentication failed: {message}")]
     Auth { message: String },
+    /// Something the request needs does not exist at the provider yet (a
+    /// network or security group still being provisioned); nothing was sent
+    /// that could have made a server. Try again.
+    #[error("provider not ready: {message}")]
+    NotReady { message: String },
 }
 
 impl CloudError {

@@ -255,6 +255,18 @@ impl Env {
             "spec": spec,
         });
         self.sim.store().insert(plural, object).unwrap_or_else(|e| panic!("seeding {plural}/{name}: {e}"));
+        // What the unikorn network controllers would have made in Neutron.
+        if let Some(openstack) = self.openstack() {
+            match plural {
+                "networks" => {
+                    openstack.add_network(PROJECT, &format!("network-{name}"));
+                }
+                "securitygroups" => {
+                    openstack.add_security_group(PROJECT, &format!("securitygroup-{name}"));
+                }
+                _ => {}
+            }
+        }
     }
 
     /// The Identity (ready or not) and its OpenstackIdentity.
@@ -463,9 +475,10 @@ impl Env {
         self.openstack().map(OpenStackSim::counters)
     }
 
-    /// Neutron ports made for the Server with this uid (None for the direct path).
+    /// Neutron ports made for the Server with this uid (None for the direct
+    /// path). Ports are named after the Server, whose uid here is `uid-<name>`.
     pub fn openstack_ports_of(&self, uid: &str) -> Option<usize> {
-        let name = port_name(uid);
+        let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
         self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
     }
 

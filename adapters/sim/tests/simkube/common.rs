@@ -65,10 +65,8 @@ pub(crate) fn widget(name: &str, size: i32) -> Widget {
 
 /// The real Server CRD of the Go implementation.
 pub(crate) fn server_crd() -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml"
-    );
+    let path =
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml");
     let text = std::fs::read_to_string(path).expect("Server CRD fixture is readable");
     serde_saphyr::from_str(&text).expect("Server CRD fixture is YAML")
 }

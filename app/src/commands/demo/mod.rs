@@ -221,6 +221,11 @@ async fn cloud_registry(
         CloudKind::Openstack => {
             let simulator = server_sim::openstack::OpenStackSim::new(cloud.clone());
             simulator.add_user(world::OPENSTACK_USER, world::OPENSTACK_PASSWORD);
+            // What the unikorn network controllers would have made in Neutron.
+            for network in world::NETWORKS {
+                simulator.add_network(world::OPENSTACK_PROJECT, &format!("network-{network}"));
+            }
+            simulator.add_security_group(world::OPENSTACK_PROJECT, &format!("securitygroup-{}", world::SECURITY_GROUP));
             let served =
                 simulator.serve("127.0.0.1:0".parse()?).await.context("cannot serve the OpenStack simulator")?;
             let config = server_openstack::OpenStackConfig::new(served.auth_url(), "RegionOne");

@@ -16,6 +16,8 @@ pub(crate) const REGION: &str = "region-a";
 pub(crate) const IDENTITY: &str = "identity-a";
 pub(crate) const NETWORKS: [&str; 2] = ["net-a", "net-b"];
 pub(crate) const SECURITY_GROUP: &str = "sg-web";
+/// The OpenStack project of the demo's identity.
+pub(crate) const OPENSTACK_PROJECT: &str = "project-a";
 pub(crate) const SSH_CA: &str = "ca-ops";
 /// The demo identity's OpenStack user (known to the OpenStack simulator only).
 pub(crate) const OPENSTACK_USER: &str = "demo-user";
@@ -69,7 +71,7 @@ impl World {
                 object(
                     "OpenstackIdentity",
                     IDENTITY,
-                    json!({"projectID": "project-a", "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD}),
+                    json!({"projectID": OPENSTACK_PROJECT, "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD}),
                 ),
             ),
             ("networks", object("Network", NETWORKS[0], json!({"prefix": "10.0.0.0/24"}))),
