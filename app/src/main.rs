@@ -26,12 +26,14 @@ enum Command {
     /// Run the operator against a Kubernetes API server.
     Run(commands::run::Args),
     /// Run the whole system in-process on an embedded default and check the invariants.
+    #[cfg(feature = "sim")]
     Demo(commands::demo::Args),
     /// Print the CustomResourceDefinitions as YAML.
     Crd(commands::crd::Args),
     /// Print exactly the user data the operator would send to the provider.
     RenderUserData(commands::render_user_data::Args),
     /// Run the deterministic simulation against SimCloud and check the invariants.
+    #[cfg(feature = "sim")]
     Simulate(commands::simulate::Args),
 }
 
@@ -39,9 +41,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => commands::run::run(&args),
+        #[cfg(feature = "sim")]
         Command::Demo(args) => commands::demo::run(&args),
         Command::Crd(args) => commands::crd::run(&args),
         Command::RenderUserData(args) => commands::render_user_data::run(&args),
+        #[cfg(feature = "sim")]
         Command::Simulate(args) => commands::simulate::run(&args),
     }
 }

@@ -9,28 +9,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod cloud_init;
+
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use cloud_init::{
+    BIN, ECDSA, ED25519, MANAGED_NAME, PYTHON, RELOAD, Scratch, TRICKY_COMMENT_KEY, render, require_cloud_init,
+};
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_server-controller");
-const PYTHON: &str = "/usr/bin/python3";
-const MANAGED_NAME: &str = "unikorn-ssh-certificate-authority";
-
-const ED25519: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTiQfZfG1KaT0PtFDJ/XFSqti ca@example";
-/// A key whose comment would mean something else in YAML if pasted in by hand.
-const TRICKY_COMMENT_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTiQfZfG1KaT0PtFDJ/XFSqti yes: 0644 # no 'x' \"y\" &a *b {c} [d] | > ~ null";
-const ECDSA: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBHwf2HMM5TRXvo2SQJjsNkiDD5KqiiNjrGVv3UUh+mMT5RHxiRtOnlqvjhQtBq0VpmpCV/PwUdhOig4vkbqAcEc= ecdsa@example";
-
-const RELOAD: &str = "sh -c \"systemctl reload sshd || systemctl reload ssh || service ssh reload || service sshd reload || \
-                      systemctl restart sshd || systemctl restart ssh || service ssh restart || service sshd restart\"";
 
 /// Runs cloud-init's MIME processor over a file and prints, as JSON, each
 /// part it hands to the handlers: type, filename, payload (base64) and, for
@@ -78,73 +70,6 @@ if mode == "batch":
 else:
     print(json.dumps(parts_of(open(path, "rb").read())))
 "#;
-
-fn cloud_init_available() -> bool {
-    let python = Command::new(PYTHON)
-        .args(["-c", "import cloudinit.user_data"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let cli = Command::new("cloud-init")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    python && cli
-}
-
-/// True when the test can run; panics in CI without cloud-init.
-fn require_cloud_init(test: &str) -> bool {
-    if cloud_init_available() {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!(
-            "{test}: cloud-init is not installed (/usr/bin/python3 with cloudinit, and the cloud-init CLI); run .ci/run-userdata-deps"
-        );
-    }
-    eprintln!("SKIPPED {test}: cloud-init is not installed; run .ci/run-userdata-deps (apt-get install cloud-init)");
-    false
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "ud-conformance-{}-{}-{name}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let path = self.0.join(name);
-        fs::write(&path, bytes).unwrap();
-        path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn render(scratch: &Scratch, user_data: &[u8], key: Option<&str>) -> Output {
-    let ud = scratch.write("user-data", user_data);
-    let mut cmd = Command::new(BIN);
-    cmd.arg("render-user-data").arg("--user-data").arg(&ud);
-    if let Some(key) = key {
-        cmd.arg("--ssh-ca-public-key").arg(scratch.write("ca.pub", key.as_bytes()));
-    }
-    cmd.output().unwrap()
-}
 
 #[derive(Debug)]
 struct Part {
@@ -543,7 +468,20 @@ impl Gen {
         let mut body = sentinel.to_owned();
         for _ in 0..self.below(4) {
             body.push('\n');
-            body.push_str(self.pick(&["echo hi", "x: 1", "caf\u{e9} \u{20ac}", "--", "-- not a boundary", "=3D", ""]));
+            body.push_str(self.pick(&[
+                "echo hi",
+                "x: 1",
+                "caf\u{e9} \u{20ac}",
+                "--",
+                "-- not a boundary",
+                "=3D",
+                "",
+                "runcmd: [echo gen]",
+                "write_files: [{path: /etc/gen, content: gen}]",
+                "packages: [htop]",
+                "runcmd: echo a string",
+                "merge_how: 'list(append)+dict(recurse_array)+str()'",
+            ]));
         }
         if self.chance(50) {
             body.push('\n');
@@ -614,6 +552,13 @@ impl Gen {
         }
         if self.chance(20) {
             part.push_str("Content-Disposition: attachment; filename=\"p.txt\"\n");
+        }
+        if self.chance(15) {
+            part.push_str(self.pick(&[
+                "Merge-Type: dict(replace)+list(append)+str()\n",
+                "X-Merge-Type: list(append)+dict(no_replace,recurse_list)+str()\n",
+                "Merge-Type: list(prepend)+dict(no_replace,recurse_list)+str(append)\n",
+            ]));
         }
         if self.chance(90) {
             part.push('\n');
@@ -772,9 +717,43 @@ fn server_core_sees_user_data_as_cloud_init_does() {
             mismatches.push(format!("{name}:\n  server-core: {want:?}\n  cloud-init:  {got:?}"));
         }
     }
+    // The merged result: cloud-init's cloud-config of each merge is the
+    // user's own with the managed lists appended, and cloud-init warns about
+    // nothing the user data alone does not warn about.
+    let managed_config = {
+        let managed = render_user_data(None, Some(ED25519)).unwrap().unwrap();
+        cloud_init::merged(&scratch, &managed).config
+    };
+    let merges = cloud_init::merged_batch(&scratch, &dir);
+    let mut merged_compared = 0;
+    for name in expected.keys().filter(|name| !name.ends_with(".merged")) {
+        let (Some(user), Some(with_ca)) = (merges.get(name), merges.get(&format!("{name}.merged"))) else {
+            mismatches.push(format!("{name}: no merge result"));
+            continue;
+        };
+        match (user, with_ca) {
+            (Ok(user), Ok(with_ca)) => {
+                let want = cloud_init::appended(&user.config, &managed_config);
+                if with_ca.config != want {
+                    mismatches.push(format!(
+                        "{name}: merged cloud-config\n  user's + managed: {want}\n  cloud-init:       {}",
+                        with_ca.config
+                    ));
+                }
+                if with_ca.warnings != user.warnings {
+                    mismatches.push(format!(
+                        "{name}: warnings\n  user data alone: {:?}\n  with a CA:       {:?}",
+                        user.warnings, with_ca.warnings
+                    ));
+                }
+                merged_compared += 1;
+            }
+            (user, with_ca) => mismatches.push(format!("{name}: cloud-init failed: {user:?} / {with_ca:?}")),
+        }
+    }
     eprintln!(
         "differential: {accepted} accepted inputs ({generated_accepted} generated) and their merges compared, \
-         {refused} refused"
+         {merged_compared} merged cloud-configs compared, {refused} refused"
     );
     assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
 }

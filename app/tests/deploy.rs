@@ -71,3 +71,23 @@ fn deployment_runs_the_operator_locked_down() {
     assert!(security["capabilities"].get("add").is_none());
     assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
 }
+
+/// The production image builds the operator without the `sim` feature: no
+/// `demo`, `simulate` or `--cloud sim`, and no simulator crate in the binary.
+#[test]
+fn dockerfile_builds_without_the_simulators() {
+    let dockerfile = std::fs::read_to_string(deploy_file("Dockerfile")).unwrap();
+    let builds: Vec<&str> = dockerfile.lines().filter(|line| line.contains("cargo build")).collect();
+    assert_eq!(builds.len(), 1, "one cargo build in deploy/Dockerfile: {builds:?}");
+    let words: Vec<&str> = builds[0].split_whitespace().collect();
+    assert!(
+        words.contains(&"--no-default-features"),
+        "deploy/Dockerfile must build with --no-default-features: {}",
+        builds[0]
+    );
+    assert!(
+        !words.iter().any(|word| word.starts_with("--features") || *word == "-F"),
+        "no features in the production build: {}",
+        builds[0]
+    );
+}

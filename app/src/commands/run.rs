@@ -59,6 +59,7 @@ pub(crate) struct Args {
     cloud: CloudKind,
 
     /// Regions the in-process simulated cloud serves (with --cloud sim).
+    #[cfg(feature = "sim")]
     #[arg(
         long = "sim-region",
         env = "SERVER_CONTROLLER_SIM_REGIONS",
@@ -68,6 +69,7 @@ pub(crate) struct Args {
     sim_regions: Vec<String>,
 
     /// Seed of the simulated cloud (with --cloud sim).
+    #[cfg(feature = "sim")]
     #[arg(long, env = "SERVER_CONTROLLER_SIM_SEED", default_value_t = 1)]
     sim_seed: u64,
 
@@ -94,6 +96,8 @@ fn parse_region_source(value: &str) -> Result<(String, String), String> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum CloudKind {
     /// server-sim's in-process cloud: for trying the operator without a cloud.
+    /// Only in builds with the `sim` feature, never in the production image.
+    #[cfg(feature = "sim")]
     Sim,
     /// OpenStack (Keystone, Nova, Neutron).
     Openstack,
@@ -139,6 +143,7 @@ fn controller_config(args: &Args) -> ControllerConfig {
 
 async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
     match args.cloud {
+        #[cfg(feature = "sim")]
         CloudKind::Sim => {
             let cloud = server_sim::cloud::SimCloud::new(server_sim::cloud::CloudConfig::new(args.sim_seed));
             let port = cloud.port();

@@ -17,8 +17,9 @@ pub(crate) enum Piece<'a> {
     /// data, which needs a line ending before the next boundary, and a blank
     /// line first when it ends inside its header block.
     Entity { raw: &'a [u8], ended_in_headers: bool },
-    /// A payload to wrap in headers of ours.
-    Payload { content_type: &'a str, filename: Option<&'a str>, body: &'a [u8] },
+    /// A payload to wrap in headers of ours, with a cloud-init `Merge-Type`
+    /// header when it says how the part merges into the ones before it.
+    Payload { content_type: &'a str, filename: Option<&'a str>, merge_type: Option<&'a str>, body: &'a [u8] },
 }
 
 /// The user's pieces: a single payload becomes one typed part; a multipart
@@ -29,7 +30,9 @@ pub(crate) fn user_pieces<'a>(data: &'a [u8], classified: &'a Classified<'a>) ->
     match classified {
         // Refused before merging: the operator does not inflate user data.
         Classified::Gzip => Vec::new(),
-        Classified::Single(t) => vec![Piece::Payload { content_type: t.mime_type(), filename: None, body: data }],
+        Classified::Single(t) => {
+            vec![Piece::Payload { content_type: t.mime_type(), filename: None, merge_type: None, body: data }]
+        }
         Classified::Mime { message, .. } => match &message.body {
             Body::Multipart(parts) if message.content_type != "multipart/digest" => {
                 parts.iter().map(|p| Piece::Part(p.raw.as_bytes())).collect()
@@ -42,7 +45,7 @@ pub(crate) fn user_pieces<'a>(data: &'a [u8], classified: &'a Classified<'a>) ->
 /// Encodes a payload part. ASCII bodies go as they are; anything else is
 /// base64, because cloud-init turns non-ASCII text of a part that is not
 /// transfer-encoded into Python escape sequences.
-fn encode_payload(content_type: &str, filename: Option<&str>, body: &[u8]) -> Vec<u8> {
+fn encode_payload(content_type: &str, filename: Option<&str>, merge_type: Option<&str>, body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() * 4 / 3 + 200);
     out.extend_from_slice(format!("Content-Type: {content_type}; charset=\"utf-8\"\n").as_bytes());
     let ascii = body.is_ascii();
@@ -50,6 +53,9 @@ fn encode_payload(content_type: &str, filename: Option<&str>, body: &[u8]) -> Ve
     out.extend_from_slice(format!("Content-Transfer-Encoding: {encoding}\n").as_bytes());
     if let Some(name) = filename {
         out.extend_from_slice(format!("Content-Disposition: attachment; filename=\"{name}\"\n").as_bytes());
+    }
+    if let Some(merge_type) = merge_type {
+        out.extend_from_slice(format!("Merge-Type: {merge_type}\n").as_bytes());
     }
     out.push(b'\n');
     if ascii {
@@ -104,8 +110,8 @@ pub(crate) fn assemble(pieces: &[Piece<'_>]) -> Vec<u8> {
             Piece::Part(raw) => (raw.to_vec(), Ending::Own),
             Piece::Entity { raw, ended_in_headers: true } => (raw.to_vec(), Ending::AfterHeaders),
             Piece::Entity { raw, ended_in_headers: false } => (raw.to_vec(), Ending::Add),
-            Piece::Payload { content_type, filename, body } => {
-                (encode_payload(content_type, *filename, body), Ending::Add)
+            Piece::Payload { content_type, filename, merge_type, body } => {
+                (encode_payload(content_type, *filename, *merge_type, body), Ending::Add)
             }
         })
         .collect();
@@ -152,15 +158,15 @@ mod tests {
 
     #[test]
     fn non_ascii_payloads_are_base64() {
-        let part = encode_payload("text/x-shellscript", None, "#!/bin/sh\necho \u{e9}\n".as_bytes());
+        let part = encode_payload("text/x-shellscript", None, None, "#!/bin/sh\necho \u{e9}\n".as_bytes());
         let text = String::from_utf8(part).unwrap_or_default();
         assert!(text.contains("Content-Transfer-Encoding: base64\n"), "{text}");
-        let part = encode_payload("text/cloud-config", Some("n"), b"#cloud-config\n");
+        let part = encode_payload("text/cloud-config", Some("n"), Some("list(append)"), b"#cloud-config\n");
         let text = String::from_utf8(part).unwrap_or_default();
         assert_eq!(
             text,
             "Content-Type: text/cloud-config; charset=\"utf-8\"\nContent-Transfer-Encoding: 7bit\n\
-             Content-Disposition: attachment; filename=\"n\"\n\n#cloud-config\n"
+             Content-Disposition: attachment; filename=\"n\"\nMerge-Type: list(append)\n\n#cloud-config\n"
         );
     }
 }

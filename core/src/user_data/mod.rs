@@ -23,7 +23,9 @@
 //!
 //! With an SSH CA, its public key becomes a managed cloud-config part
 //! ([`MANAGED_PART_NAME`]): alone when there is no user data, otherwise last
-//! in a `multipart/mixed` message after the user's parts.
+//! in a `multipart/mixed` message after the user's parts, with a
+//! `Merge-Type` header ([`MANAGED_PART_MERGE_TYPE`]) that makes cloud-init
+//! append its lists to the user's instead of replacing them.
 //!
 //! Pure: no I/O, deterministic output. Errors never quote user data or keys.
 
@@ -48,6 +50,33 @@ use merge::Piece;
 
 /// The MIME type of the managed part.
 pub const MANAGED_PART_CONTENT_TYPE: &str = "text/cloud-config";
+
+/// The `Merge-Type` header of the managed part: how cloud-init merges it into
+/// the cloud-config it gathered from the user's parts before it.
+///
+/// cloud-init merges each cloud-config part into the ones before it with the
+/// mergers its header (or a `merge_how` key) names, and without either with
+/// `dict(replace)+list()+str()` (`cloudinit/handlers/cloud_config.py`): a
+/// key of a later part replaces the earlier value whole, so a managed part
+/// without this header would erase the user's `write_files` and `runcmd`.
+/// With this one (`cloudinit/mergers/m_dict.py`, `m_list.py`, `m_str.py`;
+/// the list-appending example of cloud-init's merging documentation):
+/// - `dict(no_replace,recurse_list)`: a key only the managed part has is
+///   added; a key both have keeps the user's value, except that the list
+///   merger combines two lists (and the dict merger two mappings);
+/// - `list(append)`: the user's entries first, then the managed ones, so the
+///   user's files are written and commands run, and ours come last (a user
+///   file at our paths is overwritten by ours, our reload runs after the
+///   user's commands);
+/// - `str()`: a string where the user's `write_files` or `runcmd` should be
+///   a list (invalid cloud-config) is replaced by our list rather than
+///   leaving sshd unconfigured. Not `str(append)`: joining a string and a
+///   list raises, and cloud-init would then drop the whole managed part.
+///
+/// The header only governs how the managed part merges into the earlier
+/// ones; the user's own parts keep their `Merge-Type` headers and
+/// `merge_how` keys.
+pub const MANAGED_PART_MERGE_TYPE: &str = "list(append)+dict(no_replace,recurse_list)+str()";
 
 fn non_empty(user_data: Option<&[u8]>) -> Option<&[u8]> {
     user_data.filter(|d| !d.is_empty())
@@ -126,6 +155,7 @@ pub fn render_user_data(
     let managed_piece = Piece::Payload {
         content_type: MANAGED_PART_CONTENT_TYPE,
         filename: Some(MANAGED_PART_NAME),
+        merge_type: Some(MANAGED_PART_MERGE_TYPE),
         body: managed.as_bytes(),
     };
     let Some((data, classified)) = classified else {
