@@ -66,6 +66,8 @@ pub fn test_config() -> ControllerConfig {
         monitor_interval: Duration::from_millis(100),
         resync_interval: None,
         watch_retry_interval: Duration::from_millis(100),
+        // Small pages, so every relist of more than two Servers spans pages.
+        watch_page_size: 2,
         cloud_timeout: Duration::from_secs(2),
         reporting_instance: Some("e2e".into()),
         ..ControllerConfig::default()

@@ -26,7 +26,7 @@ use tracing::{info, warn};
 
 use crate::controller::FixedBackoff;
 use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
-use crate::error::Error;
+use crate::error::{Error, watch_error_summary};
 use crate::shutdown::Shutdown;
 
 /// A namespaced kind the operator reads through the API or a cache.
@@ -52,6 +52,21 @@ impl<K> ConsumedKind for K where
 {
 }
 
+/// How the watches list and retry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WatchSettings {
+    /// Delay before re-establishing a failed watch.
+    pub(crate) retry: Duration,
+    /// Objects per page of a (re)list.
+    pub(crate) page_size: u32,
+}
+
+impl WatchSettings {
+    pub(crate) fn of(config: &crate::config::ControllerConfig) -> Self {
+        WatchSettings { retry: config.watch_retry_interval, page_size: config.watch_page_size }
+    }
+}
+
 /// Read handles on the caches; cloning shares them.
 #[derive(Clone, Debug)]
 pub(crate) struct Caches {
@@ -65,19 +80,19 @@ pub(crate) struct Caches {
 impl Caches {
     /// The caches of `namespace` (all namespaces when `None`), and the
     /// future that fills them: it lists and watches each kind, retrying a
-    /// failed watch after `retry`, and never ends on its own.
+    /// failed watch as `watch` says, and never ends on its own.
     pub(crate) fn start(
         client: &Client,
         namespace: Option<&str>,
-        retry: Duration,
+        watch: &WatchSettings,
     ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
         let mut reflectors = Vec::new();
         let caches = Caches {
-            identities: reflect(client, namespace, retry, &mut reflectors),
-            networks: reflect(client, namespace, retry, &mut reflectors),
-            security_groups: reflect(client, namespace, retry, &mut reflectors),
-            ssh_certificate_authorities: reflect(client, namespace, retry, &mut reflectors),
-            openstack_identities: reflect(client, namespace, retry, &mut reflectors),
+            identities: reflect(client, namespace, watch, &mut reflectors),
+            networks: reflect(client, namespace, watch, &mut reflectors),
+            security_groups: reflect(client, namespace, watch, &mut reflectors),
+            ssh_certificate_authorities: reflect(client, namespace, watch, &mut reflectors),
+            openstack_identities: reflect(client, namespace, watch, &mut reflectors),
         };
         (caches, future::join_all(reflectors).map(|_| ()))
     }
@@ -138,7 +153,7 @@ impl Caches {
 pub(crate) async fn with_caches<W, F>(
     client: &Client,
     namespace: Option<&str>,
-    retry: Duration,
+    watch: &WatchSettings,
     shutdown: Shutdown,
     work: W,
 ) -> Result<(), Error>
@@ -146,7 +161,7 @@ where
     W: FnOnce(Caches) -> F,
     F: Future<Output = Result<(), Error>>,
 {
-    let (caches, reflectors) = Caches::start(client, namespace, retry);
+    let (caches, reflectors) = Caches::start(client, namespace, watch);
     let work = async {
         tokio::select! {
             ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,
@@ -173,12 +188,13 @@ pub(crate) fn scoped_api<K: ConsumedKind>(client: Client, namespace: Option<&str
 fn reflect<K: ConsumedKind>(
     client: &Client,
     namespace: Option<&str>,
-    retry: Duration,
+    watch: &WatchSettings,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
 ) -> Store<K> {
     let (store, writer) = reflector::store();
-    let events = watcher(scoped_api::<K>(client.clone(), namespace), watcher::Config::default())
-        .backoff(FixedBackoff(retry))
+    let config = watcher::Config::default().page_size(watch.page_size);
+    let events = watcher(scoped_api::<K>(client.clone(), namespace), config)
+        .backoff(FixedBackoff(watch.retry))
         // Nothing reads managed fields; dropping them keeps the cache small.
         .modify(|object: &mut K| object.managed_fields_mut().clear())
         .reflect(writer);
@@ -186,6 +202,7 @@ fn reflect<K: ConsumedKind>(
         events
             .for_each(|event| async move {
                 if let Err(error) = event {
+                    let error = watch_error_summary(&error);
                     warn!(kind = %K::kind(&()), %error, "watch of a consumed kind failed; the cache keeps its last state");
                 }
             })

@@ -19,6 +19,8 @@ pub struct ControllerConfig {
     pub resync_interval: Option<Duration>,
     /// Delay before re-establishing a failed Server watch.
     pub watch_retry_interval: Duration,
+    /// Objects per page when a watch (re)lists Servers or a consumed kind.
+    pub watch_page_size: u32,
     /// Upper bound on one cloud call; an expired call counts as a provider
     /// timeout (the provider's view becomes unknown).
     pub cloud_timeout: Duration,
@@ -31,6 +33,8 @@ pub struct ControllerConfig {
 impl ControllerConfig {
     pub const DEFAULT_YIELD_INTERVAL: Duration = Duration::from_secs(10);
     pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(30);
+    /// kube-runtime's default page size.
+    pub const DEFAULT_WATCH_PAGE_SIZE: u32 = 500;
 }
 
 impl Default for ControllerConfig {
@@ -42,6 +46,7 @@ impl Default for ControllerConfig {
             monitor_interval: Self::DEFAULT_MONITOR_INTERVAL,
             resync_interval: Some(Duration::from_secs(10 * 60 * 60)),
             watch_retry_interval: Duration::from_secs(1),
+            watch_page_size: Self::DEFAULT_WATCH_PAGE_SIZE,
             cloud_timeout: Duration::from_secs(60),
             concurrency: 8,
             reporting_instance: None,

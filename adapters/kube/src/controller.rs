@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{StreamExt, stream};
+use futures_util::{Stream, StreamExt, stream};
 use kube::runtime::controller::{Action as Requeue, Config as RuntimeConfig, Controller};
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -44,12 +44,10 @@ struct Context {
 pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutdown) -> Result<(), Error> {
     let config = executor.config.clone();
     let api = servers_api(executor.client.clone(), config.namespace.as_deref());
-    let (reader, writer) = reflector::store();
-    let events =
-        watcher(api, watcher::Config::default()).backoff(FixedBackoff(config.watch_retry_interval)).reflect(writer);
-    let mut controller = Controller::for_stream(wake_stream(events), reader)
+    let watch = watcher::Config::default().page_size(config.watch_page_size);
+    let events = watcher(api, watch).backoff(FixedBackoff(config.watch_retry_interval));
+    let mut controller = server_controller(events)
         .with_config(RuntimeConfig::default().concurrency(config.concurrency))
-        .trigger_backoff(FixedBackoff(config.watch_retry_interval))
         .graceful_shutdown_on(shutdown);
     if let Some(interval) = config.resync_interval {
         controller = controller.reconcile_all_on(resync_ticks(interval));
@@ -66,6 +64,16 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
         .await;
     info!("server controller stopped");
     Ok(())
+}
+
+/// The controller over a Server watch: a reflector store fed by `events`,
+/// and the wake rule deciding which events trigger a pass.
+fn server_controller<S>(events: S) -> Controller<Server>
+where
+    S: Stream<Item = Result<watcher::Event<Server>, watcher::Error>> + Send + 'static,
+{
+    let (reader, writer) = reflector::store();
+    Controller::for_shared_stream(wake_stream(events.reflect(writer), reader.clone()), reader)
 }
 
 async fn reconcile(server: Arc<Server>, context: Arc<Context>) -> Result<Requeue, Error> {
@@ -128,7 +136,93 @@ impl Backoff for FixedBackoff {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
+    use jiff::Timestamp;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kube::runtime::watcher::Event;
+
     use super::*;
+    use crate::crd::ServerResourceSpec;
+
+    fn server(name: &str, resource_version: u64) -> Server {
+        let mut server = Server::new(name, ServerResourceSpec::default());
+        server.metadata.namespace = Some("ns".into());
+        server.metadata.uid = Some(format!("uid-{name}"));
+        server.metadata.generation = Some(1);
+        server.metadata.resource_version = Some(resource_version.to_string());
+        server
+    }
+
+    fn deleting(mut server: Server) -> Server {
+        server.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        server.metadata.generation = Some(2);
+        server
+    }
+
+    /// (name, resourceVersion) of every Server a pass ran on, in order.
+    type Passes = Arc<Mutex<Vec<(String, String)>>>;
+
+    async fn passes_until(passes: &Passes, expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let seen = passes.lock().map(|p| p.clone()).unwrap_or_default();
+            let all = expected.iter().all(|(name, rv)| seen.iter().any(|(n, r)| n == name && r == rv));
+            if all || tokio::time::Instant::now() > deadline {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// A relist whose first page brings a new Server and one whose deletion
+    /// started, with a round trip to the API server before the second page:
+    /// each gets a pass that reads the relisted object, not the copy from
+    /// before the relist (or none at all).
+    #[tokio::test]
+    async fn a_relist_on_two_pages_wakes_with_the_relisted_objects() {
+        let (events, mut script) = tokio::sync::mpsc::unbounded_channel::<Result<Event<Server>, watcher::Error>>();
+        let script = stream::poll_fn(move |cx| script.poll_recv(cx));
+        let passes: Passes = Arc::default();
+        let recorded = passes.clone();
+        let controller = server_controller(script).run(
+            move |server: Arc<Server>, _: Arc<()>| {
+                let recorded = recorded.clone();
+                async move {
+                    let rv = server.resource_version().unwrap_or_default();
+                    if let Ok(mut passes) = recorded.lock() {
+                        passes.push((server.name_any(), rv));
+                    }
+                    Ok::<_, Error>(Requeue::await_change())
+                }
+            },
+            |_, _, _| Requeue::await_change(),
+            Arc::new(()),
+        );
+        let running = tokio::spawn(controller.for_each(|_| async {}));
+        let send = |event| events.send(Ok(event)).expect("the controller listens");
+
+        send(Event::Init);
+        send(Event::InitApply(server("a", 1)));
+        send(Event::InitApply(server("b", 2)));
+        send(Event::InitDone);
+        let initial = passes_until(&passes, &[("a", "1"), ("b", "2")]).await;
+        assert_eq!(initial.len(), 2, "{initial:?}");
+
+        // The watch was cut; meanwhile `a` started deleting and `new` was created.
+        send(Event::Init);
+        send(Event::InitApply(deleting(server("a", 5))));
+        send(Event::InitApply(server("new", 6)));
+        // The round trip for page 2: the controller runs meanwhile.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        send(Event::InitApply(server("b", 2)));
+        send(Event::InitDone);
+        let after = passes_until(&passes, &[("a", "5"), ("new", "6")]).await;
+        running.abort();
+        assert!(after.contains(&("a".into(), "5".into())), "the deleting Server's pass saw it deleting: {after:?}");
+        assert!(after.contains(&("new".into(), "6".into())), "the new Server got a pass: {after:?}");
+        assert!(!after[2..].iter().any(|(name, _)| name == "b"), "unchanged b does not wake: {after:?}");
+    }
 
     #[test]
     fn only_yield_and_error_requeue_and_always_at_the_fixed_interval() {

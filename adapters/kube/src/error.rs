@@ -60,3 +60,32 @@ pub(crate) fn short_message(error: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// A failed watch, for the logs. The API server's answer is summarized, never
+/// quoted: a decode error's message can carry a value of the object (user
+/// data, credentials), so only where decoding failed is kept.
+pub(crate) fn watch_error_summary(error: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error as Watch;
+    match error {
+        Watch::InitialListFailed(e) => format!("listing failed: {}", kube_error_summary(e)),
+        Watch::WatchStartFailed(e) => format!("starting the watch failed: {}", kube_error_summary(e)),
+        Watch::WatchFailed(e) => format!("the watch failed: {}", kube_error_summary(e)),
+        Watch::WatchError(status) => format!("the watch ended: HTTP {} {}", status.code, status.reason),
+        other => other.to_string(),
+    }
+}
+
+/// A Kubernetes client error without any part of a response body.
+pub(crate) fn kube_error_summary(error: &kube::Error) -> String {
+    match error {
+        kube::Error::SerdeError(e) => {
+            format!(
+                "the answer could not be decoded ({:?} error at line {}, column {})",
+                e.classify(),
+                e.line(),
+                e.column()
+            )
+        }
+        other => short_message(other),
+    }
+}

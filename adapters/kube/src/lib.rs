@@ -149,7 +149,7 @@ impl Operator {
         let result = cache::with_caches(
             &self.executor.client,
             config.namespace.as_deref(),
-            config.watch_retry_interval,
+            &cache::WatchSettings::of(config),
             shutdown,
             |caches| {
                 ready.send_replace(true);

@@ -7,23 +7,39 @@
 //! `server_core::should_wake` about each change: creation, a generation
 //! change, the start of deletion and a rising edge get through; a falling
 //! edge and status writes that leave the predicate unchanged do not.
+//!
+//! A pass reads its Server from the reflector's store, not from the event,
+//! so a wake is only worth anything once the store holds the object that
+//! caused it. The reflector applies a watch event before it reaches this
+//! filter, except during a relist: it holds the relisted objects aside until
+//! the last page is in (`InitDone`), and a pass triggered by a page before
+//! that would read the copy from before the relist, or find nothing. So the
+//! filter collects a relist and decides its wakes at `InitDone`, against the
+//! Servers as seen before the relist, and a relist that breaks off before
+//! its end changes nothing here.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::sync::Arc;
 
-use futures_util::{Stream, StreamExt, future};
+use futures_util::{Stream, StreamExt, future, stream};
 use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use server_core::model::Server as CoreServer;
 use server_core::should_wake;
+use tracing::warn;
 
 use crate::convert::core_server;
 use crate::crd::Server;
 
-/// Last-seen Servers by uid, and the uids seen during a relist.
+/// A relisted Server: where the store holds it, its uid, and what it is.
+type Relisted = (ObjectRef<Server>, Option<String>, CoreServer);
+
+/// Last-seen Servers by uid, and the Servers of a relist under way.
 #[derive(Debug, Default)]
 pub struct WakeFilter {
     last_seen: HashMap<String, CoreServer>,
-    relisted: Option<HashSet<String>>,
+    relist: Option<Vec<Relisted>>,
 }
 
 impl WakeFilter {
@@ -31,36 +47,37 @@ impl WakeFilter {
         Self::default()
     }
 
-    /// Feeds one watch event; returns the Server if it must be reconciled.
-    pub fn on_event(&mut self, event: Event<Server>) -> Option<Server> {
+    /// Feeds one watch event, after the reflector applied it to the store;
+    /// returns the Servers that must be reconciled now.
+    pub fn on_event(&mut self, event: &Event<Server>) -> Vec<ObjectRef<Server>> {
         match event {
-            Event::Apply(server) => self.observe(server),
-            Event::InitApply(server) => {
-                if let (Some(relisted), Some(uid)) = (self.relisted.as_mut(), server.uid()) {
-                    relisted.insert(uid);
+            Event::Apply(server) => {
+                let reference = ObjectRef::from_obj(server);
+                match server.uid() {
+                    Some(uid) => self.observe(uid, core_server(server)).then_some(reference).into_iter().collect(),
+                    // Not persisted by an API server; cannot be tracked, let it through.
+                    None => vec![reference],
                 }
-                // A relist after a cut watch compares against what was seen
-                // before the cut, so a change missed in between still wakes.
-                self.observe(server)
             }
             Event::Delete(server) => {
                 // The object is gone: nothing to reconcile, nothing to remember.
                 if let Some(uid) = server.uid() {
                     self.last_seen.remove(&uid);
                 }
-                None
+                Vec::new()
             }
             Event::Init => {
-                self.relisted = Some(HashSet::new());
-                None
+                // A relist that broke off is dropped whole: the next one
+                // compares against the same Servers as seen before.
+                self.relist = Some(Vec::new());
+                Vec::new()
             }
-            Event::InitDone => {
-                // Servers deleted while the watch was down never get a Delete.
-                if let Some(relisted) = self.relisted.take() {
-                    self.last_seen.retain(|uid, _| relisted.contains(uid));
-                }
-                None
+            Event::InitApply(server) => {
+                let relisted = (ObjectRef::from_obj(server), server.uid(), core_server(server));
+                self.relist.get_or_insert_with(Vec::new).push(relisted);
+                Vec::new()
             }
+            Event::InitDone => self.relist_done(),
         }
     }
 
@@ -73,30 +90,53 @@ impl WakeFilter {
         self.last_seen.is_empty()
     }
 
-    fn observe(&mut self, server: Server) -> Option<Server> {
-        let Some(uid) = server.uid() else {
-            // Not persisted by an API server; cannot be tracked, let it through.
-            return Some(server);
-        };
-        let new = core_server(&server);
-        let wake = should_wake(self.last_seen.get(&uid), &new);
-        self.last_seen.insert(uid, new);
-        wake.then_some(server)
+    /// Decides the wakes of a whole relist: each Server against the copy seen
+    /// before the watch was cut (a change missed in between still wakes).
+    /// Servers deleted while the watch was down never get a Delete: only the
+    /// relisted ones are remembered.
+    fn relist_done(&mut self) -> Vec<ObjectRef<Server>> {
+        let relisted = self.relist.take().unwrap_or_default();
+        let mut previous = std::mem::take(&mut self.last_seen);
+        let mut wakes = Vec::new();
+        for (reference, uid, server) in relisted {
+            let Some(uid) = uid else {
+                wakes.push(reference);
+                continue;
+            };
+            if should_wake(previous.remove(&uid).as_ref(), &server) {
+                wakes.push(reference);
+            }
+            self.last_seen.insert(uid, server);
+        }
+        wakes
+    }
+
+    fn observe(&mut self, uid: String, server: CoreServer) -> bool {
+        let wake = should_wake(self.last_seen.get(&uid), &server);
+        self.last_seen.insert(uid, server);
+        wake
     }
 }
 
-/// The trigger stream of the controller: watch events in, Servers to
-/// reconcile out. Watch errors pass through for the controller's backoff.
-pub fn wake_stream<S>(events: S) -> impl Stream<Item = Result<Server, watcher::Error>> + Send + 'static
+/// The trigger stream of the controller: watch events in (already applied to
+/// `store` by its reflector), Servers to reconcile out, as the store holds
+/// them. Watch errors are logged; the watcher retries on its own backoff.
+pub fn wake_stream<S>(events: S, store: Store<Server>) -> impl Stream<Item = Arc<Server>> + Send + 'static
 where
     S: Stream<Item = Result<Event<Server>, watcher::Error>> + Send + 'static,
 {
     let mut filter = WakeFilter::new();
-    events.filter_map(move |event| {
-        future::ready(match event {
-            Ok(event) => filter.on_event(event).map(Ok),
-            Err(error) => Some(Err(error)),
-        })
+    events.flat_map(move |event| {
+        let wakes = match event {
+            Ok(event) => filter.on_event(&event),
+            Err(error) => {
+                warn!(error = %crate::error::watch_error_summary(&error), "watching Servers failed; retrying");
+                Vec::new()
+            }
+        };
+        // Gone from the store since (deleted): nothing to reconcile.
+        let store = store.clone();
+        stream::iter(wakes).filter_map(move |reference| future::ready(store.get(&reference)))
     })
 }
 
@@ -110,7 +150,7 @@ mod tests {
     use crate::crd::ServerResourceSpec;
 
     fn server(uid: &str, generation: i64) -> Server {
-        let mut server = Server::new("s", ServerResourceSpec::default());
+        let mut server = Server::new(uid, ServerResourceSpec::default());
         server.metadata.uid = Some(uid.into());
         server.metadata.generation = Some(generation);
         server.status = Some(Default::default());
@@ -129,7 +169,7 @@ mod tests {
     }
 
     fn woke(filter: &mut WakeFilter, server: &Server) -> bool {
-        filter.on_event(Event::Apply(server.clone())).is_some()
+        !filter.on_event(&Event::Apply(server.clone())).is_empty()
     }
 
     #[test]
@@ -172,7 +212,7 @@ mod tests {
         let mut deleting = server("u1", 2);
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert!(woke(&mut filter, &deleting), "deletion starts");
-        assert!(filter.on_event(Event::Delete(deleting)).is_none(), "gone: nothing to do");
+        assert!(filter.on_event(&Event::Delete(deleting)).is_empty(), "gone: nothing to do");
         assert!(filter.is_empty(), "state dropped on delete");
     }
 
@@ -182,11 +222,24 @@ mod tests {
         woke(&mut filter, &server("u1", 1));
         woke(&mut filter, &server("u2", 1));
         woke(&mut filter, &server("u3", 1));
-        assert!(filter.on_event(Event::Init).is_none());
-        assert!(filter.on_event(Event::InitApply(server("u1", 1))).is_none(), "unchanged");
-        assert!(filter.on_event(Event::InitApply(server("u2", 2))).is_some(), "spec changed meanwhile");
-        assert!(filter.on_event(Event::InitDone).is_none());
+        assert!(filter.on_event(&Event::Init).is_empty());
+        assert!(filter.on_event(&Event::InitApply(server("u1", 1))).is_empty(), "decided at the end");
+        assert!(filter.on_event(&Event::InitApply(server("u2", 2))).is_empty(), "decided at the end");
+        let woken = filter.on_event(&Event::InitDone);
+        assert_eq!(woken, [ObjectRef::from_obj(&server("u2", 2))], "only the spec change meanwhile");
         assert_eq!(filter.len(), 2, "u3 was deleted while the watch was down");
         assert!(woke(&mut filter, &server("u3", 1)), "a new u3 is a creation");
+    }
+
+    #[test]
+    fn a_relist_that_breaks_off_is_decided_by_the_next_one() {
+        let mut filter = WakeFilter::new();
+        woke(&mut filter, &server("u1", 1));
+        filter.on_event(&Event::Init);
+        filter.on_event(&Event::InitApply(server("u1", 2)));
+        // Page 2 failed (e.g. 410 Expired): the watcher starts over.
+        filter.on_event(&Event::Init);
+        filter.on_event(&Event::InitApply(server("u1", 2)));
+        assert_eq!(filter.on_event(&Event::InitDone).len(), 1, "the spec change still wakes");
     }
 }

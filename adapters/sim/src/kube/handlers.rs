@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::discovery;
+use super::paging;
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
 use super::router::{self, ApiPath, ResourcePath};
@@ -229,7 +230,12 @@ impl Operation<'_> {
 
     fn list(&self) -> Result<Response, ApiError> {
         let query = self.list_query()?;
-        let page = self.shared.store.lock().list(&self.key, self.namespace(), &query)?;
+        let listed = self.shared.store.lock().list(&self.key, self.namespace(), &query);
+        let page = match (listed, query.continue_token.as_deref()) {
+            (Ok(page), _) => page,
+            (Err(expired), Some(token)) if expired.code == 410 => return Ok(paging::expired(&expired, token)),
+            (Err(error), _) => return Err(error),
+        };
         if let Some(request) = self.table {
             let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
             if let Some(token) = page.continue_token {

@@ -13,7 +13,8 @@
 //! preconditions), generation bumps on spec changes and on the start of a
 //! finalizer-blocked deletion, the status subresource split, finalizers
 //! (no new ones once deleting), JSON patch `test` with the API server's
-//! "missing equals null", label and field selectors, list paging, watches
+//! "missing equals null", label and field selectors, consistent list paging (continued pages read
+//! the first page's version; 410 Expired once it is compacted), watches
 //! with bookmarks, timeouts, selector transitions (relabelled out = DELETED)
 //! and 410 Gone, discovery (classic and aggregated), `Status` error bodies,
 //! server-side printing (the `meta.k8s.io` `Table` of `kubectl get`, with a
@@ -23,8 +24,8 @@
 //! pruning or defaulting; server-side apply and strategic merge patch are
 //! applied as merge patches (no field ownership); all served versions share
 //! one storage without conversion; namespaces need not exist; lists and gets
-//! always read the latest state (their resourceVersion parameters are
-//! ignored); `dryRun` is refused; deleting a CRD object does not stop serving
+//! read the latest state (their resourceVersion parameters are ignored, as a
+//! watch cache serving `resourceVersion=0` may); `dryRun` is refused; deleting a CRD object does not stop serving
 //! its type.
 //!
 //! ```no_run
@@ -46,6 +47,7 @@ mod faults;
 mod handlers;
 mod jsonpath;
 mod object;
+mod paging;
 mod patch;
 mod resource;
 mod router;
@@ -232,6 +234,12 @@ impl SimKube {
     /// Drops all watch history (see [`StoreHandle::compact`]).
     pub fn compact(&self) {
         self.shared.store.compact();
+    }
+
+    /// Ends every open watch stream, as an API server restart does; clients
+    /// resume from their last resourceVersion (410 Gone if it was compacted).
+    pub fn end_watches(&self) {
+        self.shared.store.end_watches();
     }
 
     /// The latest resourceVersion.

@@ -17,6 +17,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::object::{finalizers, generation, is_deleting, meta_mut, meta_str, spec_differs};
+use super::paging::{self, Continue};
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
 use super::selector::{FieldSelector, LabelSelector};
@@ -45,8 +46,9 @@ pub(crate) struct Change {
     pub(crate) resource_version: u64,
     pub(crate) kind: ChangeKind,
     pub(crate) object: Arc<Value>,
-    /// The state before a modification, so selector-filtered watches can turn
-    /// "stopped matching" into DELETED and "started matching" into ADDED.
+    /// The state before a modification or deletion: selector-filtered watches
+    /// turn "stopped matching" into DELETED and "started matching" into
+    /// ADDED, and continued lists read the state at their version.
     pub(crate) previous: Option<Arc<Value>>,
 }
 
@@ -104,6 +106,23 @@ pub(crate) struct TypeState {
 }
 
 impl TypeState {
+    /// The objects that changed after `resource_version`, each with its state
+    /// at that version (`None`: it did not exist). The caller checked that
+    /// the history reaches back that far.
+    fn states_before(&self, resource_version: u64) -> BTreeMap<ObjectKey, Option<&Arc<Value>>> {
+        let start = self.history.partition_point(|change| change.resource_version <= resource_version);
+        let mut earlier = BTreeMap::new();
+        // Newest first, so the earliest change after the version has the last word.
+        for change in self.history.range(start..).rev() {
+            let then = match change.kind {
+                ChangeKind::Added => None,
+                ChangeKind::Modified | ChangeKind::Deleted => Some(change.previous.as_ref().unwrap_or(&change.object)),
+            };
+            earlier.insert(object_key(&change.object), then);
+        }
+        earlier
+    }
+
     fn new(rtype: ResourceType, resource_version: u64) -> Self {
         Self {
             rtype,
@@ -276,6 +295,17 @@ impl StoreState {
         }
     }
 
+    /// Ends every open watch stream, as an API server restart or a dropped
+    /// connection does: each stream closes, and a watch opened later
+    /// subscribes afresh.
+    pub(crate) fn end_watches(&mut self) {
+        let now = self.resource_version;
+        for state in self.types.values_mut() {
+            // Dropping the sender ends every stream subscribed to it.
+            state.notify = watch::channel(now).0;
+        }
+    }
+
     pub(crate) fn get(&self, key: &TypeKey, namespace: Option<&str>, name: &str) -> Result<Arc<Value>, ApiError> {
         let state = self.type_state(key)?;
         let namespace = Self::scope_namespace(&state.rtype, namespace)?;
@@ -286,30 +316,41 @@ impl StoreState {
             .ok_or_else(|| ApiError::not_found(Subject::new(&key.0, &key.1, name)))
     }
 
+    /// One page of a list. A first page reads the latest state; a continued
+    /// page reads the state at its token's resourceVersion (see [`paging`]),
+    /// rebuilt from the history, or is refused with 410 Expired when the
+    /// history no longer reaches back that far.
     pub(crate) fn list(&self, key: &TypeKey, namespace: Option<&str>, query: &ListQuery) -> Result<ListPage, ApiError> {
         let state = self.type_state(key)?;
-        let (mut resource_version, after) = match query.continue_token.as_deref() {
-            Some(token) => parse_continue(token)?,
-            None => (self.resource_version, None),
+        let resume = query.continue_token.as_deref().map(Continue::decode).transpose()?;
+        let resource_version = match resume.as_ref().and_then(|resume| resume.resource_version) {
+            // The handler adds the token that resumes at the latest state.
+            Some(version) if version < state.compacted => return Err(ApiError::gone(paging::INCONSISTENT_CONTINUE)),
+            Some(version) => version.min(self.resource_version),
+            None => self.resource_version,
         };
-        resource_version = resource_version.min(self.resource_version);
+        let after = resume.map(|resume| resume.after);
+        let earlier = state.states_before(resource_version);
+        let mut view: BTreeMap<&ObjectKey, &Arc<Value>> = state.objects.iter().collect();
+        for (changed, then) in &earlier {
+            match then {
+                Some(object) => view.insert(changed, object),
+                None => view.remove(changed),
+            };
+        }
         let mut items: Vec<Arc<Value>> = Vec::new();
         let mut continue_token = None;
-        let selected = state
-            .objects
-            .iter()
+        let selected = view
+            .into_iter()
             .filter(|((ns, _), _)| namespace.is_none_or(|wanted| ns == wanted))
-            .filter(|(object_key, _)| after.as_ref().is_none_or(|after| *object_key > after))
+            .filter(|(listed, _)| after.as_ref().is_none_or(|after| *listed > after))
             .filter(|(_, object)| query.labels.matches(object) && query.fields.matches(object));
         for (_, object) in selected {
             if query.limit.is_some_and(|limit| limit > 0 && items.len() >= limit) {
-                // More remain: hand out a token that resumes after the last item.
+                // More remain: hand out a token that resumes after the last
+                // item, at this list's resourceVersion.
                 continue_token = items.last().map(|last| {
-                    format!(
-                        "{resource_version}|{}|{}",
-                        meta_str(last, "namespace").unwrap_or_default(),
-                        meta_str(last, "name").unwrap_or_default()
-                    )
+                    Continue { resource_version: Some(resource_version), after: object_key(last) }.encode()
                 });
                 break;
             }
@@ -594,13 +635,17 @@ impl StoreState {
         Ok(new)
     }
 
+    /// Removes an object; `last` is its final state (what the DELETED event
+    /// carries), stored or not.
     fn remove_object(&mut self, key: &TypeKey, last: &Arc<Value>) -> Result<Arc<Value>, ApiError> {
         let resource_version = self.next_resource_version();
         let mut last = (**last).clone();
         meta_mut(&mut last).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
-        self.type_state_mut(key)?.objects.remove(&object_key(&last));
+        let stored = self.type_state_mut(key)?.objects.remove(&object_key(&last));
         let last = Arc::new(last);
-        self.record(key, Change { resource_version, kind: ChangeKind::Deleted, object: last.clone(), previous: None });
+        // The stored state before removal, for lists at an earlier version.
+        let change = Change { resource_version, kind: ChangeKind::Deleted, object: last.clone(), previous: stored };
+        self.record(key, change);
         Ok(last)
     }
 
@@ -710,15 +755,6 @@ fn object_key(object: &Value) -> ObjectKey {
         meta_str(object, "namespace").unwrap_or_default().to_string(),
         meta_str(object, "name").unwrap_or_default().to_string(),
     )
-}
-
-fn parse_continue(token: &str) -> Result<(u64, Option<ObjectKey>), ApiError> {
-    let invalid = || ApiError::bad_request(format!("invalid continue token: {token:?}"));
-    let mut parts = token.splitn(3, '|');
-    let resource_version = parts.next().and_then(|rv| rv.parse().ok()).ok_or_else(invalid)?;
-    let namespace = parts.next().ok_or_else(invalid)?;
-    let name = parts.next().ok_or_else(invalid)?;
-    Ok((resource_version, Some((namespace.to_string(), name.to_string()))))
 }
 
 /// Rejects a body whose `kind` names another type.
@@ -831,6 +867,11 @@ impl StoreHandle {
     /// 410 Gone, including open ones once they next read.
     pub fn compact(&self) {
         self.lock().compact();
+    }
+
+    /// Ends every open watch stream (see [`SimKube::end_watches`](super::SimKube::end_watches)).
+    pub fn end_watches(&self) {
+        self.lock().end_watches();
     }
 
     /// One object, if it exists.

@@ -174,6 +174,44 @@ async fn list_with_label_selectors_and_pages() {
     assert_eq!(seen, ["a", "b", "c", "d"]);
 }
 
+/// Continued pages read the first page's version, like kube-apiserver's
+/// etcd3 storage; once that version is compacted a continue is 410 Expired,
+/// with a token that resumes at the latest state.
+#[tokio::test]
+async fn continued_pages_form_one_snapshot_until_it_expires() {
+    let sim = sim();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    for name in ["a", "b", "c", "d", "e"] {
+        widgets.create(&PostParams::default(), &widget(name, 1)).await.expect("create");
+    }
+    let first = widgets.list(&ListParams::default().limit(2)).await.expect("page 1");
+    let names = |items: &[Widget]| items.iter().map(ResourceExt::name_any).collect::<Vec<_>>();
+    assert_eq!(names(&first.items), ["a", "b"]);
+    let token = first.metadata.continue_.clone().expect("more remain");
+
+    // Between the pages: a new object, a change, a deletion.
+    widgets.create(&PostParams::default(), &widget("bb", 1)).await.expect("create");
+    widgets.patch("c", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": 9}}))).await.expect("patch");
+    widgets.delete("d", &DeleteParams::default()).await.expect("delete");
+
+    let second = widgets.list(&ListParams::default().limit(2).continue_token(&token)).await.expect("page 2");
+    assert_eq!(names(&second.items), ["c", "d"], "the snapshot: no bb, d still there");
+    assert_eq!(second.items[0].spec.size, 1, "c as it was at the first page");
+    assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
+    let next = second.metadata.continue_.clone().expect("e remains");
+
+    sim.compact();
+    let expired =
+        api_error(widgets.list(&ListParams::default().limit(2).continue_token(&next)).await.expect_err("compacted"));
+    assert_eq!((expired.code, expired.reason.as_str()), (410, "Expired"));
+    let latest = expired.metadata.and_then(|m| m.continue_).expect("a token to resume at the latest state");
+    let rest = widgets.list(&ListParams::default().limit(10).continue_token(&latest)).await.expect("resumed");
+    assert_eq!(names(&rest.items), ["e"]);
+
+    let invalid = api_error(widgets.list(&ListParams::default().continue_token("not-a-token")).await.expect_err("bad"));
+    assert_eq!(invalid.code, 400);
+}
+
 #[tokio::test]
 async fn status_subresource_and_generation_rules() {
     let sim = sim();

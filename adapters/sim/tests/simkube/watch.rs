@@ -138,6 +138,22 @@ async fn compacted_versions_get_410_gone_as_an_error_event() {
 }
 
 #[tokio::test]
+async fn ended_watches_close_and_resume_from_their_version() {
+    let sim = sim();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let version = list_version(&widgets).await;
+    let params = WatchParams::default().timeout(30).disable_bookmarks();
+    let mut stream = widgets.watch(&params, &version).await.expect("watch").boxed();
+    sim.end_watches();
+    assert!(within("closed", stream.try_next()).await.expect("ends cleanly").is_none());
+
+    widgets.create(&PostParams::default(), &widget("a", 1)).await.expect("create");
+    let mut resumed = widgets.watch(&params, &version).await.expect("watch").boxed();
+    let event = within("event", resumed.try_next()).await.expect("event").expect("open");
+    assert_eq!(describe(&event), "ADDED a", "nothing after the version is lost");
+}
+
+#[tokio::test]
 async fn bounded_history_expires_old_versions() {
     let sim = server_sim::kube::SimKube::builder().history_limit(3).build();
     sim.install_crd(serde_json::to_value(<Widget as kube::CustomResourceExt>::crd()).expect("crd")).expect("install");

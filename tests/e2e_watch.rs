@@ -1,0 +1,54 @@
+//! The Server watch end to end: a relist that spans pages (the harness lists
+//! two Servers a page) still wakes every Server that changed while the watch
+//! was down, with the state the relist brought.
+
+use server_core::model::SERVER_FINALIZER;
+use server_e2e::cloud::Fate;
+use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
+use server_e2e::*;
+
+cloud_scenarios!(a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down);
+
+fn provisioned(server: &server_kube::crd::Server) -> bool {
+    available_reason(server) == "Provisioned" && status(server).provisioned_at.is_some()
+}
+
+async fn a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down(kind: CloudKind) {
+    let mut env = Env::new(kind, 41).await;
+    let names = ["b1", "b2", "b3", "b4", "b5"];
+    let uids: Vec<String> =
+        names.iter().map(|name| env.create_server(name, fast(Fate::clean()), Env::spec())).collect();
+    env.start();
+    for name in names {
+        env.wait_server(name, "provisioned", provisioned).await;
+    }
+
+    // Cut the Server watch and keep it down: no list, no watch of Servers.
+    let down = FaultConfig::none()
+        .with_error_rate(Verb::List, FaultKind::Internal, 1.0)
+        .with_error_rate(Verb::Watch, FaultKind::Internal, 1.0)
+        .only_resources(["servers"]);
+    env.sim.faults().set(down);
+    env.sim.end_watches();
+    env.idle(2).await;
+
+    // Meanwhile, on what will be the relist's first page: a new Server, and
+    // the deletion of an old one. The history of it is compacted away, so
+    // the watch cannot resume: it relists, on three pages.
+    let new = env.create_server("a-new", fast(Fate::clean()), Env::spec());
+    env.delete_server("b1").await;
+    env.sim.compact();
+    let gones = env.counters().watch_gones;
+    env.sim.faults().set(FaultConfig::none());
+    env.wait("the watch found its version compacted", || env.counters().watch_gones > gones).await;
+
+    env.wait_server("a-new", "provisioned after the relist", provisioned).await;
+    env.wait("b1 deleted after the relist", || env.server("b1").is_none()).await;
+    env.assert_released(&uids[0]);
+    for name in &names[1..] {
+        let server = env.server(name).unwrap_or_else(|| panic!("{name} is gone"));
+        assert!(provisioned(&server) && has_finalizer(&server, SERVER_FINALIZER), "{name} untouched");
+    }
+    assert_eq!(env.truth(&new).creates_accepted, 1);
+    env.assert_invariants();
+}
