@@ -18,30 +18,30 @@ pub(crate) const NOVA_MICROVERSION: &str = "2.90";
 const MAX_PAGES: usize = 1_000;
 
 #[derive(Deserialize)]
-struct ServerList {
-    servers: Vec<NovaServer>,
+pub(crate) struct ServerList {
+    pub(crate) servers: Vec<NovaServer>,
     #[serde(default)]
-    servers_links: Vec<Link>,
+    pub(crate) servers_links: Vec<Link>,
 }
 
 #[derive(Deserialize)]
-struct Link {
-    rel: String,
+pub(crate) struct Link {
+    pub(crate) rel: String,
 }
 
 #[derive(Deserialize)]
-struct ServerEnvelope {
-    server: NovaServer,
+pub(crate) struct ServerEnvelope {
+    pub(crate) server: NovaServer,
 }
 
 #[derive(Deserialize)]
-struct CreatedEnvelope {
-    server: Created,
+pub(crate) struct CreatedEnvelope {
+    pub(crate) server: Created,
 }
 
 #[derive(Deserialize)]
-struct Created {
-    id: String,
+pub(crate) struct Created {
+    pub(crate) id: String,
 }
 
 /// Every server of the token's project, with details, following Nova's

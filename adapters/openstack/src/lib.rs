@@ -81,6 +81,8 @@ mod client;
 mod cloud;
 mod compute;
 mod config;
+#[cfg(test)]
+mod contract;
 mod error;
 mod index;
 mod mapping;

@@ -26,33 +26,33 @@ pub(crate) struct FloatingIp {
 }
 
 #[derive(Deserialize)]
-struct Ports {
-    ports: Vec<Port>,
+pub(crate) struct Ports {
+    pub(crate) ports: Vec<Port>,
 }
 
 #[derive(Deserialize)]
-struct PortEnvelope {
-    port: Port,
+pub(crate) struct PortEnvelope {
+    pub(crate) port: Port,
 }
 
 #[derive(Deserialize)]
-struct FloatingIps {
-    floatingips: Vec<FloatingIp>,
+pub(crate) struct FloatingIps {
+    pub(crate) floatingips: Vec<FloatingIp>,
 }
 
 #[derive(Deserialize)]
-struct FloatingIpEnvelope {
-    floatingip: FloatingIp,
+pub(crate) struct FloatingIpEnvelope {
+    pub(crate) floatingip: FloatingIp,
 }
 
 #[derive(Deserialize)]
-struct Networks {
-    networks: Vec<Named>,
+pub(crate) struct Networks {
+    pub(crate) networks: Vec<Named>,
 }
 
 #[derive(Deserialize)]
-struct SecurityGroups {
-    security_groups: Vec<Named>,
+pub(crate) struct SecurityGroups {
+    pub(crate) security_groups: Vec<Named>,
 }
 
 /// A network or security group: what name resolution and external network
