@@ -30,7 +30,7 @@ use serde_json::Value;
 /// archive parts are kept as parts (not fetched or exploded) so that their
 /// type shows.
 const HARNESS: &str = r#"
-import base64, json, os, sys, tempfile
+import atexit, base64, json, os, shutil, sys, tempfile
 from cloudinit import helpers, user_data, util
 
 mode, path = sys.argv[1], sys.argv[2]
@@ -38,6 +38,7 @@ if mode in ("raw", "batch"):
     user_data.INCLUDE_TYPES = []
     user_data.ARCHIVE_TYPES = []
 tmp = tempfile.mkdtemp()
+atexit.register(shutil.rmtree, tmp, True)
 paths = helpers.Paths({"cloud_dir": tmp, "run_dir": tmp})
 
 def parts_of(blob):
@@ -169,6 +170,7 @@ fn check_refused(name: &str, user_data: &[u8], key: Option<&str>, reason: &str) 
     assert!(out.stdout.is_empty(), "{name}: nothing on stdout when refused");
     assert!(stderr.contains(&format!("reason: {reason}")), "{name}: stderr was {stderr}");
     assert!(!stderr.contains("AAAAC3NzaC1lZDI1NTE5"), "{name}: the error must not print the key");
+    assert!(!stderr.contains("###") && stderr.len() < 1200, "{name}: the error must be short and quote no data");
 }
 
 /// Every single payload type, with and without a CA.
@@ -273,10 +275,10 @@ fn large_and_non_ascii_scripts() {
         return;
     }
     let mut script = b"#!/bin/sh\n".to_vec();
-    while script.len() < 60 * 1024 {
-        script.extend_from_slice(b"echo 'one line of a sixty kibibyte shell script, padded out'\n");
+    while script.len() < 46 * 1024 {
+        script.extend_from_slice(b"echo 'one line of a 46 kibibyte shell script, padded out'\n");
     }
-    check("60k-script", &script, Some(ED25519), "raw", &[("text/x-shellscript", &script)]);
+    check("46k-script", &script, Some(ED25519), "raw", &[("text/x-shellscript", &script)]);
     let utf8 = "#!/bin/sh\necho 'h\u{e9}llo \u{20ac} \u{1f600}'\n".as_bytes();
     check("utf8-script", utf8, Some(ED25519), "raw", &[("text/x-shellscript", utf8)]);
     // A script that mentions MIME-Version is a MIME message to cloud-init.
@@ -340,6 +342,11 @@ fn bad_inputs_are_refused_with_their_reason() {
     let private = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n-----END OPENSSH PRIVATE KEY-----\n";
     let key_and_yaml = format!("{ED25519}\nruncmd: [reboot]\n");
     let two_keys = format!("{ED25519}\n{ECDSA}\n");
+    // 49,149 bytes is the most Nova takes (65,535 base64 characters).
+    let mut too_large = b"#!/bin/sh\n".to_vec();
+    too_large.resize(49_150, b'#');
+    let mut large = too_large.clone();
+    large.truncate(49_000);
     let cases: &[(&str, &[u8], Option<&str>, &str)] = &[
         ("plain-text", b"hello world\n", None, "UnknownPayloadType"),
         ("plain-text-ca", b"hello world\n", Some(ED25519), "UnknownPayloadType"),
@@ -373,6 +380,18 @@ fn bad_inputs_are_refused_with_their_reason() {
             Some(ED25519),
             "UntypedMimePart",
         ),
+        ("broken-yaml", b"#cloud-config\nfoo: [unclosed\n", None, "InvalidCloudConfig"),
+        ("broken-yaml-ca", b"#cloud-config\nfoo: [unclosed\n", Some(ED25519), "InvalidCloudConfig"),
+        ("yaml-list", b"#cloud-config\n- runcmd\n", None, "InvalidCloudConfig"),
+        (
+            "broken-yaml-part",
+            b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=XYZ\n\n--XYZ\nContent-Type: text/cloud-config\n\nruncmd: [ls\n--XYZ--\n",
+            Some(ED25519),
+            "InvalidCloudConfig",
+        ),
+        ("null-runcmd-ca", b"#cloud-config\nruncmd:\n", Some(ED25519), "CloudConfigNotMergeable"),
+        ("too-large", too_large.as_slice(), None, "TooLarge"),
+        ("too-large-with-ca", large.as_slice(), Some(ED25519), "TooLarge"),
         ("private-key", b"#!/bin/sh\n", Some(private), "SshKeyPrivate"),
         ("key-and-yaml", b"#!/bin/sh\n", Some(&key_and_yaml), "SshKeyMultipleLines"),
         ("two-keys", b"#!/bin/sh\n", Some(&two_keys), "SshKeyMultipleLines"),
@@ -382,6 +401,28 @@ fn bad_inputs_are_refused_with_their_reason() {
     for (name, data, key, reason) in cases {
         check_refused(name, data, *key, reason);
     }
+}
+
+/// `render-user-data` names what is wrong with a broken cloud-config, and
+/// cloud-init, given it, would skip it with only a warning in the machine's
+/// log.
+#[test]
+fn broken_cloud_config_is_refused_naming_the_problem() {
+    if !require_cloud_init("broken_cloud_config_is_refused_naming_the_problem") {
+        return;
+    }
+    let broken = b"#cloud-config\nruncmd: [echo hi]\nfoo: [unclosed\n";
+    let scratch = Scratch::new("broken-yaml");
+    let out = render(&scratch, broken, Some(ED25519));
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        "error: the user data's cloud-config is not valid YAML: unclosed bracket '[' at line 3, column 6; cloud-init \
+         would skip it and apply none of it (reason: InvalidCloudConfig)"
+    );
+    let skipped = cloud_init::merged(&scratch, broken);
+    assert_eq!(skipped.config, serde_json::json!({}), "cloud-init applies none of it");
+    assert!(skipped.warnings.iter().any(|w| w.contains("Failed loading yaml blob")), "{:?}", skipped.warnings);
 }
 
 /// What cloud-init does with the refused inputs, to show why they are
@@ -482,6 +523,34 @@ impl Gen {
                 "runcmd: echo a string",
                 "merge_how: 'list(append)+dict(recurse_array)+str()'",
             ]));
+            if self.chance(15) {
+                body.push('\n');
+                body.push_str(self.pick(&[
+                    "foo: [unclosed",
+                    "- item",
+                    "  nested: 1",
+                    "a: b\t",
+                    "\tx: 1",
+                    "k: 'open quote",
+                    "---",
+                    "...",
+                    "? [complex]",
+                    "key: @bad",
+                    "x: \"\\q\"",
+                    "anchor: &a [1]",
+                    "ref: *a",
+                    "ref: *missing",
+                    "%YAML 1.1",
+                    "x: \u{1b}[0m",
+                    "runcmd:",
+                    "write_files: {}",
+                    "{flow: map}",
+                    "x: |",
+                    "  literal",
+                    "k: v: w",
+                    "u: caf\u{e9}",
+                ]));
+            }
         }
         if self.chance(50) {
             body.push('\n');
@@ -641,7 +710,9 @@ fn comparable(parts: &[server_core::user_data::CloudInitPart]) -> Vec<(String, V
 /// cloud-init sees, before and after merging with a CA.
 #[test]
 fn server_core_sees_user_data_as_cloud_init_does() {
-    use server_core::user_data::{CloudInitPart, MANAGED_PART_CONTENT_TYPE, cloud_init_parts, render_user_data};
+    use server_core::user_data::{
+        CloudInitPart, MANAGED_PART_CONTENT_TYPE, UserDataErrorReason, cloud_init_parts, render_user_data,
+    };
 
     if !require_cloud_init("server_core_sees_user_data_as_cloud_init_does") {
         return;
@@ -675,21 +746,40 @@ fn server_core_sees_user_data_as_cloud_init_does() {
     let scratch = Scratch::new("differential");
     let dir = scratch.0.join("inputs");
     fs::create_dir_all(&dir).unwrap();
+    let yaml_refused_dir = scratch.0.join("yaml-refused");
+    fs::create_dir_all(&yaml_refused_dir).unwrap();
     let mut expected = std::collections::BTreeMap::new();
-    let (mut accepted, mut refused, mut generated_accepted) = (0, 0, 0);
+    let (mut accepted, mut refused, mut generated_accepted, mut yaml_refused, mut not_mergeable) = (0, 0, 0, 0, 0);
     for (name, data) in &inputs {
-        let Ok(Some(parts)) = cloud_init_parts(data) else {
-            refused += 1;
-            continue;
+        let parts = match cloud_init_parts(data) {
+            Ok(Some(parts)) => parts,
+            Err(e) if e.reason() == UserDataErrorReason::InvalidCloudConfig => {
+                // Checked below: cloud-init fails to load it too.
+                fs::write(yaml_refused_dir.join(name), data).unwrap();
+                yaml_refused += 1;
+                continue;
+            }
+            _ => {
+                refused += 1;
+                continue;
+            }
         };
         if parts.iter().any(|p| p.content_type.contains("gzip") || p.content_type.contains("compress")) {
             continue;
         }
+        let merged = match render_user_data(Some(data), Some(ED25519)) {
+            Ok(merged) => merged.unwrap(),
+            // A write_files or runcmd that is not a list: refused only with a CA.
+            Err(e) if e.reason() == UserDataErrorReason::CloudConfigNotMergeable => {
+                not_mergeable += 1;
+                continue;
+            }
+            Err(e) => panic!("{name}: valid user data refused with a CA: {e}"),
+        };
         accepted += 1;
         generated_accepted += usize::from(name.starts_with("gen-"));
         fs::write(dir.join(name), data).unwrap();
         expected.insert(name.clone(), comparable(&parts));
-        let merged = render_user_data(Some(data), Some(ED25519)).unwrap().unwrap();
         fs::write(dir.join(format!("{name}.merged")), &merged).unwrap();
         let mut with_managed = parts.clone();
         with_managed.push(managed.clone());
@@ -751,9 +841,18 @@ fn server_core_sees_user_data_as_cloud_init_does() {
             (user, with_ca) => mismatches.push(format!("{name}: cloud-init failed: {user:?} / {with_ca:?}")),
         }
     }
+    // No false refusal: what server-core refuses as YAML cloud-init cannot
+    // load either (cloud-init's `load_yaml` warns and the part is skipped).
+    for (name, result) in cloud_init::merged_batch(&scratch, &yaml_refused_dir) {
+        match result {
+            Ok(merged) if merged.warnings.iter().any(|w| w.starts_with("Failed loading yaml blob")) => {}
+            other => mismatches.push(format!("{name}: refused as YAML, but cloud-init loads it: {other:?}")),
+        }
+    }
     eprintln!(
         "differential: {accepted} accepted inputs ({generated_accepted} generated) and their merges compared, \
-         {merged_compared} merged cloud-configs compared, {refused} refused"
+         {merged_compared} merged cloud-configs compared, {yaml_refused} refused as YAML cloud-init cannot load \
+         either, {not_mergeable} refused only with a CA (not a list), {refused} refused otherwise"
     );
     assert!(mismatches.is_empty(), "{} mismatches:\n{}", mismatches.len(), mismatches.join("\n"));
 }

@@ -154,17 +154,41 @@ fn user_merge_types_are_kept_and_the_managed_part_still_appends() {
 }
 
 /// A `runcmd` that is a string (invalid cloud-config) is replaced by the
-/// managed list rather than leaving sshd unconfigured.
+/// managed list rather than leaving sshd unconfigured. In a cloud-config of
+/// the user's this is refused before it gets here; a template, which is not
+/// read, can still render one.
 #[test]
 fn a_string_runcmd_gives_way_to_the_managed_list() {
     if !require_cloud_init("a_string_runcmd_gives_way_to_the_managed_list") {
         return;
     }
     let scratch = Scratch::new("string-runcmd");
-    let with_ca = merged(&scratch, &rendered(&scratch, b"#cloud-config\nruncmd: echo hi\n", Some(ED25519)));
+    let refused = render(&scratch, b"#cloud-config\nruncmd: echo hi\n", Some(ED25519));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("CloudConfigNotMergeable"));
+    let template = b"## template: jinja\n#cloud-config\nruncmd: echo {{ v1.local_hostname }}\n";
+    let with_ca = merged(&scratch, &rendered(&scratch, template, Some(ED25519)));
     assert_clean("string runcmd", &with_ca);
     assert_eq!(with_ca.config["runcmd"], json!([RELOAD]));
     assert_eq!(with_ca.config["write_files"].as_array().map(Vec::len), Some(2));
+}
+
+/// A null `runcmd` would keep its null and drop the managed list: refused
+/// with a CA, with the line.
+#[test]
+fn a_null_runcmd_is_refused_with_a_ca() {
+    if !require_cloud_init("a_null_runcmd_is_refused_with_a_ca") {
+        return;
+    }
+    let scratch = Scratch::new("null-runcmd");
+    let data = b"#cloud-config\npackages: [htop]\nruncmd:\n";
+    let refused = render(&scratch, data, Some(ED25519));
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("sets runcmd to something other than a list (at line 3)"), "{stderr}");
+    // What cloud-init would have done with it: the user's null survives, the managed commands do not.
+    let out = String::from_utf8(rendered(&scratch, b"#cloud-config\npackages: [htop]\n", Some(ED25519))).unwrap();
+    let sneaked = out.replacen("packages: [htop]\n", "packages: [htop]\nruncmd:\n", 1);
+    assert_eq!(merged(&scratch, sneaked.as_bytes()).config["runcmd"], Value::Null);
 }
 
 /// Why the managed part carries a Merge-Type: without it (as the Go

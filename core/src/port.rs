@@ -1,6 +1,6 @@
 //! The cloud port: what the controller needs from a cloud, as plain
 //! definitions. The core never calls it; server-kube drives it, and
-//! server-openstack and server-sim implement it.
+//! server-openstack and server-simcloud implement it.
 
 use std::fmt;
 use std::future::Future;

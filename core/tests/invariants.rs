@@ -157,7 +157,15 @@ fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
         }
         let decision = (rules.reconcile)(&server, &facts, &Options::default(), at(10));
         let created = creates(&decision) == 1;
-        prop_assert!(created || matches!(decision.outcome, Outcome::Error(_)), "{:?}", decision.outcome);
+        // Refused user data parks (Terminal), a bad CA key requeues (Error);
+        // either way with a bounded message.
+        match &decision.outcome {
+            Outcome::Error(message) | Outcome::Terminal(message) => {
+                prop_assert!(!created);
+                prop_assert!(message.len() <= 1100, "{} bytes", message.len());
+            }
+            other => prop_assert!(created, "{:?}", other),
+        }
         Ok(())
     })
 }

@@ -5,7 +5,7 @@ mod support;
 
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, IDENTITY_LABEL, Phase,
-    REGION_LABEL, ResourceKind, SecurityGroupRef, reference_finalizer,
+    REGION_LABEL, ResourceKind, SecurityGroupRef, UserData, reference_finalizer,
 };
 use server_core::port::CloudError;
 use server_core::reconcile::{Action, ActionFailure, Options, Outcome, ProviderView, action_failed, reconcile};
@@ -359,6 +359,48 @@ fn a_refused_create_parks_until_the_spec_changes() {
     // A spec change re-arms it.
     server.meta.generation = 2;
     assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(30))), 1);
+}
+
+#[test]
+fn refused_user_data_parks_before_any_create_until_the_spec_changes() {
+    let secret = "s3cr3t-token";
+    for (user_data, reason) in [
+        (format!("#cloud-config\npassword: {secret}\nfoo: [unclosed\n"), "InvalidCloudConfig"),
+        (format!("#!/bin/sh\n# {secret}\n{}", "#".repeat(50_000)), "TooLarge"),
+        (format!("{secret}\n"), "UnknownPayloadType"),
+    ] {
+        let mut server = server();
+        server.spec.user_data = Some(UserData(user_data.into_bytes()));
+        let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+        assert_eq!(creates(&decision), 0, "{reason}");
+        let Outcome::Terminal(message) = &decision.outcome else { panic!("{reason}: {:?}", decision.outcome) };
+        assert!(message.starts_with(&format!("user data refused ({reason}): ")), "{message}");
+        assert!(!message.contains(secret), "{message}");
+        assert_eq!(available(&decision).message, *message);
+        assert_eq!(event_reasons(&decision), ["UserDataRefused"], "{reason}");
+        persist(&mut server, &decision);
+
+        // Parked: a later pass (restart, resync) neither creates nor repeats the event.
+        let again = reconcile(&server, &facts(), &OPTIONS, at(20));
+        assert_eq!((creates(&again), event_reasons(&again).len()), (0, 0), "{reason}");
+        assert!(!again.outcome.requeues());
+
+        // Fixed user data (a spec change) creates.
+        server.spec.user_data = Some(UserData(b"#cloud-config\nruncmd: [ls]\n".to_vec()));
+        server.meta.generation = 2;
+        assert_eq!(creates(&reconcile(&server, &facts(), &OPTIONS, at(30))), 1, "{reason}");
+    }
+}
+
+#[test]
+fn an_unusable_ca_key_is_an_error_that_requeues() {
+    let server = server_with_ca("ca-a");
+    let mut facts = facts();
+    facts.ssh_certificate_authorities[0].public_key = "not a key".into();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision), 0);
+    assert!(matches!(&decision.outcome, Outcome::Error(m) if m.contains("SSH certificate authority public key")));
+    assert!(decision.outcome.requeues());
 }
 
 #[test]

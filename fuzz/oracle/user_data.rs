@@ -7,9 +7,20 @@
 #![allow(dead_code, clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 use server_core::user_data::{
-    CloudInitPart, MANAGED_PART_CONTENT_TYPE, PayloadKind, UserDataErrorReason, cloud_init_parts, managed_cloud_config,
-    render_user_data, validate_managed_user_data, validate_ssh_public_key, validate_user_data,
+    CloudInitPart, MANAGED_PART_CONTENT_TYPE, MAX_MESSAGE_LEN, MAX_USER_DATA_BASE64_LEN, PayloadKind, UserDataError,
+    UserDataErrorReason, base64_len, cloud_init_parts, managed_cloud_config, render_user_data,
+    validate_managed_user_data, validate_ssh_public_key, validate_user_data,
 };
+
+/// Every message is bounded, whatever the input.
+fn check_bounded(error: &UserDataError) {
+    assert!(error.message().len() <= MAX_MESSAGE_LEN, "{} bytes: {error}", error.message().len());
+}
+
+/// Output over the provider's limit is refused as too large, and only that.
+fn too_large(error: &UserDataError) -> bool {
+    error.reason() == UserDataErrorReason::TooLarge
+}
 
 /// A valid key, used so that the merge itself gets exercised.
 pub(crate) const FIXED_KEY: &str =
@@ -28,6 +39,7 @@ pub(crate) fn check_validate(data: &[u8]) {
         other => panic!("validators disagree: {other:?}"),
     }
     if let Err(e) = &plain {
+        check_bounded(e);
         assert!(!e.message().is_empty());
         assert!(!e.reason().is_ssh_key());
         assert!(!e.message().contains("sshCertificateAuthorityID"), "{e}");
@@ -40,6 +52,9 @@ pub(crate) fn check_validate(data: &[u8]) {
     let rendered = render_user_data(Some(data), None);
     match (data.is_empty(), &plain) {
         (true, _) => assert_eq!(rendered, Ok(None)),
+        (false, Ok(_)) if base64_len(data.len()) > MAX_USER_DATA_BASE64_LEN => {
+            assert!(too_large(&rendered.unwrap_err()))
+        }
         (false, Ok(_)) => assert_eq!(rendered, Ok(Some(data.to_vec()))),
         (false, Err(e)) => assert_eq!(rendered.unwrap_err().reason(), e.reason()),
     }
@@ -78,6 +93,9 @@ fn check_managed_yaml(key: &str) {
 /// the managed part; merging is refused exactly when validation refuses.
 fn check_merge_with(user: &[u8], key: &str) {
     let rendered = render_user_data(Some(user), Some(key));
+    if let Err(e) = &rendered {
+        check_bounded(e);
+    }
     let key_ok = validate_ssh_public_key(key);
     if user.is_empty() {
         match (&rendered, &key_ok) {
@@ -100,6 +118,7 @@ fn check_merge_with(user: &[u8], key: &str) {
         }
         (Err(e), Err(b), _) => assert_eq!(e, b),
         (Err(e), Ok(_), Err(k)) => assert_eq!(e, k),
+        (Err(e), Ok(_), Ok(_)) if too_large(e) => {}
         other => panic!("merge and validation disagree: {other:?}"),
     }
 }

@@ -26,16 +26,16 @@ use server_core::port::CloudPort;
 use server_kube::crd::{self, Server};
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
 use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
-use server_sim::SimKube;
-use server_sim::cloud::{CloudConfig, Fate, SimCloud, UidTruth};
-use server_sim::kube::{CounterSnapshot, ServeHandle, Verb};
-use server_sim::openstack::{Op, OpenStackCounters, OpenStackSim};
+use server_sim_openstack::{KeystoneUrl, Op, OpenStackCounters, OpenStackSim};
+use server_simcloud::{CloudConfig, Fate, SimCloud, UidTruth};
+use server_simkube::SimKube;
+use server_simkube::{CounterSnapshot, ServeHandle, Verb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub use server_sim::cloud;
-pub use server_sim::kube as simkube;
-pub use server_sim::openstack;
+pub use server_sim_openstack as openstack;
+pub use server_simcloud as cloud;
+pub use server_simkube as simkube;
 
 pub const NAMESPACE: &str = "e2e";
 pub const REGION: &str = "region-1";
@@ -113,7 +113,7 @@ macro_rules! cloud_scenarios {
 /// The OpenStack simulator in front of the Env's SimCloud.
 struct OpenStackPath {
     sim: OpenStackSim,
-    served: Option<server_sim::openstack::ServeHandle>,
+    served: Option<server_sim_openstack::ServeHandle>,
     config: OpenStackConfig,
 }
 

@@ -1,4 +1,4 @@
-//! The adapter driven over HTTP through server-sim's OpenStack simulator:
+//! The adapter driven over HTTP through the OpenStack simulator (server-sim-openstack):
 //! auth and token refresh, idempotent create, record mapping, delete
 //! sequencing and every error class.
 
@@ -12,8 +12,8 @@ use server_core::port::{
     ServerRef,
 };
 use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
-use server_sim::cloud::{CloudConfig, Fate, ManualClock, SimCloud};
-use server_sim::openstack::{Fault, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
+use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
+use server_simcloud::{CloudConfig, Fate, ManualClock, SimCloud};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 

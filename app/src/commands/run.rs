@@ -95,7 +95,7 @@ fn parse_region_source(value: &str) -> Result<(String, String), String> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum CloudKind {
-    /// server-sim's in-process cloud: for trying the operator without a cloud.
+    /// server-simcloud's in-process cloud: for trying the operator without a cloud.
     /// Only in builds with the `sim` feature, never in the production image.
     #[cfg(feature = "sim")]
     Sim,
@@ -145,7 +145,7 @@ async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegis
     match args.cloud {
         #[cfg(feature = "sim")]
         CloudKind::Sim => {
-            let cloud = server_sim::cloud::SimCloud::new(server_sim::cloud::CloudConfig::new(args.sim_seed));
+            let cloud = server_simcloud::SimCloud::new(server_simcloud::CloudConfig::new(args.sim_seed));
             let port = cloud.port();
             Ok(args
                 .sim_regions

@@ -1,11 +1,11 @@
 //! `simulate`: the deterministic discrete-event simulation of the controller
-//! against SimCloud (server-sim), checking DESIGN §12 at every step. Exits
+//! against SimCloud (server-simulator), checking DESIGN §12 at every step. Exits
 //! non-zero on any violation, printing the seed and step that reproduce it.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use server_sim::simulate::{self, SimConfig};
+use server_simulator::{self as simulate, SimConfig};
 
 /// Arguments of `simulate`.
 #[derive(Debug, clap::Args)]

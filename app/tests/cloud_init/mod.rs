@@ -56,7 +56,10 @@ logging.getLogger().addHandler(collect)
 INSTANCE_DATA = {"v1": {"local_hostname": "vm-1", "instance_id": "i-1", "region": "region-1"}, "ds": {}}
 
 def merged(blob):
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as tmp:
+        return merged_in(tmp, blob)
+
+def merged_in(tmp, blob):
     paths = helpers.Paths({"cloud_dir": tmp, "run_dir": tmp})
     util.write_file(paths.get_runpath("instance_data_sensitive"), json.dumps(INSTANCE_DATA))
     cloud_config = CloudConfigPartHandler(paths)

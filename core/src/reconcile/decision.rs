@@ -103,6 +103,8 @@ pub enum EventReason {
     ProviderCreateFailed,
     ProviderCreateRefused,
     ProviderServerMissing,
+    /// The user data cannot be sent (refused before any create).
+    UserDataRefused,
 }
 
 impl EventReason {
@@ -113,6 +115,7 @@ impl EventReason {
             EventReason::ProviderCreateFailed => "ProviderCreateFailed",
             EventReason::ProviderCreateRefused => "ProviderCreateRefused",
             EventReason::ProviderServerMissing => "ProviderServerMissing",
+            EventReason::UserDataRefused => "UserDataRefused",
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::model::{
 };
 use crate::port::{CreateRequest, ServerRef};
 use crate::predicate::{ever_booted, status_shows_create_failure};
-use crate::user_data::render_user_data;
+use crate::user_data::{UserDataError, render_user_data};
 
 pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
 pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
@@ -199,6 +199,26 @@ fn refused_this_generation(server: &Server) -> bool {
         .is_some_and(|g| g == server.meta.generation)
 }
 
+/// User data that cannot be sent parks the server, before any create, until
+/// its spec changes. The message is the refusal's (bounded, never quoting
+/// the data); the event fires once, on entry.
+fn park_refused_user_data(error: &UserDataError, mut plan: Plan) -> super::Decision {
+    let message = format!("user data refused ({}): {error}", error.reason());
+    let already_parked = plan
+        .before()
+        .condition(ConditionType::Available)
+        .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == message);
+    if !already_parked {
+        plan.emit(Event {
+            type_: EventType::Warning,
+            reason: EventReason::UserDataRefused,
+            action: "CreateProviderServer",
+            note: message.clone(),
+        });
+    }
+    plan.finish(Outcome::Terminal(message))
+}
+
 fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
     let ca_key = server.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
         facts.ssh_certificate_authorities.iter().find(|ca| ca.resource.name == id).map(|ca| ca.public_key.as_str())
@@ -207,7 +227,11 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
     let user_data = match render_user_data(user_data, ca_key) {
         Ok(rendered) => rendered,
         // The CA key may be fixed without a spec change: requeue, not park.
-        Err(error) => return plan.finish(Outcome::Error(format!("cannot build user data: {error}"))),
+        Err(error) if error.reason().is_ssh_key() => {
+            return plan.finish(Outcome::Error(format!("cannot build user data: {error}")));
+        }
+        // The user data itself is refused: only a spec change can fix it.
+        Err(error) => return park_refused_user_data(&error, plan),
     };
     let spec = &server.spec;
     let request = CreateRequest {

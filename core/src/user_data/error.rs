@@ -34,9 +34,18 @@ pub enum UserDataErrorReason {
     /// A MIME part this operator does not follow: a nested message
     /// (`message/*`) or a uuencoded body.
     UnsupportedMimePart,
+    /// A cloud-config document (the whole user data or a MIME part) that
+    /// cloud-init would skip: not valid YAML, not one document, or not a
+    /// mapping at the top.
+    InvalidCloudConfig,
     /// Gzip-compressed user data cannot be combined with the managed SSH CA
     /// part (the operator does not decompress user data).
     GzipNotMergeable,
+    /// A cloud-config whose `write_files` or `runcmd` is not a list, so the
+    /// managed SSH CA entries cannot be appended to it.
+    CloudConfigNotMergeable,
+    /// The user data to send is larger than the provider accepts.
+    TooLarge,
     /// The SSH CA public key is empty.
     SshKeyEmpty,
     /// The SSH CA "public key" is a private key.
@@ -66,7 +75,10 @@ impl UserDataErrorReason {
             Self::MimeTooDeep => "MimeTooDeep",
             Self::UntypedMimePart => "UntypedMimePart",
             Self::UnsupportedMimePart => "UnsupportedMimePart",
+            Self::InvalidCloudConfig => "InvalidCloudConfig",
             Self::GzipNotMergeable => "GzipNotMergeable",
+            Self::CloudConfigNotMergeable => "CloudConfigNotMergeable",
+            Self::TooLarge => "TooLarge",
             Self::SshKeyEmpty => "SshKeyEmpty",
             Self::SshKeyPrivate => "SshKeyPrivate",
             Self::SshKeyMultipleLines => "SshKeyMultipleLines",
@@ -103,9 +115,13 @@ pub struct UserDataError {
     message: String,
 }
 
+/// Longest message kept, in bytes: messages end up in a status condition,
+/// an event and log lines, and some name parts of the user's input.
+pub const MAX_MESSAGE_LEN: usize = 1024;
+
 impl UserDataError {
     pub(crate) fn new(reason: UserDataErrorReason, message: impl Into<String>) -> Self {
-        Self { reason, message: message.into() }
+        Self { reason, message: bounded(message.into(), MAX_MESSAGE_LEN) }
     }
 
     /// The structured reason.
@@ -116,5 +132,45 @@ impl UserDataError {
     /// The human-readable message (also the `Display` form).
     pub fn message(&self) -> &str {
         &self.message
+    }
+}
+
+/// `text` cut to at most `max` bytes on a character boundary, marked when cut.
+pub(crate) fn bounded(mut text: String, max: usize) -> String {
+    const MARK: &str = "...";
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(MARK);
+    text
+}
+
+/// A piece of the user's input quoted in a message: control characters
+/// escaped (one line), at most `max` characters.
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
+    let mut out: String = text.chars().take(max).flat_map(char::escape_debug).collect();
+    if text.chars().nth(max).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_bounded() {
+        let error = UserDataError::new(UserDataErrorReason::Internal, "\u{e9}".repeat(MAX_MESSAGE_LEN));
+        assert!(error.message().len() <= MAX_MESSAGE_LEN, "{}", error.message().len());
+        assert!(error.message().ends_with("..."));
+        assert_eq!(bounded("short".into(), 10), "short");
+        assert_eq!(excerpt("text/x\n\tplain", 100), "text/x\\n\\tplain");
+        assert_eq!(excerpt(&"a".repeat(200), 5), "aaaaa...");
     }
 }

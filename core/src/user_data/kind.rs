@@ -2,7 +2,8 @@
 //! `mime-version:` in the first 4 KiB), or a single payload typed by its
 //! first line (`cloudinit.user_data.convert_string` and `_process_msg`).
 
-use super::error::{UserDataError, UserDataErrorReason};
+use super::cloud_config::{self, Location};
+use super::error::{UserDataError, UserDataErrorReason, excerpt};
 use super::mime::{self, Body, Entity};
 use super::payload_type::{PayloadType, is_gzip};
 use super::transfer::decoded_payload;
@@ -83,8 +84,32 @@ const SENTINELS: &str = "#cloud-config, #!, #include, #include-once, #cloud-boot
                          #cloud-config-archive, #cloud-config-jsonp or ## template: jinja";
 
 /// Classifies non-empty user data, refusing what cloud-init would ignore,
-/// drop or choke on.
+/// drop or choke on, cloud-config documents it would skip included.
 pub(crate) fn classify(data: &[u8]) -> Result<Classified<'_>, UserDataError> {
+    let classified = classify_payloads(data)?;
+    for (location, document) in cloud_config_documents(data, &classified) {
+        cloud_config::check(document, location)?;
+    }
+    Ok(classified)
+}
+
+/// The cloud-config documents cloud-init's handler will load: the whole data
+/// or each `text/cloud-config` part (not templates, archives or JSON
+/// patches, which are not read here).
+pub(crate) fn cloud_config_documents<'a>(data: &'a [u8], classified: &'a Classified<'_>) -> Vec<(Location, &'a [u8])> {
+    match classified {
+        Classified::Single(PayloadType::CloudConfig) => vec![(Location::Whole, data)],
+        Classified::Mime { parts, .. } => parts
+            .iter()
+            .enumerate()
+            .filter(|(_, part)| part.content_type == PayloadType::CloudConfig.mime_type())
+            .map(|(i, part)| (Location::MimePart(i + 1), part.payload.as_slice()))
+            .collect(),
+        Classified::Gzip | Classified::Single(_) => Vec::new(),
+    }
+}
+
+fn classify_payloads(data: &[u8]) -> Result<Classified<'_>, UserDataError> {
     if is_gzip(data) {
         return Ok(Classified::Gzip);
     }
@@ -137,11 +162,12 @@ fn collect_parts(entity: &Entity<'_>, out: &mut Vec<CloudInitPart>) -> Result<()
         Body::Leaf(payload) => {
             let index = out.len() + 1;
             let declared = entity.content_type.as_str();
+            let quoted = excerpt(declared, 100);
             if declared.starts_with("message/") {
                 return Err(UserDataError::new(
                     UserDataErrorReason::UnsupportedMimePart,
                     format!(
-                        "MIME part {index} of the user data is {declared}: messages nested in user data are not \
+                        "MIME part {index} of the user data is {quoted}: messages nested in user data are not \
                          supported; put their parts in the multipart directly"
                     ),
                 ));
@@ -170,7 +196,7 @@ fn collect_parts(entity: &Entity<'_>, out: &mut Vec<CloudInitPart>) -> Result<()
                     return Err(UserDataError::new(
                         UserDataErrorReason::UntypedMimePart,
                         format!(
-                            "MIME part {index} of the user data is {declared} and its body starts with no \
+                            "MIME part {index} of the user data is {quoted} and its body starts with no \
                              cloud-init sentinel, so cloud-init would ignore it; give the part a Content-Type such \
                              as text/cloud-config or text/x-shellscript, or start its body with {SENTINELS}"
                         ),

@@ -20,7 +20,7 @@
 
 use std::borrow::Cow;
 
-use super::error::{UserDataError, UserDataErrorReason};
+use super::error::{UserDataError, UserDataErrorReason, excerpt};
 use super::payload_type::{is_python_space, python_strip};
 
 /// Deepest nesting of multiparts followed.
@@ -314,6 +314,8 @@ fn parse_multipart<'a>(
     content_type: &str,
     depth: usize,
 ) -> Result<Vec<Entity<'a>>, UserDataError> {
+    // The subtype is the user's: shown escaped and bounded.
+    let shown = excerpt(content_type, 100);
     if depth >= MAX_DEPTH {
         return Err(mime_error(
             UserDataErrorReason::MimeTooDeep,
@@ -326,8 +328,8 @@ fn parse_multipart<'a>(
             return Err(mime_error(
                 UserDataErrorReason::MultipartWithoutBoundary,
                 format!(
-                    "user data has a {content_type} entity without a boundary parameter; \
-                     give its Content-Type a boundary, e.g. 'Content-Type: {content_type}; boundary=\"XYZ\"'"
+                    "user data has a {shown} entity without a boundary parameter; \
+                     give its Content-Type a boundary, e.g. 'Content-Type: {shown}; boundary=\"XYZ\"'"
                 ),
             ));
         }
@@ -335,7 +337,7 @@ fn parse_multipart<'a>(
             return Err(mime_error(
                 UserDataErrorReason::MultipartWithoutBoundary,
                 format!(
-                    "user data has a {content_type} entity whose boundary is RFC 2231 encoded (boundary*=...), \
+                    "user data has a {shown} entity whose boundary is RFC 2231 encoded (boundary*=...), \
                      which is not supported; use a plain boundary=\"XYZ\" parameter"
                 ),
             ));
@@ -384,7 +386,7 @@ fn parse_multipart<'a>(
         return Err(mime_error(
             UserDataErrorReason::MultipartBoundaryNotFound,
             format!(
-                "user data has a {content_type} entity whose boundary line ('--' followed by its boundary) never \
+                "user data has a {shown} entity whose boundary line ('--' followed by its boundary) never \
                  appears; check that the boundary parameter matches the boundary lines"
             ),
         ));
@@ -393,7 +395,7 @@ fn parse_multipart<'a>(
         return Err(mime_error(
             UserDataErrorReason::TruncatedMultipart,
             format!(
-                "user data has a {content_type} entity without its closing boundary line ('--' boundary '--'): \
+                "user data has a {shown} entity without its closing boundary line ('--' boundary '--'): \
                  the message looks truncated"
             ),
         ));

@@ -29,6 +29,7 @@
 //!
 //! Pure: no I/O, deterministic output. Errors never quote user data or keys.
 
+mod cloud_config;
 mod error;
 mod kind;
 mod merge;
@@ -37,7 +38,7 @@ mod payload_type;
 mod ssh_ca;
 mod transfer;
 
-pub use error::{UserDataError, UserDataErrorReason};
+pub use error::{MAX_MESSAGE_LEN, UserDataError, UserDataErrorReason};
 pub use kind::{CloudInitPart, MIME_SNIFF_LEN, PayloadKind, looks_like_mime};
 pub use payload_type::PayloadType;
 pub use ssh_ca::{
@@ -45,8 +46,50 @@ pub use ssh_ca::{
     TRUSTED_USER_CA_KEYS_PATH, managed_cloud_config, validate_ssh_public_key,
 };
 
-use kind::{Classified, classify};
+use kind::{Classified, classify, cloud_config_documents};
 use merge::Piece;
+
+/// The most user data the provider takes, in characters of its base64 form:
+/// Nova's `user_data` is a base64 string of at most 65,535 characters
+/// (`nova/api/openstack/compute/schemas/servers.py`), 49,149 bytes before
+/// encoding. Nova's refusal echoes the value back, so the limit is checked
+/// here, before any create, with a message of our own.
+pub const MAX_USER_DATA_BASE64_LEN: usize = 65_535;
+
+/// The length of the base64 form of `len` bytes (padded, no line breaks).
+pub fn base64_len(len: usize) -> usize {
+    len.div_ceil(3).saturating_mul(4)
+}
+
+/// Refuses `data` when its base64 form is longer than the provider takes.
+/// The message gives the sizes only.
+fn within_provider_limit(data: Vec<u8>, with_ca: bool) -> Result<Vec<u8>, UserDataError> {
+    let encoded = base64_len(data.len());
+    if encoded <= MAX_USER_DATA_BASE64_LEN {
+        return Ok(data);
+    }
+    let merged = if with_ca { " with the SSH certificate authority part added" } else { "" };
+    Err(UserDataError::new(
+        UserDataErrorReason::TooLarge,
+        format!(
+            "user data is too large: {} bytes{merged}, {encoded} characters once base64-encoded, and the provider \
+             accepts at most {MAX_USER_DATA_BASE64_LEN} ({} bytes); shrink it, for example by fetching large \
+             files at boot (#include, or a script that downloads them)",
+            data.len(),
+            MAX_USER_DATA_BASE64_LEN / 4 * 3,
+        ),
+    ))
+}
+
+/// Refuses a cloud-config of the user's whose `write_files` or `runcmd` the
+/// managed entries could not be appended to.
+fn check_mergeable(data: &[u8], classified: &Classified<'_>) -> Result<(), UserDataError> {
+    for (location, document) in cloud_config_documents(data, classified) {
+        let top = cloud_config::check(document, location)?;
+        cloud_config::check_mergeable(&top, location)?;
+    }
+    Ok(())
+}
 
 /// The MIME type of the managed part.
 pub const MANAGED_PART_CONTENT_TYPE: &str = "text/cloud-config";
@@ -112,11 +155,15 @@ pub fn cloud_init_parts(data: &[u8]) -> Result<Option<Vec<CloudInitPart>>, UserD
 }
 
 /// Validates user data that will be merged with the managed part: as
-/// [`validate_user_data`], but gzip is refused.
+/// [`validate_user_data`], but gzip is refused, and so is a cloud-config
+/// whose `write_files` or `runcmd` is not a list.
 pub fn validate_managed_user_data(data: &[u8]) -> Result<PayloadKind, UserDataError> {
     match classify(data)? {
         Classified::Gzip => Err(gzip_not_mergeable()),
-        other => Ok(other.kind()),
+        other => {
+            check_mergeable(data, &other)?;
+            Ok(other.kind())
+        }
     }
 }
 
@@ -129,6 +176,9 @@ pub fn validate_managed_user_data(data: &[u8]) -> Result<PayloadKind, UserDataEr
 ///   `MIME-Version:`, which would make cloud-init read it as MIME);
 /// - a CA and user data: `multipart/mixed` with the user's parts, then the
 ///   managed part.
+///
+/// Either way the result must fit the provider's limit
+/// ([`MAX_USER_DATA_BASE64_LEN`]).
 pub fn render_user_data(
     user_data: Option<&[u8]>,
     ssh_ca_public_key: Option<&str>,
@@ -139,14 +189,17 @@ pub fn render_user_data(
             None => Ok(None),
             Some(data) => {
                 validate_user_data(data)?;
-                Ok(Some(data.to_vec()))
+                within_provider_limit(data.to_vec(), false).map(Some)
             }
         };
     };
     let classified = match user_data {
         Some(data) => match classify(data)? {
             Classified::Gzip => return Err(gzip_not_mergeable()),
-            other => Some((data, other)),
+            other => {
+                check_mergeable(data, &other)?;
+                Some((data, other))
+            }
         },
         None => None,
     };
@@ -169,7 +222,7 @@ pub fn render_user_data(
     };
     let mut pieces = merge::user_pieces(data, &classified);
     pieces.push(managed_piece);
-    Ok(Some(merge::assemble(&pieces)))
+    within_provider_limit(merge::assemble(&pieces), true).map(Some)
 }
 
 #[cfg(test)]

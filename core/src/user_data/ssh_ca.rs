@@ -6,7 +6,7 @@ use std::fmt;
 use serde::Serialize;
 use ssh_key::{Algorithm, HashAlg, PublicKey, public::KeyData};
 
-use super::error::{UserDataError, UserDataErrorReason};
+use super::error::{UserDataError, UserDataErrorReason, excerpt};
 
 /// Name (MIME filename) of the managed cloud-config part.
 pub const MANAGED_PART_NAME: &str = "unikorn-ssh-certificate-authority";
@@ -106,7 +106,7 @@ pub fn validate_ssh_public_key(key: &str) -> Result<SshCaPublicKey, UserDataErro
         KeyData::Other(_) => {
             return Err(key_error(
                 UserDataErrorReason::SshKeyUnsupportedAlgorithm,
-                format!("uses the unknown algorithm '{}'", public.algorithm().as_str()),
+                format!("uses the unknown algorithm '{}'", excerpt(public.algorithm().as_str(), 64)),
             ));
         }
         KeyData::Dsa(_) => {

@@ -69,7 +69,7 @@ fn ca_without_user_data_is_the_managed_config_alone() {
 #[test]
 fn every_prefix_is_merged_with_its_type() {
     for t in PayloadType::all().iter().filter(|t| !t.is_mime_only()) {
-        let data = format!("{}\nbody line\n", t.prefix());
+        let data = format!("{}\nbody: line\n", t.prefix());
         assert_eq!(validate_user_data(data.as_bytes()), Ok(PayloadKind::Single(*t)));
         let out = render(data.as_bytes(), Some(KEY)).unwrap();
         assert_eq!(part_types(&out), vec![t.mime_type(), MANAGED_PART_CONTENT_TYPE], "{t:?}");
@@ -259,13 +259,75 @@ fn reload_command_is_the_designed_one() {
 }
 
 #[test]
-fn a_60_kib_script_merges() {
+fn a_46_kib_script_merges() {
     let mut script = b"#!/bin/sh\n".to_vec();
-    while script.len() < 60 * 1024 {
-        script.extend_from_slice(b"echo 'a fairly long line of shell script to fill sixty kibibytes'\n");
+    while script.len() < 46 * 1024 {
+        script.extend_from_slice(b"echo 'a fairly long line of shell script to fill 46 kibibytes'\n");
     }
     let out = render(&script, Some(KEY)).unwrap();
     assert_eq!(parts_of(&out)[0].1, script);
+}
+
+/// Nova takes at most 65,535 base64 characters: 49,149 bytes.
+#[test]
+fn the_provider_limit_applies_to_what_is_sent() {
+    let script = |len: usize| {
+        let mut data = b"#!/bin/sh\n".to_vec();
+        data.resize(len, b'#');
+        data
+    };
+    assert_eq!(base64_len(49_149), 65_532);
+    assert_eq!(base64_len(49_150), 65_536);
+    assert!(render(&script(49_149), None).is_ok());
+    let err = render_user_data(Some(&script(49_150)), None).unwrap_err();
+    assert_eq!(err.reason(), UserDataErrorReason::TooLarge);
+    assert_eq!(
+        err.message(),
+        "user data is too large: 49150 bytes, 65536 characters once base64-encoded, and the provider accepts at \
+         most 65535 (49149 bytes); shrink it, for example by fetching large files at boot (#include, or a script \
+         that downloads them)"
+    );
+    // With a CA the merged result counts: user data that fits alone may not.
+    let managed_overhead = render(&script(100), Some(KEY)).unwrap().len() - 100;
+    let fits_alone = script(49_149 - managed_overhead / 2);
+    assert!(render(&fits_alone, None).is_ok());
+    let err = render_user_data(Some(&fits_alone), Some(KEY)).unwrap_err();
+    assert_eq!(err.reason(), UserDataErrorReason::TooLarge);
+    assert!(err.message().contains("with the SSH certificate authority part added"), "{err}");
+    assert!(render(&script(49_149 - managed_overhead), Some(KEY)).is_ok());
+    // The message never quotes the data.
+    assert!(!err.message().contains("##"), "{err}");
+}
+
+#[test]
+fn cloud_config_the_managed_lists_cannot_join_is_refused_only_with_a_ca() {
+    for data in [
+        &b"#cloud-config\nruncmd:\n"[..],
+        b"#cloud-config\nwrite_files: {}\n",
+        b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n--b\nContent-Type: text/cloud-config\n\nruncmd: echo\n--b--\n",
+    ] {
+        assert!(validate_user_data(data).is_ok());
+        assert_eq!(render_user_data(Some(data), None), Ok(Some(data.to_vec())));
+        assert_eq!(render(data, Some(KEY)), Err(UserDataErrorReason::CloudConfigNotMergeable));
+        assert_eq!(validate_managed_user_data(data).unwrap_err().reason(), UserDataErrorReason::CloudConfigNotMergeable);
+    }
+}
+
+#[test]
+fn broken_cloud_config_is_refused_with_its_line() {
+    let err = render_user_data(Some(b"#cloud-config\nfoo: [unclosed\n"), Some(KEY)).unwrap_err();
+    assert_eq!(err.reason(), UserDataErrorReason::InvalidCloudConfig);
+    assert!(err.message().contains("line 2"), "{err}");
+    assert_eq!(validate_user_data(b"#cloud-config\nfoo: [unclosed\n").unwrap_err(), err);
+    // In a MIME part: the part and the line within it.
+    let data = b"MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n--b\n\n#!/bin/sh\n--b\nContent-Type: text/cloud-config\n\n#cloud-config\na: 1\nb: {c\n--b--\n";
+    let err = validate_user_data(data).unwrap_err();
+    assert_eq!(err.reason(), UserDataErrorReason::InvalidCloudConfig);
+    assert!(err.message().contains("MIME part 2") && err.message().contains("line 3 of the part"), "{err}");
+    // Templates, archives and scripts are not read as cloud-config.
+    for data in [&b"## template: jinja\n#cloud-config\nfoo: [{{ x }\n"[..], b"#!/bin/sh\nfoo: [unclosed\n"] {
+        assert!(validate_user_data(data).is_ok());
+    }
 }
 
 fn check_any(data: &[u8], key: &str) {
@@ -332,6 +394,8 @@ proptest! {
         let mut data = format!("{}\n", prefix.prefix()).into_bytes();
         data.extend_from_slice(&body);
         prop_assume!(!looks_like_mime(&data));
+        // Random bytes are rarely a cloud-config mapping: those are refused.
+        prop_assume!(prefix != PayloadType::CloudConfig || validate_user_data(&data).is_ok());
         let out = render(&data, Some(KEY)).unwrap();
         let parts = parts_of(&out);
         prop_assert_eq!(&parts[0].1, &data);
@@ -383,8 +447,11 @@ fn adversarial_inputs_stay_linear() {
     for n in 0..50_000 {
         script.push_str(&format!("# ==unikorn-user-data-{n}==\n"));
     }
-    let out = String::from_utf8(render(script.as_bytes(), Some(KEY)).unwrap()).unwrap();
+    // Far over the provider's limit, so assembled directly.
+    let classified = classify(script.as_bytes()).unwrap();
+    let out = String::from_utf8(merge::assemble(&merge::user_pieces(script.as_bytes(), &classified))).unwrap();
     assert!(out.contains("boundary=\"==unikorn-user-data-50000==\""));
+    assert_eq!(render(script.as_bytes(), Some(KEY)), Err(UserDataErrorReason::TooLarge));
 
     let params = format!(
         "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b{}\n\n--b\n\n#!\n--b--\n",
@@ -406,5 +473,13 @@ fn adversarial_inputs_stay_linear() {
         "x\n".repeat(300_000)
     );
     assert!(validate_user_data(lines.as_bytes()).is_ok());
+    // YAML is read in linear time (a 450 KB cloud-config, a 100,000-deep nesting).
+    let mut config = String::from("#cloud-config\n");
+    for n in 0..20_000 {
+        config.push_str(&format!("key{n}: [a, {{b: c}}]\n"));
+    }
+    assert!(validate_user_data(config.as_bytes()).is_ok());
+    let nested = format!("#cloud-config\nx: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let _ = validate_user_data(nested.as_bytes());
     assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
 }

@@ -21,8 +21,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
-use server_sim::cloud::{CloudConfig, Fate, SimCloud};
-use server_sim::kube::{Patch, PatchKind};
+use server_sim_openstack::KeystoneUrl as _;
+use server_simcloud::{CloudConfig, Fate, SimCloud};
+use server_simkube::{Patch, PatchKind};
 use tokio::sync::watch;
 
 use crate::commands::run::{CloudKind, parse_duration};
@@ -215,11 +216,11 @@ async fn demo(args: &Args) -> anyhow::Result<Report> {
 async fn cloud_registry(
     kind: CloudKind,
     cloud: &SimCloud,
-) -> anyhow::Result<(CloudRegistry, Option<server_sim::openstack::ServeHandle>)> {
+) -> anyhow::Result<(CloudRegistry, Option<server_sim_openstack::ServeHandle>)> {
     match kind {
         CloudKind::Sim => Ok((CloudRegistry::new().with(REGION, cloud.port()), None)),
         CloudKind::Openstack => {
-            let simulator = server_sim::openstack::OpenStackSim::new(cloud.clone());
+            let simulator = server_sim_openstack::OpenStackSim::new(cloud.clone());
             simulator.add_user(world::OPENSTACK_USER, world::OPENSTACK_PASSWORD);
             // What the unikorn network controllers would have made in Neutron.
             for network in world::NETWORKS {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use serde_json::Value;
 use server_core::{Server, ever_booted, provider_create_failure};
-use server_sim::cloud::SimCloud;
+use server_simcloud::SimCloud;
 
 use super::world::{NAMESPACE, World};
 

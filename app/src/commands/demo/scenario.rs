@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use server_sim::cloud::{Fate, FateMix, Timing};
+use server_simcloud::{Fate, FateMix, Timing};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use server_core::model::{ConditionReason, ConditionType, reference_finalizer};
 use server_core::provider_create_failure;
-use server_sim::cloud::SimCloud;
+use server_simcloud::SimCloud;
 
 use super::observer::Observer;
 use super::world::{NAMESPACE, World};

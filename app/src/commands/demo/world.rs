@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
-use server_sim::SimKube;
-use server_sim::kube::{ServeHandle, StoreHandle};
+use server_simkube::SimKube;
+use server_simkube::{ServeHandle, StoreHandle};
 
 pub(crate) const NAMESPACE: &str = "demo";
 pub(crate) const REGION: &str = "region-a";

@@ -1,0 +1,531 @@
+//! The cloud's state, deterministic and advanced only by the `now` each call
+//! passes in. Every provider server carries a timeline fixed at create time
+//! (launch, error, vanish, gone), so its record at any instant is a pure
+//! function of that timeline and `now`: the simulator drives it with virtual
+//! time, the async port with a real clock, and both see the same behaviour.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use server_core::port::{CloudError, CreateRequest, DeleteProgress, PowerState, ProviderServer, ProviderStatus};
+
+use super::counters::{Counters, UidTruth};
+use super::fate::{Fate, FateMix};
+use super::rng::{FnvBuild, SplitMix64};
+
+/// The longest base64 `user_data` Nova accepts.
+const NOVA_USER_DATA_MAX: usize = 65_535;
+
+/// How a simulated cloud behaves.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CloudConfig {
+    pub seed: u64,
+    /// Fates of Servers that were not scripted.
+    pub mix: FateMix,
+    /// Share of get/list calls that fail (timeout or 503).
+    pub read_failure_rate: f64,
+    /// Share of create/delete calls answered 503 without effect.
+    pub write_failure_rate: f64,
+    /// Share of accepted creates whose answer is lost (the server exists, the
+    /// caller sees a timeout): the idempotent create must absorb the retry.
+    pub lost_create_rate: f64,
+}
+
+impl CloudConfig {
+    /// The default fault mix.
+    pub fn new(seed: u64) -> Self {
+        CloudConfig::with_fault_rate(seed, FateMix::DEFAULT_FAULT_RATE)
+    }
+
+    /// `rate` of the servers get a faulty fate; call failures scale with it.
+    pub fn with_fault_rate(seed: u64, rate: f64) -> Self {
+        let mix = FateMix::with_fault_rate(rate);
+        let rate = if rate.is_finite() { rate.clamp(0.0, 1.0) } else { 0.0 };
+        CloudConfig {
+            seed,
+            mix,
+            read_failure_rate: rate * 0.1,
+            write_failure_rate: rate * 0.03,
+            lost_create_rate: rate * 0.03,
+        }
+    }
+
+    /// Every server boots cleanly and no call fails (fates can still be scripted).
+    pub fn reliable(seed: u64) -> Self {
+        CloudConfig::with_fault_rate(seed, 0.0)
+    }
+}
+
+/// A cheap reference to one Server uid's state in a [`CloudModel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ServerHandle(usize);
+
+/// The deterministic cloud. See the module docs.
+#[derive(Debug)]
+pub struct CloudModel {
+    config: CloudConfig,
+    /// Call-level fault draws, in call order.
+    faults: SplitMix64,
+    slots: HashMap<String, usize, FnvBuild>,
+    servers: Vec<UidState>,
+    /// Project ids, interned: the index of each in `project_slots`.
+    projects: HashMap<String, usize, FnvBuild>,
+    /// The slots of the servers created in each project.
+    project_slots: Vec<Vec<usize>>,
+    counters: Counters,
+    /// Serial number of the next provider server: its id, addresses and MAC.
+    next_number: u64,
+}
+
+/// Everything the cloud knows about one Server uid.
+#[derive(Debug)]
+struct UidState {
+    uid: String,
+    fate: Fate,
+    /// Every provider server ever made for this uid, oldest first. Creates are
+    /// idempotent, so only the last one can exist.
+    instances: Vec<Instance>,
+    truth: UidTruth,
+    reads_failed: u32,
+}
+
+/// One provider server and its timeline, in milliseconds since the epoch.
+#[derive(Debug)]
+struct Instance {
+    number: u64,
+    /// Provider id, addresses and MAC, formatted once at create time so that
+    /// reads (the simulator's hottest cloud path) only copy them.
+    id: String,
+    private_ip: String,
+    public_ip: Option<String>,
+    mac: String,
+    /// Interned project id.
+    project: usize,
+    name: String,
+    created: i64,
+    launch: Option<i64>,
+    error: Option<i64>,
+    vanish: Option<i64>,
+    /// Set by the first delete request.
+    gone: Option<i64>,
+}
+
+impl Instance {
+    fn exists(&self, now: i64) -> bool {
+        self.gone.is_none_or(|t| t > now) && self.vanish.is_none_or(|t| t > now)
+    }
+
+    fn launched(&self, now: i64) -> bool {
+        self.launch.is_some_and(|t| t <= now)
+    }
+
+    fn status(&self, now: i64) -> ProviderStatus {
+        if self.error.is_some_and(|t| t <= now) {
+            ProviderStatus::Error
+        } else if self.launched(now) {
+            ProviderStatus::Active
+        } else {
+            ProviderStatus::Build
+        }
+    }
+
+    fn queued(&self, now: i64) -> bool {
+        // Scheduling takes the first two seconds of a build.
+        now - self.created < 2_000
+    }
+
+    /// Equal versions mean equal records: the record is a function of the
+    /// instance and of these few facts about `now`.
+    fn version(&self, now: i64) -> u64 {
+        let status = match self.status(now) {
+            ProviderStatus::Build => u64::from(self.queued(now)),
+            ProviderStatus::Active => 2,
+            _ => 3,
+        };
+        (self.number << 3) | (status << 1) | u64::from(self.launched(now))
+    }
+
+    fn record(&self, uid: &str, now: i64) -> ProviderServer {
+        let launched = self.launched(now);
+        let status = self.status(now);
+        let active = status == ProviderStatus::Active;
+        ProviderServer {
+            id: self.id.clone(),
+            server_uid: uid.to_owned(),
+            power_state: if active { PowerState::Running } else { PowerState::NoState },
+            queued: status == ProviderStatus::Build && self.queued(now),
+            status,
+            created: Timestamp::from_millisecond(self.created).ok(),
+            launched_at: self.launch.filter(|_| launched).and_then(|t| Timestamp::from_millisecond(t).ok()),
+            private_ip: Some(self.private_ip.clone()),
+            public_ip: self.public_ip.clone().filter(|_| launched),
+            // The port's MAC is final only once the server is ACTIVE.
+            mac_address: active.then(|| self.mac.clone()),
+        }
+    }
+}
+
+/// Id and addresses of the `n`-th provider server: unique, deterministic.
+fn identity_of(n: u64, public_ip: bool) -> (String, String, Option<String>, String) {
+    let (a, b, c) = ((n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
+    (
+        format!("sim-{n:08x}"),
+        format!("10.{a}.{b}.{c}"),
+        public_ip.then(|| format!("100.{}.{b}.{c}", 64 + (a & 0x3f))),
+        format!("fa:16:3e:{a:02x}:{b:02x}:{c:02x}"),
+    )
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl CloudModel {
+    pub fn new(config: CloudConfig) -> Self {
+        CloudModel {
+            faults: SplitMix64::stream(config.seed, "cloud-call-faults"),
+            config,
+            slots: HashMap::default(),
+            servers: Vec::new(),
+            projects: HashMap::default(),
+            project_slots: Vec::new(),
+            counters: Counters::default(),
+            next_number: 1,
+        }
+    }
+
+    /// Restarts the call-fault stream from `seed`; fates (drawn from the
+    /// config's seed and each uid) are unaffected. The simulator gives each
+    /// of its shards its own stream.
+    pub fn reseed_faults(&mut self, seed: u64) {
+        self.faults = SplitMix64::stream(seed, "cloud-call-faults");
+    }
+
+    pub fn config(&self) -> &CloudConfig {
+        &self.config
+    }
+
+    /// Fixes the fate of `uid`'s provider servers, replacing the drawn one.
+    /// Takes effect for creates from now on.
+    pub fn script(&mut self, uid: &str, fate: Fate) {
+        let slot = self.slot(uid);
+        if let Some(state) = self.servers.get_mut(slot) {
+            state.fate = fate;
+        }
+    }
+
+    /// The fate of `uid` (drawn on first use).
+    pub fn fate(&mut self, uid: &str) -> Fate {
+        let slot = self.slot(uid);
+        self.servers.get(slot).map(|s| s.fate.clone()).unwrap_or_default()
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Ground truth for one uid at `now`.
+    pub fn truth(&self, uid: &str, now: Timestamp) -> UidTruth {
+        match self.slots.get(uid) {
+            Some(&slot) => self.truth_of(ServerHandle(slot), now),
+            None => UidTruth::default(),
+        }
+    }
+
+    /// [`CloudModel::truth`] by handle.
+    pub fn truth_of(&self, handle: ServerHandle, now: Timestamp) -> UidTruth {
+        let now = now.as_millisecond();
+        let Some(state) = self.servers.get(handle.0) else {
+            return UidTruth::default();
+        };
+        let live = state.instances.last().filter(|i| i.exists(now));
+        UidTruth {
+            live: u32::from(live.is_some()),
+            live_launched: live.is_some_and(|i| i.launched(now)),
+            ever_launched: state.instances.iter().any(|i| i.launched(now)),
+            ..state.truth
+        }
+    }
+
+    /// Provider servers that exist at `now`, across all uids.
+    pub fn live_servers(&self, now: Timestamp) -> usize {
+        let now = now.as_millisecond();
+        self.servers.iter().filter(|s| s.instances.last().is_some_and(|i| i.exists(now))).count()
+    }
+
+    /// Makes the Server's provider server, or returns the one that exists.
+    pub fn create(
+        &mut self,
+        now: Timestamp,
+        project_id: &str,
+        request: &CreateRequest,
+    ) -> Result<ProviderServer, CloudError> {
+        let now = now.as_millisecond();
+        self.counters.create_calls += 1;
+        if self.faults.chance(self.config.write_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Unavailable { status: 503, message: "simulated create outage".into() });
+        }
+        let uid = request.server.uid.as_str();
+        let slot = self.slot(uid);
+        let project = self.index_project(project_id, slot);
+        let number = self.next_number;
+        let Some(state) = self.servers.get_mut(slot) else {
+            return Err(CloudError::Unavailable { status: 500, message: "simulated cloud lost a slot".into() });
+        };
+        state.truth.create_calls += 1;
+        // Nova's schema caps `user_data` at 65,535 base64 characters
+        // (nova/api/openstack/compute/schemas/servers.py) and answers 400.
+        let user_data_base64 = request.user_data.as_ref().map_or(0, |d| d.len().div_ceil(3) * 4);
+        if user_data_base64 > NOVA_USER_DATA_MAX {
+            state.truth.creates_refused += 1;
+            self.counters.creates_refused += 1;
+            return Err(CloudError::Refused {
+                status: 400,
+                message: format!("Invalid input for field/attribute user_data: longer than {NOVA_USER_DATA_MAX}"),
+            });
+        }
+        if let Some(existing) = state.instances.last().filter(|i| i.exists(now)) {
+            self.counters.creates_deduplicated += 1;
+            return Ok(existing.record(uid, now));
+        }
+        if state.truth.creates_refused < state.fate.refused_creates {
+            state.truth.creates_refused += 1;
+            self.counters.creates_refused += 1;
+            return Err(CloudError::Refused {
+                status: 403,
+                message: "Quota exceeded for instances: requested 1, but already used 10 of 10 instances".into(),
+            });
+        }
+        state.truth.creates_accepted += 1;
+        self.counters.creates_accepted += 1;
+        self.next_number += 1;
+        let fate = &state.fate;
+        let (launch, error, vanish) = if fate.boot_fails(state.truth.creates_accepted) {
+            (None, Some(now + millis(fate.fail_time)), None)
+        } else {
+            let launch = now + millis(fate.build_time);
+            let error = fate.error_after_launch.map(|d| launch + millis(d));
+            let vanish = fate.vanish_after_launch.map(|d| launch + millis(d));
+            (Some(launch), error, vanish)
+        };
+        if vanish.is_some() {
+            self.counters.vanished += 1;
+        }
+        let (id, private_ip, public_ip, mac) = identity_of(number, request.public_ip);
+        let instance = Instance {
+            number,
+            id,
+            private_ip,
+            public_ip,
+            mac,
+            project,
+            name: request.name.clone(),
+            created: now,
+            launch,
+            error,
+            vanish,
+            gone: None,
+        };
+        let record = instance.record(uid, now);
+        state.instances.push(instance);
+        if self.faults.chance(self.config.lost_create_rate) {
+            self.counters.creates_lost_answer += 1;
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Timeout { message: "simulated create answer lost".into() });
+        }
+        Ok(record)
+    }
+
+    /// Starts (or continues) deleting the Server's provider server.
+    pub fn delete(&mut self, now: Timestamp, uid: &str) -> Result<DeleteProgress, CloudError> {
+        let handle = self.slots.get(uid).map(|&slot| ServerHandle(slot));
+        self.delete_by(now, handle)
+    }
+
+    /// [`CloudModel::delete`] by handle (`None`: a uid the cloud never saw).
+    pub fn delete_by(&mut self, now: Timestamp, handle: Option<ServerHandle>) -> Result<DeleteProgress, CloudError> {
+        let now = now.as_millisecond();
+        self.counters.delete_calls += 1;
+        if self.faults.chance(self.config.write_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Unavailable { status: 503, message: "simulated delete outage".into() });
+        }
+        let Some(state) = handle.and_then(|h| self.servers.get_mut(h.0)) else {
+            return Ok(DeleteProgress::Gone);
+        };
+        state.truth.delete_calls += 1;
+        let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) else {
+            return Ok(DeleteProgress::Gone);
+        };
+        let gone = match instance.gone {
+            Some(gone) => gone,
+            None => {
+                let gone = now.saturating_add(millis(state.fate.delete_time));
+                instance.gone = Some(gone);
+                self.counters.deletions_started += 1;
+                if instance.launched(now) {
+                    state.truth.launched_deleted += 1;
+                    self.counters.launched_deleted += 1;
+                }
+                gone
+            }
+        };
+        Ok(if gone <= now { DeleteProgress::Gone } else { DeleteProgress::InProgress })
+    }
+
+    /// The Server's provider server; `Ok(None)` is an authoritative not-found.
+    pub fn get(&mut self, now: Timestamp, uid: &str) -> Result<Option<ProviderServer>, CloudError> {
+        let handle = self.slots.get(uid).map(|&slot| ServerHandle(slot));
+        self.get_by(now, handle)
+    }
+
+    /// [`CloudModel::get`] by handle (`None`: a uid the cloud never saw).
+    pub fn get_by(
+        &mut self,
+        now: Timestamp,
+        handle: Option<ServerHandle>,
+    ) -> Result<Option<ProviderServer>, CloudError> {
+        let now = now.as_millisecond();
+        self.counters.get_calls += 1;
+        let slot = handle.map(|h| h.0);
+        if let Some(state) = slot.and_then(|slot| self.servers.get_mut(slot))
+            && state.reads_failed < state.fate.failed_reads
+        {
+            state.reads_failed += 1;
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Timeout { message: "simulated read timeout (scripted)".into() });
+        }
+        if self.faults.chance(self.config.read_failure_rate) {
+            return Err(self.read_failure());
+        }
+        let state = slot.and_then(|slot| self.servers.get(slot));
+        Ok(state.and_then(|s| s.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&s.uid, now))))
+    }
+
+    /// Every provider server of the project, ordered by uid.
+    pub fn list(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<ProviderServer>, CloudError> {
+        let listed = self.list_versions(now, project_id)?;
+        let now = now.as_millisecond();
+        let mut records: Vec<ProviderServer> = listed
+            .iter()
+            .filter_map(|(handle, _)| self.servers.get(handle.0))
+            .filter_map(|s| s.instances.last().map(|i| i.record(&s.uid, now)))
+            .collect();
+        records.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
+        Ok(records)
+    }
+
+    /// [`CloudModel::list`] without building the records: each listed server
+    /// as its handle and a version (equal versions, equal records). The
+    /// simulator's monitor reads a record only when its version moved. Counted
+    /// and fault-injected like `list`.
+    pub fn list_versions(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<(ServerHandle, u64)>, CloudError> {
+        let now = now.as_millisecond();
+        self.counters.list_calls += 1;
+        let Some(&project) = self.projects.get(project_id) else {
+            return if self.faults.chance(self.config.read_failure_rate) {
+                Err(self.read_failure())
+            } else {
+                Ok(Vec::new())
+            };
+        };
+        let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
+        let mut scripted_failure = false;
+        for &slot in slots {
+            if let Some(state) = self.servers.get_mut(slot)
+                && state.reads_failed < state.fate.failed_reads
+            {
+                state.reads_failed += 1;
+                scripted_failure = true;
+            }
+        }
+        if scripted_failure {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Timeout { message: "simulated list timeout (scripted)".into() });
+        }
+        if self.faults.chance(self.config.read_failure_rate) {
+            return Err(self.read_failure());
+        }
+        let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
+        Ok(slots
+            .iter()
+            .filter_map(|&slot| {
+                let state = self.servers.get(slot)?;
+                let live = state.instances.last().filter(|i| i.exists(now) && i.project == project)?;
+                Some((ServerHandle(slot), live.version(now)))
+            })
+            .collect())
+    }
+
+    /// The handle of `uid` (made, with its drawn fate, on first sight).
+    pub fn handle(&mut self, uid: &str) -> ServerHandle {
+        ServerHandle(self.slot(uid))
+    }
+
+    /// The record of a listed server at `now` (no call is counted: it comes
+    /// with the list it was listed in).
+    pub fn listed_record(&self, handle: ServerHandle, now: Timestamp) -> Option<ProviderServer> {
+        let now = now.as_millisecond();
+        let state = self.servers.get(handle.0)?;
+        state.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&state.uid, now))
+    }
+
+    /// The provider-side name the live server of `uid` was created with.
+    pub fn server_name(&self, uid: &str, now: Timestamp) -> Option<&str> {
+        let now = now.as_millisecond();
+        let state = self.slots.get(uid).and_then(|&slot| self.servers.get(slot))?;
+        state.instances.last().filter(|i| i.exists(now)).map(|i| i.name.as_str())
+    }
+
+    /// An injected read failure (the caller drew it from `read_failure_rate`).
+    fn read_failure(&mut self) -> CloudError {
+        self.counters.injected_failures += 1;
+        // Half time out, half answer 503: both leave the provider's view unknown.
+        if self.faults.chance(0.5) {
+            CloudError::Timeout { message: "simulated read timeout".into() }
+        } else {
+            CloudError::Unavailable { status: 503, message: "simulated read outage".into() }
+        }
+    }
+
+    /// The slot of `uid`, made (with its drawn fate) on first sight.
+    fn slot(&mut self, uid: &str) -> usize {
+        if let Some(&slot) = self.slots.get(uid) {
+            return slot;
+        }
+        let slot = self.servers.len();
+        self.servers.push(UidState {
+            uid: uid.to_owned(),
+            fate: self.config.mix.draw(self.config.seed, uid),
+            instances: Vec::new(),
+            truth: UidTruth::default(),
+            reads_failed: 0,
+        });
+        self.slots.insert(uid.to_owned(), slot);
+        slot
+    }
+
+    /// Interns the project and files the slot under it.
+    fn index_project(&mut self, project_id: &str, slot: usize) -> usize {
+        let project = match self.projects.get(project_id) {
+            Some(&project) => project,
+            None => {
+                let project = self.project_slots.len();
+                self.projects.insert(project_id.to_owned(), project);
+                self.project_slots.push(Vec::new());
+                project
+            }
+        };
+        if let Some(slots) = self.project_slots.get_mut(project)
+            // Retried creates come back to the same slot: the last-entry
+            // check spares the scan in the common case.
+            && slots.last() != Some(&slot)
+            && !slots.contains(&slot)
+        {
+            slots.push(slot);
+        }
+        project
+    }
+}

@@ -1,0 +1,280 @@
+//! SimCloud behaviour: fates, idempotent create, ground truth, and the async port.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use server_core::port::{
+    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PowerState, ProviderStatus, ServerRef,
+};
+
+use super::*;
+
+fn start() -> Timestamp {
+    Timestamp::from_second(1_750_000_000).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn at(seconds: i64) -> Timestamp {
+    start() + SignedDuration::from_secs(seconds)
+}
+
+fn request(uid: &str) -> CreateRequest {
+    CreateRequest {
+        server: ServerRef { namespace: "ns".into(), name: format!("server-{uid}"), uid: uid.into() },
+        name: format!("server-{uid}"),
+        public_ip: true,
+        ..Default::default()
+    }
+}
+
+fn model_with(uid: &str, fate: Fate) -> CloudModel {
+    let mut model = CloudModel::new(CloudConfig::reliable(1));
+    model.script(uid, fate);
+    model
+}
+
+fn status_at(model: &mut CloudModel, uid: &str, t: i64) -> Option<ProviderStatus> {
+    model.get(at(t), uid).ok().flatten().map(|r| r.status)
+}
+
+#[test]
+fn clean_boot_builds_then_launches_with_addresses() {
+    let mut model = model_with("u", Fate::clean().with_build_time(Duration::from_secs(30)));
+    let created = model.create(at(0), "p", &request("u")).unwrap_or_default();
+    assert_eq!(created.status, ProviderStatus::Build);
+    assert!(created.queued, "scheduling at first");
+    assert_eq!(created.server_uid, "u");
+    assert_eq!(created.created, Some(at(0)));
+    assert!(created.private_ip.is_some() && created.mac_address.is_none() && created.launched_at.is_none());
+
+    let building = model.get(at(10), "u").ok().flatten().unwrap_or_default();
+    assert_eq!((building.status, building.queued), (ProviderStatus::Build, false));
+
+    let active = model.get(at(30), "u").ok().flatten().unwrap_or_default();
+    assert_eq!(active.status, ProviderStatus::Active);
+    assert_eq!(active.power_state, PowerState::Running);
+    assert_eq!(active.launched_at, Some(at(30)));
+    assert!(active.public_ip.is_some() && active.mac_address.is_some());
+    assert_eq!(active.id, created.id);
+    let truth = model.truth("u", at(30));
+    assert_eq!((truth.live, truth.live_launched, truth.creates_accepted), (1, true, 1));
+}
+
+#[test]
+fn create_is_idempotent_per_uid() {
+    let mut model = model_with("u", Fate::clean());
+    let first = model.create(at(0), "p", &request("u")).unwrap_or_default();
+    let second = model.create(at(5), "p", &request("u")).unwrap_or_default();
+    assert_eq!(first.id, second.id);
+    let other = model.create(at(5), "p", &request("v")).unwrap_or_default();
+    assert_ne!(first.id, other.id);
+    let counters = model.counters();
+    assert_eq!((counters.create_calls, counters.creates_accepted, counters.creates_deduplicated), (3, 2, 1));
+    assert_eq!(model.truth("u", at(5)).live, 1);
+    assert_eq!(model.live_servers(at(5)), 2);
+}
+
+#[test]
+fn user_data_over_novas_limit_is_refused() {
+    let mut model = model_with("u", Fate::clean());
+    // 49,149 bytes are 65,532 base64 characters: the most Nova takes.
+    let fits = CreateRequest { user_data: Some(vec![b'#'; 49_149]), ..request("u") };
+    assert!(model.create(at(0), "p", &fits).is_ok());
+    let mut model = model_with("u", Fate::clean());
+    let over = CreateRequest { user_data: Some(vec![b'#'; 49_150]), ..request("u") };
+    let refused = model.create(at(0), "p", &over);
+    assert!(matches!(refused, Err(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    let truth = model.truth("u", at(0));
+    assert_eq!((truth.creates_accepted, truth.creates_refused, truth.live), (0, 1, 0));
+}
+
+#[test]
+fn failing_boots_error_before_launch_k_times_then_boot() {
+    let fate = Fate::failing_boots(2).with_fail_time(Duration::from_secs(10)).with_build_time(Duration::from_secs(20));
+    let mut model = model_with("u", fate);
+    for (attempt, start) in [(1, 0), (2, 100)] {
+        assert!(model.create(at(start), "p", &request("u")).is_ok(), "attempt {attempt}");
+        assert_eq!(status_at(&mut model, "u", start + 5), Some(ProviderStatus::Build));
+        let failed = model.get(at(start + 10), "u").ok().flatten().unwrap_or_default();
+        assert_eq!(failed.status, ProviderStatus::Error, "attempt {attempt}");
+        assert_eq!((failed.launched_at, failed.mac_address), (None, None));
+        assert_eq!(model.delete(at(start + 20), "u"), Ok(DeleteProgress::Gone));
+        assert_eq!(status_at(&mut model, "u", start + 20), None);
+    }
+    assert!(model.create(at(200), "p", &request("u")).is_ok());
+    assert_eq!(status_at(&mut model, "u", 220), Some(ProviderStatus::Active));
+    let truth = model.truth("u", at(220));
+    assert_eq!((truth.creates_accepted, truth.launched_deleted, truth.ever_launched), (3, 0, true));
+}
+
+#[test]
+fn failing_forever_never_launches() {
+    let mut model = model_with("u", Fate::failing_forever());
+    for round in 0..5 {
+        let t = round * 100;
+        assert!(model.create(at(t), "p", &request("u")).is_ok());
+        assert_eq!(status_at(&mut model, "u", t + 90), Some(ProviderStatus::Error));
+        assert_eq!(model.delete(at(t + 90), "u"), Ok(DeleteProgress::Gone));
+    }
+    assert!(!model.truth("u", at(1_000)).ever_launched);
+}
+
+#[test]
+fn error_after_launch_keeps_launched_at() {
+    let fate = Fate::error_after_launch(Duration::from_secs(60)).with_build_time(Duration::from_secs(30));
+    let mut model = model_with("u", fate);
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    assert_eq!(status_at(&mut model, "u", 30), Some(ProviderStatus::Active));
+    let errored = model.get(at(90), "u").ok().flatten().unwrap_or_default();
+    assert_eq!(errored.status, ProviderStatus::Error);
+    assert_eq!(errored.launched_at, Some(at(30)), "the record still says it booted");
+    // Deleting it is what invariant 1 forbids on the retry path: the truth records it.
+    assert_eq!(model.delete(at(95), "u"), Ok(DeleteProgress::Gone));
+    assert_eq!(model.truth("u", at(95)).launched_deleted, 1);
+}
+
+#[test]
+fn vanished_records_are_gone_after_launch() {
+    let fate = Fate::vanish_after_launch(Duration::from_secs(60)).with_build_time(Duration::from_secs(30));
+    let mut model = model_with("u", fate);
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    assert_eq!(status_at(&mut model, "u", 89), Some(ProviderStatus::Active));
+    assert_eq!(model.get(at(90), "u"), Ok(None));
+    let truth = model.truth("u", at(90));
+    assert_eq!((truth.live, truth.ever_launched, truth.delete_calls), (0, true, 0));
+}
+
+#[test]
+fn refused_creates_are_quota_errors_until_the_quota_frees() {
+    let mut model = model_with("u", Fate::refused(1));
+    let refused = model.create(at(0), "p", &request("u"));
+    assert!(matches!(refused, Err(CloudError::Refused { status: 403, .. })), "{refused:?}");
+    assert!(refused.is_err_and(|e| !e.is_transient()));
+    assert!(model.create(at(10), "p", &request("u")).is_ok());
+    let truth = model.truth("u", at(10));
+    assert_eq!((truth.creates_refused, truth.creates_accepted, truth.create_calls), (1, 1, 2));
+}
+
+#[test]
+fn slow_deletes_take_several_polls() {
+    let mut model = model_with("u", Fate::clean().with_delete_time(Duration::from_secs(30)));
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    assert_eq!(model.delete(at(100), "u"), Ok(DeleteProgress::InProgress));
+    assert_eq!(model.delete(at(110), "u"), Ok(DeleteProgress::InProgress));
+    assert!(model.get(at(120), "u").is_ok_and(|r| r.is_some()), "still listed while deleting");
+    assert_eq!(model.delete(at(130), "u"), Ok(DeleteProgress::Gone));
+    assert_eq!(model.get(at(130), "u"), Ok(None));
+    // The deletion started once, on a launched server.
+    let counters = model.counters();
+    assert_eq!((counters.delete_calls, counters.deletions_started, counters.launched_deleted), (3, 1, 1));
+    assert_eq!(model.delete(at(140), "unknown"), Ok(DeleteProgress::Gone));
+}
+
+#[test]
+fn scripted_read_failures_then_answers() {
+    let mut model = model_with("u", Fate::clean().with_failed_reads(2));
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    assert!(matches!(model.get(at(1), "u"), Err(CloudError::Timeout { .. })));
+    assert!(matches!(model.list(at(1), "p"), Err(CloudError::Timeout { .. })));
+    assert!(model.get(at(1), "u").is_ok_and(|r| r.is_some()));
+    assert!(model.list(at(1), "p").is_ok_and(|r| r.len() == 1));
+}
+
+#[test]
+fn read_failures_drawn_from_the_rate_are_transient() {
+    let config = CloudConfig { read_failure_rate: 1.0, ..CloudConfig::reliable(3) };
+    let mut model = CloudModel::new(config);
+    for _ in 0..20 {
+        let error = model.get(at(0), "u").err();
+        assert!(error.is_some_and(|e| e.is_transient() && !matches!(e, CloudError::Refused { .. })));
+    }
+    assert_eq!(model.counters().injected_failures, 20);
+}
+
+#[test]
+fn lost_create_answers_still_create_exactly_one_server() {
+    let config = CloudConfig { lost_create_rate: 1.0, ..CloudConfig::reliable(3) };
+    let mut model = CloudModel::new(config);
+    assert!(matches!(model.create(at(0), "p", &request("u")), Err(CloudError::Timeout { .. })));
+    assert!(model.get(at(1), "u").is_ok_and(|r| r.is_some()), "it was made");
+    // The retry finds it (the dedup answer is not lost: nothing new was made).
+    assert!(model.create(at(2), "p", &request("u")).is_ok());
+    assert_eq!(model.truth("u", at(2)).creates_accepted, 1);
+}
+
+#[test]
+fn list_is_scoped_to_the_project_and_ordered() {
+    let mut model = CloudModel::new(CloudConfig::reliable(3));
+    for uid in ["c", "a", "b"] {
+        assert!(model.create(at(0), "p1", &request(uid)).is_ok());
+    }
+    assert!(model.create(at(0), "p2", &request("z")).is_ok());
+    let uids: Vec<String> = model.list(at(1), "p1").unwrap_or_default().into_iter().map(|r| r.server_uid).collect();
+    assert_eq!(uids, ["a", "b", "c"]);
+    assert_eq!(model.list(at(1), "p3"), Ok(Vec::new()));
+}
+
+#[test]
+fn drawn_fates_are_deterministic_per_seed() {
+    let run = |seed| {
+        let mut model = CloudModel::new(CloudConfig::new(seed));
+        (0..200).map(|i| model.fate(&format!("uid-{i}"))).collect::<Vec<_>>()
+    };
+    assert_eq!(run(5), run(5));
+    assert_ne!(run(5), run(6));
+}
+
+fn identity(project: &str) -> IdentityContext {
+    IdentityContext { project_id: project.into(), ..Default::default() }
+}
+
+#[tokio::test(start_paused = true)]
+async fn port_runs_the_model_on_the_clock_it_is_given() {
+    let cloud = SimCloud::with_clock(CloudConfig::reliable(1), Arc::new(TokioClock::starting_at(start())));
+    cloud.script("u", Fate::failing_boots(1).with_fail_time(Duration::from_secs(5)));
+    let port: Arc<dyn CloudPort> = cloud.port();
+    let (id, req) = (identity("p"), request("u"));
+
+    let created = port.create(&id, &req).await.unwrap_or_default();
+    assert_eq!(created.status, ProviderStatus::Build);
+    tokio::time::advance(Duration::from_secs(5)).await;
+    let failed = port.get(&id, &req.server).await.ok().flatten().unwrap_or_default();
+    assert_eq!(failed.status, ProviderStatus::Error);
+    assert_eq!(port.delete(&id, &req.server).await, Ok(DeleteProgress::Gone));
+    assert_eq!(port.get(&id, &req.server).await, Ok(None));
+
+    let again = port.create(&id, &req).await.unwrap_or_default();
+    assert_ne!(again.id, created.id);
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let listed = port.list(&id).await.unwrap_or_default();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].status, ProviderStatus::Active);
+    assert_eq!(listed[0].launched_at, Some(at(35)));
+
+    let counters = cloud.counters();
+    assert_eq!((counters.create_calls, counters.get_calls, counters.list_calls, counters.delete_calls), (2, 2, 1, 1));
+    assert_eq!(cloud.truth("u").creates_accepted, 2);
+    assert_eq!(cloud.live_servers(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn port_latency_delays_calls_in_tokio_time() {
+    let cloud = SimCloud::with_clock(CloudConfig::reliable(1), Arc::new(TokioClock::starting_at(start())));
+    cloud.set_latency(Duration::from_millis(250));
+    let port = cloud.port();
+    let before = tokio::time::Instant::now();
+    let created = port.create(&identity("p"), &request("u")).await.unwrap_or_default();
+    assert_eq!(tokio::time::Instant::now() - before, Duration::from_millis(250));
+    assert_eq!(created.created, Some(start() + SignedDuration::from_millis(250)));
+}
+
+#[test]
+fn manual_clock_drives_a_sync_port_user() {
+    let clock = Arc::new(ManualClock::starting_at(start()));
+    let cloud = SimCloud::with_clock(CloudConfig::reliable(1), clock.clone());
+    cloud.with_model(|m| m.create(cloud.now(), "p", &request("u"))).ok();
+    assert!(!cloud.truth("u").live_launched);
+    // Drawn realistic build times are at most a minute.
+    clock.advance(Duration::from_secs(61));
+    assert!(cloud.truth("u").live_launched);
+}

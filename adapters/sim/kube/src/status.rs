@@ -1,0 +1,179 @@
+//! Kubernetes `Status` error bodies.
+//!
+//! Every failure SimKube reports, over HTTP or through the [`crate::StoreHandle`],
+//! is an [`ApiError`]: the same fields the real API server puts in a `Status`
+//! (`kind: Status, apiVersion: v1, status: Failure`), so kube-rs parses it into
+//! `kube::Error::Api` and helpers such as `is_conflict()` work unchanged.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// A Kubernetes API error: HTTP code, machine-readable reason and message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{code} {reason}: {message}")]
+pub struct ApiError {
+    /// HTTP status code (404, 409, ...).
+    pub code: u16,
+    /// `Status.reason`, e.g. `NotFound`, `Conflict`, `AlreadyExists`.
+    pub reason: &'static str,
+    /// Human-readable message, shaped like the real API server's.
+    pub message: String,
+    /// `Status.details.name`.
+    pub name: String,
+    /// `Status.details.group`.
+    pub group: String,
+    /// `Status.details.kind` (the resource plural, as the API server reports it).
+    pub kind: String,
+    /// `Status.details.retryAfterSeconds` (0 = absent).
+    pub retry_after_seconds: u32,
+}
+
+/// The resource an error is about, for `Status.details`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Subject<'a> {
+    pub(crate) group: &'a str,
+    pub(crate) plural: &'a str,
+    pub(crate) name: &'a str,
+}
+
+impl<'a> Subject<'a> {
+    pub(crate) fn new(group: &'a str, plural: &'a str, name: &'a str) -> Self {
+        Self { group, plural, name }
+    }
+
+    /// `plural.group` (or just `plural` for the core group), as in API server messages.
+    fn qualified(&self) -> String {
+        if self.group.is_empty() { self.plural.to_string() } else { format!("{}.{}", self.plural, self.group) }
+    }
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            name: String::new(),
+            group: String::new(),
+            kind: String::new(),
+            retry_after_seconds: 0,
+        }
+    }
+
+    fn about(mut self, subject: Subject<'_>) -> Self {
+        self.name = subject.name.to_string();
+        self.group = subject.group.to_string();
+        self.kind = subject.plural.to_string();
+        self
+    }
+
+    pub(crate) fn not_found(subject: Subject<'_>) -> Self {
+        let message = format!("{} \"{}\" not found", subject.qualified(), subject.name);
+        Self::new(404, "NotFound", message).about(subject)
+    }
+
+    /// 404 for a path that names no served resource.
+    pub(crate) fn unknown_path(path: &str) -> Self {
+        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+    }
+
+    pub(crate) fn already_exists(subject: Subject<'_>) -> Self {
+        let message = format!("{} \"{}\" already exists", subject.qualified(), subject.name);
+        Self::new(409, "AlreadyExists", message).about(subject)
+    }
+
+    /// The optimistic-concurrency failure: a stale resourceVersion or uid precondition.
+    pub(crate) fn conflict(subject: Subject<'_>) -> Self {
+        let message = format!(
+            "Operation cannot be fulfilled on {} \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+            subject.qualified(),
+            subject.name
+        );
+        Self::new(409, "Conflict", message).about(subject)
+    }
+
+    pub(crate) fn invalid(subject: Subject<'_>, detail: &str) -> Self {
+        let message = format!("{} \"{}\" is invalid: {detail}", subject.qualified(), subject.name);
+        Self::new(422, "Invalid", message).about(subject)
+    }
+
+    /// 422 without a reason, as the API server answers a JSON patch that cannot apply.
+    pub(crate) fn unprocessable(message: impl Into<String>) -> Self {
+        Self::new(422, "", message)
+    }
+
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    pub(crate) fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+
+    pub(crate) fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+        )
+    }
+
+    pub(crate) fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    pub(crate) fn too_many_requests(subject: Subject<'_>) -> Self {
+        let mut error = Self::new(
+            429,
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        )
+        .about(subject);
+        error.retry_after_seconds = 1;
+        error
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", format!("Internal error occurred: {}", message.into()))
+    }
+
+    /// The `Status` object, as JSON.
+    pub fn to_status(&self) -> Value {
+        let mut details = serde_json::Map::new();
+        for (key, value) in [("name", &self.name), ("group", &self.group), ("kind", &self.kind)] {
+            if !value.is_empty() {
+                details.insert(key.to_string(), Value::String(value.clone()));
+            }
+        }
+        if self.retry_after_seconds > 0 {
+            details.insert("retryAfterSeconds".to_string(), Value::from(self.retry_after_seconds));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (code, axum::Json(self.to_status())).into_response();
+        if self.retry_after_seconds > 0 {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_seconds));
+        }
+        response
+    }
+}

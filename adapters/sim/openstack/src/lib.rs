@@ -1,0 +1,412 @@
+//! An OpenStack HTTP simulator over [`SimCloud`]'s deterministic model:
+//! Keystone v3 tokens, Nova servers and Neutron ports, floating IPs and
+//! networks, answering as the OpenStack API reference documents them, with
+//! scripted fault injection.
+//!
+//! Servers live in the SimCloud model, so its fates (failing boots, refusals,
+//! vanishing, slow deletes, lost create answers, read faults) apply to them
+//! exactly as to the in-process port. Ports, floating IPs and tokens are this
+//! module's own bookkeeping. Addresses in a server record come from its
+//! Neutron port (fixed IP and MAC) and the floating IP associated with it.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use server_simcloud::{CloudConfig, SimCloud};
+//! use server_sim_openstack::{KeystoneUrl, OpenStackSim};
+//! let sim = OpenStackSim::new(SimCloud::new(CloudConfig::reliable(7)));
+//! let served = sim.serve("127.0.0.1:0".parse().map_err(std::io::Error::other)?).await?;
+//! println!("Keystone at {}", served.auth_url()); // hand it to server-openstack
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Endpoints (under the served URL): `POST /identity/v3/auth/tokens`;
+//! `/compute/v2.1/servers` (`GET` summary, `POST`), `GET /servers/detail`,
+//! `GET|DELETE /servers/{id}`, `POST /servers/{id}/action` (`forceDelete`); `/network/v2.0/ports` (`GET`, `POST`),
+//! `GET|PUT|DELETE /ports/{id}`, `/network/v2.0/floatingips` (`GET`,
+//! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`,
+//! `GET /network/v2.0/security-groups`, `POST /compute/v2.1/servers/{id}/metadata`.
+//!
+//! It refuses what OpenStack refuses, each rule citing its source: ports on
+//! unknown networks or security groups (404 `NetworkNotFound`,
+//! `SecurityGroupNotFound`), metadata keys outside Nova's schema (400),
+//! unknown keypairs (400), a create without `networks` from microversion
+//! 2.37 on (400); tokens are refused with keystonemiddleware's body on
+//! every service. Nova keys `addresses` by network name, links a next page
+//! whenever a page is full, and defers deletes only of launched servers.
+
+mod faults;
+mod handlers;
+mod keystone;
+mod neutron;
+mod nova;
+mod reply;
+mod state;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use server_core::model::NetworkAttachment;
+use server_core::port::{CloudError, CreateRequest, ServerRef};
+pub use server_sim_serve::ServeHandle;
+
+use server_simcloud::SimCloud;
+
+pub use faults::{Fault, NeutronErrorKind, Target};
+pub use state::{FloatingIpView, PortView, ServerView};
+
+use state::State;
+
+/// How the simulated OpenStack behaves beyond the model's fates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenStackSimConfig {
+    /// The region the catalog's endpoints are in. The catalog also lists a
+    /// decoy region with unreachable endpoints.
+    pub region: String,
+    pub token_ttl: Duration,
+    /// Nova's `osapi_max_limit`: servers per list page.
+    pub page_size: usize,
+    /// External networks (IDs) floating IPs may come from.
+    pub external_networks: Vec<String>,
+    /// Base URL put in the catalog; by default the `Host` of the token request.
+    pub public_url: Option<String>,
+    /// When the model loses a create's answer (the server exists, the caller
+    /// sees no answer): `None` answers 504 at once as a proxy would; `Some(d)`
+    /// holds the answer back `d` first, for client timeouts to fire.
+    pub lost_answer_hang: Option<Duration>,
+    /// Nova's deferred delete (`reclaim_instance_interval`): a deleted server
+    /// stays listed as `SOFT_DELETED` until force-deleted.
+    pub soft_delete: bool,
+}
+
+impl Default for OpenStackSimConfig {
+    fn default() -> Self {
+        OpenStackSimConfig {
+            region: "RegionOne".into(),
+            token_ttl: Duration::from_secs(3600),
+            page_size: 1000,
+            external_networks: vec!["external".into()],
+            public_url: None,
+            lost_answer_hang: None,
+            soft_delete: false,
+        }
+    }
+}
+
+/// What the simulator was asked and did, since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct OpenStackCounters {
+    /// `POST /v3/auth/tokens` requests, answered or not.
+    pub token_requests: u64,
+    pub tokens_issued: u64,
+    /// Token requests refused for bad credentials.
+    pub token_rejections: u64,
+    /// Service calls refused 401 (no, unknown, expired or revoked token).
+    pub unauthorized: u64,
+    pub server_creates: u64,
+    /// `POST /servers` for a Server uid whose server still existed: a real
+    /// Nova would have made a second server (the model deduplicates).
+    pub duplicate_server_creates: u64,
+    pub server_lists: u64,
+    pub server_gets: u64,
+    pub server_deletes: u64,
+    pub server_actions: u64,
+    /// `POST /servers/{id}/metadata` (adopting a Go-made server tags it).
+    pub server_metadata_updates: u64,
+    pub port_lists: u64,
+    pub port_creates: u64,
+    pub port_updates: u64,
+    pub port_deletes: u64,
+    /// Ports deleted while the server they belong to still existed.
+    pub ports_deleted_while_attached: u64,
+    pub floating_ip_lists: u64,
+    pub floating_ip_creates: u64,
+    pub floating_ip_deletes: u64,
+    pub network_lists: u64,
+    pub security_group_lists: u64,
+    /// Answers replaced by a scripted fault.
+    pub injected_faults: u64,
+}
+
+/// A server to put in the cloud as another controller made it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeededServer {
+    /// The model's key for it (its fate is the one scripted for this uid).
+    pub uid: String,
+    /// The Nova server's name.
+    pub name: String,
+    pub flavor_id: String,
+    pub image_id: String,
+    /// Its Nova metadata, exactly.
+    pub metadata: std::collections::BTreeMap<String, String>,
+    pub port_name: String,
+    pub network_id: String,
+    pub security_group_ids: Vec<String>,
+}
+
+/// One request as the simulator saw it, for sequencing assertions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RequestRecord {
+    pub op: Op,
+    /// The `{id}` of the path, if the endpoint has one.
+    pub id: Option<String>,
+    pub status: u16,
+}
+
+/// The endpoints of the simulator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Op {
+    Token,
+    ServerList,
+    ServerListDetail,
+    ServerCreate,
+    ServerGet,
+    ServerDelete,
+    /// `POST /servers/{id}/action` (only `forceDelete` is modelled).
+    ServerAction,
+    /// `POST /servers/{id}/metadata`.
+    ServerMetadataUpdate,
+    PortList,
+    PortCreate,
+    PortGet,
+    PortUpdate,
+    PortDelete,
+    FloatingIpList,
+    FloatingIpCreate,
+    FloatingIpGet,
+    FloatingIpDelete,
+    NetworkList,
+    SecurityGroupList,
+}
+
+/// Which API an endpoint belongs to (error body shapes differ).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Service {
+    Identity,
+    Compute,
+    Network,
+}
+
+impl Op {
+    pub(crate) fn service(self) -> Service {
+        match self {
+            Op::Token => Service::Identity,
+            Op::ServerList
+            | Op::ServerListDetail
+            | Op::ServerCreate
+            | Op::ServerGet
+            | Op::ServerDelete
+            | Op::ServerAction
+            | Op::ServerMetadataUpdate => Service::Compute,
+            _ => Service::Network,
+        }
+    }
+}
+
+/// The simulated OpenStack: a handle to shared state. Clones share it, so a
+/// test keeps one to script faults and read counters while the router serves.
+#[derive(Clone, Debug)]
+pub struct OpenStackSim {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    cloud: SimCloud,
+    config: OpenStackSimConfig,
+    state: Mutex<State>,
+    /// Held while a request is handled: one at a time, in arrival order.
+    gate: tokio::sync::Mutex<()>,
+}
+
+impl OpenStackSim {
+    pub fn new(cloud: SimCloud) -> Self {
+        OpenStackSim::with_config(cloud, OpenStackSimConfig::default())
+    }
+
+    pub fn with_config(cloud: SimCloud, config: OpenStackSimConfig) -> Self {
+        OpenStackSim {
+            shared: Arc::new(Shared {
+                cloud,
+                config,
+                state: Mutex::new(State::default()),
+                gate: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The model underneath: script fates, read its counters and ground truth.
+    pub fn cloud(&self) -> &SimCloud {
+        &self.shared.cloud
+    }
+
+    pub fn config(&self) -> &OpenStackSimConfig {
+        &self.shared.config
+    }
+
+    /// Accepts this user's password only. While no user is registered, any
+    /// user ID with a non-empty password is accepted.
+    pub fn add_user(&self, user_id: &str, password: &str) {
+        self.state().users.insert(user_id.to_owned(), password.to_owned());
+    }
+
+    /// Registers an application credential and the project it is bound to.
+    /// Unregistered application credentials are refused.
+    pub fn add_application_credential(&self, id: &str, secret: &str, project_id: &str) {
+        self.state().application_credentials.insert(id.to_owned(), (secret.to_owned(), project_id.to_owned()));
+    }
+
+    /// Answers the next `times` requests matching `target` with `fault`
+    /// ([`u32::MAX`]: for ever). Rules fire in the order they were added.
+    pub fn inject(&self, target: Target, fault: Fault, times: u32) {
+        self.state().faults.add(target, fault, times);
+    }
+
+    /// A tenant network of `project_id` named `name` (the unikorn network
+    /// controller names it `network-<Network name>`); returns its id. Ports
+    /// may only be made on known networks.
+    pub fn add_network(&self, project_id: &str, name: &str) -> String {
+        let mut state = self.state();
+        let id = state.next_id(0x0e7);
+        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        state.networks.insert(id.clone(), named);
+        id
+    }
+
+    /// A security group of `project_id` named `name` (`securitygroup-<name>`
+    /// in the unikorn scheme); returns its id.
+    pub fn add_security_group(&self, project_id: &str, name: &str) -> String {
+        let mut state = self.state();
+        let id = state.next_id(0x05e6);
+        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        state.security_groups.insert(id.clone(), named);
+        id
+    }
+
+    /// The id of the tenant network named `name`, if one was added.
+    pub fn network_id(&self, name: &str) -> Option<String> {
+        self.state().networks.values().find(|n| n.name == name).map(|n| n.id.clone())
+    }
+
+    /// The id of the security group named `name`, if one was added.
+    pub fn security_group_id(&self, name: &str) -> Option<String> {
+        self.state().security_groups.values().find(|g| g.name == name).map(|g| g.id.clone())
+    }
+
+    /// A Nova keypair servers may be booted with (`key_name`).
+    pub fn add_keypair(&self, name: &str) {
+        self.state().keypairs.insert(name.to_owned());
+    }
+
+    /// A server made outside this API's create (by the Go controller, say):
+    /// a Nova server of `project_id` in the model under `uid` (whose scripted
+    /// fate applies), carrying exactly `metadata`, booted with a new port
+    /// named `port_name` on `network_id`. Returns the Nova id.
+    pub fn seed_server(&self, project_id: &str, seed: SeededServer) -> Result<String, CloudError> {
+        let mut state = self.state();
+        let now = self.cloud().now();
+        let request = CreateRequest {
+            server: ServerRef { uid: seed.uid.clone(), ..ServerRef::default() },
+            name: seed.name.clone(),
+            networks: vec![NetworkAttachment { id: seed.network_id.clone(), ..Default::default() }],
+            ..CreateRequest::default()
+        };
+        let record = self.cloud().with_model(|m| m.create(now, project_id, &request))?;
+        let n = state.next_serial();
+        let port_id = state.next_id(0x0b07);
+        let mac_address = state::mac_for(n);
+        let port = state::SimPort {
+            id: port_id.clone(),
+            project_id: project_id.to_owned(),
+            name: seed.port_name,
+            description: String::new(),
+            network_id: seed.network_id,
+            ip_address: state::fixed_ip_for(n),
+            security_groups: seed.security_group_ids,
+            allowed_address_pairs: Vec::new(),
+            mac_address,
+            bound_uid: Some(seed.uid.clone()),
+            created: now,
+            revision: 1,
+        };
+        state.ports.insert(port_id.clone(), port);
+        state.ids.insert(record.id.clone(), seed.uid.clone());
+        let book = state::ServerBook {
+            id: Some(record.id.clone()),
+            project_id: project_id.to_owned(),
+            name: seed.name,
+            flavor_id: seed.flavor_id,
+            image_id: seed.image_id,
+            port_id: Some(port_id),
+            metadata: seed.metadata,
+            user_data: None,
+            key_name: None,
+            deleting: false,
+            soft_deleted: false,
+        };
+        state.books.insert(seed.uid, book);
+        Ok(record.id)
+    }
+
+    pub fn clear_faults(&self) {
+        self.state().faults.clear();
+    }
+
+    /// Invalidates every token issued so far (as a Keystone restart with new
+    /// fernet keys would): the next service call with one is answered 401.
+    pub fn revoke_tokens(&self) {
+        self.state().tokens.clear();
+    }
+
+    pub fn counters(&self) -> OpenStackCounters {
+        self.state().counters
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.state().log.clone()
+    }
+
+    pub fn ports(&self) -> Vec<PortView> {
+        self.state().port_views()
+    }
+
+    pub fn floating_ips(&self) -> Vec<FloatingIpView> {
+        self.state().floating_ip_views()
+    }
+
+    /// What Nova was last asked to create for each Server uid.
+    pub fn servers(&self) -> Vec<ServerView> {
+        self.state().server_views()
+    }
+
+    /// The API as an axum `Router`.
+    pub fn router(&self) -> axum::Router {
+        handlers::router(self.clone())
+    }
+
+    /// Serves the API on `addr` (port 0 picks a free port) until
+    /// [`ServeHandle::shutdown`] or the end of the runtime.
+    pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<ServeHandle> {
+        server_sim_serve::serve(self.router(), addr).await
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every mutation is a few plain writes: a panic cannot leave it torn.
+        self.shared.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Keystone's address of an [`OpenStackSim`] served on a [`ServeHandle`].
+pub trait KeystoneUrl {
+    /// Keystone's v3 endpoint, for the adapter's `authURL`.
+    fn auth_url(&self) -> String;
+}
+
+impl KeystoneUrl for ServeHandle {
+    fn auth_url(&self) -> String {
+        format!("http://{}/identity/v3", self.addr())
+    }
+}

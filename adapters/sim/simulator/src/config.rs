@@ -1,0 +1,136 @@
+//! What a simulation run is made of: size, seed, the rules' options, the fault
+//! mix on both sides, and the timing of the controller and the user.
+
+use server_simcloud::{CloudConfig, FateMix};
+
+/// One simulation run. `SimConfig::new(servers, seed)` gives the default mix.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimConfig {
+    pub servers: usize,
+    pub seed: u64,
+    /// `provider-create-max-attempts` for the reconcile rules.
+    pub max_attempts: i32,
+    /// Headline fault rate: the share of servers with a faulty cloud fate;
+    /// every other fault probability scales with it.
+    pub fault_rate: f64,
+    pub cloud: CloudConfig,
+    pub kube: KubeFaults,
+    pub timing: SimTiming,
+    /// Run twice and compare the trace step by step (invariant 9).
+    pub replay_check: bool,
+    /// Violations kept in full in the report (all are counted).
+    pub max_reported_violations: usize,
+    /// Index of a Server whose every step is logged in the report.
+    pub explain: Option<usize>,
+    /// Threads to run shards on; 0 means one per available core. The result
+    /// is the same for any value.
+    pub threads: usize,
+    /// Servers per shard (rounded up to whole tenants). Part of what a seed
+    /// replays: the same seed with another shard size is another run.
+    pub shard_size: usize,
+}
+
+impl SimConfig {
+    /// Small enough to stay cache-friendly and to spread over threads.
+    pub const DEFAULT_SHARD_SIZE: usize = 10_000;
+
+    pub fn new(servers: usize, seed: u64) -> Self {
+        SimConfig::with_fault_rate(servers, seed, FateMix::DEFAULT_FAULT_RATE)
+    }
+
+    pub fn with_fault_rate(servers: usize, seed: u64, fault_rate: f64) -> Self {
+        let fault_rate = if fault_rate.is_finite() { fault_rate.clamp(0.0, 1.0) } else { 0.0 };
+        SimConfig {
+            servers,
+            seed,
+            max_attempts: server_core::Options::DEFAULT_MAX_ATTEMPTS,
+            fault_rate,
+            cloud: CloudConfig::with_fault_rate(seed, fault_rate),
+            kube: KubeFaults::with_fault_rate(fault_rate),
+            timing: SimTiming::default(),
+            replay_check: false,
+            max_reported_violations: 100,
+            explain: None,
+            threads: 0,
+            shard_size: SimConfig::DEFAULT_SHARD_SIZE,
+        }
+    }
+}
+
+/// Faults on the Kubernetes side and what the user and operator do.
+/// Probabilities are per write (writes), per watch delivery (stale watch), or
+/// per Server (user and operator actions).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KubeFaults {
+    /// Another writer changes the object between our read and our write: 409.
+    pub write_conflict: f64,
+    /// The write fails (5xx) and is not applied.
+    pub write_dropped: f64,
+    /// The write is applied but its answer is lost: the caller sees an error.
+    pub write_lost_answer: f64,
+    /// A watch delivery is held back: the controller's cache lags behind the
+    /// API server (monotonically) until it catches up.
+    pub stale_watch: f64,
+    /// Controller restarts during the run (in-memory state lost).
+    pub restarts: u32,
+    /// Share of Servers the user deletes at some point.
+    pub user_delete: f64,
+    /// Share of Servers whose spec the user edits (flavor and network swap).
+    pub spec_edit: f64,
+    /// Share of quota-refused Servers whose spec the user fixes.
+    pub refused_spec_fix: f64,
+    /// Share of parked Servers an operator resets (providerCreateFailures).
+    pub operator_reset: f64,
+}
+
+impl KubeFaults {
+    pub fn with_fault_rate(rate: f64) -> Self {
+        KubeFaults {
+            write_conflict: rate * 0.1,
+            write_dropped: rate * 0.03,
+            write_lost_answer: rate * 0.03,
+            stale_watch: rate * 0.1,
+            restarts: if rate > 0.0 { 1 } else { 0 },
+            user_delete: 0.2,
+            spec_edit: 0.05,
+            refused_spec_fix: 0.5,
+            operator_reset: 0.5,
+        }
+    }
+}
+
+/// Virtual-time knobs, in milliseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SimTiming {
+    /// Servers are created uniformly over this window.
+    pub arrival_window: u64,
+    /// The run stops here.
+    pub horizon: u64,
+    /// Fixed requeue after Yield or Error (DESIGN §6: 10 s).
+    pub requeue: u64,
+    /// Monitor poll interval (per identity).
+    pub monitor_interval: u64,
+    /// From a watch event to the pass it triggers.
+    pub wake_delay: u64,
+    /// Longest a held-back watch delivery lags.
+    pub max_watch_lag: u64,
+    /// How long a restarting controller is down.
+    pub restart_downtime: u64,
+    /// Periodic resync of every Server, if any.
+    pub resync_interval: Option<u64>,
+}
+
+impl Default for SimTiming {
+    fn default() -> Self {
+        SimTiming {
+            arrival_window: 60_000,
+            horizon: 15 * 60_000,
+            requeue: 10_000,
+            monitor_interval: 30_000,
+            wake_delay: 100,
+            max_watch_lag: 5_000,
+            restart_downtime: 10_000,
+            resync_interval: None,
+        }
+    }
+}

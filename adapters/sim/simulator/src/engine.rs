@@ -1,0 +1,547 @@
+//! The discrete-event loop: pops events in (time, sequence) order and runs
+//! them against the in-memory Kubernetes side, the SimCloud model and the
+//! rules. Nothing here reads a clock or a thread RNG.
+
+use jiff::Timestamp;
+use server_core::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType};
+use server_core::{Options, Server};
+
+use super::config::SimConfig;
+use super::queue::{EventKind, Queue};
+use super::report::{KubeStats, Violation, Violations};
+use super::rules::Rules;
+use super::trace::Trace;
+use super::world::{CheckState, NOT_PENDING, Obj, TENANT_SIZE, Tenant, new_server};
+use server_simcloud::CloudModel;
+use server_simcloud::rng::SplitMix64;
+
+/// Virtual time zero: 2025-06-01T00:00:00Z, in milliseconds.
+const EPOCH_MS: i64 = 1_748_736_000_000;
+
+/// A slice of the Servers simulated on its own: its own queue, cloud model
+/// and random streams. Shards share nothing, so they run on any number of
+/// threads with the same result; the layout depends on the server count only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shard {
+    pub(crate) index: usize,
+    /// Global index of the shard's first Server (a multiple of the tenant size).
+    pub(crate) first: usize,
+    pub(crate) count: usize,
+}
+
+impl Shard {
+    /// Shards of `size` Servers (rounded up to whole tenants, so tenants never
+    /// straddle shards).
+    pub(crate) fn layout(servers: usize, size: usize) -> Vec<Shard> {
+        let size = size.max(1).div_ceil(TENANT_SIZE) * TENANT_SIZE;
+        (0..servers.div_ceil(size))
+            .map(|index| {
+                let first = index * size;
+                Shard { index, first, count: size.min(servers - first) }
+            })
+            .collect()
+    }
+
+    /// The seed of this shard's own random streams.
+    fn seed(&self, seed: u64) -> u64 {
+        server_simcloud::rng::mix(seed ^ server_simcloud::rng::mix(self.index as u64 + 1))
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) config: SimConfig,
+    pub(crate) shard: Shard,
+    pub(crate) rules: Rules,
+    pub(crate) options: Options,
+    pub(crate) cloud: CloudModel,
+    pub(crate) objs: Vec<Obj>,
+    pub(crate) tenants: Vec<Tenant>,
+    pub(crate) queue: Queue,
+    /// Kubernetes-side fault draws, in event order.
+    pub(crate) faults: SplitMix64,
+    pub(crate) now: u64,
+    pub(crate) now_ts: Timestamp,
+    pub(crate) step: u64,
+    pub(crate) rv_counter: RvCounter,
+    pub(crate) controller_up: bool,
+    pub(crate) trace: Trace,
+    pub(crate) violations: Violations,
+    pub(crate) explain_log: Vec<String>,
+    pub(crate) stats: KubeStats,
+}
+
+impl Engine {
+    pub(crate) fn new(config: SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Self {
+        let epoch = Timestamp::from_millisecond(EPOCH_MS).unwrap_or(Timestamp::UNIX_EPOCH);
+        let count = shard.count;
+        let first_tenant = shard.first / TENANT_SIZE;
+        let tenants = (0..count.div_ceil(TENANT_SIZE))
+            .map(|t| {
+                let first = t * TENANT_SIZE;
+                Tenant::new(first_tenant + t, first, TENANT_SIZE.min(count - first), epoch)
+            })
+            .collect();
+        let mut cloud = CloudModel::new(config.cloud);
+        cloud.reseed_faults(shard.seed(config.seed));
+        let objs = (0..count)
+            .map(|i| {
+                let global = shard.first + i;
+                let server = new_server(global, global / TENANT_SIZE);
+                // Fates come from the seed and the uid alone: the same for
+                // every shard layout.
+                let fate = cloud.fate(&server.meta.uid).kind();
+                let handle = cloud.handle(&server.meta.uid);
+                Obj {
+                    shadow: server.clone(),
+                    server,
+                    rv: 0,
+                    exists: false,
+                    lagging: None,
+                    tenant: i / TENANT_SIZE,
+                    fate,
+                    handle,
+                    monitor_memo: None,
+                    pending_at: NOT_PENDING,
+                    ticket: 0,
+                    check: CheckState::default(),
+                }
+            })
+            .collect();
+        Engine {
+            options: Options::with_max_attempts(config.max_attempts),
+            faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
+            shard,
+            violations: Violations::new(config.max_reported_violations),
+            explain_log: Vec::new(),
+            queue: Queue::with_capacity(count * 2),
+            config,
+            rules,
+            cloud,
+            objs,
+            tenants,
+            now: 0,
+            now_ts: epoch,
+            step: 0,
+            rv_counter: RvCounter::default(),
+            controller_up: true,
+            trace,
+            stats: KubeStats::default(),
+        }
+    }
+
+    /// Schedules what the users, operators and the environment will do.
+    pub(crate) fn plan(&mut self) {
+        let mut rng = SplitMix64::stream(self.shard.seed(self.config.seed), "plan");
+        let (timing, kube) = (self.config.timing, self.config.kube);
+        let horizon = timing.horizon;
+        for i in 0..self.objs.len() {
+            let arrival = rng.between(0, timing.arrival_window);
+            self.queue.push(arrival, EventKind::Arrive, i, 0);
+            if rng.chance(kube.user_delete) {
+                let at = arrival + rng.between(60_000, horizon.saturating_sub(arrival + 60_000).max(60_000));
+                self.queue.push(at, EventKind::UserDelete, i, 0);
+            }
+            if rng.chance(kube.spec_edit) {
+                self.queue.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
+            }
+            let refused = self.objs.get(i).is_some_and(|o| o.fate == server_simcloud::FateKind::Refused);
+            if refused && rng.chance(kube.refused_spec_fix) {
+                self.queue.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
+            }
+        }
+        for t in 0..self.tenants.len() {
+            self.queue.push(rng.between(0, timing.monitor_interval), EventKind::Monitor, t, 0);
+        }
+        // Restarts hit every shard at the same instants: one controller.
+        let mut rng = SplitMix64::stream(self.config.seed, "restarts");
+        let restarts = u64::from(kube.restarts);
+        for r in 0..restarts {
+            // Spread over the run, jittered, so they hit servers mid-flight.
+            let slot = horizon / (restarts + 1);
+            let at = slot * (r + 1) + rng.between(0, slot / 4);
+            self.queue.push(at, EventKind::ControllerCrash, 0, 0);
+            self.queue.push(at + timing.restart_downtime, EventKind::ControllerStart, 0, 0);
+        }
+        if let Some(interval) = timing.resync_interval {
+            self.queue.push(interval, EventKind::Resync, 0, 0);
+        }
+    }
+
+    /// Runs every event up to the horizon.
+    pub(crate) fn run(&mut self) {
+        let horizon = self.config.timing.horizon;
+        while let Some(event) = self.queue.pop() {
+            if event.at > horizon {
+                break;
+            }
+            self.set_now(event.at);
+            self.trace.add(event.at);
+            self.trace.add(event.kind.code());
+            self.trace.add(u64::from(event.target));
+            let target = event.target as usize;
+            let counted = match event.kind {
+                EventKind::Arrive => self.arrive(target),
+                EventKind::Reconcile => self.reconcile(target, event.arg),
+                EventKind::Monitor => self.monitor(target),
+                EventKind::CacheCatchUp => self.catch_up(target),
+                EventKind::UserDelete => self.user_delete(target),
+                EventKind::SpecEdit => self.spec_edit(target),
+                EventKind::OperatorReset => self.operator_reset(target),
+                EventKind::ControllerCrash => self.crash(),
+                EventKind::ControllerStart => self.start(),
+                EventKind::Resync => self.resync(),
+            };
+            if counted {
+                self.trace.end_step(self.step);
+                self.step += 1;
+            }
+        }
+        self.set_now(horizon);
+    }
+
+    fn set_now(&mut self, now: u64) {
+        self.now = now;
+        let millis = EPOCH_MS.saturating_add(i64::try_from(now).unwrap_or(i64::MAX));
+        self.now_ts = Timestamp::from_millisecond(millis).unwrap_or(Timestamp::MAX);
+    }
+
+    pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
+        let name = self.objs.get(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
+        self.violations.push(Violation {
+            invariant,
+            seed: self.config.seed,
+            shard: self.shard.index,
+            step: self.step,
+            at_ms: self.now,
+            server: name,
+            message,
+        });
+    }
+
+    /// kube-runtime keeps one pending reconcile per object, the earliest.
+    pub(crate) fn schedule_reconcile(&mut self, i: usize, at: u64) {
+        if !self.controller_up {
+            return;
+        }
+        let Some(obj) = self.objs.get_mut(i) else { return };
+        if obj.pending_at <= at {
+            return;
+        }
+        obj.pending_at = at;
+        obj.ticket = obj.ticket.wrapping_add(1);
+        let ticket = obj.ticket;
+        self.queue.push(at, EventKind::Reconcile, i, ticket);
+    }
+
+    fn arrive(&mut self, i: usize) -> bool {
+        let rv = self.rv_counter.next();
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        obj.exists = true;
+        obj.rv = rv;
+        self.note(i, || "created by the user".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        // ADDED reaches the controller: creation always wakes it.
+        if (self.rules.should_wake)(None, &obj.server) {
+            let at = self.now + self.config.timing.wake_delay;
+            self.schedule_reconcile(i, at);
+        }
+        true
+    }
+
+    /// A held-back watch delivery lands: the cache jumps to the latest copy,
+    /// and the wake rule compares the two, as a relist would.
+    fn catch_up(&mut self, i: usize) -> bool {
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        let Some(lagging) = obj.lagging.take() else { return false };
+        self.note(i, || "the controller's cache caught up".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        let wake = obj.exists && (self.rules.should_wake)(Some(&lagging.0), &obj.server);
+        if wake {
+            let at = self.now + self.config.timing.wake_delay;
+            self.schedule_reconcile(i, at);
+        }
+        true
+    }
+
+    /// Every change to a stored Server goes through here: `change` runs on the
+    /// shadow copy, the copies swap (the shadow now holds the old Server for
+    /// the wake rule, the checks and a lagging cache), then the part `change`
+    /// touched is copied back into the shadow to bring it level. No whole
+    /// Server is cloned per write. Returns the new resourceVersion.
+    pub(crate) fn commit(
+        &mut self,
+        i: usize,
+        part: Part,
+        change: &dyn Fn(&mut Server) -> Result<(), String>,
+    ) -> Result<u64, String> {
+        let Some(obj) = self.objs.get_mut(i) else { return Err("no such server".into()) };
+        if let Err(error) = change(&mut obj.shadow) {
+            obj.shadow.clone_from(&obj.server);
+            return Err(error);
+        }
+        std::mem::swap(&mut obj.shadow, &mut obj.server);
+        let old_rv = obj.rv;
+        obj.rv = self.rv_counter.next();
+        let new_rv = obj.rv;
+        self.after_write(i, old_rv);
+        if let Some(obj) = self.objs.get_mut(i) {
+            match part {
+                Part::Status => obj.shadow.status = obj.server.status.clone(),
+                Part::Meta => obj.shadow.meta = obj.server.meta.clone(),
+                Part::MetaAndSpec => {
+                    obj.shadow.meta = obj.server.meta.clone();
+                    obj.shadow.spec = obj.server.spec.clone();
+                }
+            }
+            debug_assert!(obj.shadow == obj.server, "{part:?} write to {} touched another part", obj.server.meta.name);
+        }
+        Ok(new_rv)
+    }
+
+    /// Bookkeeping after any write to a stored Server (ours, the monitor's, the
+    /// user's, an operator's): checks invariants 2 and 3 on the stored status
+    /// and delivers the watch event, possibly late.
+    /// `obj.shadow` is the Server before the write here (see [`Engine::commit`]).
+    fn after_write(&mut self, i: usize, old_rv: u64) {
+        let max = self.options.max_attempts();
+        let Some(obj) = self.objs.get_mut(i) else { return };
+        let old = &obj.shadow;
+        let new = &obj.server.status;
+        let mut found = Vec::new();
+        if let Some(latched) = old.status.provisioned_at
+            && new.provisioned_at != Some(latched)
+        {
+            found.push(("3", format!("provisionedAt changed from {latched} to {:?}", new.provisioned_at)));
+        }
+        if new.provider_create_failures > max {
+            found.push(("2", format!("providerCreateFailures {} above the cap {max}", new.provider_create_failures)));
+        }
+        if shows_boot(new) {
+            obj.check.ever_booted = true;
+        }
+        let lag = if obj.lagging.is_some() || !self.controller_up {
+            // Already lagging (the catch-up will compare), or nobody watching
+            // (the restart relists).
+            None
+        } else if self.faults.chance(self.config.kube.stale_watch) {
+            Some(self.faults.between(1, self.config.timing.max_watch_lag))
+        } else {
+            None
+        };
+        let wake = match lag {
+            Some(lag) => {
+                obj.lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
+                self.stats.stale_watch_deliveries += 1;
+                self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, 0);
+                false
+            }
+            None => {
+                obj.lagging.is_none() && self.controller_up && (self.rules.should_wake)(Some(&obj.shadow), &obj.server)
+            }
+        };
+        for (invariant, message) in found {
+            self.violation(invariant, i, message);
+        }
+        if self.explaining(i) {
+            let lagging = lag.is_some();
+            let line = self.objs.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
+            self.note(i, || format!("stored {line} (watch held back: {lagging}, wakes: {wake})"));
+        }
+        if wake {
+            let at = self.now + self.config.timing.wake_delay;
+            self.schedule_reconcile(i, at);
+        }
+    }
+
+    /// The object leaves the API server (its last finalizer went, or it had
+    /// none). Invariant 6: nothing of it may remain.
+    pub(crate) fn remove(&mut self, i: usize) {
+        let Some(obj) = self.objs.get_mut(i) else { return };
+        obj.exists = false;
+        self.stats.servers_removed += 1;
+        let handle = obj.handle;
+        let finalizer = server_core::model::reference_finalizer(&obj.server.meta.name);
+        let tenant = obj.tenant;
+        let live = self.cloud.truth_of(handle, self.now_ts).live;
+        if live > 0 {
+            self.violation("6", i, format!("Server removed while {live} provider server(s) of it exist"));
+        }
+        let held: Vec<String> = self
+            .tenants
+            .get(tenant)
+            .map(|t| t.resources().filter(|r| r.has_finalizer(&finalizer)).map(|r| r.name.clone()).collect())
+            .unwrap_or_default();
+        if !held.is_empty() {
+            self.violation("6", i, format!("Server removed while its reference finalizer remains on {held:?}"));
+        }
+    }
+
+    fn user_delete(&mut self, i: usize) -> bool {
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        if !obj.exists || obj.server.meta.deleting {
+            return false;
+        }
+        self.stats.user_deletes += 1;
+        self.note(i, || "the user deletes it".into());
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        if obj.server.meta.finalizers.is_empty() {
+            self.remove(i);
+            return true;
+        }
+        // Setting deletionTimestamp on an object with finalizers bumps its generation.
+        let _ = self.commit(i, Part::Meta, &|s| {
+            s.meta.deleting = true;
+            s.meta.generation += 1;
+            Ok(())
+        });
+        true
+    }
+
+    fn spec_edit(&mut self, i: usize) -> bool {
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        if !obj.exists || obj.server.meta.deleting {
+            return false;
+        }
+        self.stats.spec_edits += 1;
+        self.note(i, || "the user edits its spec".into());
+        let _ = self.commit(i, Part::MetaAndSpec, &|s| {
+            let spec = &mut s.spec;
+            spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
+            // Swap network and security group, so the old ones get pruned.
+            for network in &mut spec.networks {
+                network.id = if network.id == "net-a" { "net-b".into() } else { "net-a".into() };
+            }
+            for group in &mut spec.security_groups {
+                group.id = if group.id == "sg-a" { "sg-b".into() } else { "sg-a".into() };
+            }
+            s.meta.generation += 1;
+            Ok(())
+        });
+        true
+    }
+
+    fn operator_reset(&mut self, i: usize) -> bool {
+        let creates = {
+            let Some(obj) = self.objs.get(i) else { return false };
+            self.cloud.truth_of(obj.handle, self.now_ts).creates_accepted
+        };
+        let max = self.options.max_attempts();
+        let Some(obj) = self.objs.get_mut(i) else { return false };
+        obj.check.reset_scheduled = false;
+        // An operator resets what the stored status shows parked.
+        if !obj.exists || obj.server.meta.deleting || obj.server.status.provider_create_failures < max {
+            return false;
+        }
+        self.stats.operator_resets += 1;
+        self.note(i, || "an operator resets providerCreateFailures".into());
+        // kubectl patch --subresource=status: no resourceVersion precondition.
+        let reset = self.commit(i, Part::Status, &|s| {
+            s.status.provider_create_failures = 0;
+            Ok(())
+        });
+        if let Some(obj) = self.objs.get_mut(i) {
+            obj.check.reset_rv = reset.ok();
+            obj.check.creates_at_reset = creates;
+        }
+        true
+    }
+
+    fn crash(&mut self) -> bool {
+        self.controller_up = false;
+        self.stats.controller_restarts += 1;
+        true
+    }
+
+    /// A fresh process: empty queue, a cache listed from the API server, and
+    /// every Server woken by the initial list.
+    fn start(&mut self) -> bool {
+        self.controller_up = true;
+        for obj in &mut self.objs {
+            obj.lagging = None;
+            obj.pending_at = NOT_PENDING;
+        }
+        self.wake_all();
+        true
+    }
+
+    fn resync(&mut self) -> bool {
+        if let Some(interval) = self.config.timing.resync_interval {
+            self.queue.push(self.now + interval.max(1), EventKind::Resync, 0, 0);
+        }
+        self.wake_all();
+        true
+    }
+
+    fn wake_all(&mut self) {
+        for i in 0..self.objs.len() {
+            if self.objs.get(i).is_some_and(|o| o.exists) {
+                let at = self.now + self.faults.between(0, 2_000);
+                self.schedule_reconcile(i, at);
+            }
+        }
+    }
+
+    /// Final state of a Server, for the outcome counts.
+    pub(crate) fn outcome_of(&self, obj: &Obj) -> &'static str {
+        let server = &obj.server;
+        if !obj.exists {
+            return if obj.rv == 0 { "never-created" } else { "deleted" };
+        }
+        if server.meta.deleting {
+            return "deleting";
+        }
+        if server.status.provider_create_failures >= self.options.max_attempts() {
+            return "parked";
+        }
+        let status = &server.status;
+        let refused =
+            server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&server.meta.generation.to_string());
+        if refused {
+            return "refused";
+        }
+        let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
+        let available = condition(ConditionType::Available);
+        if obj.check.reported_missing && available.is_some_and(|(_, r)| r == ConditionReason::Errored) {
+            return "missing";
+        }
+        let healthy = condition(ConditionType::Healthy);
+        if available == Some((ConditionStatus::True, ConditionReason::Provisioned))
+            && healthy == Some((ConditionStatus::True, ConditionReason::Healthy))
+        {
+            return "running";
+        }
+        if shows_boot(status) && healthy == Some((ConditionStatus::False, ConditionReason::Errored)) {
+            return "errored-after-boot";
+        }
+        if shows_boot(status) && healthy.is_some_and(|(s, _)| s == ConditionStatus::Unknown) {
+            return "lost-after-boot";
+        }
+        "in-progress"
+    }
+}
+
+/// Which part of a Server a write changes (see [`Engine::commit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Part {
+    Status,
+    Meta,
+    MetaAndSpec,
+}
+
+/// The API server's resourceVersion sequence (one counter, like etcd's revision).
+#[derive(Debug, Default)]
+pub(crate) struct RvCounter(u64);
+
+impl RvCounter {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+/// The checker's own reading of "booted", independent of the rules under
+/// test: provisionedAt, launchedAt or a post-launch phase.
+pub(crate) fn shows_boot(status: &server_core::ServerStatus) -> bool {
+    status.provisioned_at.is_some() || status.launched_at.is_some() || status.phase.is_some_and(|p| p.is_post_launch())
+}

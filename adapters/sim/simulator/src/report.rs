@@ -1,0 +1,234 @@
+//! What a run reports: outcomes, counts, speed, the trace hash and every
+//! invariant violation with the seed and step that reproduce it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use server_simcloud::Counters;
+
+/// One broken invariant. `seed` and `step` reproduce it:
+/// `server-controller simulate --servers N --seed SEED` stops at the same step.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// DESIGN §12 number ("1".."10"), or "patch" for an unappliable status patch.
+    pub invariant: &'static str,
+    pub seed: u64,
+    /// The shard the Server was simulated in (fixed by the server count) and
+    /// the step within it.
+    pub shard: usize,
+    pub step: u64,
+    /// Virtual time of the step, in milliseconds since the run began.
+    pub at_ms: u64,
+    pub server: String,
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invariant {} violated at shard {} step {} (t={}ms, seed {}) on {}: {}",
+            self.invariant, self.shard, self.step, self.at_ms, self.seed, self.server, self.message
+        )
+    }
+}
+
+/// Counts of what happened on the Kubernetes side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KubeStats {
+    pub reconcile_passes: u64,
+    pub monitor_polls: u64,
+    pub monitor_list_failures: u64,
+    /// Monitor projections computed (an unchanged record over an unchanged
+    /// status is not projected again).
+    pub observations: u64,
+    pub writes: u64,
+    pub write_conflicts: u64,
+    pub writes_dropped: u64,
+    pub write_answers_lost: u64,
+    pub stale_watch_deliveries: u64,
+    pub controller_restarts: u64,
+    pub user_deletes: u64,
+    pub spec_edits: u64,
+    pub operator_resets: u64,
+    pub servers_removed: u64,
+    /// Ground truth: provider servers that booted and vanished before any
+    /// observation persisted the boot, whose Server the controller then
+    /// (legitimately, as far as it could know) created again.
+    pub recreated_unobserved_boots: u64,
+    /// Events emitted, by reason.
+    pub events: BTreeMap<&'static str, u64>,
+    /// Pass outcomes, by label (done, yield, terminal, error).
+    pub pass_outcomes: BTreeMap<&'static str, u64>,
+}
+
+impl KubeStats {
+    /// Adds another shard's counts.
+    pub(crate) fn merge(&mut self, other: &KubeStats) {
+        let KubeStats {
+            reconcile_passes,
+            monitor_polls,
+            monitor_list_failures,
+            observations,
+            writes,
+            write_conflicts,
+            writes_dropped,
+            write_answers_lost,
+            stale_watch_deliveries,
+            controller_restarts,
+            user_deletes,
+            spec_edits,
+            operator_resets,
+            servers_removed,
+            recreated_unobserved_boots,
+            events,
+            pass_outcomes,
+        } = other;
+        self.reconcile_passes += reconcile_passes;
+        self.monitor_polls += monitor_polls;
+        self.monitor_list_failures += monitor_list_failures;
+        self.observations += observations;
+        self.writes += writes;
+        self.write_conflicts += write_conflicts;
+        self.writes_dropped += writes_dropped;
+        self.write_answers_lost += write_answers_lost;
+        self.stale_watch_deliveries += stale_watch_deliveries;
+        // One controller: every shard sees the same restarts.
+        self.controller_restarts = self.controller_restarts.max(*controller_restarts);
+        self.user_deletes += user_deletes;
+        self.spec_edits += spec_edits;
+        self.operator_resets += operator_resets;
+        self.servers_removed += servers_removed;
+        self.recreated_unobserved_boots += recreated_unobserved_boots;
+        merge_counts(&mut self.events, events);
+        merge_counts(&mut self.pass_outcomes, pass_outcomes);
+    }
+}
+
+pub(crate) fn merge_counts(into: &mut BTreeMap<&'static str, u64>, from: &BTreeMap<&'static str, u64>) {
+    for (key, count) in from {
+        *into.entry(key).or_insert(0) += count;
+    }
+}
+
+/// The result of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub servers: usize,
+    pub seed: u64,
+    pub max_attempts: i32,
+    pub fault_rate: f64,
+    pub steps: u64,
+    pub virtual_seconds: f64,
+    pub wall_seconds: f64,
+    pub steps_per_second: f64,
+    /// FNV-1a over the run's events and decisions, hex.
+    pub trace_hash: String,
+    /// Final state of each Server, by label.
+    pub outcomes: BTreeMap<&'static str, u64>,
+    /// Cloud fates drawn, by kind.
+    pub fates: BTreeMap<&'static str, u64>,
+    /// Creates the provider accepted (each made a provider server).
+    pub create_attempts: u64,
+    pub cloud: Counters,
+    pub kube: KubeStats,
+    pub violation_count: u64,
+    pub violations: Vec<Violation>,
+    /// The step log of the Server named by `SimConfig::explain`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub explain: Vec<String>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        self.violation_count == 0
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "simulated {} servers, seed {}, max attempts {}, fault rate {}",
+            self.servers, self.seed, self.max_attempts, self.fault_rate
+        )?;
+        writeln!(
+            f,
+            "steps: {} in {:.2}s wall ({:.0} steps/s), {:.0}s virtual",
+            self.steps, self.wall_seconds, self.steps_per_second, self.virtual_seconds
+        )?;
+        writeln!(f, "trace hash: {}", self.trace_hash)?;
+        writeln!(f, "outcomes: {}", join(&self.outcomes))?;
+        writeln!(f, "fates: {}", join(&self.fates))?;
+        let c = &self.cloud;
+        writeln!(
+            f,
+            "cloud: {} create attempts accepted ({} calls, {} refused, {} deduplicated), {} deletes, {} gets, {} lists, {} injected failures",
+            self.create_attempts,
+            c.create_calls,
+            c.creates_refused,
+            c.creates_deduplicated,
+            c.delete_calls,
+            c.get_calls,
+            c.list_calls,
+            c.injected_failures
+        )?;
+        let k = &self.kube;
+        writeln!(
+            f,
+            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} operator resets",
+            k.reconcile_passes,
+            k.monitor_polls,
+            k.writes,
+            k.write_conflicts,
+            k.writes_dropped,
+            k.write_answers_lost,
+            k.stale_watch_deliveries,
+            k.controller_restarts,
+            k.user_deletes,
+            k.spec_edits,
+            k.operator_resets
+        )?;
+        writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
+        writeln!(f, "events: {}", join(&k.events))?;
+        writeln!(f, "violations: {}", self.violation_count)?;
+        for violation in &self.violations {
+            writeln!(f, "  {violation}")?;
+        }
+        if !self.explain.is_empty() {
+            writeln!(f, "explain:")?;
+            for line in &self.explain {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn join(counts: &BTreeMap<&'static str, u64>) -> String {
+    let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(" ")
+}
+
+/// Violations found so far: all counted, the first few kept in full.
+#[derive(Debug, Default)]
+pub(crate) struct Violations {
+    pub(crate) list: Vec<Violation>,
+    pub(crate) count: u64,
+    pub(crate) keep: usize,
+}
+
+impl Violations {
+    pub(crate) fn new(keep: usize) -> Self {
+        Violations { list: Vec::new(), count: 0, keep }
+    }
+
+    pub(crate) fn push(&mut self, violation: Violation) {
+        self.count += 1;
+        if self.list.len() < self.keep {
+            self.list.push(violation);
+        }
+    }
+}
