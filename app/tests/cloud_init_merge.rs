@@ -206,3 +206,40 @@ fn without_the_merge_type_cloud_init_drops_the_users_lists() {
     assert_eq!(without.config["runcmd"], json!([RELOAD]), "cloud-init kept the user's runcmd after all");
     assert_eq!(without.config["packages"], json!(["htop"]), "keys only the user has survive either way");
 }
+
+/// cloud-init's own example cloud-configs (fixtures/cloud-init-examples):
+/// none is refused, and with a CA each keeps every entry.
+#[test]
+fn cloud_inits_examples_keep_every_entry() {
+    if !require_cloud_init("cloud_inits_examples_keep_every_entry") {
+        return;
+    }
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/cloud-init-examples");
+    let scratch = Scratch::new("examples");
+    let managed = merged(&scratch, &rendered(&scratch, b"", Some(ED25519)));
+    let dir = scratch.0.join("inputs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&examples).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".txt") {
+            continue;
+        }
+        let data = std::fs::read(&path).unwrap();
+        std::fs::write(dir.join(&name), &data).unwrap();
+        std::fs::write(dir.join(format!("{name}.merged")), rendered(&scratch, &data, Some(ED25519))).unwrap();
+        names.push(name);
+    }
+    assert!(names.len() >= 25, "{names:?}");
+    let results = cloud_init::merged_batch(&scratch, &dir);
+    let mut with_config = 0;
+    for name in &names {
+        let user = results[name].as_ref().unwrap();
+        let with_ca = results[&format!("{name}.merged")].as_ref().unwrap();
+        assert_eq!(with_ca.warnings, user.warnings, "{name}");
+        assert_eq!(with_ca.config, appended(&user.config, &managed.config), "{name}");
+        with_config += usize::from(user.config != json!({}));
+    }
+    assert!(with_config >= 25, "only {with_config} examples gave cloud-init a cloud-config");
+}

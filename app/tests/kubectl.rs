@@ -1,6 +1,8 @@
-//! kubectl, a client this project did not write, against `demo --serve`:
-//! `get servers` shows the CRD's printer columns through SimKube's
-//! server-side printing, and `get events` and `describe` work.
+//! kubectl, a client this project did not write, against the `demo --serve`
+//! playground, running what a user runs: `apply` with validation on (a typo
+//! refused), `get -w`, `wait`, `describe` with events, `explain`, `diff` and
+//! `--dry-run=server`, `delete --wait`, `get ns`, and the NotFound a deleted
+//! Server gets.
 //!
 //! Needs `kubectl` on PATH. Without it the test passes with a note, except
 //! under CI (`CI=true`), where a missing kubectl is a failure: `.ci/run-kubectl-deps`
@@ -14,14 +16,18 @@ use std::process::{Command, Stdio};
 
 use support::ServedDemo;
 
-fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
-    let output = Command::new("kubectl")
+fn kubectl_output(demo: &ServedDemo, args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
         .args(args)
         .arg("--cache-dir")
         .arg(demo.dir.join("cache"))
         .env("KUBECONFIG", demo.dir.join("kubeconfig"))
         .output()
-        .expect("kubectl runs");
+        .expect("kubectl runs")
+}
+
+fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
+    let output = kubectl_output(demo, args);
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
@@ -31,6 +37,18 @@ fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stderr)
     );
     stdout
+}
+
+/// kubectl expected to fail: its stderr.
+fn kubectl_fails(demo: &ServedDemo, args: &[&str]) -> String {
+    let output = kubectl_output(demo, args);
+    assert!(
+        !output.status.success(),
+        "kubectl {} succeeded:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Whether kubectl can run here; panics under CI, where it must.
@@ -94,4 +112,68 @@ fn kubectl_lists_describes_and_shows_events() {
     let described = kubectl(&demo, &["describe", "server", "server-000"]);
     assert!(described.lines().any(|line| columns(line) == ["Name:", "server-000"]), "{described}");
     assert!(described.contains("Provisioned"), "{described}");
+
+    // describe reads core/v1 Events: the operator's events.k8s.io ones.
+    let parked = kubectl(&demo, &["describe", "server", "server-001"]);
+    let events = parked.split_once("Events:").map(|(_, events)| events).unwrap_or_default();
+    assert!(events.contains("ProviderCreateFailed"), "{parked}");
+    assert!(events.contains("server-controller"), "the reporting controller is shown: {parked}");
+}
+
+/// The playground's example Server, as the "try this" block names it.
+const EXAMPLE: &str = "server-controller-demo-server.yaml";
+
+#[test]
+fn a_user_applies_watches_explains_diffs_and_deletes_a_server() {
+    if !kubectl_available() {
+        return;
+    }
+    let demo = ServedDemo::start_with(3, &["--create-failure-rate", "0"]);
+    let example = demo.dir.join(EXAMPLE);
+    let example = example.to_str().expect("a UTF-8 path");
+
+    // Validation on (kubectl's default): the server validates strictly.
+    let applied = kubectl(&demo, &["apply", "-f", example]);
+    assert!(applied.contains("server.region.unikorn-cloud.org/my-server created"), "{applied}");
+    let typo = demo.dir.join("typo.yaml");
+    let manifest = std::fs::read_to_string(example)
+        .expect("the example")
+        .replace("kind: Server", "kind: Server\nstatuz: {}")
+        .replace("my-server", "typo");
+    std::fs::write(&typo, manifest).expect("written");
+    let refused = kubectl_fails(&demo, &["apply", "-f", typo.to_str().expect("UTF-8")]);
+    assert!(refused.contains("unknown field \"statuz\""), "{refused}");
+
+    // The operator keeps running in the playground: the Server goes Running.
+    kubectl(&demo, &["wait", "--for=jsonpath={.status.phase}=Running", "server/my-server", "--timeout=60s"]);
+    let watched = kubectl(&demo, &["get", "server", "my-server", "-w", "--request-timeout=2s"]);
+    assert!(watched.lines().any(|line| line.starts_with("my-server")), "{watched}");
+
+    let explained = kubectl(&demo, &["explain", "server.spec"]);
+    assert!(explained.contains("KIND:       Server") && explained.contains("flavorID"), "{explained}");
+
+    // diff and a server-side dry run show the change without making it.
+    let edited = demo.dir.join("edited.yaml");
+    let manifest = std::fs::read_to_string(example).expect("the example");
+    std::fs::write(&edited, manifest.replace("000000000001", "0000000000ff")).expect("written");
+    let edited = edited.to_str().expect("UTF-8");
+    let diff = kubectl_output(&demo, &["diff", "-f", edited]);
+    assert_eq!(diff.status.code(), Some(1), "kubectl diff exits 1 when it finds differences: {diff:?}");
+    let diff = String::from_utf8_lossy(&diff.stdout);
+    assert!(diff.contains("+  flavorID: 6a2b1c3d-0000-4000-8000-0000000000ff"), "{diff}");
+    let dry = kubectl(&demo, &["apply", "-f", edited, "--dry-run=server"]);
+    assert!(dry.contains("(server dry run)"), "{dry}");
+    let flavor = kubectl(&demo, &["get", "server", "my-server", "-o", "jsonpath={.spec.flavorID}"]);
+    assert_eq!(flavor, "6a2b1c3d-0000-4000-8000-000000000001", "a dry run changes nothing");
+
+    let namespaces = kubectl(&demo, &["get", "ns"]);
+    assert!(namespaces.lines().any(|line| columns(line).starts_with(&["demo", "Active"])), "{namespaces}");
+
+    let deleted = kubectl(&demo, &["delete", "server", "my-server", "--wait", "--timeout=60s"]);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    let gone = kubectl_fails(&demo, &["get", "server", "my-server"]);
+    assert!(
+        gone.contains(r#"Error from server (NotFound): servers.region.unikorn-cloud.org "my-server" not found"#),
+        "{gone}"
+    );
 }

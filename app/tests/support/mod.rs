@@ -19,11 +19,18 @@ pub struct ServedDemo {
 
 impl ServedDemo {
     pub fn start(servers: usize) -> Self {
+        Self::start_with(servers, &[])
+    }
+
+    /// Starts with extra `demo` flags (e.g. `--create-failure-rate 0`).
+    pub fn start_with(servers: usize, extra: &[&str]) -> Self {
         let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         let dir = std::env::temp_dir().join(format!("server-controller-demo-{}-{unique}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-            .args(["demo", "--servers", &servers.to_string(), "--serve", "--kubeconfig"])
+            .args(["demo", "--servers", &servers.to_string(), "--serve"])
+            .args(extra)
+            .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

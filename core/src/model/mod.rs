@@ -2,6 +2,7 @@
 
 mod condition;
 mod consumed;
+mod display;
 mod meta;
 mod spec;
 mod status;

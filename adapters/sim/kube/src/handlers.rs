@@ -12,13 +12,16 @@ use serde_json::{Value, json};
 
 use super::Shared;
 use super::discovery;
+use super::event_view;
+use super::openapi;
 use super::paging;
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
 use super::router::{self, ApiPath, ResourcePath};
+use super::schema::FieldValidation;
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Subject};
-use super::store::{ListQuery, Preconditions, Target, TypeKey};
+use super::store::{Commit, ListQuery, Preconditions, Target, TypeKey, Write};
 use super::table::{Printer, TableRequest, WatchPrinting};
 use super::verb::Verb;
 use super::watch::{self, WatchContext, WatchRequest};
@@ -81,22 +84,45 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         return Err(kind.to_error(Subject::new(&rtype.group, &rtype.plural, name)));
     }
 
-    if query.get("dryRun").is_some_and(|mode| !mode.is_empty()) {
-        // Refused rather than ignored: a silently persisted dry run would be worse.
-        return Err(ApiError::bad_request("dryRun is not supported by SimKube"));
+    let commit = match query.get("dryRun").map(String::as_str) {
+        None | Some("") => Commit::Persist,
+        Some("All") => Commit::DryRun,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
+    let fields = FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?;
+    if matches!(verb, Verb::Create | Verb::Update) {
+        require_json_body(&parts.headers)?;
     }
     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
     let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    // core/v1 Events are the events.k8s.io ones, shown in the core shape.
+    let core_events = event_view::is_core_events(&resource_path.rtype);
+    let key = if core_events {
+        event_view::storage_key()
+    } else {
+        (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone())
+    };
     let operation = Operation {
         shared,
-        key: (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone()),
+        key,
+        core_events,
+        write: std::cell::RefCell::new(Write {
+            commit,
+            fields: Some(fields),
+            require_resource_version: false,
+            warnings: Vec::new(),
+        }),
         path: &resource_path,
         query: &query,
         table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
     };
-    match verb {
+    let mut response = match verb {
         Verb::Get => operation.get(),
         Verb::List => operation.list(),
         Verb::Watch => operation.watch(),
@@ -105,14 +131,31 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         Verb::Patch => operation.patch(&parts.headers, &body),
         Verb::Delete => operation.delete(&body),
         Verb::DeleteCollection => operation.delete_collection(),
+    }?;
+    for warning in &operation.write.borrow().warnings {
+        // RFC 7234 warn-code 299, as the API server sends admission and validation warnings.
+        let text = format!("299 - {}", serde_json::Value::String(warning.clone()));
+        if let Ok(value) = header::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
     }
+    Ok(response)
 }
 
 fn discover(shared: &Shared, path: &ApiPath<'_>, headers: &HeaderMap) -> Result<Response, ApiError> {
     let aggregated = discovery::wants_aggregated(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let store = shared.store.lock();
     let types: Vec<&ResourceType> = store.types().collect();
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let (document, aggregated) = match path {
+        ApiPath::OpenApiV2 if !openapi::accepts_json(accept) => {
+            return Err(ApiError::not_acceptable(
+                "SimKube serves /openapi/v2 as application/json only, not as protobuf",
+            ));
+        }
+        ApiPath::OpenApiV2 => (openapi::v2(&store), false),
+        ApiPath::OpenApiV3Root => (openapi::v3_root(&store), false),
+        ApiPath::OpenApiV3 { group, version } => (openapi::v3_group_version(&store, group, version)?, false),
         ApiPath::Version => (discovery::version(), false),
         ApiPath::CoreVersions => (discovery::core_versions(&types, aggregated), aggregated),
         ApiPath::Groups => (discovery::group_list(&types, aggregated), aggregated),
@@ -151,7 +194,12 @@ fn verb_of(method: &Method, path: &ResourcePath, query: &Query) -> Result<Verb, 
 /// One resource request, after faults.
 struct Operation<'a> {
     shared: &'a Shared,
+    /// Where the objects are stored.
     key: TypeKey,
+    /// The core/v1 view of the events.k8s.io Events.
+    core_events: bool,
+    /// Dry run, field validation, and the warnings the write collects.
+    write: std::cell::RefCell<Write>,
     path: &'a ResourcePath,
     query: &'a Query,
     /// Set when the client asked for server-side printing (kubectl get).
@@ -173,7 +221,7 @@ impl Operation<'_> {
 
     /// An object as served at the requested version.
     fn present(&self, object: &Value) -> Value {
-        let mut object = object.clone();
+        let mut object = if self.core_events { event_view::to_core(object) } else { object.clone() };
         if let Some(map) = object.as_object_mut() {
             map.insert("apiVersion".into(), Value::String(self.path.rtype.api_version(&self.path.version)));
         }
@@ -216,7 +264,13 @@ impl Operation<'_> {
     }
 
     fn fields(&self) -> Result<FieldSelector, ApiError> {
-        FieldSelector::parse(self.query.get("fieldSelector").map_or("", String::as_str))
+        let selector = FieldSelector::parse(self.query.get("fieldSelector").map_or("", String::as_str))?;
+        Ok(if self.core_events { selector.map_paths(event_view::stored_field) } else { selector })
+    }
+
+    /// A request body as stored.
+    fn stored(&self, object: Value) -> Value {
+        if self.core_events { event_view::from_core(&object) } else { object }
     }
 
     fn get(&self) -> Result<Response, ApiError> {
@@ -273,6 +327,7 @@ impl Operation<'_> {
         let flag = |name: &str| self.query.get(name).is_some_and(|value| value == "true" || value == "1");
         let request = WatchRequest {
             key: self.key.clone(),
+            core_events: self.core_events,
             rtype: self.path.rtype.clone(),
             version: self.path.version.clone(),
             namespace: self.path.namespace.clone(),
@@ -298,15 +353,23 @@ impl Operation<'_> {
     }
 
     fn create(&self, body: &[u8]) -> Result<Response, ApiError> {
-        let object = parse_json(body)?;
-        let created = self.shared.store.lock().create(&self.key, self.namespace(), object)?;
+        let object = self.stored(parse_json(body)?);
+        let created =
+            self.shared.store.lock().create(&self.key, self.namespace(), object, &mut self.write.borrow_mut())?;
         Ok(json_response(StatusCode::CREATED, &self.present(&created)))
     }
 
     fn update(&self, body: &[u8]) -> Result<Response, ApiError> {
-        let object = parse_json(body)?;
-        let updated =
-            self.shared.store.lock().update(&self.key, self.namespace(), self.name(), object, self.target(), true)?;
+        let object = self.stored(parse_json(body)?);
+        self.write.borrow_mut().require_resource_version = true;
+        let updated = self.shared.store.lock().update(
+            &self.key,
+            self.namespace(),
+            self.name(),
+            object,
+            self.target(),
+            &mut self.write.borrow_mut(),
+        )?;
         Ok(json_response(StatusCode::OK, &self.present(&updated)))
     }
 
@@ -317,8 +380,17 @@ impl Operation<'_> {
             return Err(ApiError::bad_request("fieldManager: Required value: is required for apply patch"));
         }
         let patch = Patch::parse(kind, body)?;
-        let (object, created) =
-            self.shared.store.lock().patch(&self.key, self.namespace(), self.name(), &patch, self.target())?;
+        let mut write = self.write.borrow_mut();
+        let mut store = self.shared.store.lock();
+        let (object, created) = if self.core_events {
+            // The patch applies to the object as this view shows it.
+            let shown = self.present(&*store.get(&self.key, self.namespace(), self.name())?);
+            let candidate = self.stored(patch.apply_to(&shown)?);
+            (store.update(&self.key, self.namespace(), self.name(), candidate, self.target(), &mut write)?, false)
+        } else {
+            store.patch(&self.key, self.namespace(), self.name(), &patch, self.target(), &mut write)?
+        };
+        drop(store);
         let code = if created { StatusCode::CREATED } else { StatusCode::OK };
         Ok(json_response(code, &self.present(&object)))
     }
@@ -330,18 +402,38 @@ impl Operation<'_> {
         };
         let preconditions =
             Preconditions { uid: text("/preconditions/uid"), resource_version: text("/preconditions/resourceVersion") };
-        let object = self.shared.store.lock().delete(&self.key, self.namespace(), self.name(), &preconditions)?;
+        let object = self.shared.store.lock().delete(
+            &self.key,
+            self.namespace(),
+            self.name(),
+            &preconditions,
+            &mut self.write.borrow_mut(),
+        )?;
         Ok(json_response(StatusCode::OK, &self.present(&object)))
     }
 
     fn delete_collection(&self) -> Result<Response, ApiError> {
         let query = self.list_query()?;
         let mut store = self.shared.store.lock();
-        let deleted = store.delete_collection(&self.key, self.namespace(), &query)?;
+        let deleted = if self.write.borrow().commit == Commit::DryRun {
+            let query = ListQuery { limit: None, continue_token: None, ..query };
+            store.list(&self.key, self.namespace(), &query)?.items
+        } else {
+            store.delete_collection(&self.key, self.namespace(), &query)?
+        };
         let resource_version = store.resource_version();
         drop(store);
         Ok(self.list_response(&deleted, resource_version, None))
     }
+}
+
+/// Create and update bodies must be JSON: SimKube decodes no protobuf, which
+/// kubectl's typed commands (`kubectl create namespace`) send; `kubectl apply`
+/// sends JSON.
+fn require_json_body(headers: &HeaderMap) -> Result<(), ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    if media.is_empty() || media == "application/json" { Ok(()) } else { Err(ApiError::unsupported_body(content_type)) }
 }
 
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {

@@ -2,10 +2,12 @@
 //!
 //! Like a real API server it knows nothing of the operator's types: it serves
 //! the CustomResourceDefinitions it is given ([`SimKube::install_crd`]), plus
-//! `events.k8s.io/v1` Events and `coordination.k8s.io/v1` Leases. kube-rs's
-//! `Client`, `Api`, `watcher` and `Controller` work against it unchanged,
-//! either in-process (`kube::Client::new(sim.router(), "default")`) or over a
-//! loopback port ([`SimKube::serve`]).
+//! `events.k8s.io/v1` Events (also served as core/v1 Events, the same
+//! objects), core/v1 Namespaces and `coordination.k8s.io/v1` Leases.
+//! kube-rs's `Client`, `Api`, `watcher` and `Controller` work against it
+//! unchanged, either in-process (`kube::Client::new(sim.router(), "default")`)
+//! or over a loopback port ([`SimKube::serve`]); so does kubectl (`apply`
+//! with validation, `get -w`, `describe`, `explain`, `diff`, `delete --wait`).
 //!
 //! What it models faithfully: uids, creation and deletion timestamps,
 //! a global resourceVersion, optimistic concurrency (409 on a stale
@@ -16,17 +18,24 @@
 //! "missing equals null", label and field selectors, consistent list paging (continued pages read
 //! the first page's version; 410 Expired once it is compacted), watches
 //! with bookmarks, timeouts, selector transitions (relabelled out = DELETED)
-//! and 410 Gone, discovery (classic and aggregated), `Status` error bodies,
-//! server-side printing (the `meta.k8s.io` `Table` of `kubectl get`, with a
-//! CRD's printer columns).
+//! and 410 Gone, discovery (classic and aggregated), OpenAPI v2 and v3 built
+//! from the CRD schemas, pruning of fields a CRD schema does not declare with
+//! `fieldValidation` (Strict refuses, Warn warns), server-side dry run
+//! (`dryRun=All`), namespace lifecycle (a deleted namespace empties, then
+//! goes; with [`SimKubeBuilder::strict_namespaces`] nothing is created in a
+//! namespace that does not exist), `Status` error bodies, server-side
+//! printing (the `meta.k8s.io` `Table` of `kubectl get`, with a CRD's
+//! printer columns).
 //!
-//! Where it is simpler than a real API server: no schema validation,
-//! pruning or defaulting; server-side apply and strategic merge patch are
-//! applied as merge patches (no field ownership); all served versions share
-//! one storage without conversion; namespaces need not exist; lists and gets
+//! Where it is simpler than a real API server: no schema validation of
+//! values (types, formats, patterns) or defaulting; server-side apply and
+//! strategic merge patch are applied as merge patches (no field ownership);
+//! all served versions share one storage without conversion; request bodies
+//! are JSON only (no protobuf, so kubectl's typed `create namespace` gets 415;
+//! `kubectl apply` works); OpenAPI v2 is served as JSON only; lists and gets
 //! read the latest state (their resourceVersion parameters are ignored, as a
-//! watch cache serving `resourceVersion=0` may); `dryRun` is refused; deleting a CRD object does not stop serving
-//! its type.
+//! watch cache serving `resourceVersion=0` may); deleting a CRD object does
+//! not stop serving its type.
 //!
 //! ```no_run
 //! # async fn demo(crd: serde_json::Value) -> Result<(), Box<dyn std::error::Error>> {
@@ -43,14 +52,17 @@
 
 mod counters;
 mod discovery;
+mod event_view;
 mod faults;
 mod handlers;
 mod jsonpath;
 mod object;
+mod openapi;
 mod paging;
 mod patch;
 mod resource;
 mod router;
+mod schema;
 mod selector;
 mod status;
 mod store;
@@ -92,6 +104,7 @@ pub struct SimKubeBuilder {
     history_limit: usize,
     bookmark_interval: Duration,
     clock: Option<Clock>,
+    strict_namespaces: bool,
 }
 
 impl fmt::Debug for SimKubeBuilder {
@@ -101,13 +114,20 @@ impl fmt::Debug for SimKubeBuilder {
             .field("history_limit", &self.history_limit)
             .field("bookmark_interval", &self.bookmark_interval)
             .field("clock", &self.clock.as_ref().map(|_| "custom"))
+            .field("strict_namespaces", &self.strict_namespaces)
             .finish()
     }
 }
 
 impl Default for SimKubeBuilder {
     fn default() -> Self {
-        Self { seed: 0, history_limit: 1000, bookmark_interval: Duration::from_secs(1), clock: None }
+        Self {
+            seed: 0,
+            history_limit: 1000,
+            bookmark_interval: Duration::from_secs(1),
+            clock: None,
+            strict_namespaces: false,
+        }
     }
 }
 
@@ -134,6 +154,16 @@ impl SimKubeBuilder {
         self
     }
 
+    /// Refuses, as a real API server's NamespaceLifecycle admission does,
+    /// creating an object in a namespace that does not exist (404 NotFound
+    /// naming the namespace). By default a namespace comes into existence
+    /// with the first object created in it, so tests need not create them.
+    #[must_use]
+    pub fn strict_namespaces(mut self) -> Self {
+        self.strict_namespaces = true;
+        self
+    }
+
     /// Overrides the wall clock used for creation and deletion timestamps.
     #[must_use]
     pub fn clock(mut self, clock: impl Fn() -> jiff::Timestamp + Send + Sync + 'static) -> Self {
@@ -144,10 +174,18 @@ impl SimKubeBuilder {
     /// Builds the server, serving Events, Leases and CustomResourceDefinitions.
     pub fn build(self) -> SimKube {
         let clock = self.clock.unwrap_or_else(|| Arc::new(jiff::Timestamp::now));
-        let store = StoreHandle::new(StoreState::new(self.seed, self.history_limit, clock));
+        let mut state = StoreState::new(self.seed, self.history_limit, clock);
+        state.set_strict_namespaces(self.strict_namespaces);
+        let store = StoreHandle::new(state);
         store.install(ResourceType::custom_resource_definitions());
         store.install(ResourceType::events());
+        store.install(ResourceType::core_events());
+        store.install(ResourceType::namespaces());
         store.install(ResourceType::leases());
+        // Every cluster has these (upstream: the apiserver's system namespaces controller).
+        for namespace in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            store.ensure_namespace(namespace);
+        }
         SimKube {
             shared: Arc::new(Shared {
                 store,

@@ -69,6 +69,21 @@ impl ResourceType {
         events
     }
 
+    /// core/v1 Event: the same objects as [`ResourceType::events`], in the
+    /// core group's shape (what `kubectl describe` reads).
+    pub fn core_events() -> Self {
+        let mut events = Self::namespaced("", "v1", "Event", "events");
+        events.short_names = vec!["ev".to_string()];
+        events
+    }
+
+    /// core/v1 Namespace.
+    pub fn namespaces() -> Self {
+        let mut namespaces = Self::cluster_scoped("", "v1", "Namespace", "namespaces").with_status_subresource();
+        namespaces.short_names = vec!["ns".to_string()];
+        namespaces
+    }
+
     /// `coordination.k8s.io/v1` Lease (leader election).
     pub fn leases() -> Self {
         Self::namespaced("coordination.k8s.io", "v1", "Lease", "leases")

@@ -31,6 +31,12 @@ pub(crate) enum ApiPath<'a> {
     Group(&'a str),
     /// `/api/{version}` or `/apis/{group}/{version}`
     ResourceList { group: &'a str, version: &'a str },
+    /// `/openapi/v2`
+    OpenApiV2,
+    /// `/openapi/v3`
+    OpenApiV3Root,
+    /// `/openapi/v3/api/{version}` or `/openapi/v3/apis/{group}/{version}`
+    OpenApiV3 { group: &'a str, version: &'a str },
     /// Anything below a group version.
     Resource { group: &'a str, version: &'a str, rest: Vec<&'a str> },
 }
@@ -44,6 +50,10 @@ pub(crate) fn parse(path: &str) -> Option<ApiPath<'_>> {
     }
     Some(match segments.as_slice() {
         ["version"] => ApiPath::Version,
+        ["openapi", "v2"] => ApiPath::OpenApiV2,
+        ["openapi", "v3"] => ApiPath::OpenApiV3Root,
+        ["openapi", "v3", "api", version] => ApiPath::OpenApiV3 { group: "", version },
+        ["openapi", "v3", "apis", group, version] => ApiPath::OpenApiV3 { group, version },
         ["api"] => ApiPath::CoreVersions,
         ["apis"] => ApiPath::Groups,
         ["apis", group] => ApiPath::Group(group),
@@ -121,6 +131,9 @@ mod tests {
             parse("/apis/g.io/v1/namespaces/ns/widgets/w"),
             Some(ApiPath::Resource { group: "g.io", version: "v1", rest: vec!["namespaces", "ns", "widgets", "w"] })
         );
+        assert_eq!(parse("/openapi/v3/apis/g.io/v1"), Some(ApiPath::OpenApiV3 { group: "g.io", version: "v1" }));
+        assert_eq!(parse("/openapi/v3/api/v1"), Some(ApiPath::OpenApiV3 { group: "", version: "v1" }));
+        assert_eq!(parse("/openapi/v2"), Some(ApiPath::OpenApiV2));
         assert_eq!(parse("/healthz"), None);
         assert_eq!(parse("/apis//v1"), None);
         assert_eq!(parse(""), None);

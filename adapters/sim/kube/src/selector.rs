@@ -147,6 +147,13 @@ impl FieldSelector {
         Ok(Self { terms })
     }
 
+    /// The same selector with every path rewritten (a field of one view of a
+    /// type named as the stored type names it).
+    #[must_use]
+    pub(crate) fn map_paths(self, rename: impl Fn(&[String]) -> Vec<String>) -> Self {
+        Self { terms: self.terms.into_iter().map(|(path, value, negated)| (rename(&path), value, negated)).collect() }
+    }
+
     pub(crate) fn matches(&self, object: &Value) -> bool {
         self.terms.iter().all(|(path, expected, negated)| {
             let actual = path

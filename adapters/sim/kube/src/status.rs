@@ -103,8 +103,18 @@ impl ApiError {
         Self::new(422, "", message)
     }
 
+    /// 403, as admission refuses a write (e.g. into a terminating namespace).
+    pub(crate) fn forbidden(subject: Subject<'_>, detail: &str) -> Self {
+        let message = format!("{} \"{}\" is forbidden: {detail}", subject.qualified(), subject.name);
+        Self::new(403, "Forbidden", message).about(subject)
+    }
+
     pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
+    }
+
+    pub(crate) fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
     }
 
     pub(crate) fn method_not_allowed(message: impl Into<String>) -> Self {
@@ -117,6 +127,17 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+            ),
+        )
+    }
+
+    /// 415 for a create or update body SimKube cannot decode.
+    pub(crate) fn unsupported_body(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "SimKube decodes application/json request bodies only (got {content_type:?}); kubectl apply sends JSON"
             ),
         )
     }

@@ -16,10 +16,12 @@ use jiff::Timestamp;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use super::event_view::is_core_events;
 use super::object::{finalizers, generation, is_deleting, meta_mut, meta_str, spec_differs};
 use super::paging::{self, Continue};
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
+use super::schema::{self, FieldValidation};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Subject};
 
@@ -59,6 +61,37 @@ pub(crate) enum Target {
     Main,
     /// `/status`: everything but status is ignored.
     Status,
+}
+
+/// Whether a write is persisted or only evaluated (`dryRun=All`): a dry run
+/// runs every check and returns the object the write would produce, without
+/// storing it, bumping the resourceVersion or notifying watches (upstream:
+/// the registry's `dryrun.Storage` skips only the etcd write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    Persist,
+    DryRun,
+}
+
+/// How the API treats one write.
+#[derive(Debug)]
+pub(crate) struct Write {
+    pub(crate) commit: Commit,
+    /// `Some` for writes through the API: undeclared fields of a custom
+    /// resource are pruned, and this says whether they are refused or
+    /// warned about. `None` (direct store access) stores the body as given.
+    pub(crate) fields: Option<FieldValidation>,
+    /// A PUT must name the resourceVersion it replaces; a patch need not.
+    pub(crate) require_resource_version: bool,
+    /// `Warning` headers for the response.
+    pub(crate) warnings: Vec<String>,
+}
+
+impl Write {
+    /// A persisted write without pruning (direct store access, internal writes).
+    pub(crate) fn direct() -> Self {
+        Self { commit: Commit::Persist, fields: None, require_resource_version: false, warnings: Vec::new() }
+    }
 }
 
 /// Delete preconditions (`DeleteOptions.preconditions`).
@@ -141,6 +174,10 @@ pub(crate) struct StoreState {
     rng: fastrand::Rng,
     history_limit: usize,
     clock: Clock,
+    /// Refuse creating in a namespace that does not exist (the API server's
+    /// NamespaceLifecycle admission); otherwise a namespace springs into
+    /// existence with the first object created in it.
+    strict_namespaces: bool,
 }
 
 impl fmt::Debug for StoreState {
@@ -156,6 +193,11 @@ impl fmt::Debug for StoreState {
 fn crd_key() -> TypeKey {
     let crds = ResourceType::custom_resource_definitions();
     (crds.group, crds.plural)
+}
+
+/// Where core/v1 Namespaces are stored.
+pub(crate) fn namespace_key() -> TypeKey {
+    (String::new(), "namespaces".to_string())
 }
 
 fn now_rfc3339(clock: &Clock) -> String {
@@ -182,7 +224,13 @@ impl StoreState {
             rng: fastrand::Rng::with_seed(seed),
             history_limit: history_limit.max(1),
             clock,
+            strict_namespaces: false,
         }
+    }
+
+    /// See [`StoreState::strict_namespaces`].
+    pub(crate) fn set_strict_namespaces(&mut self, strict: bool) {
+        self.strict_namespaces = strict;
     }
 
     fn next_resource_version(&mut self) -> u64 {
@@ -228,7 +276,12 @@ impl StoreState {
         {
             return Ok((group.to_string(), plural.to_string()));
         }
-        let mut matches = self.types.keys().filter(|(_, plural)| plural == resource);
+        // core/v1 Events are a view of the events.k8s.io ones, not a second store.
+        let mut matches = self
+            .types
+            .iter()
+            .filter(|((_, plural), state)| plural == resource && !is_core_events(&state.rtype))
+            .map(|(key, _)| key);
         match (matches.next(), matches.next()) {
             (Some(key), None) => Ok(key.clone()),
             (None, _) => Err(ApiError::unknown_path(resource)),
@@ -388,12 +441,14 @@ impl StoreState {
         key: &TypeKey,
         namespace: Option<&str>,
         mut object: Value,
+        write: &mut Write,
     ) -> Result<Arc<Value>, ApiError> {
         let rtype = self.type_state(key)?.rtype.clone();
         if !object.is_object() {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
         check_kind(&rtype, &object)?;
+        self.prune_fields(&rtype, &mut object, write)?;
         let namespace = Self::scope_namespace(&rtype, namespace)?;
         check_body_namespace(&rtype, &object, &namespace)?;
 
@@ -416,18 +471,27 @@ impl StoreState {
             ));
         }
         if key == &crd_key() {
-            self.install(ResourceType::from_crd(&object).map_err(|e| ApiError::invalid(subject, &e.message))?);
+            let rtype = ResourceType::from_crd(&object).map_err(|e| ApiError::invalid(subject, &e.message))?;
+            if write.commit == Commit::Persist {
+                self.install(rtype);
+            }
         }
         let object_key = (namespace.clone(), name.clone());
         let state = self.type_state(key)?;
         if state.objects.contains_key(&object_key) {
             return Err(ApiError::already_exists(subject));
         }
+        if rtype.namespaced {
+            self.admit_into_namespace(&namespace, write.commit)?;
+        }
+        if key == &namespace_key() {
+            // A namespace is Active from birth (upstream namespace strategy `PrepareForCreate`).
+            object["status"] = serde_json::json!({"phase": "Active"});
+        }
 
         let uid = self.new_uid();
         let created = now_rfc3339(&self.clock);
-        let resource_version = self.next_resource_version();
-        if rtype.status_subresource {
+        if rtype.status_subresource && key != &namespace_key() {
             // The status subresource owns status: create cannot set it.
             if let Some(map) = object.as_object_mut() {
                 map.remove("status");
@@ -447,7 +511,12 @@ impl StoreState {
         metadata.insert("uid".into(), Value::String(uid));
         metadata.insert("creationTimestamp".into(), Value::String(created));
         metadata.insert("generation".into(), Value::from(1));
-        metadata.insert("resourceVersion".into(), Value::String(resource_version.to_string()));
+        if write.commit == Commit::DryRun {
+            // Nothing is stored, so there is no resourceVersion to report.
+            return Ok(Arc::new(object));
+        }
+        let resource_version = self.next_resource_version();
+        meta_mut(&mut object).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
 
         let object = Arc::new(object);
         self.type_state_mut(key)?.objects.insert(object_key, object.clone());
@@ -481,7 +550,7 @@ impl StoreState {
         name: &str,
         candidate: Value,
         target: Target,
-        require_resource_version: bool,
+        write: &mut Write,
     ) -> Result<Arc<Value>, ApiError> {
         let old = self.get(key, namespace, name)?;
         let rtype = self.type_state(key)?.rtype.clone();
@@ -490,6 +559,8 @@ impl StoreState {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
         check_kind(&rtype, &candidate)?;
+        let mut candidate = candidate;
+        self.prune_fields(&rtype, &mut candidate, write)?;
         if let Some(body_name) = meta_str(&candidate, "name")
             && body_name != name
         {
@@ -503,7 +574,7 @@ impl StoreState {
             Some(wanted) if Some(wanted) != meta_str(&old, "resourceVersion") => {
                 return Err(ApiError::conflict(subject));
             }
-            None if require_resource_version => {
+            None if write.require_resource_version => {
                 return Err(ApiError::invalid(
                     subject,
                     "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
@@ -550,11 +621,17 @@ impl StoreState {
             meta_mut(&mut new).insert("generation".into(), Value::from(generation(&old) + 1));
         }
         if key == &crd_key() && target == Target::Main {
-            self.install(ResourceType::from_crd(&new).map_err(|e| ApiError::invalid(subject, &e.message))?);
+            let rtype = ResourceType::from_crd(&new).map_err(|e| ApiError::invalid(subject, &e.message))?;
+            if write.commit == Commit::Persist {
+                self.install(rtype);
+            }
         }
         if new == *old {
             // A no-op write changes nothing: no new resourceVersion, no event.
             return Ok(old);
+        }
+        if write.commit == Commit::DryRun {
+            return Ok(Arc::new(new));
         }
         self.write(key, old, new)
     }
@@ -567,17 +644,18 @@ impl StoreState {
         name: &str,
         patch: &Patch,
         target: Target,
+        write: &mut Write,
     ) -> Result<(Arc<Value>, bool), ApiError> {
         match self.get(key, namespace, name) {
             Ok(old) => {
                 let candidate = patch.apply_to(&old)?;
-                Ok((self.update(key, namespace, name, candidate, target, false)?, false))
+                Ok((self.update(key, namespace, name, candidate, target, write)?, false))
             }
             Err(not_found) if not_found.code == 404 && patch.kind() == PatchKind::Apply && target == Target::Main => {
                 // Server-side apply creates what does not exist yet.
                 let mut object = patch.apply_to(&Value::Object(Map::new()))?;
                 meta_mut(&mut object).insert("name".into(), Value::String(name.to_string()));
-                Ok((self.create(key, namespace, object)?, true))
+                Ok((self.create(key, namespace, object, write)?, true))
             }
             Err(error) => Err(error),
         }
@@ -591,6 +669,7 @@ impl StoreState {
         namespace: Option<&str>,
         name: &str,
         preconditions: &Preconditions,
+        write: &mut Write,
     ) -> Result<Arc<Value>, ApiError> {
         let old = self.get(key, namespace, name)?;
         let subject = Subject::new(&key.0, &key.1, name);
@@ -598,6 +677,12 @@ impl StoreState {
             || preconditions.resource_version.as_deref().is_some_and(|rv| Some(rv) != meta_str(&old, "resourceVersion"))
         {
             return Err(ApiError::conflict(subject));
+        }
+        if write.commit == Commit::DryRun {
+            return Ok(old);
+        }
+        if key == &namespace_key() {
+            return self.delete_namespace(old);
         }
         if finalizers(&old).is_empty() {
             return self.remove_object(key, &old);
@@ -619,7 +704,9 @@ impl StoreState {
     /// Writes a new state of an existing object with a fresh resourceVersion;
     /// an object being deleted whose last finalizer is gone is removed instead.
     fn write(&mut self, key: &TypeKey, old: Arc<Value>, mut new: Value) -> Result<Arc<Value>, ApiError> {
-        if is_deleting(&new) && finalizers(&new).is_empty() {
+        // A Namespace is held by its `spec.finalizers` (the namespace
+        // controller's), not metadata ones: it goes when it is empty.
+        if is_deleting(&new) && finalizers(&new).is_empty() && key != &namespace_key() {
             // Like the API server's delete-during-update: one DELETED event.
             return self.remove_object(key, &Arc::new(new));
         }
@@ -642,11 +729,101 @@ impl StoreState {
         let mut last = (**last).clone();
         meta_mut(&mut last).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
         let stored = self.type_state_mut(key)?.objects.remove(&object_key(&last));
+        let namespace = meta_str(&last, "namespace").unwrap_or_default().to_string();
         let last = Arc::new(last);
         // The stored state before removal, for lists at an earlier version.
         let change = Change { resource_version, kind: ChangeKind::Deleted, object: last.clone(), previous: stored };
         self.record(key, change);
+        if !namespace.is_empty() {
+            self.finish_namespace_if_empty(&namespace)?;
+        }
         Ok(last)
+    }
+
+    /// Drops the fields a custom resource's schema does not declare, refusing
+    /// or warning as the write's `fieldValidation` says (see [`schema`]).
+    fn prune_fields(&self, rtype: &ResourceType, object: &mut Value, write: &mut Write) -> Result<(), ApiError> {
+        let Some(validation) = write.fields else { return Ok(()) };
+        let crd_name = format!("{}.{}", rtype.plural, rtype.group);
+        let Some(crd) = self.types.get(&crd_key()).and_then(|s| s.objects.get(&(String::new(), crd_name))) else {
+            return Ok(());
+        };
+        let version = rtype.preferred_version();
+        let Some(structural) = schema::crd_schema(crd, version) else { return Ok(()) };
+        let unknown = schema::prune(structural, object);
+        write.warnings.extend(schema::verdict(validation, &rtype.kind, version, &unknown)?);
+        Ok(())
+    }
+
+    /// NamespaceLifecycle admission: an object may be created only in a
+    /// namespace that exists and is not being deleted (upstream
+    /// `plugin/pkg/admission/namespace/lifecycle`).
+    fn admit_into_namespace(&mut self, namespace: &str, commit: Commit) -> Result<(), ApiError> {
+        let key = namespace_key();
+        let Some(namespaces) = self.types.get(&key) else { return Ok(()) };
+        match namespaces.objects.get(&(String::new(), namespace.to_string())) {
+            Some(existing) if is_deleting(existing) => Err(ApiError::forbidden(
+                Subject::new("", "namespaces", namespace),
+                &format!("unable to create new content in namespace {namespace} because it is being terminated"),
+            )),
+            Some(_) => Ok(()),
+            None if self.strict_namespaces => Err(ApiError::not_found(Subject::new("", "namespaces", namespace))),
+            None if commit == Commit::DryRun => Ok(()),
+            None => self.create_namespace(namespace),
+        }
+    }
+
+    fn create_namespace(&mut self, namespace: &str) -> Result<(), ApiError> {
+        let object = serde_json::json!({"metadata": {"name": namespace}});
+        self.create(&namespace_key(), None, object, &mut Write::direct()).map(drop)
+    }
+
+    /// Starts deleting a namespace: it turns Terminating, everything in it is
+    /// deleted (finalizers honoured), and it goes once it is empty (the
+    /// namespace controller's job on a real cluster).
+    fn delete_namespace(&mut self, old: Arc<Value>) -> Result<Arc<Value>, ApiError> {
+        let name = meta_str(&old, "name").unwrap_or_default().to_string();
+        let mut terminating = (*old).clone();
+        if !is_deleting(&old) {
+            let deleted_at = now_rfc3339(&self.clock);
+            meta_mut(&mut terminating).insert("deletionTimestamp".into(), Value::String(deleted_at));
+            terminating["status"] = serde_json::json!({"phase": "Terminating"});
+        }
+        let marked = if terminating == *old { old } else { self.write(&namespace_key(), old, terminating)? };
+        let contents: Vec<(TypeKey, String)> = self
+            .types
+            .iter()
+            .filter(|(_, state)| state.rtype.namespaced)
+            .flat_map(|(key, state)| {
+                state.objects.keys().filter(|(ns, _)| *ns == name).map(move |(_, object)| (key.clone(), object.clone()))
+            })
+            .collect();
+        for (key, object) in contents {
+            self.delete(&key, Some(&name), &object, &Preconditions::default(), &mut Write::direct())?;
+        }
+        self.finish_namespace_if_empty(&name)?;
+        Ok(self.type_state(&namespace_key())?.objects.get(&(String::new(), name)).cloned().unwrap_or(marked))
+    }
+
+    /// Removes a Terminating namespace that holds nothing any more.
+    fn finish_namespace_if_empty(&mut self, namespace: &str) -> Result<(), ApiError> {
+        let key = namespace_key();
+        let Some(existing) = self.types.get(&key).and_then(|s| s.objects.get(&(String::new(), namespace.to_string())))
+        else {
+            return Ok(());
+        };
+        if !is_deleting(existing) {
+            return Ok(());
+        }
+        let occupied = self
+            .types
+            .values()
+            .any(|state| state.rtype.namespaced && state.objects.keys().any(|(ns, _)| ns == namespace));
+        if occupied {
+            return Ok(());
+        }
+        let existing = existing.clone();
+        self.remove_object(&key, &existing).map(drop)
     }
 
     /// Deletes every object a list query selects (finalizers honoured).
@@ -662,7 +839,7 @@ impl StoreState {
             .iter()
             .map(|object| {
                 let name = meta_str(object, "name").unwrap_or_default();
-                self.delete(key, meta_str(object, "namespace"), name, &Preconditions::default())
+                self.delete(key, meta_str(object, "namespace"), name, &Preconditions::default(), &mut Write::direct())
             })
             .collect()
     }
@@ -680,6 +857,13 @@ impl StoreState {
         }
         let namespace = meta_str(&object, "namespace").map(str::to_string);
         let namespace = Self::scope_namespace(&rtype, namespace.as_deref())?;
+        if rtype.namespaced
+            && self.types.contains_key(&namespace_key())
+            && !self.type_state(&namespace_key())?.objects.contains_key(&(String::new(), namespace.clone()))
+        {
+            // Seeding state implies its namespace, whatever the admission rule.
+            self.create_namespace(&namespace)?;
+        }
         let previous = self.type_state(key)?.objects.get(&(namespace.clone(), name)).cloned();
         set_type_meta(&rtype, &mut object);
         if meta_str(&object, "uid").is_none() {
@@ -853,6 +1037,19 @@ impl StoreHandle {
         self.lock().install(rtype);
     }
 
+    /// Creates a namespace unless it exists.
+    pub fn ensure_namespace(&self, namespace: &str) {
+        let mut state = self.lock();
+        let exists = state
+            .types
+            .get(&namespace_key())
+            .is_some_and(|s| s.objects.contains_key(&(String::new(), namespace.to_string())));
+        if !exists {
+            // Only an invalid name can fail, and then there is nothing to create.
+            let _ = state.create_namespace(namespace);
+        }
+    }
+
     /// The served resource types.
     pub fn resource_types(&self) -> Vec<ResourceType> {
         self.lock().types().cloned().collect()
@@ -889,7 +1086,7 @@ impl StoreHandle {
     /// Creates an object with the API's rules (namespace from `metadata.namespace`).
     pub fn create(&self, resource: &str, object: Value) -> Result<Value, ApiError> {
         let namespace = meta_str(&object, "namespace").map(str::to_string);
-        self.with_type(resource, |state, key| state.create(key, namespace.as_deref(), object))
+        self.with_type(resource, |state, key| state.create(key, namespace.as_deref(), object, &mut Write::direct()))
             .map(|object| (*object).clone())
     }
 
@@ -901,14 +1098,19 @@ impl StoreHandle {
         name: &str,
         object: Value,
     ) -> Result<Value, ApiError> {
-        self.with_type(resource, |state, key| state.update(key, namespace, name, object, Target::Main, true))
-            .map(|object| (*object).clone())
+        self.with_type(resource, |state, key| {
+            let mut write = Write { require_resource_version: true, ..Write::direct() };
+            state.update(key, namespace, name, object, Target::Main, &mut write)
+        })
+        .map(|object| (*object).clone())
     }
 
     /// Patches the main resource with the API's rules.
     pub fn patch(&self, resource: &str, namespace: Option<&str>, name: &str, patch: &Patch) -> Result<Value, ApiError> {
-        self.with_type(resource, |state, key| state.patch(key, namespace, name, patch, Target::Main))
-            .map(|(object, _)| (*object).clone())
+        self.with_type(resource, |state, key| {
+            state.patch(key, namespace, name, patch, Target::Main, &mut Write::direct())
+        })
+        .map(|(object, _)| (*object).clone())
     }
 
     /// Patches the `/status` subresource with the API's rules.
@@ -923,15 +1125,17 @@ impl StoreHandle {
             if !state.resource_type(key)?.status_subresource {
                 return Err(ApiError::unknown_path(&format!("{}/status", key.1)));
             }
-            state.patch(key, namespace, name, patch, Target::Status)
+            state.patch(key, namespace, name, patch, Target::Status, &mut Write::direct())
         })
         .map(|(object, _)| (*object).clone())
     }
 
     /// Deletes with the API's rules: finalizers delay removal.
     pub fn delete(&self, resource: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
-        self.with_type(resource, |state, key| state.delete(key, namespace, name, &Preconditions::default()))
-            .map(|object| (*object).clone())
+        self.with_type(resource, |state, key| {
+            state.delete(key, namespace, name, &Preconditions::default(), &mut Write::direct())
+        })
+        .map(|object| (*object).clone())
     }
 
     /// Stores an object as given (status, labels, finalizers, generation kept),

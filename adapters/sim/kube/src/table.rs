@@ -126,6 +126,10 @@ const NAME_DESCRIPTION: &str = "Name must be unique within a namespace. Is requi
 #[derive(Debug, Clone)]
 pub(crate) struct Printer {
     columns: Vec<Column>,
+    /// Brings a served object into the shape the cells read (core/v1 Events
+    /// are printed by the events.k8s.io printer, as upstream prints both
+    /// from one internal type).
+    normalize: Option<fn(&Value) -> Value>,
 }
 
 impl Printer {
@@ -137,7 +141,9 @@ impl Printer {
             return Self::for_custom_resource(&crd, version);
         }
         match (rtype.group.as_str(), rtype.plural.as_str()) {
-            ("events.k8s.io" | "", "events") => Self::events(),
+            ("events.k8s.io", "events") => Self::events(),
+            ("", "events") => Self { normalize: Some(super::event_view::from_core), ..Self::events() },
+            ("", "namespaces") => Self::namespaces(),
             ("coordination.k8s.io", "leases") => Self::leases(),
             _ => Self::default_columns(),
         }
@@ -164,13 +170,14 @@ impl Printer {
                 Source::Path(JsonPath::parse(".metadata.creationTimestamp").ok()),
             )),
         }
-        Self { columns }
+        Self { columns, normalize: None }
     }
 
     /// The API server's default for types without a printer.
     fn default_columns() -> Self {
         let created_at = |object: &Value, _: Timestamp| text_at(object, "/metadata/creationTimestamp");
         Self {
+            normalize: None,
             columns: vec![
                 Column::name(),
                 Column::new(
@@ -191,6 +198,7 @@ impl Printer {
             Column::new(name, "string", "", priority, description, Source::Builtin(cell))
         };
         Self {
+            normalize: None,
             columns: vec![
                 string(
                     "Last Seen",
@@ -232,9 +240,38 @@ impl Printer {
         }
     }
 
+    /// The columns of the API server's Namespace printer (`printNamespace`).
+    fn namespaces() -> Self {
+        Self {
+            normalize: None,
+            columns: vec![
+                Column::name(),
+                Column::new(
+                    "Status",
+                    "string",
+                    "",
+                    0,
+                    "The status of the namespace",
+                    Source::Builtin(|namespace, _| text_at(namespace, "/status/phase")),
+                ),
+                Column::new(
+                    "Age",
+                    "string",
+                    "",
+                    0,
+                    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+                    Source::Builtin(|namespace, now| {
+                        Value::String(age_of(namespace.pointer("/metadata/creationTimestamp"), now))
+                    }),
+                ),
+            ],
+        }
+    }
+
     /// The columns of the API server's Lease printer.
     fn leases() -> Self {
         Self {
+            normalize: None,
             columns: vec![
                 Column::name(),
                 Column::new(
@@ -265,7 +302,9 @@ impl Printer {
         let rows: Vec<Value> = objects
             .iter()
             .map(|object| {
-                let cells: Vec<Value> = self.columns.iter().map(|column| column.cell(object, now)).collect();
+                let normalized = self.normalize.map(|normalize| normalize(object));
+                let shown = normalized.as_ref().unwrap_or(object);
+                let cells: Vec<Value> = self.columns.iter().map(|column| column.cell(shown, now)).collect();
                 let mut row = Map::new();
                 row.insert("cells".into(), Value::Array(cells));
                 let embedded = match request.include {

@@ -36,6 +36,8 @@ pub(crate) const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 #[derive(Debug, Clone)]
 pub(crate) struct WatchRequest {
     pub(crate) key: TypeKey,
+    /// Objects go out in the core/v1 Event shape (see `event_view`).
+    pub(crate) core_events: bool,
     pub(crate) rtype: ResourceType,
     /// The version the client asked for, used as the objects' apiVersion.
     pub(crate) version: String,
@@ -264,7 +266,7 @@ impl WatchStream {
     }
 
     fn event_line(&self, event_type: &str, object: &Arc<Value>) -> Option<Bytes> {
-        let mut object = (**object).clone();
+        let mut object = if self.request.core_events { super::event_view::to_core(object) } else { (**object).clone() };
         if let Some(map) = object.as_object_mut() {
             map.insert("apiVersion".into(), Value::String(self.request.rtype.api_version(&self.request.version)));
         }

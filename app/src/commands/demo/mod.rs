@@ -4,6 +4,10 @@
 //! created, and the run ends with a table and a verdict on DESIGN §12
 //! invariants 1–7 checked against the sims' ground truth. Exit 0 iff every
 //! invariant holds and every Server settled.
+//!
+//! With `--serve` it is a playground: once the table is printed, the
+//! operator, SimKube and the simulated cloud keep running until Ctrl-C or
+//! SIGTERM, and kubectl works against them with the kubeconfig it writes.
 
 mod observer;
 mod report;
@@ -43,9 +47,23 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
 
-    /// Share (0..=1) of the Servers beyond the showcase whose cloud fate is faulty.
+    /// Share (0..=1) of the Servers beyond the showcase whose cloud fate is
+    /// faulty; it also scales the cloud's call failures below unless they
+    /// are given. 0 gives a clean cloud.
     #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
     create_failure_rate: f64,
+
+    /// Share (0..=1) of the cloud's get and list calls that fail (default: create-failure-rate × 0.1).
+    #[arg(long, value_parser = parse_rate)]
+    read_failure_rate: Option<f64>,
+
+    /// Share (0..=1) of the cloud's create and delete calls answered 503 (default: create-failure-rate × 0.03).
+    #[arg(long, value_parser = parse_rate)]
+    write_failure_rate: Option<f64>,
+
+    /// Share (0..=1) of accepted creates whose answer is lost (default: create-failure-rate × 0.03).
+    #[arg(long, value_parser = parse_rate)]
+    lost_create_rate: Option<f64>,
 
     /// `provider-create-max-attempts` of the operator.
     #[arg(long, default_value_t = 3)]
@@ -58,12 +76,14 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
 
-    /// After the run, keep the API server listening and write a kubeconfig,
-    /// so `kubectl get servers` can explore the result (Ctrl-C ends it).
+    /// A playground: after the table, keep the operator, the API server and
+    /// the simulated cloud running, and write a kubeconfig for kubectl,
+    /// until Ctrl-C. (`run` cannot share this cloud: it is in this process.)
     #[arg(long)]
     serve: bool,
 
-    /// Where `--serve` writes the kubeconfig.
+    /// Where `--serve` writes the kubeconfig (an example Server manifest is
+    /// written beside it).
     #[arg(long, default_value = "server-controller-demo.kubeconfig")]
     kubeconfig: std::path::PathBuf,
 
@@ -99,25 +119,24 @@ pub(crate) fn run(args: &Args) -> ExitCode {
         }
     };
     match runtime.block_on(demo(args)) {
-        Ok(report) => {
-            let passed = report.violations.is_empty() && report.settled;
-            match args.output {
-                Output::Text => print!("{report}"),
-                Output::Json => match serde_json::to_string_pretty(&report) {
-                    Ok(json) => println!("{json}"),
-                    Err(error) => {
-                        eprintln!("error: cannot encode the report: {error}");
-                        return ExitCode::FAILURE;
-                    }
-                },
-            }
-            if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints the report; whether the run passed.
+fn print_report(args: &Args, report: &Report) -> anyhow::Result<bool> {
+    match args.output {
+        Output::Text => print!("{report}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(report).context("cannot encode the report")?),
+    }
+    use std::io::Write as _;
+    std::io::stdout().flush().context("cannot write the report")?;
+    Ok(report.violations.is_empty() && report.settled)
 }
 
 /// The per-Server bookkeeping of the driver.
@@ -128,12 +147,15 @@ struct Tracked {
     rearmed: bool,
 }
 
-async fn demo(args: &Args) -> anyhow::Result<Report> {
+async fn demo(args: &Args) -> anyhow::Result<bool> {
     let started = Instant::now();
     let max = args.max_attempts.max(1);
     let world = World::start(args.seed, args.listen).await?;
     let mut cloud_config = CloudConfig::with_fault_rate(args.seed, args.create_failure_rate);
     cloud_config.mix = scenario::mix(args.create_failure_rate);
+    cloud_config.read_failure_rate = args.read_failure_rate.unwrap_or(cloud_config.read_failure_rate);
+    cloud_config.write_failure_rate = args.write_failure_rate.unwrap_or(cloud_config.write_failure_rate);
+    cloud_config.lost_create_rate = args.lost_create_rate.unwrap_or(cloud_config.lost_create_rate);
     let cloud = SimCloud::new(cloud_config);
 
     let mut observer = Observer::default();
@@ -194,20 +216,36 @@ async fn demo(args: &Args) -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     observer.sample(&world, &cloud);
     progress.finish_and_clear();
+    // The playground keeps the operator running past the report.
+    let running = if args.serve {
+        Some(running)
+    } else {
+        stop_operator(&stop, running).await?;
+        None
+    };
+
+    let violations = verdict::check(&world, &cloud, &observer, max);
+    let report = build_report(args, &world, &cloud, &observer, &tracked, violations, settled, started.elapsed());
+    let passed = print_report(args, &report)?;
+    if let Some(running) = running {
+        let served = serve_until_interrupted(&world, &args.kubeconfig).await;
+        stop_operator(&stop, running).await?;
+        served?;
+    }
+    Ok(passed)
+}
+
+async fn stop_operator(
+    stop: &watch::Sender<bool>,
+    running: tokio::task::JoinHandle<Result<(), server_kube::Error>>,
+) -> anyhow::Result<()> {
     let _ = stop.send(true);
     match tokio::time::timeout(Duration::from_secs(10), running).await {
-        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(error))) => anyhow::bail!("the operator failed: {error}"),
         Ok(Err(error)) => anyhow::bail!("the operator task failed: {error}"),
         Err(_) => anyhow::bail!("the operator did not stop within 10 s"),
     }
-
-    let violations = verdict::check(&world, &cloud, &observer, max);
-    let report = build_report(args, &world, &cloud, &observer, &tracked, violations, settled, started.elapsed());
-    if args.serve {
-        serve_until_interrupted(&world, &args.kubeconfig).await?;
-    }
-    Ok(report)
 }
 
 /// The operator's clouds. With `openstack`, the OpenStack simulator serves
@@ -336,8 +374,41 @@ fn outcome(history: &History) -> String {
             n => format!("running after {n} failed create(s)"),
         };
     }
-    let reason = server.status.condition(ConditionType::Available).map(|c| format!("{:?}", c.reason));
-    format!("unsettled ({:?}, {})", server.status.phase, reason.unwrap_or_else(|| "no Available".into()))
+    let phase = server.status.phase.map_or_else(|| "no phase yet".to_string(), |phase| format!("phase {phase}"));
+    let available = server
+        .status
+        .condition(ConditionType::Available)
+        .map_or_else(|| "no Available condition".to_string(), |c| format!("Available {}", c.reason));
+    format!("unsettled ({phase}, {available})")
+}
+
+/// The fate the cloud gave a Server, in words.
+fn describe_fate(t: &Tracked) -> String {
+    let fate = &t.fate;
+    if t.planned.role == Role::DeletedMidway {
+        return "boots; the user deletes it midway".into();
+    }
+    let mut parts = Vec::new();
+    if fate.refused_creates > 0 {
+        parts.push(format!("refused {}x (quota), then the user edits it", fate.refused_creates));
+    }
+    match fate.failed_boots {
+        0 => {}
+        Fate::FOREVER => parts.push("every boot fails".into()),
+        1 => parts.push("1 boot fails".into()),
+        n => parts.push(format!("{n} boots fail")),
+    }
+    if fate.failed_boots != Fate::FOREVER {
+        parts.push(
+            match (fate.error_after_launch, fate.vanish_after_launch) {
+                (Some(_), _) => "boots, then errors",
+                (None, Some(_)) => "boots, then vanishes",
+                (None, None) => "boots",
+            }
+            .into(),
+        );
+    }
+    if parts == ["boots"] { "boots cleanly".into() } else { parts.join(", ") }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -351,10 +422,13 @@ fn build_report(
     settled: bool,
     elapsed: Duration,
 ) -> Report {
-    let mut outcomes = BTreeMap::new();
-    for history in observer.servers.values() {
-        *outcomes.entry(outcome(history)).or_insert(0) += 1;
+    let mut grouped: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for t in tracked {
+        let Some(history) = observer.servers.get(&t.planned.name) else { continue };
+        *grouped.entry((describe_fate(t), outcome(history))).or_insert(0) += 1;
     }
+    let outcomes =
+        grouped.into_iter().map(|((fate, outcome), servers)| report::FateOutcome { fate, outcome, servers }).collect();
     let mut events = BTreeMap::new();
     for event in world.store().list("events", Some(NAMESPACE)) {
         let reason = event["reason"].as_str().unwrap_or("?").to_owned();
@@ -379,6 +453,8 @@ fn build_report(
             calls: c.create_calls,
             accepted: c.creates_accepted,
             refused: c.creates_refused,
+            deduplicated: c.creates_deduplicated,
+            failed: c.create_calls.saturating_sub(c.creates_accepted + c.creates_refused + c.creates_deduplicated),
             max_accepted_per_server,
         },
         events,
@@ -406,18 +482,49 @@ fn build_report(
     }
 }
 
-/// Keeps SimKube listening with a kubeconfig pointing at it, until Ctrl-C.
+/// Writes the kubeconfig and an example Server, says what to try, and waits
+/// for Ctrl-C or SIGTERM while everything keeps running.
 async fn serve_until_interrupted(world: &World, path: &std::path::Path) -> anyhow::Result<()> {
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {url}\ncontexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n    namespace: {NAMESPACE}\ncurrent-context: demo\nusers:\n- name: demo\n  user: {{}}\n",
         url = world.served.url()
     );
     std::fs::write(path, kubeconfig).with_context(|| format!("cannot write {}", path.display()))?;
+    let kubeconfig = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let example = kubeconfig.with_file_name(EXAMPLE_FILE);
+    std::fs::write(&example, world::example_server(EXAMPLE_NAME))
+        .with_context(|| format!("cannot write {}", example.display()))?;
     eprintln!(
-        "\nThe demo's API server stays up at {}.\n  export KUBECONFIG={}\n  kubectl get servers\n  kubectl describe server server-000\n  kubectl get events\nCtrl-C ends it.",
-        world.served.url(),
-        path.display()
+        "\nThe playground stays up at {url}: the operator, this API server and the simulated cloud
+keep running until Ctrl-C. Try this:
+
+  export KUBECONFIG={kubeconfig}
+  kubectl get servers -o wide
+  kubectl describe server server-001          # parked at the create cap: conditions and events
+  kubectl explain server.spec
+  kubectl apply -f {example}
+  kubectl get server {EXAMPLE_NAME} -w               # Pending, Building, Running
+  kubectl delete server {EXAMPLE_NAME} --wait
+
+New Servers get a fate from --create-failure-rate (0 gives a clean cloud). This cloud
+lives in this process: `server-controller run --cloud sim` against this API server
+would start an empty cloud of its own, so run it against a real cluster instead.",
+        url = world.served.url(),
+        kubeconfig = kubeconfig.display(),
+        example = example.display(),
     );
-    tokio::signal::ctrl_c().await.context("cannot wait for Ctrl-C")?;
-    Ok(())
+    wait_for_interrupt().await
+}
+
+/// The example Server the playground writes beside its kubeconfig.
+const EXAMPLE_FILE: &str = "server-controller-demo-server.yaml";
+const EXAMPLE_NAME: &str = "my-server";
+
+async fn wait_for_interrupt() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot wait for Ctrl-C"),
+        _ = terminate.recv() => Ok(()),
+    }
 }

@@ -14,8 +14,8 @@ pub(crate) struct Report {
     pub(crate) max_attempts: i32,
     pub(crate) duration_seconds: f64,
     pub(crate) settled: bool,
-    /// Final outcome -> number of Servers.
-    pub(crate) outcomes: BTreeMap<String, usize>,
+    /// Servers grouped by the fate the cloud gave them and what became of them.
+    pub(crate) outcomes: Vec<FateOutcome>,
     pub(crate) create_attempts: CreateAttempts,
     /// Event reason -> count (series folded in).
     pub(crate) events: BTreeMap<String, u64>,
@@ -25,11 +25,25 @@ pub(crate) struct Report {
     pub(crate) violations: Vec<Violation>,
 }
 
+#[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct FateOutcome {
+    pub(crate) fate: String,
+    pub(crate) outcome: String,
+    pub(crate) servers: usize,
+}
+
+/// Every create call is exactly one of: accepted, refused, deduplicated, failed.
 #[derive(Debug, Serialize)]
 pub(crate) struct CreateAttempts {
     pub(crate) calls: u64,
+    /// Made a new provider server.
     pub(crate) accepted: u64,
+    /// Refused outright (quota).
     pub(crate) refused: u64,
+    /// Answered with the server an earlier create of the same Server made.
+    pub(crate) deduplicated: u64,
+    /// Failed by an injected outage (503) without effect.
+    pub(crate) failed: u64,
     pub(crate) max_accepted_per_server: u32,
 }
 
@@ -71,15 +85,24 @@ impl fmt::Display for Report {
             self.duration_seconds,
             if self.settled { "" } else { " (timed out before every server settled)" }
         )?;
-        writeln!(f, "\n  outcome                                   servers")?;
-        for (outcome, count) in &self.outcomes {
-            writeln!(f, "  {outcome:<42}{count:>7}")?;
+        writeln!(
+            f,
+            "  (the seed fixes which fate each Server gets; call faults and timing vary, so counts may differ between runs)"
+        )?;
+        writeln!(f, "\n  {:<52}{:<42}servers", "fate (what the cloud does)", "outcome")?;
+        for row in &self.outcomes {
+            writeln!(f, "  {:<52}{:<42}{:>7}", row.fate, row.outcome, row.servers)?;
         }
         let c = &self.create_attempts;
         writeln!(
             f,
-            "\n  provider creates: {} calls, {} accepted, {} refused; at most {} accepted for one server",
-            c.calls, c.accepted, c.refused, c.max_accepted_per_server
+            "\n  provider creates: {} calls = {} made a server + {} refused (quota) + {} answered with the existing server + {} failed (simulated outage)",
+            c.calls, c.accepted, c.refused, c.deduplicated, c.failed
+        )?;
+        writeln!(
+            f,
+            "  at most {} servers made for one Server (the cap is {})",
+            c.max_accepted_per_server, self.max_attempts
         )?;
         writeln!(f, "\n  event                                      count")?;
         for (reason, count) in &self.events {

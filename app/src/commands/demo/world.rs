@@ -36,7 +36,9 @@ impl World {
     /// Starts SimKube on `addr` (port 0 picks one), serving every CRD the
     /// operator touches, and seeds the consumed resources.
     pub(crate) async fn start(seed: u64, addr: SocketAddr) -> anyhow::Result<Self> {
-        let sim = SimKube::builder().seed(seed).build();
+        // As on a real cluster, objects go only into namespaces that exist.
+        let sim = SimKube::builder().seed(seed).strict_namespaces().build();
+        sim.store().ensure_namespace(NAMESPACE);
         for crd in server_kube::crd::all_crds() {
             let crd = serde_json::to_value(&crd).context("cannot encode a CRD")?;
             sim.install_crd(crd).map_err(|e| anyhow::anyhow!("SimKube refused a CRD: {e:?}"))?;
@@ -124,4 +126,32 @@ impl World {
         }
         Ok(uid)
     }
+}
+
+/// A Server manifest a user can `kubectl apply` against the playground: it
+/// consumes the resources the demo seeded.
+pub(crate) fn example_server(name: &str) -> String {
+    format!(
+        "apiVersion: region.unikorn-cloud.org/v1alpha1
+kind: Server
+metadata:
+  name: {name}
+  namespace: {NAMESPACE}
+  labels:
+    {REGION_LABEL}: {REGION}
+    {IDENTITY_LABEL}: {IDENTITY}
+    {NAME_LABEL}: {name}
+    {ORGANIZATION_LABEL}: acme
+spec:
+  flavorID: 6a2b1c3d-0000-4000-8000-000000000001
+  image:
+    id: 0f1e2d3c-0000-4000-8000-000000000002
+  networks:
+  - id: {network}
+  securityGroups:
+  - id: {SECURITY_GROUP}
+  sshCertificateAuthorityID: {SSH_CA}
+",
+        network = NETWORKS[0],
+    )
 }

@@ -3,4 +3,5 @@
 mod common;
 mod controller;
 mod crud;
+mod kubectl_surface;
 mod watch;
