@@ -1,13 +1,18 @@
 //! The Server watch end to end: a relist that spans pages (the harness lists
 //! two Servers a page) still wakes every Server that changed while the watch
-//! was down, with the state the relist brought.
+//! was down, with the state the relist brought; and a Server this controller
+//! cannot read is reported on itself without holding back any other.
 
+use serde_json::json;
 use server_core::model::SERVER_FINALIZER;
 use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
 use server_e2e::*;
 
-cloud_scenarios!(a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down);
+cloud_scenarios!(
+    a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down,
+    an_unreadable_server_is_reported_on_itself_and_the_others_converge,
+);
 
 fn provisioned(server: &server_kube::crd::Server) -> bool {
     available_reason(server) == "Provisioned" && status(server).provisioned_at.is_some()
@@ -50,5 +55,40 @@ async fn a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down(k
         assert!(provisioned(&server) && has_finalizer(&server, SERVER_FINALIZER), "{name} untouched");
     }
     assert_eq!(env.truth(&new).creates_accepted, 1);
+    env.assert_invariants();
+}
+
+async fn an_unreadable_server_is_reported_on_itself_and_the_others_converge(kind: CloudKind) {
+    let mut env = Env::new(kind, 43).await;
+    // The real CRD leaves condition statuses and phases open: "Maybe" and
+    // "Hibernating" are valid there, and mean nothing to this controller.
+    let odd_status = json!({
+        "phase": "Hibernating",
+        "conditions": [{ "type": "Healthy", "status": "Maybe", "reason": "Errored",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }],
+    });
+    env.create_server("a-odd", fast(Fate::clean()), Env::spec());
+    env.edit_server("a-odd", |server| server["status"] = odd_status.clone());
+    let names = ["b1", "b2", "b3"];
+    for name in names {
+        env.create_server(name, fast(Fate::clean()), Env::spec());
+    }
+    env.start();
+    for name in names {
+        env.wait_server(name, "provisioned and healthy", |s| {
+            provisioned(s) && condition(s, "Healthy").is_some_and(|c| c.0 == "True")
+        })
+        .await;
+    }
+    // A Server created after the start is reconciled too.
+    env.create_server("b4", fast(Fate::clean()), Env::spec());
+    env.wait_server("b4", "provisioned", provisioned).await;
+    env.wait("the unreadable Server is reported on itself", || {
+        env.event_count("a-odd", server_kube::UNREADABLE_REASON) >= 1
+    })
+    .await;
+    let odd = env.server_json("a-odd").unwrap_or_default();
+    assert_eq!(odd["status"], odd_status, "left alone");
+    assert_eq!(env.truth("uid-a-odd").creates_accepted, 0);
     env.assert_invariants();
 }

@@ -49,6 +49,7 @@ fn facts(server: &Server, provider: ProviderView) -> Facts {
         networks: vec![referenced("net")],
         security_groups: vec![referenced("sg")],
         ssh_certificate_authorities: vec![],
+        other_identity_references: vec![],
         provider,
     }
 }

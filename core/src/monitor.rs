@@ -5,10 +5,20 @@ use jiff::Timestamp;
 
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, ServerStatus, set_condition};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
+use crate::predicate::record_shows_boot;
 
 /// Projects a provider record (or its absence from the provider's list) onto
 /// a status. Touches only monitor-owned fields; `provisionedAt` is latched.
+///
+/// A server being cleared for retry (`providerCreateRetrying`) keeps the
+/// status the reconciler reset it to while the record shows no boot: that
+/// record describes the failed server on its way out, and projecting it would
+/// undo the reset on every poll and wake the reconciler each time. A record
+/// that shows a boot is always projected (the latch comes first).
 pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Timestamp) -> ServerStatus {
+    if status.provider_create_retrying && !record.is_some_and(record_shows_boot) {
+        return status.clone();
+    }
     let mut next = status.clone();
     let (health, reason, message) = health_of(record);
     set_condition(&mut next.conditions, ConditionType::Healthy, health, reason, message, now);

@@ -183,6 +183,21 @@ pub enum CloudError {
     /// that could have made a server. Try again.
     #[error("provider not ready: {message}")]
     NotReady { message: String },
+    /// The request never reached the provider (connection refused, DNS
+    /// failure, TLS handshake failed): it had no effect.
+    #[error("provider unreachable: {message}")]
+    Unreachable { message: String },
+}
+
+/// What a failed call says about its own effect at the provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallEffect {
+    /// The answer proves the call changed nothing (a refusal, 409, 429, an
+    /// authentication failure, a request that was never sent).
+    None,
+    /// The request may have been carried out with its answer lost (a
+    /// timeout, a 5xx from a gateway, a connection lost after sending).
+    Unknown,
 }
 
 impl CloudError {
@@ -202,6 +217,21 @@ impl CloudError {
     pub fn is_transient(&self) -> bool {
         !matches!(self, CloudError::Refused { .. } | CloudError::Auth { .. })
     }
+
+    /// Whether the failed call may still have taken effect. A 502/504 from a
+    /// gateway does not mean Nova did not accept the create, so every 5xx is
+    /// as unknown as a timeout; only an answer that proves otherwise is `None`.
+    pub fn effect(&self) -> CallEffect {
+        match self {
+            CloudError::Timeout { .. } | CloudError::Unavailable { .. } => CallEffect::Unknown,
+            CloudError::Conflict { .. }
+            | CloudError::RateLimited { .. }
+            | CloudError::Refused { .. }
+            | CloudError::Auth { .. }
+            | CloudError::Unreachable { .. }
+            | CloudError::NotReady { .. } => CallEffect::None,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +247,23 @@ mod tests {
         assert!(matches!(CloudError::from_http(401, "token"), CloudError::Auth { .. }));
         assert!(!CloudError::from_http(400, "bad flavor").is_transient());
         assert!(matches!(CloudError::from_http(413, "over quota"), CloudError::Refused { status: 413, .. }));
+    }
+
+    #[test]
+    fn only_timeouts_and_server_errors_leave_a_call_effect_unknown() {
+        for status in [500, 502, 503, 504] {
+            assert_eq!(CloudError::from_http(status, "").effect(), CallEffect::Unknown, "{status}");
+        }
+        assert_eq!(CloudError::Timeout { message: String::new() }.effect(), CallEffect::Unknown);
+        for status in [400, 401, 403, 404, 409, 413, 429] {
+            assert_eq!(CloudError::from_http(status, "").effect(), CallEffect::None, "{status}");
+        }
+        assert_eq!(CloudError::Unreachable { message: String::new() }.effect(), CallEffect::None);
+        assert!(CloudError::Unreachable { message: String::new() }.is_transient());
+        // A network or group still being provisioned: nothing was sent, so a
+        // wait, never a refusal and never an unknown-fate create.
+        assert_eq!(CloudError::NotReady { message: String::new() }.effect(), CallEffect::None);
+        assert!(CloudError::NotReady { message: String::new() }.is_transient());
     }
 
     #[test]

@@ -3,11 +3,22 @@
 //! nothing else decides whether a server may be deleted and recreated.
 
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus};
+use crate::port::{PowerState, ProviderServer, ProviderStatus};
 
 /// Whether the provider ever booted this server, as far as status tells.
 /// Fails closed: any one sign of a boot is enough.
 pub fn ever_booted(status: &ServerStatus) -> bool {
     status.provisioned_at.is_some() || status.launched_at.is_some() || status.phase.is_some_and(Phase::is_post_launch)
+}
+
+/// Whether a provider record shows that the server booted: a launch time,
+/// ACTIVE, or a power state the monitor would record as a post-launch phase.
+/// Fails closed: any one sign is enough.
+pub fn record_shows_boot(record: &ProviderServer) -> bool {
+    record.launched_at.is_some()
+        || record.status == ProviderStatus::Active
+        || (record.status != ProviderStatus::Build
+            && matches!(record.power_state, PowerState::Running | PowerState::Shutdown))
 }
 
 /// True iff the provider create landed in an error before the server ever
@@ -41,12 +52,17 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
 /// (generation, which deletion also bumps), the start of deletion, or a
 /// rising ProviderCreateFailure edge. Status writes that leave the predicate
-/// unchanged, and falling edges, do not wake it, with two additions the
-/// design leaves to us: an operator lowering `providerCreateFailures` (the
-/// reset that re-arms a parked server, §12.2) wakes it, since a parked server
-/// is never requeued; and a rising [`booted_server_unseen`] edge wakes it, so
-/// a booted server deleted behind the operator's back is reported within one
-/// monitor poll rather than at the next resync.
+/// unchanged, and falling edges, do not wake it, with additions the design
+/// leaves to us, each for a Server the reconciler would otherwise not see
+/// again (a parked one is never requeued):
+/// - an operator lowering `providerCreateFailures` (the reset that re-arms a
+///   parked server, §12.2);
+/// - [`booted_server_unseen`] changing, either way: a booted server deleted
+///   behind the operator's back is reported within one monitor poll rather
+///   than at the next resync, and one reported missing that the provider
+///   shows again is provisioned again;
+/// - a first sign of a boot on a Server whose Available is Errored (a server
+///   parked as failed whose slow create came up after all leaves its park).
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     let Some(old) = old else {
         return true;
@@ -55,7 +71,12 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
         || (!old.meta.deleting && new.meta.deleting)
         || (!provider_create_failure(old) && provider_create_failure(new))
         || new.status.provider_create_failures < old.status.provider_create_failures
-        || (!booted_server_unseen(&old.status) && booted_server_unseen(&new.status))
+        || booted_server_unseen(&old.status) != booted_server_unseen(&new.status)
+        || (!ever_booted(&old.status) && ever_booted(&new.status) && available_errored(&new.status))
+}
+
+fn available_errored(status: &ServerStatus) -> bool {
+    status.condition(ConditionType::Available).is_some_and(|c| c.reason == ConditionReason::Errored)
 }
 
 #[cfg(test)]
@@ -165,7 +186,7 @@ mod tests {
             Timestamp::UNIX_EPOCH,
         );
         assert!(should_wake(Some(&running), &unseen), "a booted server the provider no longer shows");
-        assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the rising edge");
+        assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the edges");
         let mut never_booted = healthy.clone();
         never_booted.status.conditions = unseen.status.conditions.clone();
         assert!(!should_wake(Some(&healthy), &never_booted), "not booted: nothing to report");

@@ -14,7 +14,7 @@ use server_core::model::{Server, ServerStatus, SshCertificateAuthority, UserData
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{Action, Decision, EventReason, Facts, Options, Outcome, ProviderView};
 use server_core::status_patch::apply_merge_patch;
-use server_core::{ever_booted, observe, provider_create_failure, reconcile};
+use server_core::{ever_booted, observe, provider_create_failure, reconcile, record_shows_boot};
 use support::strategies::*;
 use support::*;
 
@@ -63,14 +63,19 @@ fn facts_with(server: &Server, view: ProviderView) -> Facts {
 
 // --- Single-pass properties over arbitrary servers and views ----------------
 
-/// Invariant 1: no delete on the retry path once the server ever booted.
+/// Invariant 1: no delete on the retry path once the server ever booted, as
+/// status tells or as the record read in the same pass shows (which latches).
 fn no_retry_delete_after_boot(rules: Rules) -> Result<(), String> {
     run((arb_server(), arb_view(), 1i32..5), |(mut server, view, max)| {
         server.meta.deleting = false;
+        let booted_now = matches!(&view, ProviderView::Present(record) if record_shows_boot(record));
         let decision =
             (rules.reconcile)(&server, &facts_with(&server, view), &Options::with_max_attempts(max), at(2_000));
-        if ever_booted(&server.status) {
+        if ever_booted(&server.status) || booted_now {
             prop_assert_eq!(deletes(&decision), 0, "deleted a server that booted");
+        }
+        if booted_now && server.meta.label(server_core::model::REGION_LABEL).is_some() {
+            prop_assert!(decision.status.provisioned_at.is_some(), "a boot in hand was not latched");
         }
         Ok(())
     })
@@ -81,7 +86,9 @@ fn no_retry_delete_after_boot(rules: Rules) -> Result<(), String> {
 fn counter_bounded_and_cap_terminal(rules: Rules) -> Result<(), String> {
     run((arb_server(), arb_view(), 1i32..5), |(mut server, view, max)| {
         server.meta.deleting = false;
-        let known = !matches!(view, ProviderView::Unknown(_));
+        let known = view.is_known();
+        // A fresh record that shows a boot overrides what status says (§7).
+        let booted_now = matches!(&view, ProviderView::Present(record) if record_shows_boot(record));
         let decision =
             (rules.reconcile)(&server, &facts_with(&server, view), &Options::with_max_attempts(max), at(2_000));
         prop_assert!(
@@ -92,7 +99,7 @@ fn counter_bounded_and_cap_terminal(rules: Rules) -> Result<(), String> {
         let at_cap = server.status.provider_create_failures >= max
             && provider_create_failure(&server)
             && !server.status.provider_create_retrying;
-        if at_cap && known && server.meta.label(server_core::model::REGION_LABEL).is_some() {
+        if at_cap && known && !booted_now && server.meta.label(server_core::model::REGION_LABEL).is_some() {
             prop_assert!(matches!(decision.outcome, Outcome::Terminal(_)), "at the cap but {:?}", decision.outcome);
             prop_assert_eq!(creates(&decision) + deletes(&decision), 0);
         }
@@ -118,24 +125,28 @@ fn provisioned_at_latched(rules: Rules) -> Result<(), String> {
 
 /// Invariant 5: the watch trigger and the retry decision agree on pcf. The
 /// retry machine acts on a server (counts a failure, or parks it at the cap)
-/// exactly when the watch's predicate says it failed.
+/// exactly when the watch's predicate says it failed — for a record that
+/// shows no boot (one that does latches provisionedAt first, §7).
 fn watch_and_retry_agree(rules: Rules) -> Result<(), String> {
-    run((arb_server(), arb_record(), 1i32..5), |(mut server, record, max)| {
-        server.meta.deleting = false;
-        server.meta.annotations.clear();
-        server.status.provider_create_retrying = false;
-        server.status.provider_create_failures = server.status.provider_create_failures.clamp(0, max);
-        let facts = facts_with(&server, ProviderView::Present(record));
-        let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
-        let parked_before = server.status.provider_create_failures == max
-            && matches!(&decision.outcome, Outcome::Terminal(m) if m.contains("create failed after"));
-        let retry_acts = decision
-            .events()
-            .any(|e| matches!(e.reason, EventReason::ProviderCreateRetrying | EventReason::ProviderCreateFailed))
-            || parked_before;
-        prop_assert_eq!((rules.watch_pcf)(&server), retry_acts, "watch and retry disagree");
-        Ok(())
-    })
+    run(
+        (arb_server(), arb_record().prop_filter("no boot", |r| !record_shows_boot(r)), 1i32..5),
+        |(mut server, record, max)| {
+            server.meta.deleting = false;
+            server.meta.annotations.clear();
+            server.status.provider_create_retrying = false;
+            server.status.provider_create_failures = server.status.provider_create_failures.clamp(0, max);
+            let facts = facts_with(&server, ProviderView::Present(record));
+            let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
+            let parked_before = server.status.provider_create_failures == max
+                && matches!(&decision.outcome, Outcome::Terminal(m) if m.contains("create failed after"));
+            let retry_acts = decision
+                .events()
+                .any(|e| matches!(e.reason, EventReason::ProviderCreateRetrying | EventReason::ProviderCreateFailed))
+                || parked_before;
+            prop_assert_eq!((rules.watch_pcf)(&server), retry_acts, "watch and retry disagree");
+            Ok(())
+        },
+    )
 }
 
 /// Invariant 8: any bytes as user data or CA key give a result, never a panic.
@@ -172,8 +183,9 @@ fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
 
 /// Invariant 10: an unknown provider view never creates or deletes.
 fn unknown_view_is_inert(rules: Rules) -> Result<(), String> {
-    run((arb_server(), 1i32..5), |(server, max)| {
-        let facts = facts_with(&server, ProviderView::Unknown("read timed out".into()));
+    let unknown = prop_oneof![Just(ProviderView::Unknown("read timed out".into())), Just(ProviderView::NoIdentity)];
+    run((arb_server(), 1i32..5, unknown), |(server, max, view)| {
+        let facts = facts_with(&server, view);
         let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
         prop_assert_eq!(creates(&decision) + deletes(&decision), 0);
         Ok(())
@@ -495,7 +507,7 @@ fn watch_ignores_launched_at(server: &Server) -> bool {
 /// A reconcile that reads an unknown view as absent.
 fn unknown_as_absent(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
     let mut facts = facts.clone();
-    if let ProviderView::Unknown(_) = facts.provider {
+    if !facts.provider.is_known() {
         facts.provider = ProviderView::Absent;
     }
     reconcile(server, &facts, options, now)

@@ -11,7 +11,7 @@ use server_core::port::CloudError;
 use server_core::reconcile::{Action, ActionFailure, Options, Outcome, ProviderView, action_failed, reconcile};
 use support::*;
 
-const OPTIONS: Options = Options { provider_create_max_attempts: 3 };
+const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
 
 #[test]
 fn a_new_server_gets_its_finalizer_references_then_a_create() {
@@ -404,14 +404,14 @@ fn an_unusable_ca_key_is_an_error_that_requeues() {
 }
 
 #[test]
-fn transient_action_failures_yield_and_release_the_issued_create() {
+fn action_failures_that_prove_a_create_did_not_land_release_it() {
     let mut server = adopted();
     server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), "0".into());
     let create = Action::CreateProviderServer(Default::default());
     for error in [
         CloudError::Conflict { message: "busy".into() },
         CloudError::RateLimited { message: "slow down".into() },
-        CloudError::Unavailable { status: 503, message: "down".into() },
+        CloudError::Unreachable { message: "connection refused".into() },
     ] {
         let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));
         assert!(matches!(decision.outcome, Outcome::Yield(_)));
@@ -419,28 +419,32 @@ fn transient_action_failures_yield_and_release_the_issued_create() {
         // The create did not land: its absence must not count as a lost attempt.
         assert!(decision.actions.contains(&Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: None }));
     }
-    // A timeout may have landed: the create stays issued, so if its server is
-    // gone before any pass sees it, the attempt still counts (found by the
-    // simulator: a landed, timed-out create whose server vanished unobserved
-    // was created again without counting, past the cap).
-    let timeout = CloudError::Timeout { message: "30s".into() };
-    let decision = action_failed(&server, &create, &ActionFailure::Cloud(timeout), at(10));
-    assert!(matches!(decision.outcome, Outcome::Yield(_)));
-    assert_eq!(creates(&decision) + deletes(&decision), 0);
-    assert!(!decision.actions.iter().any(|a| matches!(a, Action::Annotate { key: CREATE_ISSUED_ANNOTATION, .. })));
+    // A timeout or a 5xx may have landed: the create stays issued, so if its
+    // server is gone before any pass sees it, the attempt still counts (found
+    // by the simulator: a landed, timed-out create whose server vanished
+    // unobserved was created again without counting, past the cap).
+    for error in [
+        CloudError::Timeout { message: "30s".into() },
+        CloudError::Unavailable { status: 504, message: "gateway timeout".into() },
+    ] {
+        let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));
+        assert!(matches!(decision.outcome, Outcome::Yield(_)));
+        assert_eq!(creates(&decision) + deletes(&decision), 0);
+        assert!(!decision.actions.iter().any(|a| matches!(a, Action::Annotate { key: CREATE_ISSUED_ANNOTATION, .. })));
+    }
     let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));
     assert_eq!(conflict.actions, vec![]);
 }
 
 #[test]
-fn a_create_is_recorded_as_issued_before_it_runs() {
+fn a_create_is_recorded_as_issued_with_its_time_before_it_runs() {
     let server = adopted();
     let decision = reconcile(&server, &referenced_facts(&server), &OPTIONS, at(10));
     let note = decision
         .actions
         .iter()
-        .position(|a| *a == Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some("0".into()) })
+        .position(|a| *a == Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some(format!("0@{}", at(10))) })
         .unwrap();
     let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
     assert!(note < create);
@@ -448,33 +452,34 @@ fn a_create_is_recorded_as_issued_before_it_runs() {
 
 #[test]
 fn a_server_lost_before_it_was_seen_to_launch_spends_an_attempt() {
+    // OPTIONS gives an issued create 60 s of grace; passes here are further apart.
     let mut server = adopted();
     let mut facts = referenced_facts(&server);
     let created = reconcile(&server, &facts, &OPTIONS, at(10));
     persist(&mut server, &created);
     // The provider drops the server before any observation of it.
     facts.provider = ProviderView::Absent;
-    let lost = reconcile(&server, &facts, &OPTIONS, at(20));
+    let lost = reconcile(&server, &facts, &OPTIONS, at(100));
     assert_eq!(lost.status.provider_create_failures, 1);
     assert_eq!(event_reasons(&lost), ["ProviderCreateRetrying", "ProviderCreateRetryReady"]);
     assert_eq!(creates(&lost), 0);
     persist(&mut server, &lost);
-    let again = reconcile(&server, &facts, &OPTIONS, at(30));
+    let again = reconcile(&server, &facts, &OPTIONS, at(110));
     assert_eq!(creates(&again), 1, "the next attempt");
     persist(&mut server, &again);
     // Lost twice more: the cap parks it with no further create.
-    let lost = reconcile(&server, &facts, &OPTIONS, at(40));
+    let lost = reconcile(&server, &facts, &OPTIONS, at(200));
     persist(&mut server, &lost);
-    let again = reconcile(&server, &facts, &OPTIONS, at(50));
+    let again = reconcile(&server, &facts, &OPTIONS, at(210));
     persist(&mut server, &again);
-    let parked = reconcile(&server, &facts, &OPTIONS, at(60));
+    let parked = reconcile(&server, &facts, &OPTIONS, at(300));
     assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("after 3 attempts")), "{:?}", parked.outcome);
     assert_eq!(creates(&parked), 0);
     persist(&mut server, &parked);
-    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(70))), 0, "the cap is sticky");
+    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(400))), 0, "the cap is sticky");
     // A reset re-arms it.
     server.status.provider_create_failures = 0;
-    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(80))), 1);
+    assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(500))), 1);
 }
 
 // --- Deletion ---------------------------------------------------------------
@@ -512,4 +517,61 @@ fn deletion_without_the_finalizer_does_nothing() {
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
     assert_eq!(decision.actions, vec![]);
     assert_eq!(decision.outcome, Outcome::Done);
+}
+
+#[test]
+fn deleting_a_server_whose_identity_is_gone_releases_it_with_a_warning() {
+    let mut server = adopted();
+    server.meta.deleting = true;
+    let mut facts = referenced_facts(&server);
+    facts.identity = None;
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert_eq!(decision.actions.last(), Some(&Action::RemoveFinalizer));
+    let released = decision.actions.iter().filter(|a| matches!(a, Action::RemoveReference(_))).count();
+    assert_eq!(released, 2, "the network and the security group");
+    assert_eq!(event_reasons(&decision), ["ProviderServerAbandoned"]);
+    assert!(decision.events().all(|e| e.type_ == server_core::reconcile::EventType::Warning));
+    assert_eq!(decision.outcome, Outcome::Done);
+
+    // A live Server without identity waits; it never creates or deletes.
+    let live = adopted();
+    let mut facts = referenced_facts(&live);
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&live, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(matches!(decision.outcome, Outcome::Yield(_)));
+}
+
+#[test]
+fn references_left_under_a_former_identity_are_released() {
+    let server = adopted();
+    let finalizer = reference_finalizer("web");
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let mut old_network = server_core::model::Consumed::new("net-old-identity");
+    old_network.finalizers.push(finalizer.clone());
+    let mut old_identity = server_core::model::Consumed::new("identity-old");
+    old_identity.finalizers.push(finalizer.clone());
+    facts.other_identity_references =
+        vec![(ResourceKind::Network, old_network), (ResourceKind::Identity, old_identity)];
+    let removed = |decision: &server_core::reconcile::Decision| -> Vec<String> {
+        decision
+            .actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::RemoveReference(r) => Some(r.name.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let pass = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(removed(&pass), ["net-old-identity", "identity-old"]);
+
+    let mut deleting = server.clone();
+    deleting.meta.deleting = true;
+    facts.provider = ProviderView::Absent;
+    let gone = reconcile(&deleting, &facts, &OPTIONS, at(20));
+    assert_eq!(removed(&gone), ["net-a", "sg-a", "identity-a", "net-old-identity", "identity-old"]);
 }

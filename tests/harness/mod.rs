@@ -23,17 +23,20 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 use server_core::port::CloudPort;
-use server_kube::crd::{self, Server};
+use server_kube::crd::Server;
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
-use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
-use server_sim_openstack::{KeystoneUrl, Op, OpenStackCounters, OpenStackSim};
+use server_openstack::port_name;
+use server_sim_openstack::{Op, OpenStackCounters, OpenStackSim};
+use server_sim_testbed::{CloudBed, KubeBed, Tenant};
 use server_simcloud::{CloudConfig, Fate, SimCloud, UidTruth};
 use server_simkube::SimKube;
-use server_simkube::{CounterSnapshot, ServeHandle, Verb};
+use server_simkube::{CounterSnapshot, Verb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use server_sim_openstack as openstack;
+/// How the controller reaches SimCloud (the test bed's paths).
+pub use server_sim_testbed::CloudPath as CloudKind;
 pub use server_simcloud as cloud;
 pub use server_simkube as simkube;
 
@@ -79,16 +82,6 @@ pub fn config_with_resync(every: Duration) -> ControllerConfig {
     ControllerConfig { resync_interval: Some(every), ..test_config() }
 }
 
-/// How the controller reaches SimCloud.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloudKind {
-    /// SimCloud's in-process port.
-    Direct,
-    /// server-openstack's adapter over loopback HTTP to the OpenStack
-    /// simulator, which serves SimCloud's model.
-    OpenStack,
-}
-
 /// Defines each scenario `async fn name(kind: CloudKind)` as two tests,
 /// `name::direct` and `name::openstack`, each under the test-wide deadline.
 /// Separate tests (not a loop) so a failure names its kind and the two run
@@ -110,13 +103,6 @@ macro_rules! cloud_scenarios {
     )+};
 }
 
-/// The OpenStack simulator in front of the Env's SimCloud.
-struct OpenStackPath {
-    sim: OpenStackSim,
-    served: Option<server_sim_openstack::ServeHandle>,
-    config: OpenStackConfig,
-}
-
 /// What runs: both loops, or only the controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loops {
@@ -136,8 +122,9 @@ pub struct Env {
     pub cloud: SimCloud,
     pub client: Client,
     pub config: ControllerConfig,
-    served: Option<ServeHandle>,
-    openstack: Option<OpenStackPath>,
+    /// SimKube served, and SimCloud on the Env's path; dropped with the Env.
+    kube_bed: KubeBed,
+    cloud_bed: CloudBed,
     /// Operator starts so far: each OpenStack adapter is a fresh one (a
     /// restarted process), so each may log in once.
     starts: u64,
@@ -165,26 +152,22 @@ impl Env {
     pub async fn build(kind: CloudKind, seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
         init_tracing();
         let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
-        for crd in crd::all_crds() {
-            let crd = serde_json::to_value(crd).unwrap_or_else(|e| panic!("CRD does not serialize: {e}"));
-            sim.install_crd(crd).unwrap_or_else(|e| panic!("CRD does not install: {e}"));
-        }
-        let served = sim.serve(([127, 0, 0, 1], 0).into()).await.unwrap_or_else(|e| panic!("cannot serve: {e}"));
-        let url = served.url().parse().unwrap_or_else(|e| panic!("bad url: {e}"));
-        let client = Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("no client: {e}"));
-        let cloud = SimCloud::new(cloud);
-        let openstack = match kind {
-            CloudKind::Direct => None,
-            CloudKind::OpenStack => Some(serve_openstack(&cloud, &config).await),
-        };
+        let kube_bed = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE)
+            .await
+            .unwrap_or_else(|e| panic!("no test bed: {e}"));
+        // Each HTTP call gets half the controller's cloud timeout, so a slow
+        // call fails as the adapter's timeout (transient) before the controller's.
+        let cloud_bed = CloudBed::start(kind, SimCloud::new(cloud), &tenant(), Some(config.cloud_timeout / 2))
+            .await
+            .unwrap_or_else(|e| panic!("no cloud: {e}"));
         let env = Env {
             kind,
-            sim,
-            cloud,
-            client,
+            sim: kube_bed.sim.clone(),
+            cloud: cloud_bed.cloud.clone(),
+            client: kube_bed.client.clone(),
             config,
-            served: Some(served),
-            openstack,
+            kube_bed,
+            cloud_bed,
             starts: 0,
             running: None,
             invariant_violated: Arc::new(AtomicBool::new(false)),
@@ -224,12 +207,7 @@ impl Env {
     /// The port the controller is given: a new OpenStack adapter per start,
     /// as a restarted process would have (no cached token or server ids).
     fn cloud_port(&self) -> Arc<dyn CloudPort> {
-        match &self.openstack {
-            None => self.cloud.port(),
-            Some(path) => OpenStackCloud::new(path.config.clone())
-                .unwrap_or_else(|e| panic!("the OpenStack adapter refused its configuration: {e}"))
-                .port(),
-        }
+        self.cloud_bed.port().unwrap_or_else(|e| panic!("no cloud port: {e}"))
     }
 
     /// Stops the operator and waits until it has (in-flight passes finish).
@@ -247,53 +225,13 @@ impl Env {
 
     /// Seeds an object through the store: no API request, status kept.
     pub fn seed(&self, plural: &str, name: &str, spec: Value) {
-        let object = json!({
-            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
-            "metadata": {
-                "name": name,
-                "namespace": NAMESPACE,
-                "labels": { IDENTITY_LABEL: IDENTITY, REGION_LABEL: REGION },
-            },
-            "spec": spec,
-        });
-        self.sim.store().insert(plural, object).unwrap_or_else(|e| panic!("seeding {plural}/{name}: {e}"));
-        // What the unikorn network controllers would have made in Neutron.
-        if let Some(openstack) = self.openstack() {
-            match plural {
-                "networks" => {
-                    openstack.add_network(PROJECT, &format!("network-{name}"));
-                }
-                "securitygroups" => {
-                    openstack.add_security_group(PROJECT, &format!("securitygroup-{name}"));
-                }
-                _ => {}
-            }
-        }
+        self.kube_bed.seed(&tenant(), plural, name, spec).unwrap_or_else(|e| panic!("{e}"));
+        self.cloud_bed.seed_neutron(&tenant(), plural, name);
     }
 
     /// The Identity (ready or not) and its OpenstackIdentity.
     pub fn seed_identity(&self, ready: bool) {
-        let mut identity = json!({
-            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
-            "metadata": { "name": IDENTITY, "namespace": NAMESPACE },
-            "spec": { "provider": "openstack" },
-        });
-        if ready {
-            identity["status"] = json!({ "conditions": [{
-                "type": "Available", "status": "True", "reason": "Provisioned",
-                "message": "Provisioned", "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }]});
-        }
-        self.sim.store().insert("identities", identity).unwrap_or_else(|e| panic!("seeding the identity: {e}"));
-        let openstack = json!({
-            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
-            "metadata": { "name": IDENTITY, "namespace": NAMESPACE },
-            "spec": { "projectID": PROJECT, "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD },
-        });
-        self.sim
-            .store()
-            .insert("openstackidentities", openstack)
-            .unwrap_or_else(|e| panic!("seeding the OpenstackIdentity: {e}"));
+        self.kube_bed.seed_tenant(&tenant(), ready).unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Makes the Identity ready without a new Server event (as its own controller would).
@@ -301,10 +239,7 @@ impl Env {
         self.sim
             .store()
             .modify("identities", Some(NAMESPACE), IDENTITY, |identity| {
-                identity["status"] = json!({ "conditions": [{
-                    "type": "Available", "status": "True", "reason": "Provisioned",
-                    "message": "Provisioned", "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }]});
+                identity["status"] = Tenant::provisioned();
             })
             .unwrap_or_else(|e| panic!("making the identity ready: {e}"));
     }
@@ -451,7 +386,7 @@ impl Env {
 
     /// The OpenStack simulator, when the Env runs through it.
     pub fn openstack(&self) -> Option<&OpenStackSim> {
-        self.openstack.as_ref().map(|path| &path.sim)
+        self.cloud_bed.openstack()
     }
 
     /// Fails if a Server ever had two live provider servers (invariant 6).
@@ -533,27 +468,12 @@ impl Drop for Env {
             let _ = running.stop.send(());
             running.task.abort();
         }
-        if let Some(served) = self.served.take() {
-            served.shutdown();
-        }
-        if let Some(served) = self.openstack.as_mut().and_then(|path| path.served.take()) {
-            served.shutdown();
-        }
     }
 }
 
-/// Serves the OpenStack simulator over `cloud` and configures the adapter for
-/// it. Each HTTP call gets half the controller's cloud timeout, so a slow
-/// call fails as the adapter's timeout (transient) before the controller's.
-async fn serve_openstack(cloud: &SimCloud, config: &ControllerConfig) -> OpenStackPath {
-    let sim = OpenStackSim::new(cloud.clone());
-    sim.add_user(OPENSTACK_USER, OPENSTACK_PASSWORD);
-    let addr = ([127, 0, 0, 1], 0).into();
-    let served = sim.serve(addr).await.unwrap_or_else(|e| panic!("cannot serve the OpenStack simulator: {e}"));
-    let mut adapter = OpenStackConfig::new(served.auth_url(), "RegionOne");
-    adapter.request_timeout = config.cloud_timeout / 2;
-    adapter.connect_timeout = config.cloud_timeout / 2;
-    OpenStackPath { sim, served: Some(served), config: adapter }
+/// The tenant every test runs as.
+fn tenant() -> Tenant {
+    Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
 }
 
 fn json_of(server: Option<&Server>) -> Value {

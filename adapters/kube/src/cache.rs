@@ -1,4 +1,5 @@
-//! Reflector caches of the kinds a pass reads but does not own: Identities,
+//! Reflector caches: the Servers in scope (trimmed, see `cached`), whose
+//! watch also feeds the wake rule, and the kinds a pass reads but does not own: Identities,
 //! Networks, SecurityGroups, SSHCertificateAuthorities and
 //! OpenstackIdentities, one list and one watch per kind over the controller's
 //! namespace scope for the operator's lifetime.
@@ -12,22 +13,26 @@
 //! absence would be wrong (see `facts`).
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
-use server_core::model::IDENTITY_LABEL;
+use server_core::model::{IDENTITY_LABEL, ResourceKind};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tracing::{info, warn};
 
+use crate::cached::CachedServer;
 use crate::controller::FixedBackoff;
 use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
 use crate::error::{Error, watch_error_summary};
 use crate::shutdown::Shutdown;
+use crate::wake::wake_stream;
 
 /// A namespaced kind the operator reads through the API or a cache.
 pub(crate) trait ConsumedKind:
@@ -70,6 +75,10 @@ impl WatchSettings {
 /// Read handles on the caches; cloning shares them.
 #[derive(Clone, Debug)]
 pub(crate) struct Caches {
+    /// The Servers in scope, trimmed (see [`CachedServer`]).
+    pub(crate) servers: Store<CachedServer>,
+    /// The Servers the wake rule lets through, for the controller to take.
+    wakes: Arc<Mutex<Option<UnboundedReceiver<Arc<CachedServer>>>>>,
     identities: Store<Identity>,
     networks: Store<Network>,
     security_groups: Store<SecurityGroup>,
@@ -85,9 +94,13 @@ impl Caches {
         client: &Client,
         namespace: Option<&str>,
         watch: &WatchSettings,
+        healthy: Arc<tokio::sync::watch::Sender<bool>>,
     ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
         let mut reflectors = Vec::new();
+        let (servers, wakes) = watch_servers(client, namespace, watch, healthy, &mut reflectors);
         let caches = Caches {
+            servers,
+            wakes: Arc::new(Mutex::new(Some(wakes))),
             identities: reflect(client, namespace, watch, &mut reflectors),
             networks: reflect(client, namespace, watch, &mut reflectors),
             security_groups: reflect(client, namespace, watch, &mut reflectors),
@@ -102,6 +115,8 @@ impl Caches {
     /// the reads they replace.
     pub(crate) async fn load(client: &Client, namespace: Option<&str>) -> Result<Caches, Error> {
         Ok(Caches {
+            servers: loaded(client, namespace).await?,
+            wakes: Arc::default(),
             identities: loaded(client, namespace).await?,
             networks: loaded(client, namespace).await?,
             security_groups: loaded(client, namespace).await?,
@@ -113,6 +128,7 @@ impl Caches {
     /// Resolves once every cache holds its initial list.
     async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
         tokio::try_join!(
+            self.servers.wait_until_ready(),
             self.identities.wait_until_ready(),
             self.networks.wait_until_ready(),
             self.security_groups.wait_until_ready(),
@@ -120,6 +136,12 @@ impl Caches {
             self.openstack_identities.wait_until_ready(),
         )?;
         Ok(())
+    }
+
+    /// The Servers to reconcile, as the wake rule lets them through; only
+    /// the first caller gets them.
+    pub(crate) fn take_wakes(&self) -> Option<UnboundedReceiver<Arc<CachedServer>>> {
+        self.wakes.lock().ok().and_then(|mut wakes| wakes.take())
     }
 
     pub(crate) fn identity(&self, namespace: &str, name: &str) -> Option<Arc<Identity>> {
@@ -140,10 +162,98 @@ impl Caches {
         select(&self.security_groups, namespace, Some(identity_id))
     }
 
+    /// Every Network, SecurityGroup and Identity of `namespace` whose
+    /// finalizers hold `finalizer` and whose identity is not `identity_id`:
+    /// references left from before a Server's identity label changed.
+    pub(crate) fn held_under_other_identities(
+        &self,
+        namespace: &str,
+        identity_id: &str,
+        finalizer: &str,
+    ) -> Vec<(ResourceKind, ObjectMeta)> {
+        let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer));
+        let foreign = |meta: &ObjectMeta| {
+            meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) != Some(identity_id)
+        };
+        let networks =
+            select(&self.networks, namespace, None).into_iter().map(|n| (ResourceKind::Network, n.metadata.clone()));
+        let groups = select(&self.security_groups, namespace, None)
+            .into_iter()
+            .map(|g| (ResourceKind::SecurityGroup, g.metadata.clone()));
+        let identities = select(&self.identities, namespace, None)
+            .into_iter()
+            .filter(|i| i.metadata.name.as_deref() != Some(identity_id))
+            .map(|i| (ResourceKind::Identity, i.metadata.clone()));
+        networks
+            .chain(groups)
+            .filter(|(_, meta)| foreign(meta))
+            .chain(identities)
+            .filter(|(_, meta)| held(meta))
+            .collect()
+    }
+
     /// Every SSH certificate authority of `namespace`, by name.
     pub(crate) fn ssh_certificate_authorities(&self, namespace: &str) -> Vec<Arc<SSHCertificateAuthority>> {
         select(&self.ssh_certificate_authorities, namespace, None)
     }
+}
+
+/// The Server cache and the wakes of the wake rule, fed by one watch whose
+/// future is pushed onto `reflectors`. A failing watch turns `healthy`
+/// (the readiness) false until it delivers again.
+fn watch_servers(
+    client: &Client,
+    namespace: Option<&str>,
+    watch: &WatchSettings,
+    healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    reflectors: &mut Vec<BoxFuture<'static, ()>>,
+) -> (Store<CachedServer>, UnboundedReceiver<Arc<CachedServer>>) {
+    let config = watcher::Config::default().page_size(watch.page_size);
+    let events =
+        watcher(scoped_api::<CachedServer>(client.clone(), namespace), config).backoff(FixedBackoff(watch.retry));
+    let (store, woken) = server_wakes(events, healthy);
+    let (sender, wakes) = unbounded_channel();
+    reflectors.push(
+        woken
+            .for_each(move |server| {
+                // Nobody takes wakes when only the monitor runs.
+                let _ = sender.send(server);
+                future::ready(())
+            })
+            .boxed(),
+    );
+    (store, wakes)
+}
+
+/// A Server cache fed by `events`, and the Servers the wake rule lets
+/// through, read from that cache once it holds them.
+pub(crate) fn server_wakes<S>(
+    events: S,
+    healthy: Arc<tokio::sync::watch::Sender<bool>>,
+) -> (Store<CachedServer>, impl futures_util::Stream<Item = Arc<CachedServer>> + Send + 'static)
+where
+    S: futures_util::Stream<Item = Result<watcher::Event<CachedServer>, watcher::Error>> + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    // Only a failure of a ready operator is taken back; readiness itself is
+    // the caller's to declare.
+    let mut failing = false;
+    let events = events.reflect(writer).inspect(move |event| match event {
+        Err(_) => {
+            healthy.send_if_modified(|ready| {
+                failing |= *ready;
+                std::mem::replace(ready, false)
+            });
+        }
+        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+        Ok(_) if failing => {
+            failing = false;
+            healthy.send_replace(true);
+        }
+        Ok(_) => {}
+    });
+    let woken = wake_stream(events, store.clone());
+    (store, woken)
 }
 
 /// Runs `work` over filled caches of `namespace`: starts the reflectors,
@@ -154,6 +264,7 @@ pub(crate) async fn with_caches<W, F>(
     client: &Client,
     namespace: Option<&str>,
     watch: &WatchSettings,
+    healthy: Arc<tokio::sync::watch::Sender<bool>>,
     shutdown: Shutdown,
     work: W,
 ) -> Result<(), Error>
@@ -161,7 +272,7 @@ where
     W: FnOnce(Caches) -> F,
     F: Future<Output = Result<(), Error>>,
 {
-    let (caches, reflectors) = Caches::start(client, namespace, watch);
+    let (caches, reflectors) = Caches::start(client, namespace, watch, healthy);
     let work = async {
         tokio::select! {
             ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,

@@ -35,6 +35,13 @@ impl ControllerConfig {
     pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(30);
     /// kube-runtime's default page size.
     pub const DEFAULT_WATCH_PAGE_SIZE: u32 = 500;
+
+    /// The options the rules run with: `options`, with the grace of an
+    /// issued create set to its fixed multiple of `cloud_timeout` (a create
+    /// may be carried out after its call timed out).
+    pub fn rule_options(&self) -> server_core::Options {
+        self.options.with_create_grace(server_core::Options::grace_for_timeout(self.cloud_timeout))
+    }
 }
 
 impl Default for ControllerConfig {

@@ -5,33 +5,24 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{Stream, StreamExt, stream};
+use futures_util::{StreamExt, stream};
+use kube::ResourceExt;
 use kube::runtime::controller::{Action as Requeue, Config as RuntimeConfig, Controller};
 use kube::runtime::utils::Backoff;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Api, Client, ResourceExt};
 use server_core::Outcome;
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
+use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
-use crate::crd::Server;
 use crate::error::Error;
 use crate::executor::Executor;
 use crate::shutdown::Shutdown;
-use crate::wake::wake_stream;
 
 /// What to do after a pass: requeue at the fixed interval after Yield or
 /// Error, otherwise wait for a wake.
 pub fn requeue_for(outcome: &Outcome, config: &ControllerConfig) -> Option<Duration> {
     outcome.requeues().then_some(config.yield_interval)
-}
-
-pub(crate) fn servers_api(client: Client, namespace: Option<&str>) -> Api<Server> {
-    match namespace {
-        Some(namespace) => Api::namespaced(client, namespace),
-        None => Api::all(client),
-    }
 }
 
 /// What every pass shares: the executor and the caches it reads from.
@@ -41,12 +32,14 @@ struct Context {
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
+/// Its triggers are the wakes of the Server watch the caches run.
 pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutdown) -> Result<(), Error> {
     let config = executor.config.clone();
-    let api = servers_api(executor.client.clone(), config.namespace.as_deref());
-    let watch = watcher::Config::default().page_size(config.watch_page_size);
-    let events = watcher(api, watch).backoff(FixedBackoff(config.watch_retry_interval));
-    let mut controller = server_controller(events)
+    let Some(mut wakes) = caches.take_wakes() else {
+        return Err(Error::Watch("the Server wakes are already taken by another controller".into()));
+    };
+    let trigger = stream::poll_fn(move |cx| wakes.poll_recv(cx));
+    let mut controller = Controller::for_shared_stream(trigger, caches.servers.clone())
         .with_config(RuntimeConfig::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown);
     if let Some(interval) = config.resync_interval {
@@ -66,17 +59,7 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
     Ok(())
 }
 
-/// The controller over a Server watch: a reflector store fed by `events`,
-/// and the wake rule deciding which events trigger a pass.
-fn server_controller<S>(events: S) -> Controller<Server>
-where
-    S: Stream<Item = Result<watcher::Event<Server>, watcher::Error>> + Send + 'static,
-{
-    let (reader, writer) = reflector::store();
-    Controller::for_shared_stream(wake_stream(events.reflect(writer), reader.clone()), reader)
-}
-
-async fn reconcile(server: Arc<Server>, context: Arc<Context>) -> Result<Requeue, Error> {
+async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
     let executor = &context.executor;
     let started = Instant::now();
     let result = executor.reconcile(&server, &context.caches).await;
@@ -104,7 +87,7 @@ async fn reconcile(server: Arc<Server>, context: Arc<Context>) -> Result<Requeue
 }
 
 /// A pass whose facts could not be read is retried at the same fixed interval.
-fn error_policy(server: Arc<Server>, error: &Error, context: Arc<Context>) -> Requeue {
+fn error_policy(server: Arc<CachedServer>, error: &Error, context: Arc<Context>) -> Requeue {
     warn!(server = %server.name_any(), namespace = %server.namespace().unwrap_or_default(), %error, "pass failed");
     Requeue::requeue(context.executor.config.yield_interval)
 }
@@ -143,7 +126,8 @@ mod tests {
     use kube::runtime::watcher::Event;
 
     use super::*;
-    use crate::crd::ServerResourceSpec;
+    use crate::cache::server_wakes;
+    use crate::crd::{Server, ServerResourceSpec};
 
     fn server(name: &str, resource_version: u64) -> Server {
         let mut server = Server::new(name, ServerResourceSpec::default());
@@ -181,12 +165,14 @@ mod tests {
     /// before the relist (or none at all).
     #[tokio::test]
     async fn a_relist_on_two_pages_wakes_with_the_relisted_objects() {
-        let (events, mut script) = tokio::sync::mpsc::unbounded_channel::<Result<Event<Server>, watcher::Error>>();
+        let (events, mut script) =
+            tokio::sync::mpsc::unbounded_channel::<Result<Event<CachedServer>, kube::runtime::watcher::Error>>();
         let script = stream::poll_fn(move |cx| script.poll_recv(cx));
+        let (store, wakes) = server_wakes(script, Arc::new(tokio::sync::watch::channel(true).0));
         let passes: Passes = Arc::default();
         let recorded = passes.clone();
-        let controller = server_controller(script).run(
-            move |server: Arc<Server>, _: Arc<()>| {
+        let controller = Controller::for_shared_stream(wakes, store).run(
+            move |server: Arc<CachedServer>, _: Arc<()>| {
                 let recorded = recorded.clone();
                 async move {
                     let rv = server.resource_version().unwrap_or_default();
@@ -200,7 +186,16 @@ mod tests {
             Arc::new(()),
         );
         let running = tokio::spawn(controller.for_each(|_| async {}));
-        let send = |event| events.send(Ok(event)).expect("the controller listens");
+        let send = |event: Event<Server>| {
+            let event = match event {
+                Event::InitApply(server) => Event::InitApply(CachedServer::new(server)),
+                Event::Apply(server) => Event::Apply(CachedServer::new(server)),
+                Event::Delete(server) => Event::Delete(CachedServer::new(server)),
+                Event::Init => Event::Init,
+                Event::InitDone => Event::InitDone,
+            };
+            events.send(Ok(event)).expect("the controller listens")
+        };
 
         send(Event::Init);
         send(Event::InitApply(server("a", 1)));

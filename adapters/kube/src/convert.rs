@@ -1,6 +1,5 @@
 //! Kubernetes objects → the core model. Plain data mapping, no rules.
 
-use kube::ResourceExt;
 use kube::api::ObjectMeta as KubeMeta;
 use server_core::model::{self as core_model, Consumed};
 
@@ -8,20 +7,24 @@ use crate::crd::{Identity, SSHCertificateAuthority, Server};
 
 /// The Server as the core sees it.
 pub fn core_server(server: &Server) -> core_model::Server {
-    let meta = &server.metadata;
     core_model::Server {
-        meta: core_model::ObjectMeta {
-            name: server.name_any(),
-            namespace: server.namespace().unwrap_or_default(),
-            uid: meta.uid.clone().unwrap_or_default(),
-            generation: meta.generation.unwrap_or_default(),
-            labels: server.labels().clone(),
-            annotations: server.annotations().clone(),
-            finalizers: server.finalizers().to_vec(),
-            deleting: meta.deletion_timestamp.is_some(),
-        },
+        meta: core_meta(&server.metadata),
         spec: server.spec.spec.clone(),
         status: server.status.clone().unwrap_or_default(),
+    }
+}
+
+/// A Server's metadata as the core sees it.
+pub fn core_meta(meta: &KubeMeta) -> core_model::ObjectMeta {
+    core_model::ObjectMeta {
+        name: meta.name.clone().unwrap_or_default(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        generation: meta.generation.unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
+        finalizers: meta.finalizers.clone().unwrap_or_default(),
+        deleting: meta.deletion_timestamp.is_some(),
     }
 }
 

@@ -33,11 +33,22 @@ pub const VERSION: &str = "v1alpha1";
     category = "unikorn",
     derive = "Default",
     derive = "PartialEq",
+    shortname = "srv",
     doc = "Server defines a server beloning to an identity.",
-    printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
+    // What a person needs at a glance: where the machine is (phase), what the
+    // provider says (health), what the controller did (available: Provisioned
+    // means the create was issued, not that it booted), the create failures
+    // counted against the cap, and age. `-o wide` adds the addresses and what
+    // the server runs. Every upstream column's path is still shown.
+    printcolumn = r#"{"name": "phase", "type": "string", "jsonPath": ".status.phase", "description": "Where the provider server is: Pending, Building, Running, Stopped..."}"#,
+    printcolumn = r#"{"name": "health", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].reason", "description": "The provider's view: Healthy, Errored, Degraded, Provisioning or Unknown."}"#,
+    printcolumn = r#"{"name": "available", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason", "description": "The controller's view: Provisioning, Provisioned (the create was issued), Errored (see the condition's message) or Deprovisioning."}"#,
+    printcolumn = r#"{"name": "failures", "type": "integer", "jsonPath": ".status.providerCreateFailures", "description": "Provider creates that failed before launch, counted against --provider-create-max-attempts."}"#,
     printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name": "privateIP", "type": "string", "jsonPath": ".status.privateIP"}"#,
-    printcolumn = r#"{"name": "publicIP", "type": "string", "jsonPath": ".status.publicIP"}"#
+    printcolumn = r#"{"name": "privateIP", "type": "string", "jsonPath": ".status.privateIP", "priority": 1}"#,
+    printcolumn = r#"{"name": "publicIP", "type": "string", "jsonPath": ".status.publicIP", "priority": 1}"#,
+    printcolumn = r#"{"name": "flavor", "type": "string", "jsonPath": ".spec.flavorID", "priority": 1}"#,
+    printcolumn = r#"{"name": "image", "type": "string", "jsonPath": ".spec.image.id", "priority": 1}"#
 )]
 pub struct ServerResourceSpec {
     #[serde(flatten)]

@@ -9,6 +9,9 @@ use server_core::reconcile::{Event, EventType};
 /// `reportingController` of every Event this operator emits.
 pub const REPORTING_CONTROLLER: &str = "server-controller";
 
+/// Reason of the Event on a Server whose content cannot be read.
+pub const UNREADABLE_REASON: &str = "ServerUnreadable";
+
 /// Publishes the core's events. One per controller: the recorder keeps a
 /// cache that folds repeats of an event into a series.
 #[derive(Clone)]
@@ -30,6 +33,23 @@ impl EventPublisher {
 
     pub(crate) async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         self.recorder.publish(&to_kube(event), regarding).await
+    }
+
+    /// A Warning that the Server itself cannot be read (not a decision of
+    /// the core, which never sees such a Server).
+    pub(crate) async fn publish_unreadable(
+        &self,
+        note: String,
+        regarding: &ObjectReference,
+    ) -> Result<(), kube::Error> {
+        let event = KubeEvent {
+            type_: KubeEventType::Warning,
+            reason: UNREADABLE_REASON.into(),
+            note: Some(note),
+            action: "ReadServer".into(),
+            secondary: None,
+        };
+        self.recorder.publish(&event, regarding).await
     }
 }
 

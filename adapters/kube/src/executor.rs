@@ -7,16 +7,17 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer};
+use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
+use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
 use crate::convert::core_server;
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
@@ -51,15 +52,25 @@ impl Executor {
     /// One pass over `object`, reading consumed resources from `caches`.
     /// `Err` only when the facts could not be read; a failed action is the
     /// core's to judge and comes back as an outcome.
-    pub(crate) async fn reconcile(&self, object: &Server, caches: &Caches) -> Result<Outcome, Error> {
-        let server = core_server(object);
+    pub(crate) async fn reconcile(&self, object: &CachedServer, caches: &Caches) -> Result<Outcome, Error> {
+        let Some(mut server) = object.core() else {
+            return Ok(self.report_unreadable(object).await);
+        };
         let gathered = if needs_facts(&server) {
             gather(&self.client, caches, &self.clouds, self.config.cloud_timeout, &server).await?
         } else {
             Gathered::skipped()
         };
         let now = now();
-        let decision = reconcile(&server, &gathered.facts, &self.config.options, now);
+        let mut decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
+        if creates(&decision) && object.content.as_ref().is_ok_and(|content| content.has_user_data) {
+            // The cache leaves user data out: read it for the create alone.
+            match self.live_user_data(&server).await? {
+                Some(user_data) => server.spec.user_data = Some(user_data),
+                None => return Ok(Outcome::Yield("the Server changed since it was read; deciding again".into())),
+            }
+            decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
+        }
         debug!(
             server = %server.meta.name,
             namespace = %server.meta.namespace,
@@ -78,6 +89,38 @@ impl Executor {
         };
         Ok(pass.execute(decision, now).await)
     }
+
+    /// The Server's user data, read live, if its spec is still the one the
+    /// pass decided on (`None` when it changed since).
+    async fn live_user_data(&self, server: &CoreServer) -> Result<Option<UserData>, Error> {
+        let api: Api<Server> = Api::namespaced(self.client.clone(), &server.meta.namespace);
+        let live = api
+            .get(&server.meta.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading the user data of Server {}", server.meta.name), e))?;
+        Ok((live.metadata.generation == Some(server.meta.generation)).then_some(live.spec.spec.user_data).flatten())
+    }
+
+    /// A Server whose content cannot be read is reported on itself (log and
+    /// Event, naming the field, never its value) and left alone until it changes.
+    async fn report_unreadable(&self, object: &CachedServer) -> Outcome {
+        let problem = match &object.content {
+            Err(malformed) => malformed.to_string(),
+            Ok(_) => "it has no content".into(),
+        };
+        let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
+        warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
+        let note = format!("The Server cannot be read: {problem}. Fix that field; nothing is done until then.");
+        if let Err(error) = self.events.publish_unreadable(note, &object.object_ref(&())).await {
+            warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
+        }
+        Outcome::Terminal(format!("the Server cannot be read: {problem}"))
+    }
+}
+
+/// Whether a decision creates the provider server.
+fn creates(decision: &Decision) -> bool {
+    decision.actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_)))
 }
 
 /// The state of one pass as its actions run: the Server as last persisted
@@ -133,19 +176,14 @@ impl Pass<'_> {
     }
 
     /// Reads the Server again: its state and the resourceVersion that guards
-    /// the next write. False if it cannot be read (the next pass will). A
-    /// list by name, the verb the operator is granted on Servers already.
+    /// the next write. False if it cannot be read (the next pass will).
     async fn reread(&mut self) -> bool {
-        let by_name = ListParams::default().fields(&format!("metadata.name={}", self.server.meta.name));
-        match self.servers().list(&by_name).await {
-            Ok(list) => match list.items.first() {
-                Some(object) => {
-                    self.resource_version = object.resource_version().unwrap_or_default();
-                    self.server = core_server(object);
-                    true
-                }
-                None => false,
-            },
+        match self.servers().get(&self.server.meta.name).await {
+            Ok(object) => {
+                self.resource_version = object.resource_version().unwrap_or_default();
+                self.server = core_server(&object);
+                true
+            }
             Err(error) => {
                 debug!(server = %self.server.meta.name, error = %short_message(&error), "re-reading the Server failed");
                 false

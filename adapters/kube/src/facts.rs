@@ -8,16 +8,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
-use kube::{Api, Client, Resource, ResourceExt};
-use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
+use kube::{Api, Client, Resource};
+use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server, reference_finalizer};
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 use server_core::{Facts, ProviderView};
 
 use crate::cache::{Caches, ConsumedKind};
 use crate::convert::{consumed, core_identity, core_ssh_ca};
-use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup};
-use crate::error::{Error, is_not_found};
+use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
+use crate::error::Error;
 use crate::identity::identity_context;
 use crate::registry::CloudRegistry;
 
@@ -103,10 +104,26 @@ pub(crate) async fn gather(
         };
     }
     gathered.facts.provider = match &gathered.cloud {
+        Err(_) if server.meta.deleting && identity_gone(client, server, &gathered.facts).await? => {
+            ProviderView::NoIdentity
+        }
         Err(reason) => ProviderView::Unknown(reason.clone()),
         Ok(handle) => provider_view(handle, &server_ref(server)).await,
     };
     Ok(gathered)
+}
+
+/// Whether a deleting Server's Identity or OpenstackIdentity is gone, read
+/// live (a cache too new to hold it must not release the Server).
+async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
+    let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
+        return Ok(false);
+    };
+    if facts.identity.is_none() {
+        return Ok(true);
+    }
+    let all = list::<OpenstackIdentity>(client, &server.meta.namespace, &ListParams::default()).await?;
+    Ok(!all.iter().any(|identity| identity.metadata.name.as_deref() == Some(identity_id)))
 }
 
 /// Whether the cached consumed resources must be confirmed by live reads.
@@ -171,6 +188,10 @@ impl Gathered {
             if let Some(identity) = caches.identity(namespace, identity_id) {
                 gathered.add_identity(&identity);
             }
+            let finalizer = reference_finalizer(&server.meta.name);
+            for (kind, meta) in caches.held_under_other_identities(namespace, identity_id, &finalizer) {
+                gathered.add_other_identity(kind, &meta);
+            }
         }
         for ca in caches.ssh_certificate_authorities(namespace) {
             gathered.add_ssh_certificate_authority(&ca);
@@ -183,15 +204,34 @@ impl Gathered {
         let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
         if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
-            let selector = ListParams::default().labels(&format!("{IDENTITY_LABEL}={identity_id}"));
-            for network in list::<Network>(client, namespace, &selector).await? {
-                gathered.add_network(&network);
+            // The whole namespace, so references held under another identity
+            // (from before a label change) are found and released too.
+            let all = ListParams::default();
+            let finalizer = reference_finalizer(&server.meta.name);
+            let ours = |meta: &ObjectMeta| {
+                meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) == Some(identity_id)
+            };
+            let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.contains(&finalizer));
+            for network in list::<Network>(client, namespace, &all).await? {
+                if ours(&network.metadata) {
+                    gathered.add_network(&network);
+                } else if held(&network.metadata) {
+                    gathered.add_other_identity(ResourceKind::Network, &network.metadata);
+                }
             }
-            for group in list::<SecurityGroup>(client, namespace, &selector).await? {
-                gathered.add_security_group(&group);
+            for group in list::<SecurityGroup>(client, namespace, &all).await? {
+                if ours(&group.metadata) {
+                    gathered.add_security_group(&group);
+                } else if held(&group.metadata) {
+                    gathered.add_other_identity(ResourceKind::SecurityGroup, &group.metadata);
+                }
             }
-            if let Some(identity) = get::<Identity>(client, namespace, identity_id).await? {
-                gathered.add_identity(&identity);
+            for identity in list::<Identity>(client, namespace, &all).await? {
+                if identity.metadata.name.as_deref() == Some(identity_id) {
+                    gathered.add_identity(&identity);
+                } else if held(&identity.metadata) {
+                    gathered.add_other_identity(ResourceKind::Identity, &identity.metadata);
+                }
             }
         }
         for ca in list::<SSHCertificateAuthority>(client, namespace, &ListParams::default()).await? {
@@ -220,12 +260,26 @@ impl Gathered {
         self.facts.ssh_certificate_authorities.push(core_ssh_ca(ca));
     }
 
-    fn remember<K: Resource>(&mut self, kind: ResourceKind, object: &K) {
-        let read = ReadResource {
-            resource_version: object.resource_version().unwrap_or_default(),
-            finalizers: object.finalizers().to_vec(),
+    /// A resource of another identity that holds this Server's reference.
+    fn add_other_identity(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
+        self.remember_meta(kind, meta);
+        let resource = Consumed {
+            name: meta.name.clone().unwrap_or_default(),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
         };
-        self.resources.insert((kind, object.name_any()), read);
+        self.facts.other_identity_references.push((kind, resource));
+    }
+
+    fn remember<K: Resource>(&mut self, kind: ResourceKind, object: &K) {
+        self.remember_meta(kind, object.meta());
+    }
+
+    fn remember_meta(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
+        let read = ReadResource {
+            resource_version: meta.resource_version.clone().unwrap_or_default(),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
+        };
+        self.resources.insert((kind, meta.name.clone().unwrap_or_default()), read);
     }
 }
 
@@ -234,15 +288,6 @@ async fn list<K: ConsumedKind>(client: &Client, namespace: &str, params: &ListPa
     match api.list(params).await {
         Ok(list) => Ok(list.items),
         Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
-    }
-}
-
-async fn get<K: ConsumedKind>(client: &Client, namespace: &str, name: &str) -> Result<Option<K>, Error> {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    match api.get(name).await {
-        Ok(object) => Ok(Some(object)),
-        Err(error) if is_not_found(&error) => Ok(None),
-        Err(source) => Err(Error::kube(format!("reading {} {namespace}/{name}", K::kind(&())), source)),
     }
 }
 

@@ -14,6 +14,7 @@
 //! ```
 
 mod cache;
+pub mod cached;
 mod config;
 mod controller;
 pub mod convert;
@@ -37,13 +38,14 @@ use kube::Client;
 pub use config::ControllerConfig;
 pub use controller::requeue_for;
 pub use error::Error;
-pub use events::REPORTING_CONTROLLER;
+pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
 pub use metrics::{Metrics, NoMetrics};
 pub use monitor::PollReport;
 pub use registry::CloudRegistry;
 pub use server_core::Outcome;
 
 use cache::Caches;
+use cached::CachedServer;
 use executor::Executor;
 use monitor::Monitor;
 
@@ -92,7 +94,8 @@ impl Operator {
     }
 
     /// Whether the operator is taking work: true once its caches are filled
-    /// and its loops run, false again when they stop.
+    /// and its loops run, false while the Server watch fails (nothing new
+    /// would be reconciled) and once they stop.
     pub fn readiness(&self) -> tokio::sync::watch::Receiver<bool> {
         self.ready.subscribe()
     }
@@ -129,7 +132,7 @@ impl Operator {
     pub async fn reconcile_once(&self, server: &crd::Server) -> Result<Outcome, Error> {
         let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
         let caches = Caches::load(&self.executor.client, Some(namespace)).await?;
-        self.executor.reconcile(server, &caches).await
+        self.executor.reconcile(&CachedServer::new(server.clone()), &caches).await
     }
 
     /// One monitor poll, outside the loop; it lists the consumed kinds first.
@@ -150,6 +153,7 @@ impl Operator {
             &self.executor.client,
             config.namespace.as_deref(),
             &cache::WatchSettings::of(config),
+            ready.clone(),
             shutdown,
             |caches| {
                 ready.send_replace(true);

@@ -1,25 +1,25 @@
-//! The monitor loop (DESIGN §11): every interval, list the live Servers, ask
-//! each (region, identity)'s cloud once for all its servers (with the
-//! credentials of the cached OpenstackIdentity), project each Server with
-//! `server_core::observe`, and patch only what changed, guarded by the
-//! resourceVersion the list returned.
+//! The monitor loop (DESIGN §11): every interval, read the live Servers from
+//! the operator's cache (no list of the API), ask each (region, identity)'s
+//! cloud once for all its servers (with the credentials of the cached
+//! OpenstackIdentity), project each Server with `server_core::observe`, and
+//! patch only what changed, guarded by the resourceVersion the cache holds,
+//! a bounded number of patches at a time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::api::{ListParams, Patch, PatchParams};
+use futures_util::{StreamExt, stream};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use serde_json::json;
-use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+use serde_json::{Value, json};
+use server_core::model::{IDENTITY_LABEL, ObjectMeta, REGION_LABEL, Server as CoreServer};
 use server_core::port::ProviderServer;
 use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::config::ControllerConfig;
-use crate::controller::servers_api;
-use crate::convert::core_server;
 use crate::crd::Server;
 use crate::error::{Error, api_code, short_message};
 use crate::executor::now;
@@ -87,33 +87,35 @@ impl Monitor {
         Ok(())
     }
 
-    /// One poll. Servers are listed before the clouds are asked, so a status
-    /// computed from them is written only if the Server has not changed since
-    /// (a reconciler write in between makes the patch conflict, not regress).
+    /// One poll over the Servers of the cache. They are read before the
+    /// clouds are asked, so a status computed from them is written only if
+    /// the Server has not changed since (its resourceVersion guards the
+    /// patch: a reconciler write in between makes it conflict, not regress).
+    /// Patches go out concurrently, a bounded number at a time.
     pub(crate) async fn poll(&self, caches: &Caches) -> Result<PollReport, Error> {
-        let api = servers_api(self.client.clone(), self.config.namespace.as_deref());
-        let servers =
-            api.list(&ListParams::default()).await.map_err(|e| Error::kube("listing Servers for the monitor", e))?;
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
-        let mut groups: BTreeMap<GroupKey, Vec<Server>> = BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, Vec<(CoreServer, String)>> = BTreeMap::new();
         let mut report = PollReport::default();
-        for server in servers.items {
+        for cached in caches.servers.state() {
+            // Unreadable Servers are reported by the controller.
+            let Some(server) = cached.core() else { continue };
             // Deleting Servers are the reconciler's; paused ones get no work at all.
-            if server.metadata.deletion_timestamp.is_some() || server.spec.spec.pause {
+            if server.meta.deleting || server.spec.pause {
                 continue;
             }
-            let phase = server.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();
+            let phase = server.status.phase.map(|p| format!("{p:?}")).unwrap_or_default();
             *phases.entry(phase).or_default() += 1;
-            let labels = server.labels();
-            let (Some(region), Some(identity)) = (label(labels, REGION_LABEL), label(labels, IDENTITY_LABEL)) else {
+            let (Some(region), Some(identity)) = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL))
+            else {
                 continue;
             };
-            let key = (server.namespace().unwrap_or_default(), region.to_owned(), identity.to_owned());
-            groups.entry(key).or_default().push(server);
+            let key = (server.meta.namespace.clone(), region.to_owned(), identity.to_owned());
+            groups.entry(key).or_default().push((server, cached.resource_version().unwrap_or_default()));
             report.servers += 1;
         }
         self.metrics.servers_by_phase(&phases);
 
+        let mut patches = Vec::new();
         for ((namespace, region, identity), members) in groups {
             let Some(records) = self.list_group(caches, &namespace, &region, &identity).await else {
                 report.groups_failed += 1;
@@ -122,8 +124,24 @@ impl Monitor {
             };
             report.groups += 1;
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
-            for server in &members {
-                self.project(server, &by_uid, &mut report).await;
+            for (server, resource_version) in members {
+                let record = by_uid.get(server.meta.uid.as_str()).copied();
+                let next = observe(&server.status, record, now());
+                if let Some(patch) = status_merge_patch(&server.status, &next) {
+                    patches.push((server.meta, resource_version, patch));
+                }
+            }
+        }
+        let results: Vec<PatchResult> = stream::iter(patches)
+            .map(|(meta, resource_version, patch)| self.patch(meta, resource_version, patch))
+            .buffer_unordered(PATCHES_AT_ONCE)
+            .collect()
+            .await;
+        for result in results {
+            match result {
+                PatchResult::Patched => report.patched += 1,
+                PatchResult::Conflict => report.conflicts += 1,
+                PatchResult::Failed => {}
             }
         }
         Ok(report)
@@ -159,32 +177,31 @@ impl Monitor {
         }
     }
 
-    async fn project(&self, server: &Server, by_uid: &HashMap<&str, &ProviderServer>, report: &mut PollReport) {
-        let core = core_server(server);
-        let record = by_uid.get(core.meta.uid.as_str()).copied();
-        let next = observe(&core.status, record, now());
-        let Some(patch) = status_merge_patch(&core.status, &next) else {
-            return;
-        };
-        let body = json!({
-            "metadata": { "resourceVersion": server.resource_version().unwrap_or_default() },
-            "status": patch,
-        });
-        let api: Api<Server> = Api::namespaced(self.client.clone(), &core.meta.namespace);
-        match api.patch_status(&core.meta.name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(_) => report.patched += 1,
-            // The Server changed since the list; the next poll sees it fresh.
-            Err(error) if api_code(&error) == Some(409) => report.conflicts += 1,
-            Err(error) => warn!(
-                server = %core.meta.name,
-                namespace = %core.meta.namespace,
-                error = %short_message(&error),
-                "monitor: status patch failed"
-            ),
+    async fn patch(&self, meta: ObjectMeta, resource_version: String, patch: Value) -> PatchResult {
+        let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
+        let api: Api<Server> = Api::namespaced(self.client.clone(), &meta.namespace);
+        match api.patch_status(&meta.name, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(_) => PatchResult::Patched,
+            // The Server changed since it was read; the next poll sees it fresh.
+            Err(error) if api_code(&error) == Some(409) => PatchResult::Conflict,
+            Err(error) => {
+                warn!(
+                    server = %meta.name,
+                    namespace = %meta.namespace,
+                    error = %short_message(&error),
+                    "monitor: status patch failed"
+                );
+                PatchResult::Failed
+            }
         }
     }
 }
 
-fn label<'a>(labels: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
-    labels.get(key).map(String::as_str).filter(|v| !v.is_empty())
+/// Status patches in flight at once.
+const PATCHES_AT_ONCE: usize = 16;
+
+enum PatchResult {
+    Patched,
+    Conflict,
+    Failed,
 }

@@ -29,16 +29,37 @@ use server_core::model::Server as CoreServer;
 use server_core::should_wake;
 use tracing::warn;
 
-use crate::convert::core_server;
-use crate::crd::Server;
+use crate::cached::CachedServer;
+
+/// What the filter remembers of a Server: what the wake rule reads, and
+/// whether the Server could be read at all.
+#[derive(Debug)]
+struct Seen {
+    view: CoreServer,
+    readable: bool,
+}
+
+impl Seen {
+    fn of(server: &CachedServer) -> Self {
+        Seen { view: server.wake_view(), readable: server.content.is_ok() }
+    }
+
+    /// The wake rule; a Server that turns readable is as good as new.
+    fn wakes_after(&self, previous: Option<&Seen>) -> bool {
+        match previous {
+            Some(previous) if !previous.readable && self.readable => true,
+            previous => should_wake(previous.map(|p| &p.view), &self.view),
+        }
+    }
+}
 
 /// A relisted Server: where the store holds it, its uid, and what it is.
-type Relisted = (ObjectRef<Server>, Option<String>, CoreServer);
+type Relisted = (ObjectRef<CachedServer>, Option<String>, Seen);
 
 /// Last-seen Servers by uid, and the Servers of a relist under way.
 #[derive(Debug, Default)]
 pub struct WakeFilter {
-    last_seen: HashMap<String, CoreServer>,
+    last_seen: HashMap<String, Seen>,
     relist: Option<Vec<Relisted>>,
 }
 
@@ -49,12 +70,12 @@ impl WakeFilter {
 
     /// Feeds one watch event, after the reflector applied it to the store;
     /// returns the Servers that must be reconciled now.
-    pub fn on_event(&mut self, event: &Event<Server>) -> Vec<ObjectRef<Server>> {
+    pub fn on_event(&mut self, event: &Event<CachedServer>) -> Vec<ObjectRef<CachedServer>> {
         match event {
             Event::Apply(server) => {
                 let reference = ObjectRef::from_obj(server);
                 match server.uid() {
-                    Some(uid) => self.observe(uid, core_server(server)).then_some(reference).into_iter().collect(),
+                    Some(uid) => self.observe(uid, Seen::of(server)).then_some(reference).into_iter().collect(),
                     // Not persisted by an API server; cannot be tracked, let it through.
                     None => vec![reference],
                 }
@@ -73,7 +94,7 @@ impl WakeFilter {
                 Vec::new()
             }
             Event::InitApply(server) => {
-                let relisted = (ObjectRef::from_obj(server), server.uid(), core_server(server));
+                let relisted = (ObjectRef::from_obj(server), server.uid(), Seen::of(server));
                 self.relist.get_or_insert_with(Vec::new).push(relisted);
                 Vec::new()
             }
@@ -94,7 +115,7 @@ impl WakeFilter {
     /// before the watch was cut (a change missed in between still wakes).
     /// Servers deleted while the watch was down never get a Delete: only the
     /// relisted ones are remembered.
-    fn relist_done(&mut self) -> Vec<ObjectRef<Server>> {
+    fn relist_done(&mut self) -> Vec<ObjectRef<CachedServer>> {
         let relisted = self.relist.take().unwrap_or_default();
         let mut previous = std::mem::take(&mut self.last_seen);
         let mut wakes = Vec::new();
@@ -103,7 +124,7 @@ impl WakeFilter {
                 wakes.push(reference);
                 continue;
             };
-            if should_wake(previous.remove(&uid).as_ref(), &server) {
+            if server.wakes_after(previous.remove(&uid).as_ref()) {
                 wakes.push(reference);
             }
             self.last_seen.insert(uid, server);
@@ -111,8 +132,8 @@ impl WakeFilter {
         wakes
     }
 
-    fn observe(&mut self, uid: String, server: CoreServer) -> bool {
-        let wake = should_wake(self.last_seen.get(&uid), &server);
+    fn observe(&mut self, uid: String, server: Seen) -> bool {
+        let wake = server.wakes_after(self.last_seen.get(&uid));
         self.last_seen.insert(uid, server);
         wake
     }
@@ -121,9 +142,9 @@ impl WakeFilter {
 /// The trigger stream of the controller: watch events in (already applied to
 /// `store` by its reflector), Servers to reconcile out, as the store holds
 /// them. Watch errors are logged; the watcher retries on its own backoff.
-pub fn wake_stream<S>(events: S, store: Store<Server>) -> impl Stream<Item = Arc<Server>> + Send + 'static
+pub fn wake_stream<S>(events: S, store: Store<CachedServer>) -> impl Stream<Item = Arc<CachedServer>> + Send + 'static
 where
-    S: Stream<Item = Result<Event<Server>, watcher::Error>> + Send + 'static,
+    S: Stream<Item = Result<Event<CachedServer>, watcher::Error>> + Send + 'static,
 {
     let mut filter = WakeFilter::new();
     events.flat_map(move |event| {
@@ -147,7 +168,7 @@ mod tests {
     use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase, set_condition};
 
     use super::*;
-    use crate::crd::ServerResourceSpec;
+    use crate::crd::{Server, ServerResourceSpec};
 
     fn server(uid: &str, generation: i64) -> Server {
         let mut server = Server::new(uid, ServerResourceSpec::default());
@@ -155,6 +176,10 @@ mod tests {
         server.metadata.generation = Some(generation);
         server.status = Some(Default::default());
         server
+    }
+
+    fn cached(server: Server) -> CachedServer {
+        CachedServer::new(server)
     }
 
     fn health(mut server: Server, status: ConditionStatus, reason: ConditionReason) -> Server {
@@ -169,7 +194,7 @@ mod tests {
     }
 
     fn woke(filter: &mut WakeFilter, server: &Server) -> bool {
-        !filter.on_event(&Event::Apply(server.clone())).is_empty()
+        !filter.on_event(&Event::Apply(cached(server.clone()))).is_empty()
     }
 
     #[test]
@@ -212,7 +237,7 @@ mod tests {
         let mut deleting = server("u1", 2);
         deleting.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
         assert!(woke(&mut filter, &deleting), "deletion starts");
-        assert!(filter.on_event(&Event::Delete(deleting)).is_empty(), "gone: nothing to do");
+        assert!(filter.on_event(&Event::Delete(cached(deleting))).is_empty(), "gone: nothing to do");
         assert!(filter.is_empty(), "state dropped on delete");
     }
 
@@ -223,10 +248,10 @@ mod tests {
         woke(&mut filter, &server("u2", 1));
         woke(&mut filter, &server("u3", 1));
         assert!(filter.on_event(&Event::Init).is_empty());
-        assert!(filter.on_event(&Event::InitApply(server("u1", 1))).is_empty(), "decided at the end");
-        assert!(filter.on_event(&Event::InitApply(server("u2", 2))).is_empty(), "decided at the end");
+        assert!(filter.on_event(&Event::InitApply(cached(server("u1", 1)))).is_empty(), "decided at the end");
+        assert!(filter.on_event(&Event::InitApply(cached(server("u2", 2)))).is_empty(), "decided at the end");
         let woken = filter.on_event(&Event::InitDone);
-        assert_eq!(woken, [ObjectRef::from_obj(&server("u2", 2))], "only the spec change meanwhile");
+        assert_eq!(woken, [ObjectRef::from_obj(&cached(server("u2", 2)))], "only the spec change meanwhile");
         assert_eq!(filter.len(), 2, "u3 was deleted while the watch was down");
         assert!(woke(&mut filter, &server("u3", 1)), "a new u3 is a creation");
     }
@@ -236,10 +261,10 @@ mod tests {
         let mut filter = WakeFilter::new();
         woke(&mut filter, &server("u1", 1));
         filter.on_event(&Event::Init);
-        filter.on_event(&Event::InitApply(server("u1", 2)));
+        filter.on_event(&Event::InitApply(cached(server("u1", 2))));
         // Page 2 failed (e.g. 410 Expired): the watcher starts over.
         filter.on_event(&Event::Init);
-        filter.on_event(&Event::InitApply(server("u1", 2)));
+        filter.on_event(&Event::InitApply(cached(server("u1", 2))));
         assert_eq!(filter.on_event(&Event::InitDone).len(), 1, "the spec change still wakes");
     }
 }

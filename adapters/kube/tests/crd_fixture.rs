@@ -56,7 +56,29 @@ fn assert_same_identity(ours: &Value, theirs: &Value) {
     let (ours, theirs) = (&ours["spec"]["versions"][0], &theirs["spec"]["versions"][0]);
     assert_eq!(ours["name"], theirs["name"], "version");
     assert_eq!(ours["subresources"].get("status").is_some(), theirs["subresources"].get("status").is_some());
-    assert_eq!(columns(ours), columns(theirs), "printer columns");
+}
+
+/// Our Server columns tell more than upstream's (phase, health, failures;
+/// `-o wide` for addresses, flavor and image), but every path upstream's
+/// columns show is still shown, with the same type, so nothing a user of the
+/// Go controller's CRD saw is lost.
+#[test]
+fn server_columns_keep_every_upstream_path() {
+    let Some(theirs) = fixture("region.unikorn-cloud.org_servers.yaml") else {
+        return;
+    };
+    let ours = generated(&crd::server_crd());
+    let ours = columns(&ours["spec"]["versions"][0]);
+    for (name, kind, path) in columns(&theirs["spec"]["versions"][0]) {
+        assert!(
+            ours.iter().any(|(_, our_kind, our_path)| *our_path == path && *our_kind == kind),
+            "upstream column {name} ({path}) is not shown: {ours:?}"
+        );
+    }
+    let wanted = [".status.phase", ".status.providerCreateFailures", ".spec.flavorID", ".spec.image.id"];
+    for path in wanted {
+        assert!(ours.iter().any(|(_, _, our_path)| our_path == path), "{path} is not a column: {ours:?}");
+    }
 }
 
 #[test]

@@ -26,12 +26,13 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_NAMESPACE")]
     namespace: Option<String>,
 
-    /// Total provider create attempts before a Server is parked (below 1 means 1).
+    /// Total provider create attempts before a Server is parked (1 to 100).
     #[arg(
         long,
         env = "SERVER_CONTROLLER_PROVIDER_CREATE_MAX_ATTEMPTS",
         default_value_t = 3,
-        allow_negative_numbers = true
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(1..=MAX_ATTEMPTS_BOUND)
     )]
     provider_create_max_attempts: i32,
 
@@ -124,10 +125,29 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     match runtime.block_on(operate(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!(error = format!("{error:#}"), "operator stopped");
+            tracing::error!(error = %cause_once(&error), "operator stopped");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The largest `--provider-create-max-attempts` accepted: far above any
+/// sensible cap, far below where a counter could overflow.
+pub(crate) const MAX_ATTEMPTS_BOUND: i64 = 100;
+
+/// The error and its causes, each said once: libraries often repeat their
+/// source's text in their own message, so a cause already contained in the
+/// text before it is dropped.
+fn cause_once(error: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if parts.last().is_some_and(|last| last.contains(&text)) {
+            continue;
+        }
+        parts.push(text);
+    }
+    parts.join(": ")
 }
 
 fn controller_config(args: &Args) -> ControllerConfig {
@@ -172,8 +192,13 @@ async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<
             .split_once('/')
             .with_context(|| format!("region {region}: the Secret {secret:?} is not NAMESPACE/NAME"))?;
         let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
-        let found =
-            secrets.get(name).await.with_context(|| format!("cannot read region {region}'s Secret {secret}"))?;
+        // The API's own message, not kube's Debug rendering of the Status.
+        let found = secrets.get(name).await.map_err(|error| match error {
+            kube::Error::Api(status) => {
+                anyhow::anyhow!("cannot read region {region}'s Secret {secret}: {} ({})", status.message, status.reason)
+            }
+            other => anyhow::Error::new(other).context(format!("cannot read region {region}'s Secret {secret}")),
+        })?;
         let data: BTreeMap<String, Vec<u8>> =
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
@@ -194,7 +219,8 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
         .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let clouds = clouds(args, &client).await?;
-    tracing::info!(server_version = %version.git_version, regions = ?clouds, "connected");
+    let regions = clouds.regions().collect::<Vec<_>>().join(",");
+    tracing::info!(server_version = %version.git_version, %regions, "connected");
 
     let mut registry = Registry::default();
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
@@ -264,7 +290,37 @@ async fn terminated() {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn the_create_cap_is_bounded_at_parse_time_with_a_clear_error() {
+        let parse = |value: &str| Command::try_parse_from(["run", "--provider-create-max-attempts", value]);
+        assert_eq!(parse("1").map(|c| c.args.provider_create_max_attempts).ok(), Some(1));
+        assert_eq!(parse("100").map(|c| c.args.provider_create_max_attempts).ok(), Some(100));
+        for refused in ["0", "-1", "101", "2147483647", "99999999999"] {
+            let error = parse(refused).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--provider-create-max-attempts"), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let root = std::io::Error::other("No such file or directory");
+        let middle = anyhow::Error::new(root).context("failed to read kubeconfig: No such file or directory");
+        let top = middle.context("cannot build a Kubernetes client");
+        assert_eq!(
+            cause_once(&top),
+            "cannot build a Kubernetes client: failed to read kubeconfig: No such file or directory"
+        );
+    }
 
     #[test]
     fn durations_parse_with_units_and_reject_nonsense() {

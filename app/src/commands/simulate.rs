@@ -18,8 +18,8 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 1)]
     seed: u64,
 
-    /// `provider-create-max-attempts` (values below 1 mean 1).
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    /// `provider-create-max-attempts` (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=super::run::MAX_ATTEMPTS_BOUND))]
     max_attempts: i32,
 
     /// Share of Servers (0..=1) with a faulty cloud fate; every other fault

@@ -103,6 +103,9 @@ pub enum EventReason {
     ProviderCreateFailed,
     ProviderCreateRefused,
     ProviderServerMissing,
+    /// A deleting Server released without looking for its provider server,
+    /// because its identity is gone (this controller's own reason).
+    ProviderServerAbandoned,
     /// The user data cannot be sent (refused before any create).
     UserDataRefused,
 }
@@ -115,6 +118,7 @@ impl EventReason {
             EventReason::ProviderCreateFailed => "ProviderCreateFailed",
             EventReason::ProviderCreateRefused => "ProviderCreateRefused",
             EventReason::ProviderServerMissing => "ProviderServerMissing",
+            EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
             EventReason::UserDataRefused => "UserDataRefused",
         }
     }

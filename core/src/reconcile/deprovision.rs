@@ -1,30 +1,62 @@
 //! Deletion: the provider server goes first; references are released only
-//! once the provider confirms it absent, then the Server's finalizer goes.
+//! once the provider confirms it absent (and no create of unknown fate can
+//! still land), then the Server's finalizer goes.
 
-use super::decision::{Action, Decision, Outcome};
+use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
 use super::facts::{Facts, ProviderView};
+use super::issued::IssuedCreate;
+use super::options::Options;
 use super::plan::Plan;
 use super::provision::server_ref;
 use super::references;
 use crate::model::{SERVER_FINALIZER, Server};
 
-pub(crate) fn deprovision(server: &Server, facts: &Facts, mut plan: Plan) -> Decision {
+pub(crate) const AWAITING_CREATE_MESSAGE: &str =
+    "Waiting for the fate of the last create before releasing the server (a late create would be orphaned)";
+
+pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> Decision {
     match &facts.provider {
         ProviderView::Unknown(reason) => {
             plan.finish(Outcome::Yield(format!("Waiting for the provider to answer before deleting: {reason}")))
+        }
+        // No identity, no project that could hold a provider server: nothing
+        // to delete, so the Server is released, and a person is told.
+        ProviderView::NoIdentity => {
+            plan.emit(Event {
+                type_: EventType::Warning,
+                reason: EventReason::ProviderServerAbandoned,
+                action: "ReleaseServer",
+                note: "The server's identity is gone, so its provider server could not be looked for or deleted; \
+                       the server is released without it"
+                    .into(),
+            });
+            release(server, facts, plan)
         }
         ProviderView::Present(_) => {
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
             plan.finish(Outcome::Yield("Deleting provider server".into()))
         }
-        ProviderView::Absent => {
-            for action in references::to_release(server, facts) {
-                plan.trail(action);
-            }
-            if server.meta.has_finalizer(SERVER_FINALIZER) {
-                plan.trail(Action::RemoveFinalizer);
-            }
-            plan.finish(Outcome::Done)
+        // A create of unknown fate may still land after this read: absence
+        // is confirmed once its grace is over. A create whose record the
+        // monitor has seen (scheduledAt, which a retry's reset clears) has
+        // landed: its fate is settled.
+        ProviderView::Absent
+            if server.status.scheduled_at.is_none()
+                && IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
+        {
+            plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
         }
+        ProviderView::Absent => release(server, facts, plan),
     }
+}
+
+/// Releases every reference, then the Server's finalizer.
+fn release(server: &Server, facts: &Facts, mut plan: Plan) -> Decision {
+    for action in references::to_release(server, facts) {
+        plan.trail(action);
+    }
+    if server.meta.has_finalizer(SERVER_FINALIZER) {
+        plan.trail(Action::RemoveFinalizer);
+    }
+    plan.finish(Outcome::Done)
 }

@@ -1,4 +1,4 @@
-use crate::model::{Consumed, Identity, SshCertificateAuthority};
+use crate::model::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 use crate::port::ProviderServer;
 
 /// What the provider says about the Server's provider server. The three
@@ -11,6 +11,18 @@ pub enum ProviderView {
     Absent,
     /// The read failed or timed out; the reason is for logs and status.
     Unknown(String),
+    /// There is no cloud account to ask as: the Server's Identity (or its
+    /// OpenstackIdentity) is gone, so no provider project can hold a server
+    /// of it. Like `Unknown` it never leads to a create or a delete; a
+    /// deleting Server is then released without one.
+    NoIdentity,
+}
+
+impl ProviderView {
+    /// Whether the provider was asked and answered (present or absent).
+    pub fn is_known(&self) -> bool {
+        matches!(self, ProviderView::Present(_) | ProviderView::Absent)
+    }
 }
 
 /// Everything one reconcile pass needs to know besides the Server itself.
@@ -24,6 +36,10 @@ pub struct Facts {
     pub security_groups: Vec<Consumed>,
     /// SSH certificate authorities in the Server's namespace.
     pub ssh_certificate_authorities: Vec<SshCertificateAuthority>,
+    /// Resources of the Server's namespace that carry its reference but
+    /// belong to another identity than its label names (left from before an
+    /// identity label change). Every one is released.
+    pub other_identity_references: Vec<(ResourceKind, Consumed)>,
     pub provider: ProviderView,
 }
 
@@ -34,6 +50,7 @@ impl Default for Facts {
             networks: Vec::new(),
             security_groups: Vec::new(),
             ssh_certificate_authorities: Vec::new(),
+            other_identity_references: Vec::new(),
             provider: ProviderView::Absent,
         }
     }

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
 use super::plan::Plan;
 use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, Server};
-use crate::port::CloudError;
+use crate::port::{CallEffect, CloudError};
 
 /// Why an action failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,18 +28,23 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (Action::CreateProviderServer(_), ActionFailure::Cloud(CloudError::Refused { message, .. })) => {
             park_refused_create(server, message, now)
         }
-        // A 409, 429 or 5xx says the create did not land: no create is
-        // outstanding, so its absence is not counted as a lost attempt. A
-        // timeout leaves its fate unknown: it may have landed, and its server
-        // may vanish before any pass sees it, so it stays issued (if absent
-        // later, without a boot, it is counted; bounded creates, fail closed).
-        (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) if error.is_transient() => {
+        // What the answer proves about the create decides whether it stays
+        // issued. A timeout or a 5xx leaves its fate unknown: it may have
+        // landed, and its server may vanish before any pass sees it, so it
+        // stays issued (absent later, without a boot and past the grace, it
+        // is counted; bounded creates, fail closed). An answer that proves
+        // it did not land (409, 429, authentication, never sent) releases it,
+        // so nothing is counted for a create that never was.
+        (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) => {
             let mut plan = Plan::new(&server.status, false, now);
-            let may_have_landed = matches!(error, CloudError::Timeout { .. });
-            if !may_have_landed && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
+            if error.effect() == CallEffect::None && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
                 plan.annotate(CREATE_ISSUED_ANNOTATION, None);
             }
-            plan.finish(Outcome::Yield(format!("Waiting for the provider: {error}")))
+            let outcome = match error {
+                CloudError::Auth { .. } => Outcome::Error(error.to_string()),
+                _ => Outcome::Yield(format!("Waiting for the provider: {error}")),
+            };
+            plan.finish(outcome)
         }
         (_, ActionFailure::Cloud(error)) if error.is_transient() => {
             unchanged(Outcome::Yield(format!("Waiting for the provider: {error}")))

@@ -4,11 +4,12 @@ mod decision;
 mod deprovision;
 mod facts;
 mod failure;
+mod issued;
 mod options;
 mod plan;
 mod provision;
 mod references;
-mod validate;
+pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, Reference};
 pub use facts::{Facts, ProviderView};
@@ -45,7 +46,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         if let Err(outcome) = validate::required_labels(server) {
             return plan.finish(outcome);
         }
-        return deprovision::deprovision(server, facts, plan);
+        return deprovision::deprovision(server, facts, options, plan);
     }
 
     let checks = validate::required_labels(server)

@@ -1,16 +1,37 @@
+use std::time::Duration;
+
 /// Knobs of the reconcile rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     /// Total provider create attempts before a server is parked
     /// (`provider-create-max-attempts`); values below 1 mean 1.
     pub provider_create_max_attempts: i32,
+    /// How long after an issued create its provider server's absence is not
+    /// yet evidence that the create was lost: the create may still be in
+    /// flight (a slow Nova answers after the client gave up). The binary sets
+    /// it to [`Options::GRACE_PER_TIMEOUT`] times the cloud request timeout.
+    pub create_grace: Duration,
 }
 
 impl Options {
     pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
+    /// The grace of an issued create, in cloud request timeouts.
+    pub const GRACE_PER_TIMEOUT: u32 = 10;
+    /// [`Options::GRACE_PER_TIMEOUT`] times the default 60 s request timeout.
+    pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(600);
 
     pub fn with_max_attempts(max: i32) -> Self {
-        Options { provider_create_max_attempts: max }
+        Options { provider_create_max_attempts: max, ..Options::default() }
+    }
+
+    /// The grace for a cloud request timeout of `timeout`.
+    pub fn grace_for_timeout(timeout: Duration) -> Duration {
+        timeout.saturating_mul(Self::GRACE_PER_TIMEOUT)
+    }
+
+    pub fn with_create_grace(mut self, grace: Duration) -> Self {
+        self.create_grace = grace;
+        self
     }
 
     /// The effective cap, never below one attempt.
@@ -21,6 +42,6 @@ impl Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { provider_create_max_attempts: Self::DEFAULT_MAX_ATTEMPTS }
+        Options { provider_create_max_attempts: Self::DEFAULT_MAX_ATTEMPTS, create_grace: Self::DEFAULT_CREATE_GRACE }
     }
 }

@@ -4,35 +4,54 @@
 
 use super::decision::{Action, Event, EventReason, EventType, Outcome};
 use super::facts::{Facts, ProviderView};
+use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
 use super::references;
+use crate::lifecycle::{Lifecycle, ParkKind, lifecycle, refused_this_generation};
 use crate::model::{
-    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL,
-    Phase, Server, set_condition,
+    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server, set_condition,
 };
+use crate::monitor::observe;
 use crate::port::{CreateRequest, ServerRef};
-use crate::predicate::{ever_booted, status_shows_create_failure};
+use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
 use crate::user_data::{UserDataError, render_user_data};
 
 pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
 pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
 pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
+pub(crate) const AWAITING_CREATE_MESSAGE: &str =
+    "Waiting for the provider server of the last create to appear (its answer may have been lost)";
 pub(crate) const MISSING_MESSAGE: &str =
     "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
+const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server; change the spec to try again";
 
 pub(crate) fn server_ref(server: &Server) -> ServerRef {
     ServerRef { namespace: server.meta.namespace.clone(), name: server.meta.name.clone(), uid: server.meta.uid.clone() }
 }
 
 pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> super::Decision {
-    let view = match &facts.provider {
-        ProviderView::Unknown(reason) => {
-            return plan.finish(Outcome::Yield(format!("Waiting for the provider to answer: {reason}")));
-        }
-        view => view,
-    };
     let max = options.max_attempts();
+    // A record read in this pass that shows a boot latches provisionedAt now,
+    // whatever the status says: from here on nothing deletes it to retry, and
+    // a parked server that turns out to run leaves its park.
+    if let ProviderView::Present(record) = &facts.provider
+        && record_shows_boot(record)
+        && plan.status.provisioned_at.is_none()
+    {
+        plan.status.provisioned_at = Some(record.launched_at.unwrap_or(plan.now));
+    }
+    let view = match &facts.provider {
+        ProviderView::Present(_) | ProviderView::Absent => &facts.provider,
+        // An outage says nothing new about a park: it stays as it is.
+        unknown => {
+            if let Some(kind) = lifecycle(server, options).park() {
+                let message = park_message(server, kind, max);
+                return plan.finish(Outcome::Terminal(message));
+            }
+            return plan.finish(Outcome::Yield(waiting_message(unknown)));
+        }
+    };
 
     // Fail closed: a server that ever booted is never deleted to retry.
     if plan.status.provider_create_retrying && ever_booted(&plan.status) {
@@ -41,11 +60,11 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
 
     if !plan.status.provider_create_retrying {
         let failed = status_shows_create_failure(&plan.status);
-        let lost = !failed && lost_before_launch(server, view, &plan);
+        let lost = !failed && lost_before_launch(server, view, options, &plan);
         if failed || lost {
-            let attempt = plan.status.provider_create_failures + 1;
+            let attempt = plan.status.provider_create_failures.saturating_add(1);
             if attempt >= max {
-                return park_at_cap(server, max, plan);
+                return park_at_cap(server, options, plan);
             }
             plan.status.provider_create_failures = attempt;
             plan.status.provider_create_retrying = true;
@@ -54,7 +73,7 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
                 type_: EventType::Normal,
                 reason: EventReason::ProviderCreateRetrying,
                 action: "RetryProviderCreate",
-                note: format!("Provider server {what}; retrying (attempt {}/{max})", attempt + 1),
+                note: format!("Provider server {what}; retrying (attempt {}/{max})", attempt.saturating_add(1)),
             });
         }
     }
@@ -62,7 +81,33 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     if plan.status.provider_create_retrying {
         return clear_failed_server(server, view, plan);
     }
-    ensure_exists(server, facts, view, max, plan)
+    ensure_exists(server, facts, view, options, plan)
+}
+
+/// The Available message of a park the Server is already in.
+fn park_message(server: &Server, kind: ParkKind, max: i32) -> String {
+    match kind {
+        ParkKind::AtCap => at_cap_message(max),
+        ParkKind::MissingAfterBoot => MISSING_MESSAGE.into(),
+        // The provider's words live only in the condition that reported them.
+        ParkKind::Refused | ParkKind::InvalidSpec => server
+            .status
+            .condition(ConditionType::Available)
+            .filter(|c| c.reason == ConditionReason::Errored)
+            .map(|c| c.message.clone())
+            .unwrap_or_else(|| REFUSED_FALLBACK_MESSAGE.into()),
+    }
+}
+
+fn at_cap_message(max: i32) -> String {
+    format!("Provider server create failed after {max} attempts")
+}
+
+pub(crate) fn waiting_message(view: &ProviderView) -> String {
+    match view {
+        ProviderView::Unknown(reason) => format!("Waiting for the provider to answer: {reason}"),
+        _ => "Waiting for the identity's cloud account to act on the provider".into(),
+    }
 }
 
 /// A create this controller issued (an annotation says so, written before the
@@ -70,32 +115,39 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
 /// the attempt is spent, so it counts against the cap like a failure. This
 /// keeps creates per Server bounded even when the provider drops a server
 /// between two observations.
-fn lost_before_launch(server: &Server, view: &ProviderView, plan: &Plan) -> bool {
-    issued_attempt(server) == Some(plan.status.provider_create_failures)
-        && *view == ProviderView::Absent
+///
+/// An absence within the grace after the create is not counted: the create
+/// may still be in flight (see [`awaiting_issued_create`]).
+fn lost_before_launch(server: &Server, view: &ProviderView, options: &Options, plan: &Plan) -> bool {
+    *view == ProviderView::Absent
+        && outstanding_create(server, plan).is_some_and(|issued| !issued.in_grace(plan.now, options.create_grace))
         && !ever_booted(&plan.status)
         && !refused_this_generation(server)
 }
 
-/// The failure count at the time the last create was issued, if one is outstanding.
-fn issued_attempt(server: &Server) -> Option<i32> {
-    server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).and_then(|v| v.parse().ok())
+/// The create issued for the current attempt, if one is outstanding.
+fn outstanding_create(server: &Server, plan: &Plan) -> Option<IssuedCreate> {
+    IssuedCreate::of(server).filter(|issued| issued.attempt == plan.status.provider_create_failures)
+}
+
+/// Whether the current attempt's create was issued so recently that its
+/// provider server's absence proves nothing yet: creating again could make a
+/// second server once the first lands.
+fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bool {
+    outstanding_create(server, plan).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
 }
 
 /// At the cap the server is parked: no delete, no create, until an operator
 /// resets `providerCreateFailures`. The counter is clamped, so passes after a
 /// restart never advance it, and the event fires once, on entry.
-fn park_at_cap(server: &Server, max: i32, mut plan: Plan) -> super::Decision {
-    let message = format!("Provider server create failed after {max} attempts");
-    let already_parked = plan.before().provider_create_failures == max
-        && plan
-            .before()
-            .condition(ConditionType::Available)
-            .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == message);
+fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Decision {
+    let max = options.max_attempts();
+    let message = at_cap_message(max);
+    let already_parked = lifecycle(server, options) == Lifecycle::Parked(ParkKind::AtCap);
     plan.status.provider_create_failures = max;
     plan.status.provider_create_retrying = false;
     // No create is outstanding once parked, so a reset re-arms cleanly.
-    if issued_attempt(server).is_some() {
+    if IssuedCreate::of(server).is_some() {
         plan.annotate(CREATE_ISSUED_ANNOTATION, None);
     }
     if !already_parked {
@@ -152,7 +204,13 @@ fn reset_runtime_status(plan: &mut Plan, message: &str) {
     );
 }
 
-fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, max: i32, mut plan: Plan) -> super::Decision {
+fn ensure_exists(
+    server: &Server,
+    facts: &Facts,
+    view: &ProviderView,
+    options: &Options,
+    mut plan: Plan,
+) -> super::Decision {
     match view {
         ProviderView::Present(_) => {
             for action in references::to_prune(server, facts) {
@@ -161,10 +219,10 @@ fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, max: i32, 
             plan.finish(Outcome::Done)
         }
         _ if ever_booted(&plan.status) => {
-            let already_reported = plan
-                .before()
-                .condition(ConditionType::Available)
-                .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == MISSING_MESSAGE);
+            let already_reported = lifecycle(server, options) == Lifecycle::Parked(ParkKind::MissingAfterBoot);
+            // What the monitor records for an absent server, so the status
+            // itself says why it is parked (and agrees with the next poll).
+            plan.status = observe(&plan.status, None, plan.now);
             if !already_reported {
                 plan.emit(Event {
                     type_: EventType::Warning,
@@ -176,27 +234,16 @@ fn ensure_exists(server: &Server, facts: &Facts, view: &ProviderView, max: i32, 
             plan.finish(Outcome::Terminal(MISSING_MESSAGE.into()))
         }
         // Every attempt is spent: the cap is sticky until an operator reset.
-        _ if plan.status.provider_create_failures >= max => park_at_cap(server, max, plan),
+        _ if plan.status.provider_create_failures >= options.max_attempts() => park_at_cap(server, options, plan),
         _ if refused_this_generation(server) => {
-            let message = plan
-                .before()
-                .condition(ConditionType::Available)
-                .filter(|c| c.reason == ConditionReason::Errored)
-                .map(|c| c.message.clone())
-                .unwrap_or_else(|| "provider refused to create the server; change the spec to try again".into());
+            let message = park_message(server, ParkKind::Refused, options.max_attempts());
             plan.finish(Outcome::Terminal(message))
+        }
+        _ if awaiting_issued_create(server, options, &plan) => {
+            plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
         }
         _ => create(server, facts, plan),
     }
-}
-
-fn refused_this_generation(server: &Server) -> bool {
-    server
-        .meta
-        .annotations
-        .get(CREATE_REFUSED_ANNOTATION)
-        .and_then(|g| g.parse::<i64>().ok())
-        .is_some_and(|g| g == server.meta.generation)
 }
 
 /// User data that cannot be sent parks the server, before any create, until
@@ -245,10 +292,10 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         user_data,
         tags: spec.tags.clone(),
     };
-    let attempt = plan.status.provider_create_failures;
-    if issued_attempt(server) != Some(attempt) {
-        plan.annotate(CREATE_ISSUED_ANNOTATION, Some(attempt.to_string()));
-    }
+    // Every create is preceded by a fresh note of its attempt and time: the
+    // grace of its absence runs from here.
+    let issued = IssuedCreate { attempt: plan.status.provider_create_failures, at: Some(plan.now) };
+    plan.annotate(CREATE_ISSUED_ANNOTATION, Some(issued.value()));
     plan.provider(Action::CreateProviderServer(request));
     for action in references::to_prune(server, facts) {
         plan.trail(action);

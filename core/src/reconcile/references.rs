@@ -19,7 +19,9 @@ fn consumed<'a>(server: &'a Server, facts: &'a Facts) -> impl Iterator<Item = (R
         (ResourceKind::SshCertificateAuthority, &ca.resource, named)
     });
     let identity = facts.identity.iter().map(|i| (ResourceKind::Identity, &i.resource, true));
-    networks.chain(groups).chain(cas).chain(identity)
+    // Another identity's resources are never what the spec names now.
+    let elsewhere = facts.other_identity_references.iter().map(|(kind, resource)| (*kind, resource, false));
+    networks.chain(groups).chain(cas).chain(identity).chain(elsewhere)
 }
 
 fn reference(kind: ResourceKind, resource: &Consumed, finalizer: &str) -> Reference {

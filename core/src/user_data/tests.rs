@@ -389,8 +389,12 @@ proptest! {
     }
 
     #[test]
-    fn typed_payloads_round_trip(prefix in prop::sample::select(PayloadType::all().to_vec()), body in proptest::collection::vec(any::<u8>(), 0..256)) {
-        prop_assume!(!prefix.is_mime_only());
+    fn typed_payloads_round_trip(
+        // MIME-only types have no first-line prefix: generate only the others,
+        // so rejections stay well under proptest's global limit.
+        prefix in prop::sample::select(PayloadType::all().iter().copied().filter(|p| !p.is_mime_only()).collect::<Vec<_>>()),
+        body in proptest::collection::vec(any::<u8>(), 0..256),
+    ) {
         let mut data = format!("{}\n", prefix.prefix()).into_bytes();
         data.extend_from_slice(&body);
         prop_assume!(!looks_like_mime(&data));

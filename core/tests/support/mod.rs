@@ -54,6 +54,7 @@ pub fn facts() -> Facts {
             resource: Consumed::new("ca-a"),
             public_key: CA_KEY.into(),
         }],
+        other_identity_references: Vec::new(),
         provider: ProviderView::Absent,
     }
 }

@@ -218,6 +218,9 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
         CloudError::RateLimited { message } => (reply::error(service, 429, message), None),
         CloudError::Auth { .. } => (reply::unauthorized(service), None),
         CloudError::NotReady { message } => (reply::error(service, 404, message), None),
+        // A backend the service cannot reach: what a load balancer in front
+        // of the service answers (the model never produces it today).
+        CloudError::Unreachable { message } => (reply::error(service, 503, message), None),
         CloudError::Timeout { .. } => {
             let response = reply::error(service, 504, "Gateway Timeout: the backend did not answer in time.");
             (response, ctx.hang())

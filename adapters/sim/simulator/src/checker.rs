@@ -37,7 +37,7 @@ impl Pass {
             provider: match provider {
                 ProviderView::Present(_) => ProviderKind::Present,
                 ProviderView::Absent => ProviderKind::Absent,
-                ProviderView::Unknown(_) => ProviderKind::Unknown,
+                ProviderView::Unknown(_) | ProviderView::NoIdentity => ProviderKind::Unknown,
             },
         }
     }

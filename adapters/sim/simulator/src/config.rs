@@ -120,6 +120,16 @@ pub struct SimTiming {
     pub resync_interval: Option<u64>,
 }
 
+impl SimTiming {
+    /// The controller's cloud request timeout in this simulation: what the
+    /// grace of an issued create is a multiple of, as in production.
+    pub const CLOUD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn create_grace(&self) -> std::time::Duration {
+        server_core::Options::grace_for_timeout(Self::CLOUD_TIMEOUT)
+    }
+}
+
 impl Default for SimTiming {
     fn default() -> Self {
         SimTiming {

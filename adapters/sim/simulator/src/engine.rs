@@ -109,7 +109,7 @@ impl Engine {
             })
             .collect();
         Engine {
-            options: Options::with_max_attempts(config.max_attempts),
+            options: Options::with_max_attempts(config.max_attempts).with_create_grace(config.timing.create_grace()),
             faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
             shard,
             violations: Violations::new(config.max_reported_violations),

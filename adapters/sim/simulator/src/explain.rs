@@ -66,6 +66,7 @@ pub(crate) fn view(view: &ProviderView) -> String {
         ProviderView::Present(r) => format!("present({})", record(Some(r))),
         ProviderView::Absent => "absent".into(),
         ProviderView::Unknown(reason) => format!("unknown({reason})"),
+        ProviderView::NoIdentity => "no-identity".into(),
     }
 }
 

@@ -117,6 +117,7 @@ impl Tenant {
                 resource: Consumed::new("ca"),
                 public_key: CA_KEY.into(),
             }],
+            other_identity_references: Vec::new(),
             provider: ProviderView::Absent,
         };
         let identity = IdentityContext {

@@ -25,7 +25,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
-use server_sim_openstack::KeystoneUrl as _;
+use server_sim_testbed::{CloudBed, CloudPath};
 use server_simcloud::{CloudConfig, Fate, SimCloud};
 use server_simkube::{Patch, PatchKind};
 use tokio::sync::watch;
@@ -65,8 +65,8 @@ pub(crate) struct Args {
     #[arg(long, value_parser = parse_rate)]
     lost_create_rate: Option<f64>,
 
-    /// `provider-create-max-attempts` of the operator.
-    #[arg(long, default_value_t = 3)]
+    /// `provider-create-max-attempts` of the operator (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=super::run::MAX_ATTEMPTS_BOUND))]
     max_attempts: i32,
 
     /// Give up waiting for every Server to settle after this long.
@@ -170,7 +170,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         tracked.push(Tracked { planned, uid, fate, rearmed: false });
     }
     // From here on, every request the API server counts is the operator's.
-    world.sim.reset_counters();
+    world.bed.sim.reset_counters();
 
     let config = ControllerConfig {
         namespace: Some(NAMESPACE.into()),
@@ -182,7 +182,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         ..ControllerConfig::default()
     };
     let (registry, _openstack) = cloud_registry(args.cloud, &cloud).await?;
-    let operator = Operator::new(world.client.clone(), registry, config);
+    let operator = Operator::new(world.bed.client.clone(), registry, config);
     let (stop, stopped) = watch::channel(false);
     let running = {
         let operator = operator.clone();
@@ -250,29 +250,20 @@ async fn stop_operator(
 
 /// The operator's clouds. With `openstack`, the OpenStack simulator serves
 /// SimCloud's model over HTTP and the real OpenStack adapter talks to it; the
-/// returned handle keeps it serving.
-async fn cloud_registry(
-    kind: CloudKind,
-    cloud: &SimCloud,
-) -> anyhow::Result<(CloudRegistry, Option<server_sim_openstack::ServeHandle>)> {
-    match kind {
-        CloudKind::Sim => Ok((CloudRegistry::new().with(REGION, cloud.port()), None)),
-        CloudKind::Openstack => {
-            let simulator = server_sim_openstack::OpenStackSim::new(cloud.clone());
-            simulator.add_user(world::OPENSTACK_USER, world::OPENSTACK_PASSWORD);
-            // What the unikorn network controllers would have made in Neutron.
-            for network in world::NETWORKS {
-                simulator.add_network(world::OPENSTACK_PROJECT, &format!("network-{network}"));
-            }
-            simulator.add_security_group(world::OPENSTACK_PROJECT, &format!("securitygroup-{}", world::SECURITY_GROUP));
-            let served =
-                simulator.serve("127.0.0.1:0".parse()?).await.context("cannot serve the OpenStack simulator")?;
-            let config = server_openstack::OpenStackConfig::new(served.auth_url(), "RegionOne");
-            let openstack = server_openstack::OpenStackCloud::new(config)
-                .context("the OpenStack adapter refused its configuration")?;
-            Ok((CloudRegistry::new().with(REGION, openstack.port()), Some(served)))
-        }
+/// returned test bed keeps it serving.
+async fn cloud_registry(kind: CloudKind, cloud: &SimCloud) -> anyhow::Result<(CloudRegistry, CloudBed)> {
+    let path = match kind {
+        CloudKind::Sim => CloudPath::Direct,
+        CloudKind::Openstack => CloudPath::OpenStack,
+    };
+    let tenant = World::tenant();
+    let bed = CloudBed::start(path, cloud.clone(), &tenant, None).await?;
+    // What the unikorn network controllers would have made in Neutron.
+    for network in world::NETWORKS {
+        bed.seed_neutron(&tenant, "networks", network);
     }
+    bed.seed_neutron(&tenant, "securitygroups", world::SECURITY_GROUP);
+    Ok((CloudRegistry::new().with(REGION, bed.port()?), bed))
 }
 
 fn progress_bar(args: &Args) -> ProgressBar {
@@ -435,7 +426,7 @@ fn build_report(
         let count = event["series"]["count"].as_u64().unwrap_or(1);
         *events.entry(reason).or_insert(0) += count;
     }
-    let counters = world.sim.counters();
+    let counters = world.bed.sim.counters();
     let by_verb_and_resource =
         counters.requests.iter().map(|((verb, resource), count)| (format!("{verb} {resource}"), *count)).collect();
     let total = counters.total();
@@ -487,7 +478,7 @@ fn build_report(
 async fn serve_until_interrupted(world: &World, path: &std::path::Path) -> anyhow::Result<()> {
     let kubeconfig = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    server: {url}\ncontexts:\n- name: demo\n  context:\n    cluster: demo\n    user: demo\n    namespace: {NAMESPACE}\ncurrent-context: demo\nusers:\n- name: demo\n  user: {{}}\n",
-        url = world.served.url()
+        url = world.bed.served().url()
     );
     std::fs::write(path, kubeconfig).with_context(|| format!("cannot write {}", path.display()))?;
     let kubeconfig = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -509,7 +500,7 @@ keep running until Ctrl-C. Try this:
 New Servers get a fate from --create-failure-rate (0 gives a clean cloud). This cloud
 lives in this process: `server-controller run --cloud sim` against this API server
 would start an empty cloud of its own, so run it against a real cluster instead.",
-        url = world.served.url(),
+        url = world.bed.served().url(),
         kubeconfig = kubeconfig.display(),
         example = example.display(),
     );

@@ -1,15 +1,15 @@
-//! The demo's world: SimKube serving the operator's CRDs on a loopback port,
-//! a kube client to it, and the resources Servers consume. The demo's own
-//! writes go straight to SimKube's store, so the API request counters count
-//! the operator's requests only.
+//! The demo's world: the test bed (SimKube serving the operator's CRDs on a
+//! loopback port, a kube client to it) with the demo tenant's consumed
+//! resources. The demo's own writes go straight to SimKube's store, so the
+//! API request counters count the operator's requests only.
 
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde_json::json;
 use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
-use server_simkube::SimKube;
-use server_simkube::{ServeHandle, StoreHandle};
+use server_sim_testbed::{KubeBed, Tenant};
+use server_simkube::{SimKube, StoreHandle};
 
 pub(crate) const NAMESPACE: &str = "demo";
 pub(crate) const REGION: &str = "region-a";
@@ -27,9 +27,7 @@ const SSH_CA_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl demo-ca@unikorn";
 
 pub(crate) struct World {
-    pub(crate) sim: SimKube,
-    pub(crate) served: ServeHandle,
-    pub(crate) client: kube::Client,
+    pub(crate) bed: KubeBed,
 }
 
 impl World {
@@ -39,51 +37,28 @@ impl World {
         // As on a real cluster, objects go only into namespaces that exist.
         let sim = SimKube::builder().seed(seed).strict_namespaces().build();
         sim.store().ensure_namespace(NAMESPACE);
-        for crd in server_kube::crd::all_crds() {
-            let crd = serde_json::to_value(&crd).context("cannot encode a CRD")?;
-            sim.install_crd(crd).map_err(|e| anyhow::anyhow!("SimKube refused a CRD: {e:?}"))?;
-        }
-        let served = sim.serve(addr).await.context("cannot serve SimKube on a loopback port")?;
-        let url = served.url().parse().context("SimKube's URL")?;
-        let mut config = kube::Config::new(url);
-        config.default_namespace = NAMESPACE.into();
-        let client = kube::Client::try_from(config).context("cannot build a kube client for SimKube")?;
-        let world = World { sim, served, client };
+        let bed = KubeBed::serve(sim, addr, NAMESPACE).await?;
+        let world = World { bed };
         world.seed_consumed_resources()?;
         Ok(world)
     }
 
     pub(crate) fn store(&self) -> StoreHandle {
-        self.sim.store()
+        self.bed.store()
+    }
+
+    /// The demo's tenant: its namespace, region, identity and OpenStack user.
+    pub(crate) fn tenant() -> Tenant {
+        Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(OPENSTACK_PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
     }
 
     fn seed_consumed_resources(&self) -> anyhow::Result<()> {
-        let store = self.store();
-        let labelled = |name: &str| json!({"name": name, "namespace": NAMESPACE, "labels": {IDENTITY_LABEL: IDENTITY, REGION_LABEL: REGION}});
-        let object = |kind: &str, name: &str, spec: Value| json!({"apiVersion": "region.unikorn-cloud.org/v1alpha1", "kind": kind, "metadata": labelled(name), "spec": spec});
-        let mut identity = object("Identity", IDENTITY, json!({"provider": "openstack"}));
-        identity["status"] = json!({"conditions": [{
-            "type": "Available", "status": "True", "reason": "Provisioned", "message": "Provisioned",
-            "lastTransitionTime": "2026-01-01T00:00:00Z",
-        }]});
-        let seeds = [
-            ("identities", identity),
-            (
-                "openstackidentities",
-                object(
-                    "OpenstackIdentity",
-                    IDENTITY,
-                    json!({"projectID": OPENSTACK_PROJECT, "userID": OPENSTACK_USER, "password": OPENSTACK_PASSWORD}),
-                ),
-            ),
-            ("networks", object("Network", NETWORKS[0], json!({"prefix": "10.0.0.0/24"}))),
-            ("networks", object("Network", NETWORKS[1], json!({"prefix": "10.1.0.0/24"}))),
-            ("securitygroups", object("SecurityGroup", SECURITY_GROUP, json!({}))),
-            ("sshcertificateauthorities", object("SSHCertificateAuthority", SSH_CA, json!({"publicKey": SSH_CA_KEY}))),
-        ];
-        for (resource, object) in seeds {
-            store.insert(resource, object).map_err(|e| anyhow::anyhow!("cannot seed {resource}: {e:?}"))?;
-        }
+        let tenant = Self::tenant();
+        self.bed.seed_tenant(&tenant, true)?;
+        self.bed.seed(&tenant, "networks", NETWORKS[0], json!({"prefix": "10.0.0.0/24"}))?;
+        self.bed.seed(&tenant, "networks", NETWORKS[1], json!({"prefix": "10.1.0.0/24"}))?;
+        self.bed.seed(&tenant, "securitygroups", SECURITY_GROUP, json!({}))?;
+        self.bed.seed(&tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY}))?;
         Ok(())
     }
 

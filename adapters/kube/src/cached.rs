@@ -1,0 +1,210 @@
+//! The Server as the operator's watch caches it.
+//!
+//! Two jobs. Memory: the cache holds what passes, the wake rule and the
+//! monitor read, not the managed fields, the `last-applied-configuration`
+//! annotation (a second copy of the spec) or the user data (read live only
+//! when a pass is about to create the provider server). Robustness: a
+//! Server this controller cannot read (a condition status "Maybe", a phase
+//! it does not know: the CRD does not restrict them) still decodes, as its
+//! metadata and where decoding failed, so one such object is reported on
+//! itself and never fails the list of every Server.
+
+use std::borrow::Cow;
+
+use kube::Resource;
+use kube::api::ObjectMeta;
+use kube::core::NamespaceResourceScope;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+use server_core::model::{self as core_model};
+
+use crate::crd::{Server, ServerResourceSpec, ServerStatus};
+
+/// Written by `kubectl apply`: the whole applied object, user data included.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A cached Server: its metadata, and its spec and status or why they could
+/// not be read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CachedServer {
+    pub metadata: ObjectMeta,
+    pub content: Result<ServerContent, Malformed>,
+}
+
+/// Spec (without user data) and status of a readable Server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerContent {
+    pub spec: ServerResourceSpec,
+    pub status: Option<ServerStatus>,
+    /// Whether the Server has user data, left out of the cache.
+    pub has_user_data: bool,
+}
+
+/// Where a Server's content failed to decode: a JSON path, never a value
+/// (a value could be user data).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Malformed {
+    pub path: String,
+}
+
+impl std::fmt::Display for Malformed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} holds a value this controller does not understand", self.path)
+    }
+}
+
+#[derive(Deserialize)]
+struct Content {
+    spec: ServerResourceSpec,
+    #[serde(default)]
+    status: Option<ServerStatus>,
+}
+
+impl CachedServer {
+    /// The cached form of a Server: metadata trimmed, user data left out.
+    pub fn new(server: Server) -> Self {
+        let Server { mut metadata, mut spec, status } = server;
+        trim(&mut metadata);
+        let has_user_data = spec.spec.user_data.take().is_some();
+        CachedServer { metadata, content: Ok(ServerContent { spec, status, has_user_data }) }
+    }
+
+    /// The Server as the core sees it (without user data), if readable.
+    pub fn core(&self) -> Option<core_model::Server> {
+        let content = self.content.as_ref().ok()?;
+        Some(core_model::Server {
+            meta: crate::convert::core_meta(&self.metadata),
+            spec: content.spec.spec.clone(),
+            status: content.status.clone().unwrap_or_default(),
+        })
+    }
+
+    /// What the wake rule reads: the core view, or for a Server that cannot
+    /// be read, its metadata alone (creation, generation and deletion still wake).
+    pub fn wake_view(&self) -> core_model::Server {
+        self.core().unwrap_or_else(|| core_model::Server {
+            meta: crate::convert::core_meta(&self.metadata),
+            ..Default::default()
+        })
+    }
+}
+
+/// Drops what nothing reads and what repeats the spec.
+fn trim(metadata: &mut ObjectMeta) {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedServer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut object = Value::deserialize(deserializer)?;
+        let metadata = object.get_mut("metadata").map(Value::take).unwrap_or_default();
+        // The API server validates metadata: one that does not decode is no
+        // Server at all. The message names the path only.
+        let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
+            .map_err(|e| D::Error::custom(format!("Server metadata: {} does not decode", e.path())))?;
+        trim(&mut metadata);
+        let content = match serde_path_to_error::deserialize::<_, Content>(object) {
+            Ok(Content { mut spec, status }) => {
+                let has_user_data = spec.spec.user_data.take().is_some();
+                Ok(ServerContent { spec, status, has_user_data })
+            }
+            Err(error) => Err(Malformed { path: error.path().to_string() }),
+        };
+        Ok(CachedServer { metadata, content })
+    }
+}
+
+impl Resource for CachedServer {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Server::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        Server::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        Server::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Server::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn decode(value: Value) -> CachedServer {
+        serde_json::from_value(value).expect("every Server with metadata decodes")
+    }
+
+    #[test]
+    fn unknown_status_values_are_reported_by_path_and_never_quoted() {
+        let cached = decode(json!({
+            "metadata": { "name": "odd", "namespace": "ns", "uid": "u1", "generation": 2 },
+            "spec": { "flavorID": "f", "image": { "id": "i" }, "userData": "c2VjcmV0LW1hcmtlcg==" },
+            "status": { "phase": "Hibernating", "conditions": [{
+                "type": "Healthy", "status": "Maybe", "reason": "Errored",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]},
+        }));
+        let malformed = cached.content.as_ref().expect_err("not readable");
+        assert!(malformed.path.starts_with("status."), "{malformed:?}");
+        assert!(!malformed.to_string().contains("Maybe") && !malformed.to_string().contains("Hibernating"));
+        let view = cached.wake_view();
+        assert_eq!((view.meta.name.as_str(), view.meta.generation), ("odd", 2));
+        assert!(cached.core().is_none());
+    }
+
+    #[test]
+    fn the_cache_keeps_neither_user_data_nor_managed_fields_nor_the_applied_copy() {
+        let cached = decode(json!({
+            "metadata": {
+                "name": "s", "namespace": "ns", "uid": "u1",
+                "annotations": { LAST_APPLIED: "{\"spec\":{\"userData\":\"...\"}}", "keep": "me" },
+                "managedFields": [{ "manager": "kubectl", "operation": "Apply" }],
+            },
+            "spec": { "flavorID": "f", "image": { "id": "i" }, "userData": "c2VjcmV0" },
+        }));
+        let content = cached.content.as_ref().expect("readable");
+        assert!(content.has_user_data && content.spec.spec.user_data.is_none());
+        assert!(cached.metadata.managed_fields.is_none());
+        let annotations = cached.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["keep"]);
+    }
+
+    #[test]
+    fn a_list_with_one_unreadable_server_still_decodes() {
+        let list = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1", "kind": "ServerList",
+            "metadata": { "resourceVersion": "5" },
+            "items": [
+                { "metadata": { "name": "a", "namespace": "ns" }, "spec": { "flavorID": "f", "image": { "id": "i" } } },
+                { "metadata": { "name": "b", "namespace": "ns" }, "spec": { "flavorID": 7 } },
+            ],
+        });
+        let list: kube::api::ObjectList<CachedServer> = serde_json::from_value(list).expect("the list decodes");
+        assert!(list.items[0].content.is_ok());
+        // The spec is flattened into server-core's: serde reports the path up to it.
+        assert_eq!(list.items[1].content.as_ref().map_err(|m| m.path.as_str()), Err("spec"));
+    }
+}

@@ -1,0 +1,229 @@
+//! Where a Server stands, read from the Server alone: one classifier for the
+//! demo, the simulator, the end-to-end tests and the `servers` metric, and
+//! the rules' own notion of "already parked". Structural: it reads counters,
+//! annotations, latches and condition reasons, never message text.
+
+use crate::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Server};
+use crate::predicate::{booted_server_unseen, ever_booted};
+use crate::reconcile::Options;
+use crate::reconcile::validate;
+
+/// Why a Server is parked: it waits for a person (a spec change, a counter
+/// reset, a look at a lost server) and is never requeued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ParkKind {
+    /// Every create attempt is spent (`providerCreateFailures` at the cap).
+    AtCap,
+    /// The provider refused this generation's create (quota, invalid request).
+    Refused,
+    /// The server booted and the provider no longer has it.
+    MissingAfterBoot,
+    /// The spec cannot be acted on as written (a repeated ID).
+    InvalidSpec,
+}
+
+impl ParkKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParkKind::AtCap => "parked-at-cap",
+            ParkKind::Refused => "refused",
+            ParkKind::MissingAfterBoot => "missing-after-boot",
+            ParkKind::InvalidSpec => "invalid-spec",
+        }
+    }
+}
+
+/// Where a Server stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lifecycle {
+    /// Working toward a running server: creating, building, retrying.
+    Provisioning,
+    /// Provisioned, and the provider reports it healthy.
+    Running,
+    /// It booted, and the provider now reports it not healthy (ERROR after
+    /// launch, SHUTOFF): kept, since it may hold data.
+    Unhealthy,
+    /// It booted, and the provider's latest record does not show it (not
+    /// listed, or status UNKNOWN), not yet reported missing.
+    Unseen,
+    /// The last pass failed and will be retried (Available Errored, not parked).
+    Errored,
+    Parked(ParkKind),
+    Paused,
+    Deleting,
+}
+
+impl Lifecycle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Provisioning => "provisioning",
+            Lifecycle::Running => "running",
+            Lifecycle::Unhealthy => "unhealthy",
+            Lifecycle::Unseen => "unseen",
+            Lifecycle::Errored => "errored",
+            Lifecycle::Parked(kind) => kind.as_str(),
+            Lifecycle::Paused => "paused",
+            Lifecycle::Deleting => "deleting",
+        }
+    }
+
+    pub fn park(self) -> Option<ParkKind> {
+        match self {
+            Lifecycle::Parked(kind) => Some(kind),
+            _ => None,
+        }
+    }
+}
+
+/// Classifies `server` under `options` (the cap decides what "at the cap" is).
+pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
+    if server.meta.deleting {
+        return Lifecycle::Deleting;
+    }
+    if server.spec.pause {
+        return Lifecycle::Paused;
+    }
+    if validate::no_duplicate_ids(server).is_err() {
+        return Lifecycle::Parked(ParkKind::InvalidSpec);
+    }
+    let status = &server.status;
+    let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
+    let available = condition(ConditionType::Available);
+    let errored = available.is_some_and(|(_, reason)| reason == ConditionReason::Errored);
+    if !ever_booted(status) {
+        if status.provider_create_failures >= options.max_attempts() && !status.provider_create_retrying {
+            return Lifecycle::Parked(ParkKind::AtCap);
+        }
+        if refused_this_generation(server) {
+            return Lifecycle::Parked(ParkKind::Refused);
+        }
+        return if errored { Lifecycle::Errored } else { Lifecycle::Provisioning };
+    }
+    if errored && booted_server_unseen(status) {
+        return Lifecycle::Parked(ParkKind::MissingAfterBoot);
+    }
+    if errored {
+        return Lifecycle::Errored;
+    }
+    match condition(ConditionType::Healthy).map(|(status, _)| status) {
+        Some(ConditionStatus::True) if available == Some((ConditionStatus::True, ConditionReason::Provisioned)) => {
+            Lifecycle::Running
+        }
+        Some(ConditionStatus::True) => Lifecycle::Provisioning,
+        Some(ConditionStatus::False) => Lifecycle::Unhealthy,
+        Some(ConditionStatus::Unknown) | None => Lifecycle::Unseen,
+    }
+}
+
+/// The provider refused the create of the Server's current generation.
+pub(crate) fn refused_this_generation(server: &Server) -> bool {
+    server
+        .meta
+        .annotations
+        .get(CREATE_REFUSED_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .is_some_and(|g| g == server.meta.generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::model::{Phase, SecurityGroupRef, set_condition};
+
+    fn with(
+        available: Option<(ConditionStatus, ConditionReason)>,
+        healthy: Option<(ConditionStatus, ConditionReason)>,
+    ) -> Server {
+        let mut server = Server::default();
+        for (type_, condition) in [(ConditionType::Available, available), (ConditionType::Healthy, healthy)] {
+            if let Some((status, reason)) = condition {
+                set_condition(&mut server.status.conditions, type_, status, reason, "", Timestamp::UNIX_EPOCH);
+            }
+        }
+        server
+    }
+
+    fn booted(mut server: Server) -> Server {
+        server.status.provisioned_at = Some(Timestamp::UNIX_EPOCH);
+        server.status.phase = Some(Phase::Running);
+        server
+    }
+
+    const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::ZERO };
+    const ERRORED: Option<(ConditionStatus, ConditionReason)> =
+        Some((ConditionStatus::False, ConditionReason::Errored));
+    const PROVISIONED: Option<(ConditionStatus, ConditionReason)> =
+        Some((ConditionStatus::True, ConditionReason::Provisioned));
+
+    #[test]
+    fn deletion_and_pause_come_first() {
+        let mut server = booted(with(PROVISIONED, Some((ConditionStatus::True, ConditionReason::Healthy))));
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Running);
+        server.spec.pause = true;
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Paused);
+        server.meta.deleting = true;
+        assert_eq!(lifecycle(&server, &OPTIONS), Lifecycle::Deleting);
+    }
+
+    #[test]
+    fn parks_read_from_structure() {
+        let mut at_cap = with(ERRORED, ERRORED);
+        at_cap.status.provider_create_failures = 3;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Parked(ParkKind::AtCap));
+        at_cap.status.provider_create_retrying = true;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Errored, "retrying is not parked");
+        at_cap.status.provider_create_retrying = false;
+        at_cap.status.provider_create_failures = 2;
+        assert_eq!(lifecycle(&at_cap, &OPTIONS), Lifecycle::Errored, "below the cap");
+
+        let mut refused = with(ERRORED, None);
+        refused.meta.generation = 4;
+        refused.meta.annotations.insert(CREATE_REFUSED_ANNOTATION.into(), "4".into());
+        assert_eq!(lifecycle(&refused, &OPTIONS), Lifecycle::Parked(ParkKind::Refused));
+        refused.meta.generation = 5;
+        assert_eq!(lifecycle(&refused, &OPTIONS), Lifecycle::Errored, "a spec change re-arms");
+
+        let missing = booted(with(ERRORED, Some((ConditionStatus::Unknown, ConditionReason::Unknown))));
+        assert_eq!(lifecycle(&missing, &OPTIONS), Lifecycle::Parked(ParkKind::MissingAfterBoot));
+        let errored_running = booted(with(ERRORED, Some((ConditionStatus::True, ConditionReason::Healthy))));
+        assert_eq!(lifecycle(&errored_running, &OPTIONS), Lifecycle::Errored);
+
+        let mut invalid = Server::default();
+        invalid.spec.security_groups = vec![SecurityGroupRef { id: "a".into() }, SecurityGroupRef { id: "a".into() }];
+        assert_eq!(lifecycle(&invalid, &OPTIONS), Lifecycle::Parked(ParkKind::InvalidSpec));
+    }
+
+    #[test]
+    fn booted_servers_by_health() {
+        let healthy = Some((ConditionStatus::True, ConditionReason::Healthy));
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, healthy)), &OPTIONS), Lifecycle::Running);
+        assert_eq!(lifecycle(&booted(with(None, healthy)), &OPTIONS), Lifecycle::Provisioning);
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, ERRORED)), &OPTIONS), Lifecycle::Unhealthy);
+        let unknown = Some((ConditionStatus::Unknown, ConditionReason::Unknown));
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, unknown)), &OPTIONS), Lifecycle::Unseen);
+        assert_eq!(lifecycle(&booted(with(PROVISIONED, None)), &OPTIONS), Lifecycle::Unseen);
+        assert_eq!(lifecycle(&with(None, None), &OPTIONS), Lifecycle::Provisioning);
+    }
+
+    #[test]
+    fn labels_are_distinct() {
+        let all = [
+            Lifecycle::Provisioning,
+            Lifecycle::Running,
+            Lifecycle::Unhealthy,
+            Lifecycle::Unseen,
+            Lifecycle::Errored,
+            Lifecycle::Parked(ParkKind::AtCap),
+            Lifecycle::Parked(ParkKind::Refused),
+            Lifecycle::Parked(ParkKind::MissingAfterBoot),
+            Lifecycle::Parked(ParkKind::InvalidSpec),
+            Lifecycle::Paused,
+            Lifecycle::Deleting,
+        ];
+        let labels: std::collections::BTreeSet<_> = all.iter().map(|l| l.as_str()).collect();
+        assert_eq!(labels.len(), all.len());
+        assert!(all.iter().all(|l| l.park().is_some() == matches!(l, Lifecycle::Parked(_))));
+    }
+}

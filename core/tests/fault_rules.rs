@@ -1,0 +1,308 @@
+//! The rules that keep the controller correct under faults: what a failed
+//! create's answer proves, parks that outlast outages, a fresh record that
+//! shows a boot, a slow create, the monitor and the reconciler agreeing, and
+//! the wake edges a parked or missing Server depends on. Each test drives the
+//! public API through the sequence that once went wrong.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use server_core::model::{
+    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Phase, Server, set_condition,
+};
+use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
+use server_core::reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed};
+use server_core::{observe, reconcile, should_wake, status_merge_patch};
+use support::*;
+
+fn create_action(decision: &Decision) -> Action {
+    decision.actions.iter().find(|a| matches!(a, Action::CreateProviderServer(_))).cloned().unwrap()
+}
+
+fn with_view(server: &Server, view: ProviderView) -> Facts {
+    let mut facts = referenced_facts(server);
+    facts.provider = view;
+    facts
+}
+
+fn writes_status(decision: &Decision) -> bool {
+    decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_)))
+}
+
+fn record(status: ProviderStatus, power_state: PowerState, launched_at: Option<i64>) -> ProviderServer {
+    ProviderServer {
+        id: "vm-1".into(),
+        server_uid: "uid-web".into(),
+        status,
+        power_state,
+        launched_at: launched_at.map(at),
+        ..Default::default()
+    }
+}
+
+/// Issues the first create at `t` and persists it; returns the create action.
+fn issue_create(server: &mut Server, options: &Options, t: i64) -> Action {
+    let decision = reconcile(server, &with_view(server, ProviderView::Absent), options, at(t));
+    persist(server, &decision);
+    create_action(&decision)
+}
+
+/// Runs the follow-up of a failed create and persists it.
+fn fail_create(server: &mut Server, create: &Action, error: CloudError, t: i64) -> Decision {
+    let follow_up = action_failed(server, create, &ActionFailure::Cloud(error), at(t));
+    persist(server, &follow_up);
+    follow_up
+}
+
+// --- What a failed create's answer proves -----------------------------------
+
+#[test]
+fn a_create_that_landed_behind_a_gateway_error_is_never_repeated_past_the_cap() {
+    // Max 1: the create lands but the gateway answers 504; its server
+    // vanishes before it boots. Only one create may ever be accepted.
+    let options = Options::with_max_attempts(1);
+    let mut server = adopted();
+    let create = issue_create(&mut server, &options, 10);
+    fail_create(&mut server, &create, CloudError::Unavailable { status: 504, message: "gateway".into() }, 11);
+    // Long after any grace, the server is absent.
+    let later = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100_000));
+    assert_eq!(creates(&later), 0, "a second create past the cap of one");
+    assert!(matches!(later.outcome, Outcome::Terminal(_)), "{:?}", later.outcome);
+    assert_eq!(later.status.provider_create_failures, 1);
+}
+
+#[test]
+fn an_authentication_failure_on_create_is_not_counted_as_an_attempt() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    for pass in 0..5 {
+        let t = 10 + pass * 100_000;
+        let create = issue_create(&mut server, &options, t);
+        let follow_up = fail_create(&mut server, &create, CloudError::Auth { message: "token rejected".into() }, t + 1);
+        assert!(follow_up.outcome.requeues(), "{:?}", follow_up.outcome);
+        assert!(!server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION), "the create is released");
+    }
+    assert_eq!(server.status.provider_create_failures, 0, "nothing was ever created");
+    let next = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(1_000_000));
+    assert_eq!(creates(&next), 1);
+}
+
+// --- A slow create ----------------------------------------------------------
+
+#[test]
+fn a_timed_out_create_absent_within_its_grace_is_neither_counted_nor_repeated() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let create = issue_create(&mut server, &options, 10);
+    fail_create(&mut server, &create, CloudError::Timeout { message: "5s".into() }, 15);
+    // Nova is still working on it: the list does not show it yet.
+    for t in [20, 30, 50] {
+        let pass = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(t));
+        assert_eq!(pass.status.provider_create_failures, 0, "counted as lost at {t}s");
+        assert_eq!(creates(&pass), 0, "a second create while the first may be in flight");
+        assert!(matches!(pass.outcome, Outcome::Yield(_)));
+        persist(&mut server, &pass);
+    }
+    // It comes up: a running server, no failure.
+    let up = record(ProviderStatus::Active, PowerState::Running, Some(55));
+    let pass = reconcile(&server, &with_view(&server, ProviderView::Present(up)), &options, at(60));
+    assert_eq!(pass.outcome, Outcome::Done);
+    assert_eq!(pass.status.provider_create_failures, 0);
+}
+
+#[test]
+fn a_parked_server_whose_provider_server_turns_out_to_run_leaves_the_park() {
+    let options = Options::with_max_attempts(3);
+    let mut server = create_failed(3);
+    let parked = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(10));
+    assert!(matches!(parked.outcome, Outcome::Terminal(_)));
+    persist(&mut server, &parked);
+    // The slow create came up after all: the monitor latches the boot, and
+    // that status write must wake the parked Server.
+    let up = record(ProviderStatus::Active, PowerState::Running, Some(20));
+    let mut observed = server.clone();
+    observed.status = observe(&server.status, Some(&up), at(30));
+    assert!(should_wake(Some(&server), &observed), "nothing would wake the parked server");
+    // Even from the stale status, a record that shows the boot decides.
+    let pass = reconcile(&server, &with_view(&server, ProviderView::Present(up)), &options, at(31));
+    assert_eq!(pass.outcome, Outcome::Done);
+    assert_eq!(pass.status.provisioned_at, Some(at(20)));
+    assert_eq!(available(&pass).status, ConditionStatus::True);
+    assert_eq!(creates(&pass) + deletes(&pass), 0);
+}
+
+// --- Parks outlast outages --------------------------------------------------
+
+/// A parked Server, as persisted after the pass that parked it.
+fn parked_servers(options: &Options) -> Vec<(&'static str, Server)> {
+    let mut at_cap = create_failed(3);
+    let decision = reconcile(&at_cap, &with_view(&at_cap, ProviderView::Absent), options, at(10));
+    persist(&mut at_cap, &decision);
+
+    let mut refused = adopted();
+    let create = issue_create(&mut refused, options, 10);
+    let quota = CloudError::Refused { status: 403, message: "Quota exceeded for instances".into() };
+    fail_create(&mut refused, &create, quota, 11);
+
+    let mut missing = adopted();
+    missing.status.provisioned_at = Some(at(5));
+    missing.status.launched_at = Some(at(5));
+    missing.status.phase = Some(Phase::Running);
+    let decision = reconcile(&missing, &with_view(&missing, ProviderView::Absent), options, at(10));
+    persist(&mut missing, &decision);
+    vec![("at the cap", at_cap), ("refused", refused), ("missing after boot", missing)]
+}
+
+#[test]
+fn a_parked_server_stays_parked_unchanged_while_the_provider_is_unreachable() {
+    let options = Options::with_max_attempts(3);
+    for (park, server) in parked_servers(&options) {
+        assert!(matches!(
+            reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20)).outcome,
+            Outcome::Terminal(_)
+        ));
+        let outage = ProviderView::Unknown("connection timed out".into());
+        let pass = reconcile(&server, &with_view(&server, outage), &options, at(30));
+        assert!(matches!(pass.outcome, Outcome::Terminal(_)), "{park}: {:?}", pass.outcome);
+        assert!(!writes_status(&pass), "{park}: an outage rewrote the status: {:?}", pass.actions);
+        assert_eq!(pass.events().count(), 0, "{park}");
+        // The provider comes back: still parked, and no event again.
+        let back = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(40));
+        assert!(matches!(back.outcome, Outcome::Terminal(_)), "{park}");
+        assert_eq!(back.events().count(), 0, "{park}: the park's event fired again");
+    }
+}
+
+// --- A fresh record decides over status -------------------------------------
+
+#[test]
+fn a_fresh_record_that_shows_a_boot_is_never_deleted_to_retry() {
+    let options = Options::with_max_attempts(3);
+    // Status says: cleared for retry, no boot in sight.
+    let mut retrying = create_failed(1);
+    retrying.status.provider_create_retrying = true;
+    // Status says: failed before launch.
+    let failed = create_failed(0);
+    for server in [retrying, failed] {
+        for booted in [
+            record(ProviderStatus::Active, PowerState::Running, Some(7)),
+            record(ProviderStatus::Active, PowerState::NoState, None),
+            record(ProviderStatus::Error, PowerState::NoState, Some(7)),
+        ] {
+            let pass = reconcile(&server, &with_view(&server, ProviderView::Present(booted.clone())), &options, at(10));
+            assert_eq!(deletes(&pass), 0, "deleted a booted server: {booted:?}");
+            assert!(pass.status.provisioned_at.is_some(), "the boot was not latched: {booted:?}");
+            assert!(!pass.status.provider_create_retrying);
+        }
+    }
+}
+
+// --- The monitor and the reconciler agree -----------------------------------
+
+#[test]
+fn a_failed_server_being_cleared_for_retry_is_not_rewritten_by_each_poll() {
+    let options = Options::with_max_attempts(3);
+    let mut server = create_failed(0);
+    let errored = record(ProviderStatus::Error, PowerState::NoState, None);
+    let first = reconcile(&server, &with_view(&server, ProviderView::Present(errored.clone())), &options, at(10));
+    assert_eq!(deletes(&first), 1);
+    persist(&mut server, &first);
+    // The delete is slow: five polls and passes see the same ERROR record.
+    let mut writes = 0;
+    for poll in 0..5 {
+        let t = 20 + poll * 30;
+        let observed = observe(&server.status, Some(&errored), at(t));
+        if status_merge_patch(&server.status, &observed).is_some() {
+            writes += 1;
+            server.status = observed;
+        }
+        let pass = reconcile(&server, &with_view(&server, ProviderView::Present(errored.clone())), &options, at(t + 1));
+        assert_eq!(deletes(&pass), 1, "the delete is asked again");
+        if writes_status(&pass) {
+            writes += 1;
+        }
+        persist(&mut server, &pass);
+    }
+    assert_eq!(writes, 0, "status churned between the monitor and the reconciler");
+}
+
+// --- Wake edges -------------------------------------------------------------
+
+#[test]
+fn a_missing_booted_server_that_reappears_wakes_the_reconciler() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    server.status.provisioned_at = Some(at(5));
+    server.status.phase = Some(Phase::Running);
+    set_condition(
+        &mut server.status.conditions,
+        ConditionType::Healthy,
+        ConditionStatus::True,
+        ConditionReason::Healthy,
+        "Server is active",
+        at(5),
+    );
+    // The monitor stops seeing it; the reconciler reports it missing.
+    let mut unseen = server.clone();
+    unseen.status = observe(&server.status, None, at(10));
+    let missing = reconcile(&unseen, &with_view(&unseen, ProviderView::Absent), &options, at(11));
+    persist(&mut unseen, &missing);
+    assert_eq!(available(&missing).reason, ConditionReason::Errored);
+    // It is back: the monitor's write must wake the reconciler.
+    let back = record(ProviderStatus::Active, PowerState::Running, Some(5));
+    let mut seen = unseen.clone();
+    seen.status = observe(&unseen.status, Some(&back), at(40));
+    assert!(should_wake(Some(&unseen), &seen));
+    let pass = reconcile(&seen, &with_view(&seen, ProviderView::Present(back)), &options, at(41));
+    assert_eq!(pass.outcome, Outcome::Done);
+    assert_eq!(available(&pass).status, ConditionStatus::True);
+}
+
+// --- Arithmetic -------------------------------------------------------------
+
+#[test]
+fn the_largest_cap_neither_overflows_nor_re_arms() {
+    let options = Options::with_max_attempts(i32::MAX);
+    for failures in [i32::MAX - 1, i32::MAX] {
+        let server = create_failed(failures);
+        let errored = record(ProviderStatus::Error, PowerState::NoState, None);
+        let pass = reconcile(&server, &with_view(&server, ProviderView::Present(errored)), &options, at(10));
+        assert!(matches!(pass.outcome, Outcome::Terminal(_)), "{failures}: {:?}", pass.outcome);
+        assert_eq!(pass.status.provider_create_failures, i32::MAX);
+        assert_eq!(creates(&pass) + deletes(&pass), 0);
+    }
+}
+
+// --- Deletion ---------------------------------------------------------------
+
+#[test]
+fn deletion_does_not_release_a_server_while_a_create_of_unknown_fate_may_land() {
+    let options = Options::default();
+    let mut server = adopted();
+    let create = issue_create(&mut server, &options, 10);
+    fail_create(&mut server, &create, CloudError::Timeout { message: "no answer".into() }, 15);
+    server.meta.deleting = true;
+    let early = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
+    assert!(
+        !early.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer | Action::RemoveReference(_))),
+        "released while the create may still land: {:?}",
+        early.actions
+    );
+    assert!(early.outcome.requeues());
+    // Its fate is settled once the grace is over: absent means it never landed.
+    let settled = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100_000));
+    assert_eq!(settled.actions.last(), Some(&Action::RemoveFinalizer));
+}
+
+#[test]
+fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
+    let options = Options::default();
+    let mut server = adopted();
+    issue_create(&mut server, &options, 10);
+    let building = record(ProviderStatus::Build, PowerState::NoState, None);
+    let building = ProviderServer { created: Some(at(11)), ..building };
+    server.status = observe(&server.status, Some(&building), at(12));
+    server.meta.deleting = true;
+    let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
+    assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer));
+}
