@@ -34,6 +34,8 @@ use server_simkube::{CounterSnapshot, Verb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod ha;
+
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
 pub use server_sim_testbed::CloudPath as CloudKind;
@@ -221,11 +223,22 @@ impl Env {
         }
     }
 
+    /// The address SimKube serves on.
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        self.kube_bed.served().addr()
+    }
+
+    /// SimKube's URL, for a client of one's own.
+    pub fn api_url(&self) -> String {
+        self.kube_bed.served().url()
+    }
+
     // ---- fixtures ----------------------------------------------------------
 
     /// Seeds an object through the store: no API request, status kept.
     pub fn seed(&self, plural: &str, name: &str, spec: Value) {
         self.kube_bed.seed(&tenant(), plural, name, spec).unwrap_or_else(|e| panic!("{e}"));
+        self.cloud_bed.seed_neutron(&tenant(), plural, name);
     }
 
     /// The Identity (ready or not) and its OpenstackIdentity.
@@ -411,9 +424,10 @@ impl Env {
         self.openstack().map(OpenStackSim::counters)
     }
 
-    /// Neutron ports made for the Server with this uid (None for the direct path).
+    /// Neutron ports made for the Server with this uid (None for the direct
+    /// path). Ports are named after the Server, whose uid here is `uid-<name>`.
     pub fn openstack_ports_of(&self, uid: &str) -> Option<usize> {
-        let name = port_name(uid);
+        let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
         self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
     }
 

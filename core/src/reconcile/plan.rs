@@ -88,10 +88,14 @@ impl Plan {
         if let Some(patch) = status_merge_patch(&self.before, &self.status) {
             actions.push(Action::WriteStatus(patch));
         }
-        actions.extend(self.annotations);
+        // Events before annotations: an annotation may note that its event
+        // was sent, so a lost annotation write re-sends the event rather than
+        // a lost event staying lost. A pass that records sent its events with
+        // the record.
         if !recording {
             actions.extend(self.events.into_iter().map(Action::Emit));
         }
+        actions.extend(self.annotations);
         actions.extend(self.provider);
         actions.extend(self.trailing);
         Decision { status: self.status, actions, outcome }

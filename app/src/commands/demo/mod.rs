@@ -180,6 +180,8 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         monitor_interval: Duration::from_millis(250),
         cloud_timeout: Duration::from_secs(5),
         concurrency: 16,
+        // As deployed: the operator acts while it holds the leader Lease.
+        leader_election: Some(server_kube::LeaseConfig::new(NAMESPACE, "demo")),
         ..ControllerConfig::default()
     };
     let (registry, _openstack) = cloud_registry(args.cloud, &cloud).await?;
@@ -257,7 +259,13 @@ async fn cloud_registry(kind: CloudKind, cloud: &SimCloud) -> anyhow::Result<(Cl
         CloudKind::Sim => CloudPath::Direct,
         CloudKind::Openstack => CloudPath::OpenStack,
     };
-    let bed = CloudBed::start(path, cloud.clone(), &World::tenant(), None).await?;
+    let tenant = World::tenant();
+    let bed = CloudBed::start(path, cloud.clone(), &tenant, None).await?;
+    // What the unikorn network controllers would have made in Neutron.
+    for network in world::NETWORKS {
+        bed.seed_neutron(&tenant, "networks", network);
+    }
+    bed.seed_neutron(&tenant, "securitygroups", world::SECURITY_GROUP);
     Ok((CloudRegistry::new().with(REGION, bed.port()?), bed))
 }
 

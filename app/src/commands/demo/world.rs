@@ -16,6 +16,8 @@ pub(crate) const REGION: &str = "region-a";
 pub(crate) const IDENTITY: &str = "identity-a";
 pub(crate) const NETWORKS: [&str; 2] = ["net-a", "net-b"];
 pub(crate) const SECURITY_GROUP: &str = "sg-web";
+/// The OpenStack project of the demo's identity.
+pub(crate) const OPENSTACK_PROJECT: &str = "project-a";
 pub(crate) const SSH_CA: &str = "ca-ops";
 /// The demo identity's OpenStack user (known to the OpenStack simulator only).
 pub(crate) const OPENSTACK_USER: &str = "demo-user";
@@ -47,7 +49,7 @@ impl World {
 
     /// The demo's tenant: its namespace, region, identity and OpenStack user.
     pub(crate) fn tenant() -> Tenant {
-        Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack("project-a", OPENSTACK_USER, OPENSTACK_PASSWORD)
+        Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(OPENSTACK_PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
     }
 
     fn seed_consumed_resources(&self) -> anyhow::Result<()> {
