@@ -79,9 +79,9 @@ pub struct KubeFaults {
     /// Crashes of the leading controller replica during the run (in-memory
     /// state lost; it comes back as a new process after the downtime).
     pub restarts: u32,
-    /// The provider goes down with the controller's first restart and stays
-    /// unreachable this long (ms) after the controller is back, so the
-    /// restart's passes over parked Servers read no provider view.
+    /// The provider goes down with the controller's first crash and stays
+    /// unreachable this long (ms) after a replica leads again, so that
+    /// leader's first passes over parked Servers read no provider view.
     pub provider_outage: u64,
     /// Share of Servers the user deletes at some point.
     pub user_delete: f64,

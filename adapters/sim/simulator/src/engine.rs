@@ -167,16 +167,20 @@ impl Engine {
         for &(at, replica, change) in &timeline.changes {
             self.queue.push(at, EventKind::Replica, usize::from(replica), change as u32);
         }
-        // The provider goes down with the first crash and stays unreachable
-        // a while after the replica is back: the restart's passes over
+        // The provider goes down with the first crash and stays unreachable a
+        // while after a replica leads again: that leader's first passes over
         // parked Servers read no provider view.
-        let first_crash = timeline.changes.iter().find(|(_, _, change)| *change == Change::Down);
-        if let Some(&(at, _, _)) = first_crash
+        let first_crash = timeline.changes.iter().filter(|(_, _, change)| *change == Change::Down).map(|c| c.0).min();
+        let next_lead = |crash: u64| {
+            timeline.changes.iter().filter(|&&(at, _, change)| at >= crash && change == Change::Lead).map(|c| c.0).min()
+        };
+        if let Some(crash) = first_crash
+            && let Some(lead) = next_lead(crash)
             && kube.provider_outage > 0
         {
             let ms = |t: u64| EPOCH_MS.saturating_add(i64::try_from(t).unwrap_or(i64::MAX));
-            let until = at + timing.restart_downtime + kube.provider_outage;
-            self.cloud.set_outage(Some(server_simcloud::Outage { from: ms(at), until: ms(until) }));
+            let until = lead + kube.provider_outage;
+            self.cloud.set_outage(Some(server_simcloud::Outage { from: ms(crash), until: ms(until) }));
         }
         if let Some(interval) = timing.resync_interval {
             self.queue.push(interval, EventKind::Resync, 0, 0);
