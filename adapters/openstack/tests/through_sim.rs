@@ -3,6 +3,7 @@
 //! sequencing and every error class.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -11,7 +12,7 @@ use server_core::port::{
     CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
     ServerRef,
 };
-use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
+use server_openstack::{FailureStreakHook, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
 use server_simcloud::{CloudConfig, Fate, ManualClock, SimCloud};
 
@@ -59,6 +60,7 @@ impl Harness {
             identity_id: "identity-1".into(),
             project_id: PROJECT.into(),
             credentials: Credentials::Password { user_id: "user-1".into(), password: "s3cret".into() },
+            ssh_key_name: None,
         };
         Ok(Harness { sim, clock, served, cloud, identity, network_id, group_ids })
     }
@@ -98,6 +100,8 @@ fn request(uid: &str, public_ip: bool) -> CreateRequest {
         public_ip,
         user_data: Some(b"#cloud-config\nruncmd: [echo hi]\n\xff\x00binary".to_vec()),
         tags: vec![Tag { name: "team".into(), value: "blue".into() }],
+        identity_ssh_key: true,
+        owner: Default::default(),
     }
 }
 
@@ -217,6 +221,47 @@ async fn bad_or_missing_credentials_are_auth_errors() -> TestResult {
 }
 
 #[tokio::test]
+async fn a_refused_login_is_remembered_per_credential_and_retried_with_backoff() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| {
+        c.login_backoff = Duration::from_millis(400);
+        c.login_backoff_max = Duration::from_millis(700);
+    })
+    .await?;
+    let streaks = Arc::new(AtomicUsize::new(0));
+    let counted = streaks.clone();
+    let hook: FailureStreakHook = Arc::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let cloud = OpenStackCloud::with_login_failure_hook(h.cloud.config().clone(), Some(hook))?;
+    h.sim.add_user("user-1", "s3cret");
+    // The password was rotated in Keystone; the OpenstackIdentity still has the old one.
+    let stale = IdentityContext {
+        credentials: Credentials::Password { user_id: "user-1".into(), password: "old".into() },
+        ..h.identity.clone()
+    };
+    let logins = || h.sim.counters().token_requests;
+    // Ten Servers' passes: one login refused, the nine others not sent.
+    for _ in 0..10 {
+        let error = cloud.list(&stale).await.err();
+        assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
+    }
+    assert_eq!(logins(), 1, "one refused login, none more during the backoff");
+    assert_eq!(streaks.load(Ordering::SeqCst), 1);
+    // The backoff over: one more try, refused, and the backoff doubles (to its cap).
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(cloud.list(&stale).await.is_err());
+    assert_eq!(logins(), 2);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(cloud.list(&stale).await.is_err());
+    assert_eq!(logins(), 2, "the second backoff is longer than the first");
+    assert_eq!(streaks.load(Ordering::SeqCst), 1, "one streak, counted once");
+    // The fixed password is another credential: tried at once.
+    cloud.list(&h.identity).await?;
+    assert_eq!(logins(), 3);
+    Ok(())
+}
+
+#[tokio::test]
 async fn endpoints_come_from_the_configured_region() -> TestResult {
     // The simulator's catalog lists a decoy region first: picking it would fail
     // to connect; the configured region is used.
@@ -274,6 +319,23 @@ async fn create_makes_port_server_and_floating_ip() -> TestResult {
     assert_eq!(ips.len(), 1);
     assert_eq!(ips[0].port_id.as_deref(), Some(port.id.as_str()));
     assert_eq!(ips[0].network_id, "external");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_identity_keypair_goes_to_nova_only_where_it_is_used() -> TestResult {
+    let h = Harness::new().await?;
+    let with_key = IdentityContext { ssh_key_name: Some("identity-1-key".into()), ..h.identity.clone() };
+    // Nova refuses a keypair it does not know (400): the create is refused.
+    let refused = h.cloud.create(&with_key, &request("uid-1", false)).await.err();
+    assert!(matches!(refused, Some(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    h.sim.add_keypair("identity-1-key");
+    h.cloud.create(&with_key, &request("uid-1", false)).await?;
+    let ca_path = CreateRequest { identity_ssh_key: false, ..request("uid-2", false) };
+    h.cloud.create(&with_key, &ca_path).await?;
+    let key_of = |uid: &str| h.sim.servers().into_iter().find(|s| s.server_uid == uid).and_then(|s| s.key_name);
+    assert_eq!(key_of("uid-1").as_deref(), Some("identity-1-key"));
+    assert_eq!(key_of("uid-2"), None, "a Server on the CA path boots without the keypair");
     Ok(())
 }
 

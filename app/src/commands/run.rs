@@ -236,7 +236,7 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
+async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -> anyhow::Result<CloudRegistry> {
     match args.cloud {
         #[cfg(feature = "sim")]
         CloudKind::Sim => {
@@ -247,20 +247,29 @@ async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegis
                 .iter()
                 .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
         }
-        CloudKind::Openstack => openstack_clouds(args, client).await,
+        CloudKind::Openstack => openstack_clouds(args, client, metrics).await,
     }
 }
 
 /// One OpenStack cloud per region, from files or from Secrets. Credentials
 /// are per identity (OpenstackIdentity), never in this configuration.
-async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
+async fn openstack_clouds(
+    args: &Args,
+    client: &kube::Client,
+    metrics: &OperatorMetrics,
+) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new();
     for (region, path) in &args.openstack_configs {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
-        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+        registry.insert(
+            region,
+            OpenStackCloud::with_login_failure_hook(config, Some(metrics.login_failure_hook()))
+                .with_context(|| format!("region {region}"))?
+                .port(),
+        );
     }
     for (region, secret) in &args.openstack_secrets {
         let (namespace, name) = secret
@@ -278,7 +287,12 @@ async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
-        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+        registry.insert(
+            region,
+            OpenStackCloud::with_login_failure_hook(config, Some(metrics.login_failure_hook()))
+                .with_context(|| format!("region {region}"))?
+                .port(),
+        );
     }
     if registry.regions().next().is_none() {
         anyhow::bail!(
@@ -297,13 +311,13 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
         .await
         .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
-    let clouds = clouds(args, &client).await?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
+    let clouds = clouds(args, &client, &metrics).await?;
     let leader_election = lease_config(args, &client)?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
     tracing::info!(server_version = %version.git_version, %regions, leader_election = ?leader_election, "connected");
 
-    let mut registry = Registry::default();
-    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
     let operator = Operator::with_metrics(client, clouds, controller_config(args, leader_election), metrics.clone());
     metrics.watch_leadership(operator.fence().clone());
     let endpoints = Endpoints::new(registry, operator.health());

@@ -28,9 +28,39 @@ pub struct ServerSpec {
     pub networks: Vec<NetworkAttachment>,
     #[serde(rename = "sshCertificateAuthorityID", default, skip_serializing_if = "Option::is_none")]
     pub ssh_certificate_authority_id: Option<String>,
+    /// SSHInjection identifies the create-time SSH access material requested for the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_injection: Option<SshInjection>,
     /// Cloud-init user data, base64 on the wire.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<UserData>,
+}
+
+impl ServerSpec {
+    /// How SSH access reaches the server: `sshInjection` when set; without
+    /// it (older Servers) the CA path when a CA is named, else the
+    /// identity's keypair (uni-region's `ResolvedSSHInjection`).
+    pub fn resolved_ssh_injection(&self) -> SshInjection {
+        match (self.ssh_injection, &self.ssh_certificate_authority_id) {
+            (Some(injection), _) => injection,
+            (None, Some(_)) => SshInjection::Ca,
+            (None, None) => SshInjection::IdentityKeypair,
+        }
+    }
+}
+
+/// The create-time SSH access material a Server asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SshInjection {
+    /// The SSH certificate authority's key, written by cloud-init.
+    #[serde(rename = "ca")]
+    Ca,
+    /// The identity's Nova keypair (`key_name`).
+    #[serde(rename = "identityKeypair")]
+    IdentityKeypair,
+    /// Neither.
+    #[serde(rename = "none")]
+    None,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -56,7 +56,7 @@ pub enum Action {
     /// refused one again. It does not adopt what it did not see: the pass's
     /// later guarded writes still fail if another writer got in before it.
     Record(Vec<(&'static str, Option<String>)>),
-    CreateProviderServer(CreateRequest),
+    CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
     Emit(Event),
 }

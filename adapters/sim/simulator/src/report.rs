@@ -216,7 +216,7 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "replicas: {} leader terms, {} stalls, {} ms acting at once, {} actions fenced, {} duplicate creates",
+            "leadership: {} terms, {} leader stalls, {} ms with two replicas acting, {} actions fenced, {} duplicate creates",
             k.leader_terms, k.leader_stalls, k.acting_overlap_ms, k.fenced_actions, k.duplicate_creates
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;

@@ -142,7 +142,7 @@ impl Tenant {
             region_id: REGION.into(),
             identity_id: identity_name(index),
             project_id: format!("project-{index}"),
-            credentials: Default::default(),
+            ..Default::default()
         };
         Tenant { facts, identity, first, len }
     }
