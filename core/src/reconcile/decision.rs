@@ -108,6 +108,9 @@ pub enum EventReason {
     ProviderServerAbandoned,
     /// The user data cannot be sent (refused before any create).
     UserDataRefused,
+    /// A provider server another controller made for the Server (the Go
+    /// controller, before this one took the region over) is now its own.
+    ProviderServerAdopted,
 }
 
 impl EventReason {
@@ -120,6 +123,7 @@ impl EventReason {
             EventReason::ProviderServerMissing => "ProviderServerMissing",
             EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
             EventReason::UserDataRefused => "UserDataRefused",
+            EventReason::ProviderServerAdopted => "ProviderServerAdopted",
         }
     }
 }
