@@ -212,7 +212,8 @@ impl OpenStackCloud {
                 ),
             });
         }
-        let ownership = mapping::ownership_metadata(server);
+        let mut ownership = mapping::ownership_metadata(server);
+        ownership.insert(mapping::METADATA_ADOPTED_FROM.to_owned(), "go-controller".to_owned());
         compute::update_metadata(session, &id, &ownership).await?;
         nova.metadata.extend(ownership);
         project.remember(&server.uid, &id, self.inner.index.tick());

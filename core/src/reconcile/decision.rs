@@ -128,6 +128,9 @@ pub enum EventReason {
     ProviderServerAbandoned,
     /// The user data cannot be sent (refused before any create).
     UserDataRefused,
+    /// A provider server another controller made for the Server (the Go
+    /// controller, before this one took the region over) is now its own.
+    ProviderServerAdopted,
 }
 
 impl EventReason {
@@ -140,6 +143,7 @@ impl EventReason {
             EventReason::ProviderServerMissing => "ProviderServerMissing",
             EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
             EventReason::UserDataRefused => "UserDataRefused",
+            EventReason::ProviderServerAdopted => "ProviderServerAdopted",
         }
     }
 }
