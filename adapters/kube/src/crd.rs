@@ -67,7 +67,7 @@ pub type ServerStatus = server_core::ServerStatus;
     kind = "Network",
     plural = "networks",
     namespaced,
-    status = "ConditionsStatus",
+    status = "NetworkStatus",
     category = "unikorn",
     derive = "Default",
     printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
@@ -148,6 +148,22 @@ pub struct IdentitySpec {
 pub struct ConditionsStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// A Network's status: its conditions and, once its controller made it,
+/// the Neutron network (`openstack.networkID`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NetworkStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openstack: Option<NetworkOpenstackStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NetworkOpenstackStatus {
+    #[serde(rename = "networkID", default, skip_serializing_if = "Option::is_none")]
+    pub network_id: Option<String>,
 }
 
 /// The OpenStack project and credentials of an Identity (same namespace and

@@ -243,6 +243,10 @@ impl Gathered {
     fn add_network(&mut self, network: &Network) {
         self.remember(ResourceKind::Network, network);
         self.facts.networks.push(consumed(&network.metadata));
+        let neutron_id = network.status.as_ref().and_then(|s| s.openstack.as_ref()).and_then(|o| o.network_id.clone());
+        if let (Some(name), Some(id)) = (network.metadata.name.clone(), neutron_id.filter(|id| !id.is_empty())) {
+            self.facts.network_provider_ids.insert(name, id);
+        }
     }
 
     fn add_security_group(&mut self, group: &SecurityGroup) {
@@ -307,6 +311,7 @@ mod tests {
         let facts = Facts {
             identity: Some(CoreIdentity { resource: Consumed::new("id1"), ..Default::default() }),
             networks: vec![Consumed::new("n0"), Consumed::new("n1")],
+            network_provider_ids: Default::default(),
             security_groups: vec![Consumed::new("g1")],
             ssh_certificate_authorities: vec![SshCertificateAuthority {
                 resource: Consumed::new("ca1"),
