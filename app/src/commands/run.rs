@@ -22,6 +22,11 @@ use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
+    /// The kubeconfig to connect with (default: $KUBECONFIG, then
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+
     /// Watch Servers in this namespace only (default: all namespaces).
     #[arg(long, env = "SERVER_CONTROLLER_NAMESPACE")]
     namespace: Option<String>,
@@ -213,10 +218,26 @@ async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<
     Ok(registry)
 }
 
+/// A client from `--kubeconfig` (its current context), or else from the
+/// environment as kubectl finds it.
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("the kubeconfig {} is unusable", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?,
+    };
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+}
+
 async fn operate(args: &Args) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let clouds = clouds(args, &client).await?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
