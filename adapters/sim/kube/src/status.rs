@@ -27,6 +27,9 @@ pub struct ApiError {
     pub kind: String,
     /// `Status.details.retryAfterSeconds` (0 = absent).
     pub retry_after_seconds: u32,
+    /// `Status.details.causes`: `(reason, message, field)` of each violation
+    /// of a 422 `Invalid`.
+    pub causes: Vec<(String, String, String)>,
 }
 
 /// The resource an error is about, for `Status.details`.
@@ -58,6 +61,7 @@ impl ApiError {
             group: String::new(),
             kind: String::new(),
             retry_after_seconds: 0,
+            causes: Vec::new(),
         }
     }
 
@@ -96,6 +100,22 @@ impl ApiError {
     pub(crate) fn invalid(subject: Subject<'_>, detail: &str) -> Self {
         let message = format!("{} \"{}\" is invalid: {detail}", subject.qualified(), subject.name);
         Self::new(422, "Invalid", message).about(subject)
+    }
+
+    /// 422 `Invalid` for a custom resource whose values break its schema:
+    /// `Kind.group "name" is invalid: <cause>` or `[<cause>, <cause>]`, the
+    /// causes also in `details.causes` (upstream `apierrors.NewInvalid`).
+    pub(crate) fn invalid_fields(kind: &str, subject: Subject<'_>, causes: &[crate::validation::Cause]) -> Self {
+        let described: Vec<String> = causes.iter().map(crate::validation::Cause::describe).collect();
+        let detail = match described.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let message = format!("{kind}.{} \"{}\" is invalid: {detail}", subject.group, subject.name);
+        let mut error = Self::new(422, "Invalid", message).about(subject);
+        error.kind = kind.to_string();
+        error.causes = causes.iter().map(|c| (c.reason.to_string(), c.message.clone(), c.field.clone())).collect();
+        error
     }
 
     /// 422 without a reason, as the API server answers a JSON patch that cannot apply.
@@ -171,6 +191,14 @@ impl ApiError {
         }
         if self.retry_after_seconds > 0 {
             details.insert("retryAfterSeconds".to_string(), Value::from(self.retry_after_seconds));
+        }
+        if !self.causes.is_empty() {
+            let causes = self
+                .causes
+                .iter()
+                .map(|(reason, message, field)| json!({"reason": reason, "message": message, "field": field}))
+                .collect();
+            details.insert("causes".to_string(), Value::Array(causes));
         }
         let mut status = json!({
             "kind": "Status",
