@@ -100,10 +100,12 @@ fn assert_openstack_resources_match(openstack: &openstack::OpenStackSim, uid: &s
     let ports = openstack.ports();
     let [port] = ports.as_slice() else { panic!("one port expected: {ports:?}") };
     assert_eq!(nova.port_id.as_deref(), Some(port.id.as_str()));
-    assert_eq!(
-        (port.network_id.as_str(), port.security_groups.as_slice()),
-        (NETWORK, &[SECURITY_GROUP.to_owned()][..])
-    );
+    // The Neutron resources the unikorn network controllers named after them.
+    let network_id = openstack.network_id(&format!("network-{NETWORK}"));
+    let group_id = openstack.security_group_id(&format!("securitygroup-{SECURITY_GROUP}"));
+    assert_eq!(Some(port.network_id.clone()), network_id);
+    assert_eq!(port.security_groups.first(), group_id.as_ref());
+    assert_eq!(port.security_groups.len(), 1);
     let floating_ips = openstack.floating_ips();
     let [floating_ip] = floating_ips.as_slice() else { panic!("one floating IP expected: {floating_ips:?}") };
     assert_eq!(floating_ip.port_id.as_deref(), Some(port.id.as_str()));

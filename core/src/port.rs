@@ -178,6 +178,11 @@ pub enum CloudError {
     /// Authentication or configuration failed (bad credentials, no endpoint).
     #[error("provider authentication failed: {message}")]
     Auth { message: String },
+    /// Something the request needs does not exist at the provider yet (a
+    /// network or security group still being provisioned); nothing was sent
+    /// that could have made a server. Try again.
+    #[error("provider not ready: {message}")]
+    NotReady { message: String },
     /// The request never reached the provider (connection refused, DNS
     /// failure, TLS handshake failed): it had no effect.
     #[error("provider unreachable: {message}")]
@@ -223,7 +228,8 @@ impl CloudError {
             | CloudError::RateLimited { .. }
             | CloudError::Refused { .. }
             | CloudError::Auth { .. }
-            | CloudError::Unreachable { .. } => CallEffect::None,
+            | CloudError::Unreachable { .. }
+            | CloudError::NotReady { .. } => CallEffect::None,
         }
     }
 }
@@ -254,6 +260,10 @@ mod tests {
         }
         assert_eq!(CloudError::Unreachable { message: String::new() }.effect(), CallEffect::None);
         assert!(CloudError::Unreachable { message: String::new() }.is_transient());
+        // A network or group still being provisioned: nothing was sent, so a
+        // wait, never a refusal and never an unknown-fate create.
+        assert_eq!(CloudError::NotReady { message: String::new() }.effect(), CallEffect::None);
+        assert!(CloudError::NotReady { message: String::new() }.is_transient());
     }
 
     #[test]

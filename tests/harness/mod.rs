@@ -226,6 +226,7 @@ impl Env {
     /// Seeds an object through the store: no API request, status kept.
     pub fn seed(&self, plural: &str, name: &str, spec: Value) {
         self.kube_bed.seed(&tenant(), plural, name, spec).unwrap_or_else(|e| panic!("{e}"));
+        self.cloud_bed.seed_neutron(&tenant(), plural, name);
     }
 
     /// The Identity (ready or not) and its OpenstackIdentity.
@@ -411,9 +412,10 @@ impl Env {
         self.openstack().map(OpenStackSim::counters)
     }
 
-    /// Neutron ports made for the Server with this uid (None for the direct path).
+    /// Neutron ports made for the Server with this uid (None for the direct
+    /// path). Ports are named after the Server, whose uid here is `uid-<name>`.
     pub fn openstack_ports_of(&self, uid: &str) -> Option<usize> {
-        let name = port_name(uid);
+        let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
         self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
     }
 

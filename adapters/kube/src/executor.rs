@@ -19,6 +19,7 @@ use tracing::{debug, info, warn};
 use crate::cache::Caches;
 use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
+use crate::convert::core_server;
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
@@ -84,6 +85,7 @@ impl Executor {
             server,
             resources: gathered.resources,
             cloud: gathered.cloud,
+            follow_up_conflicted: false,
         };
         Ok(pass.execute(decision, now).await)
     }
@@ -131,6 +133,8 @@ struct Pass<'a> {
     server: CoreServer,
     resources: BTreeMap<(ResourceKind, String), ReadResource>,
     cloud: Result<CloudHandle, String>,
+    /// The last follow-up stopped on a Conflict.
+    follow_up_conflicted: bool,
 }
 
 impl Pass<'_> {
@@ -138,6 +142,18 @@ impl Pass<'_> {
         for action in &decision.actions {
             if let Err(failure) = self.apply(action, &decision.status).await {
                 self.report_failure(action, &failure);
+                let follow_up = action_failed(&self.server, action, &failure, now);
+                let outcome = self.execute_follow_up(follow_up, now).await;
+                if !self.follow_up_conflicted || !matches!(failure, ActionFailure::Cloud(_)) {
+                    return outcome;
+                }
+                // What the provider answered is known only now: its
+                // bookkeeping (a refusal recorded, an issued create cleared)
+                // must not be lost to an unrelated write (the monitor's) that
+                // moved the resourceVersion. Judge again on a fresh read, once.
+                if !self.reread().await {
+                    return outcome;
+                }
                 let follow_up = action_failed(&self.server, action, &failure, now);
                 return self.execute_follow_up(follow_up, now).await;
             }
@@ -148,13 +164,31 @@ impl Pass<'_> {
     /// Runs the core's decision after a failed action. If one of its own
     /// actions fails, the rest waits for the next pass.
     async fn execute_follow_up(&mut self, follow_up: Decision, now: Timestamp) -> Outcome {
+        self.follow_up_conflicted = false;
         for action in &follow_up.actions {
             if let Err(failure) = self.apply(action, &follow_up.status).await {
                 self.report_failure(action, &failure);
+                self.follow_up_conflicted = matches!(failure, ActionFailure::Conflict(_));
                 return action_failed(&self.server, action, &failure, now).outcome;
             }
         }
         follow_up.outcome
+    }
+
+    /// Reads the Server again: its state and the resourceVersion that guards
+    /// the next write. False if it cannot be read (the next pass will).
+    async fn reread(&mut self) -> bool {
+        match self.servers().get(&self.server.meta.name).await {
+            Ok(object) => {
+                self.resource_version = object.resource_version().unwrap_or_default();
+                self.server = core_server(&object);
+                true
+            }
+            Err(error) => {
+                debug!(server = %self.server.meta.name, error = %short_message(&error), "re-reading the Server failed");
+                false
+            }
+        }
     }
 
     fn report_failure(&self, action: &Action, failure: &ActionFailure) {

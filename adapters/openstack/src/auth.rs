@@ -180,7 +180,12 @@ impl Auth {
         Ok(token)
     }
 
-    fn token_from(&self, mut value: HeaderValue, body: TokenData, started: Instant) -> Result<Token, String> {
+    pub(crate) fn token_from(
+        &self,
+        mut value: HeaderValue,
+        body: TokenData,
+        started: Instant,
+    ) -> Result<Token, String> {
         value.set_sensitive(true);
         let project_id = body.project.map(|p| p.id).ok_or("Keystone returned a token without a project scope")?;
         let compute = self.endpoint(&body.catalog, "compute")?;
@@ -249,7 +254,7 @@ fn key(identity: &IdentityContext) -> Result<TokenKey, CloudError> {
 /// The Keystone v3 token request. A password is scoped to the identity's
 /// project by ID (user and project IDs need no domain); an application
 /// credential carries its project itself and must not name a scope.
-fn request_body(identity: &IdentityContext) -> Result<serde_json::Value, CloudError> {
+pub(crate) fn request_body(identity: &IdentityContext) -> Result<serde_json::Value, CloudError> {
     match &identity.credentials {
         Credentials::Password { user_id, password } => {
             if identity.project_id.is_empty() {
@@ -278,24 +283,24 @@ fn request_body(identity: &IdentityContext) -> Result<serde_json::Value, CloudEr
 }
 
 #[derive(Deserialize)]
-struct TokenBody {
-    token: TokenData,
+pub(crate) struct TokenBody {
+    pub(crate) token: TokenData,
 }
 
 #[derive(Deserialize)]
-struct TokenData {
+pub(crate) struct TokenData {
     #[serde(default)]
     expires_at: Option<String>,
     #[serde(default)]
     issued_at: Option<String>,
     #[serde(default)]
-    project: Option<ProjectRef>,
+    pub(crate) project: Option<ProjectRef>,
     #[serde(default)]
     catalog: Vec<CatalogEntry>,
 }
 
 #[derive(Deserialize)]
-struct ProjectRef {
+pub(crate) struct ProjectRef {
     id: String,
 }
 

@@ -63,6 +63,10 @@ impl Reply {
 impl Http {
     pub(crate) fn new(config: &OpenStackConfig) -> Result<Self, ConfigError> {
         let client = reqwest::Client::builder()
+            // OpenStack APIs do not redirect; following one would re-send a
+            // password or a token to wherever it points. A redirect is an
+            // error naming its target (see `Http::send`).
+            .redirect(reqwest::redirect::Policy::none())
             .tls_backend_preconfigured(tls_config(config.ca_certificate.as_deref())?)
             .timeout(config.request_timeout)
             .connect_timeout(config.connect_timeout)
@@ -83,6 +87,9 @@ impl Http {
         let response = request.send().await.map_err(|e| error::from_transport(operation, &e))?;
         let status = response.status();
         let headers = response.headers().clone();
+        if status.is_redirection() {
+            return Err(error::redirected(operation, status, &headers));
+        }
         let body = response.bytes().await.map_err(|e| error::from_transport(operation, &e))?.to_vec();
         debug!(
             operation,
@@ -200,6 +207,11 @@ impl Session<'_> {
             .request(call.method.clone(), &url)
             .header("X-Auth-Token", token.header())
             .header(reqwest::header::ACCEPT, "application/json");
+        if call.service == Service::Compute {
+            request = request
+                .header("X-OpenStack-Nova-API-Version", crate::compute::NOVA_MICROVERSION)
+                .header("OpenStack-API-Version", format!("compute {}", crate::compute::NOVA_MICROVERSION));
+        }
         if !call.query.is_empty() {
             request = request.query(&call.query);
         }

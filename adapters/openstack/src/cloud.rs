@@ -1,9 +1,8 @@
 //! The cloud port over Nova and Neutron: the create, get, list and delete
 //! flows, each idempotent and each keyed by the Server's uid.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use server_core::port::{
     CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ProviderStatus,
@@ -15,8 +14,10 @@ use crate::auth::Auth;
 use crate::client::{Http, Session};
 use crate::compute;
 use crate::config::{ConfigError, OpenStackConfig};
+use crate::index::{Known, Project, ServerIndex};
 use crate::mapping::{self, NovaServer, port_name};
 use crate::network::{self as neutron, Port};
+use crate::resolve::NeutronNames;
 
 /// The cloud port of one OpenStack region. Cheap to clone (shared state).
 #[derive(Clone)]
@@ -28,10 +29,10 @@ struct Inner {
     config: OpenStackConfig,
     http: Http,
     auth: Auth,
-    /// Server uid -> Nova id, learnt from creates and lists, so a get is one
-    /// `GET /servers/{id}`. Only a hint: a miss falls back to the full list,
-    /// which alone may answer "absent".
-    known: Mutex<HashMap<String, String>>,
+    /// Which Nova servers are whose, per identity, from one list each.
+    index: ServerIndex,
+    /// Neutron IDs of networks and security groups by name, per identity.
+    names: NeutronNames,
 }
 
 impl fmt::Debug for OpenStackCloud {
@@ -40,6 +41,10 @@ impl fmt::Debug for OpenStackCloud {
     }
 }
 
+/// At most this many lists per lookup (a list racing a create can leave the
+/// answer in doubt once; down cells keep it so).
+const MAX_LISTS_PER_LOOKUP: usize = 2;
+
 impl OpenStackCloud {
     /// Validates the configuration and builds the HTTP client. Nothing is
     /// sent until the first call: credentials come with each call.
@@ -47,7 +52,15 @@ impl OpenStackCloud {
         config.validate()?;
         let http = Http::new(&config)?;
         let auth = Auth::new(&config);
-        Ok(OpenStackCloud { inner: Arc::new(Inner { config, http, auth, known: Mutex::new(HashMap::new()) }) })
+        Ok(OpenStackCloud {
+            inner: Arc::new(Inner {
+                config,
+                http,
+                auth,
+                index: ServerIndex::default(),
+                names: NeutronNames::default(),
+            }),
+        })
     }
 
     /// The port for the controller's per-region registry.
@@ -63,47 +76,145 @@ impl OpenStackCloud {
         Session { http: &self.inner.http, auth: &self.inner.auth, identity }
     }
 
-    fn known(&self) -> MutexGuard<'_, HashMap<String, String>> {
-        // A plain map: a panic elsewhere cannot leave it inconsistent.
-        self.inner.known.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn remember(&self, uid: &str, id: &str) {
-        self.known().insert(uid.to_owned(), id.to_owned());
-    }
-
-    fn forget(&self, uid: &str) {
-        self.known().remove(uid);
-    }
-
-    /// Every Nova server tied to `uid`, oldest first, from one full list: the
-    /// only answer that may say "none".
-    async fn servers_of(&self, session: &Session<'_>, uid: &str) -> Result<Vec<NovaServer>, CloudError> {
-        let mut servers: Vec<NovaServer> =
-            compute::list_servers(session).await?.into_iter().filter(|s| s.server_uid() == Some(uid)).collect();
-        servers.sort_by(|a, b| (a.created.as_deref(), &a.id).cmp(&(b.created.as_deref(), &b.id)));
-        if servers.len() > 1 {
-            let ids: Vec<&str> = servers.iter().map(|s| s.id.as_str()).collect();
-            warn!(server_uid = uid, ?ids, "more than one provider server carries this Server's uid");
-        }
+    /// Lists every server of the project and records them in the index.
+    async fn list_into(&self, session: &Session<'_>, project: &Project) -> Result<Vec<NovaServer>, CloudError> {
+        let started = self.inner.index.tick();
+        let servers = compute::list_servers(session).await?;
+        project.record_list(started, &servers);
         Ok(servers)
     }
 
-    /// The Server's provider server: by the remembered id when there is one,
-    /// else from the full list.
-    async fn lookup(&self, session: &Session<'_>, uid: &str) -> Result<Option<NovaServer>, CloudError> {
-        let hint = self.known().get(uid).cloned();
-        if let Some(id) = hint {
-            match compute::get_server(session, &id).await? {
-                Some(server) if server.server_uid() == Some(uid) => return Ok(Some(server)),
-                _ => self.forget(uid),
+    /// What the index knows of `uid`, listing (once, shared with concurrent
+    /// callers of the same identity) when only a list can tell.
+    async fn known(&self, session: &Session<'_>, project: &Project, uid: &str) -> Result<Known, CloudError> {
+        for _ in 0..MAX_LISTS_PER_LOOKUP {
+            if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
+                return Ok(known);
+            }
+            let _listing = project.listing.lock().await;
+            // Another caller's list, finished while this one waited, may answer.
+            if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
+                return Ok(known);
+            }
+            self.list_into(session, project).await?;
+        }
+        match project.known(uid) {
+            Known::MustList => Err(CloudError::Unavailable {
+                status: 503,
+                message: format!(
+                    "listing servers: {} servers of the project are in a Nova cell that does not answer, so \
+                     whether server {uid} exists cannot be told",
+                    project.down_cells()
+                ),
+            }),
+            known => Ok(known),
+        }
+    }
+
+    /// Every live Nova server tied to the Server, oldest first, each read
+    /// just now; a Go-made one is adopted first (see [`Self::adopt`]).
+    async fn servers_of(&self, session: &Session<'_>, server: &ServerRef) -> Result<Vec<NovaServer>, CloudError> {
+        let project = self.inner.index.project(session.identity);
+        let uid = server.uid.as_str();
+        for _ in 0..MAX_LISTS_PER_LOOKUP {
+            let ids = match self.known(session, &project, uid).await? {
+                Known::Ids(ids) => ids,
+                Known::Absent => return Ok(self.adopt(session, &project, server).await?.into_iter().collect()),
+                Known::MustList => continue,
+            };
+            let mut found = Vec::with_capacity(ids.len());
+            for id in ids {
+                match compute::get_server(session, &id).await? {
+                    Some(nova) if nova.down_cell() => {
+                        return Err(CloudError::Unavailable {
+                            status: 503,
+                            message: format!("reading server {id}: its Nova cell does not answer"),
+                        });
+                    }
+                    Some(nova) if nova.server_uid() == Some(uid) => found.push(nova),
+                    _ => project.forget(uid, &id),
+                }
+            }
+            if !found.is_empty() {
+                if found.len() > 1 {
+                    let ids: Vec<&str> = found.iter().map(|s| s.id.as_str()).collect();
+                    warn!(server_uid = uid, ?ids, "more than one provider server carries this Server's uid");
+                }
+                return Ok(found);
             }
         }
-        let found = self.servers_of(session, uid).await?.into_iter().next();
-        if let Some(server) = &found {
-            self.remember(uid, &server.id);
+        Ok(Vec::new())
+    }
+
+    /// The Server's provider server, if any.
+    async fn lookup(&self, session: &Session<'_>, server: &ServerRef) -> Result<Option<NovaServer>, CloudError> {
+        Ok(self.servers_of(session, server).await?.into_iter().next())
+    }
+
+    /// Takes over a server the Go controller made for this Server: no server
+    /// carries the uid, and exactly one of the project carries the Server's
+    /// name in the Go controller's `serverID` metadata, with no port
+    /// `server-<name>` bound to another server. It is tagged with the uid, so
+    /// later lookups find it as any other. Several candidates are an error:
+    /// nothing is created or deleted until a person decides.
+    async fn adopt(
+        &self,
+        session: &Session<'_>,
+        project: &Project,
+        server: &ServerRef,
+    ) -> Result<Option<NovaServer>, CloudError> {
+        let candidates = project.go_made(&server.name);
+        let id = match candidates.as_slice() {
+            [] => return Ok(None),
+            [id] => id.clone(),
+            several => {
+                return Err(CloudError::Refused {
+                    status: 409,
+                    message: format!(
+                        "adopting the Go controller's server for {}/{}: {} servers of the project carry serverID={} \
+                         ({}); tag the right one with {}={} or delete the others",
+                        server.namespace,
+                        server.name,
+                        several.len(),
+                        server.name,
+                        several.join(", "),
+                        mapping::METADATA_SERVER_UID,
+                        server.uid
+                    ),
+                });
+            }
+        };
+        let Some(mut nova) = compute::get_server(session, &id).await? else {
+            return Ok(None);
+        };
+        if nova.go_server_name() != Some(server.name.as_str()) {
+            return Ok(None);
         }
-        Ok(found)
+        let ports = neutron::ports_named(session, &port_name(&server.name)).await?;
+        if let Some(port) = ports.iter().find(|p| !p.device_id.is_empty() && p.device_id != id) {
+            return Err(CloudError::Refused {
+                status: 409,
+                message: format!(
+                    "adopting the Go controller's server {id} for {}/{}: its port {} is bound to server {}, not to it",
+                    server.namespace,
+                    server.name,
+                    port_name(&server.name),
+                    port.device_id
+                ),
+            });
+        }
+        let ownership = mapping::ownership_metadata(server);
+        compute::update_metadata(session, &id, &ownership).await?;
+        nova.metadata.extend(ownership);
+        project.remember(&server.uid, &id, self.inner.index.tick());
+        info!(
+            server_uid = %server.uid,
+            namespace = %server.namespace,
+            name = %server.name,
+            provider_id = %id,
+            "adopted the provider server the Go controller made"
+        );
+        Ok(Some(nova))
     }
 
     async fn create_flow(
@@ -122,19 +233,38 @@ impl OpenStackCloud {
                 ),
             });
         };
-        if let Some(existing) = self.lookup(&session, uid).await? {
+        if let Some(existing) = self.lookup(&session, &request.server).await? {
             debug!(server_uid = uid, provider_id = %existing.id, "provider server exists; create is a no-op");
             if request.public_ip {
                 // A previous create may have stopped between server and floating IP.
-                if let Some(port) = self.find_port(&session, uid, &network.id).await? {
+                if let Some(port) = self.server_port(&session, &request.server, &existing.id).await? {
                     self.ensure_floating_ip(&session, request, &port).await?;
                 }
             }
             return Ok(mapping::provider_server(&existing));
         }
-        let port = self.ensure_port(&session, request, network).await?;
+        let resolved = self.inner.names.resolve(&session, &network.id, &request.security_group_ids).await?;
+        let port = match self.ensure_port(&session, request, network, &resolved).await {
+            Err(CloudError::NotReady { message }) => {
+                // A kept Neutron ID went stale: read the names again next time.
+                self.inner.names.invalidate(identity).await;
+                return Err(CloudError::NotReady { message });
+            }
+            other => other?,
+        };
+        let metadata = mapping::server_metadata(request);
+        if !metadata.dropped.is_empty() {
+            info!(
+                server_uid = uid,
+                dropped = ?metadata.dropped,
+                "tags left out of the Nova metadata: their names do not fit Nova's key schema"
+            );
+        }
+        let project = self.inner.index.project(identity);
+        project.mark_uncertain(uid, self.inner.index.tick());
         let id = compute::create_server(&session, mapping::server_body(request, &port.id)).await?;
-        self.remember(uid, &id);
+        project.remember(uid, &id, self.inner.index.tick());
+        project.settle(uid);
         info!(
             server_uid = uid,
             namespace = %request.server.namespace,
@@ -156,10 +286,15 @@ impl OpenStackCloud {
         })
     }
 
-    /// The Server's port on `network_id`, if a previous attempt made one.
-    async fn find_port(&self, session: &Session<'_>, uid: &str, network_id: &str) -> Result<Option<Port>, CloudError> {
-        let ports = neutron::ports_named(session, &port_name(uid)).await?;
-        Ok(ports.into_iter().find(|p| p.network_id == network_id))
+    /// The Server's port that `server_id` boots with (or, unbound, may).
+    async fn server_port(
+        &self,
+        session: &Session<'_>,
+        server: &ServerRef,
+        server_id: &str,
+    ) -> Result<Option<Port>, CloudError> {
+        let ports = neutron::ports_named(session, &port_name(&server.name)).await?;
+        Ok(ports.into_iter().find(|p| p.device_id == server_id || p.device_id.is_empty()))
     }
 
     /// The port the new server boots with: a leftover of an earlier attempt on
@@ -170,12 +305,13 @@ impl OpenStackCloud {
         session: &Session<'_>,
         request: &CreateRequest,
         network: &server_core::model::NetworkAttachment,
+        resolved: &mapping::ResolvedNetworking,
     ) -> Result<Port, CloudError> {
         let uid = request.server.uid.as_str();
-        let body = mapping::port_body(request, network);
+        let body = mapping::port_body(request, network, resolved);
         let mut reusable = None;
-        for port in neutron::ports_named(session, &port_name(uid)).await? {
-            if reusable.is_none() && port.network_id == network.id {
+        for port in neutron::ports_named(session, &port_name(&request.server.name)).await? {
+            if reusable.is_none() && port.network_id == resolved.network_id {
                 reusable = Some(port);
             } else {
                 self.release_port(session, &port).await?;
@@ -193,7 +329,7 @@ impl OpenStackCloud {
             return Ok(port);
         }
         let port = neutron::create_port(session, body).await?;
-        info!(server_uid = uid, port_id = %port.id, network_id = %network.id, "created port");
+        info!(server_uid = uid, port_id = %port.id, network_id = %resolved.network_id, "created port");
         Ok(port)
     }
 
@@ -225,7 +361,7 @@ impl OpenStackCloud {
         }
         let mut networks = neutron::external_networks(session).await?;
         match networks.len() {
-            1 => Ok(networks.remove(0)),
+            1 => Ok(networks.remove(0).id),
             n => Err(CloudError::Refused {
                 status: 400,
                 message: format!(
@@ -250,7 +386,7 @@ impl OpenStackCloud {
     async fn delete_flow(&self, identity: &IdentityContext, server: &ServerRef) -> Result<DeleteProgress, CloudError> {
         let session = self.session(identity);
         let uid = server.uid.as_str();
-        let servers = self.servers_of(&session, uid).await?;
+        let servers = self.servers_of(&session, server).await?;
         if !servers.is_empty() {
             for nova in &servers {
                 if nova.soft_deleted() {
@@ -261,18 +397,18 @@ impl OpenStackCloud {
                     info!(server_uid = uid, provider_id = %nova.id, "requested provider server deletion");
                 }
             }
-            self.forget(uid);
             // Nova deletes asynchronously; a quick look spares a pass when it
             // was fast. Any doubt (still there, or no answer) is "in progress".
+            let project = self.inner.index.project(identity);
             for nova in &servers {
                 match compute::get_server(&session, &nova.id).await {
-                    Ok(None) => {}
+                    Ok(None) => project.forget(uid, &nova.id),
                     Ok(Some(_)) | Err(_) => return Ok(DeleteProgress::InProgress),
                 }
             }
         }
         // Nova no longer has it: give back what the create allocated.
-        for port in neutron::ports_named(&session, &port_name(uid)).await? {
+        for port in neutron::ports_named(&session, &port_name(&server.name)).await? {
             self.release_port(&session, &port).await?;
         }
         Ok(DeleteProgress::Gone)
@@ -284,20 +420,20 @@ impl OpenStackCloud {
         server: &ServerRef,
     ) -> Result<Option<ProviderServer>, CloudError> {
         let session = self.session(identity);
-        Ok(self.lookup(&session, &server.uid).await?.as_ref().map(mapping::provider_server))
+        Ok(self.lookup(&session, server).await?.as_ref().map(mapping::provider_server))
     }
 
     async fn list_flow(&self, identity: &IdentityContext) -> Result<Vec<ProviderServer>, CloudError> {
         let session = self.session(identity);
-        let servers = compute::list_servers(&session).await?;
-        let mut records = Vec::with_capacity(servers.len());
-        // Servers this operator did not make (no uid) are not its business.
-        for server in servers.iter().filter(|s| s.server_uid().is_some()) {
-            let record = mapping::provider_server(server);
-            self.remember(&record.server_uid, &record.id);
-            records.push(record);
-        }
-        Ok(records)
+        let project = self.inner.index.project(identity);
+        let servers = self.list_into(&session, &project).await?;
+        // Servers this operator did not make (no uid) are not its business;
+        // down-cell records cannot be told apart, so they are left out too.
+        Ok(servers
+            .iter()
+            .filter(|s| s.server_uid().is_some() && !s.down_cell())
+            .map(mapping::provider_server)
+            .collect())
     }
 }
 

@@ -1,4 +1,4 @@
-//! Nova calls (compute API v2.1).
+//! Nova calls (compute API v2.1 at microversion [`NOVA_MICROVERSION`]).
 
 use reqwest::Method;
 use serde::Deserialize;
@@ -8,34 +8,40 @@ use server_core::port::CloudError;
 use crate::client::{Call, Service, Session};
 use crate::mapping::NovaServer;
 
+/// The Nova microversion every call asks for, as the Go controller pins it:
+/// the server record shapes are those of the `v2.90_` samples, and a Nova
+/// cell that does not answer shows its servers as down-cell records
+/// (status UNKNOWN, no metadata; since 2.69) instead of failing the list.
+pub(crate) const NOVA_MICROVERSION: &str = "2.90";
+
 /// A runaway pagination (a marker that does not advance) stops here.
 const MAX_PAGES: usize = 1_000;
 
 #[derive(Deserialize)]
-struct ServerList {
-    servers: Vec<NovaServer>,
+pub(crate) struct ServerList {
+    pub(crate) servers: Vec<NovaServer>,
     #[serde(default)]
-    servers_links: Vec<Link>,
+    pub(crate) servers_links: Vec<Link>,
 }
 
 #[derive(Deserialize)]
-struct Link {
-    rel: String,
+pub(crate) struct Link {
+    pub(crate) rel: String,
 }
 
 #[derive(Deserialize)]
-struct ServerEnvelope {
-    server: NovaServer,
+pub(crate) struct ServerEnvelope {
+    pub(crate) server: NovaServer,
 }
 
 #[derive(Deserialize)]
-struct CreatedEnvelope {
-    server: Created,
+pub(crate) struct CreatedEnvelope {
+    pub(crate) server: Created,
 }
 
 #[derive(Deserialize)]
-struct Created {
-    id: String,
+pub(crate) struct Created {
+    pub(crate) id: String,
 }
 
 /// Every server of the token's project, with details, following Nova's
@@ -88,6 +94,20 @@ pub(crate) async fn delete_server(session: &Session<'_>, id: &str) -> Result<(),
         return Ok(());
     }
     reply.ok(OPERATION)
+}
+
+/// Adds (or overwrites) metadata items, leaving the others as they are
+/// (`POST /servers/{id}/metadata`).
+pub(crate) async fn update_metadata(
+    session: &Session<'_>,
+    id: &str,
+    metadata: &std::collections::BTreeMap<String, String>,
+) -> Result<(), CloudError> {
+    const OPERATION: &str = "updating server metadata";
+    let path = format!("/servers/{}/metadata", segment(id));
+    let call =
+        Call::new(OPERATION, Service::Compute, Method::POST, path).body(serde_json::json!({"metadata": metadata}));
+    session.send(&call).await?.ok(OPERATION)
 }
 
 /// Reclaims a soft-deleted server now; one already gone counts as deleted.

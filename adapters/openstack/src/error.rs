@@ -24,7 +24,71 @@ pub(crate) fn request_id(headers: &HeaderMap) -> Option<String> {
 pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Option<&str>, body: &[u8]) -> CloudError {
     let detail = provider_message(body).unwrap_or_else(|| status.canonical_reason().unwrap_or("no reason").to_owned());
     let request = request_id.map(|id| format!(", request id {id}")).unwrap_or_default();
-    CloudError::from_http(status.as_u16(), format!("{operation}: {detail} (HTTP {}{request})", status.as_u16()))
+    let message = format!("{operation}: {detail} (HTTP {}{request})", status.as_u16());
+    match neutron_error_type(body).as_deref().map(NeutronRefusal::of) {
+        // Neutron answers 409 for quota and a full subnet: waiting does not
+        // free either, so they are refusals, not conflicts to retry.
+        Some(Some(NeutronRefusal::Refused)) if status == StatusCode::CONFLICT => {
+            CloudError::Refused { status: status.as_u16(), message }
+        }
+        // What the port needs is not there (yet): wait, the create did not land.
+        Some(Some(NeutronRefusal::NotThere)) if status == StatusCode::NOT_FOUND => CloudError::NotReady { message },
+        _ => CloudError::from_http(status.as_u16(), message),
+    }
+}
+
+/// What a `NeutronError.type` means beyond its HTTP status
+/// (neutron-lib `exceptions`: `OverQuota`, `IpAddressGenerationFailure`,
+/// `NetworkNotFound`, `SecurityGroupNotFound`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NeutronRefusal {
+    /// Port or floating-IP quota, or no address left on the subnet.
+    Refused,
+    /// The network or security group a port names does not exist.
+    NotThere,
+}
+
+impl NeutronRefusal {
+    fn of(kind: &str) -> Option<Self> {
+        match kind {
+            "OverQuota" | "IpAddressGenerationFailure" => Some(NeutronRefusal::Refused),
+            "NetworkNotFound" | "SecurityGroupNotFound" => Some(NeutronRefusal::NotThere),
+            _ => None,
+        }
+    }
+}
+
+/// `NeutronError.type` of a Neutron error body.
+fn neutron_error_type(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        #[serde(rename = "NeutronError")]
+        error: Inner,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    serde_json::from_slice::<Body>(body).ok().map(|b| b.error.kind)
+}
+
+/// A 3xx answer: OpenStack APIs do not redirect, so the endpoint is wrong
+/// (or something in between is). Not followed; the target is named so the
+/// configuration can be fixed (its query string left out).
+pub(crate) fn redirected(operation: &str, status: StatusCode, headers: &HeaderMap) -> CloudError {
+    let target = headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(|l| l.split(['?', '#']).next().unwrap_or_default().to_owned())
+        .unwrap_or_else(|| "an unnamed location".into());
+    CloudError::Auth {
+        message: format!(
+            "{operation}: the endpoint answered HTTP {} redirecting to {target}; redirects are not followed \
+             (credentials would go with them): configure the final URL",
+            status.as_u16()
+        ),
+    }
 }
 
 /// A transport failure: no usable answer arrived, so the outcome is unknown.
@@ -125,5 +189,32 @@ mod tests {
         assert!(from_status("x", StatusCode::BAD_GATEWAY, None, b"").is_transient());
         assert!(matches!(from_status("x", StatusCode::UNAUTHORIZED, None, b""), CloudError::Auth { .. }));
         assert!(malformed("x", None, "eof").is_transient());
+    }
+
+    #[test]
+    fn neutron_error_types_decide_over_the_status() {
+        let body = |kind: &str| format!(r#"{{"NeutronError": {{"type": "{kind}", "message": "m", "detail": ""}}}}"#);
+        let quota = from_status("creating port", StatusCode::CONFLICT, None, body("OverQuota").as_bytes());
+        assert!(matches!(quota, CloudError::Refused { status: 409, .. }));
+        let full = from_status("x", StatusCode::CONFLICT, None, body("IpAddressGenerationFailure").as_bytes());
+        assert!(matches!(full, CloudError::Refused { status: 409, .. }));
+        let in_use = from_status("x", StatusCode::CONFLICT, None, body("PortInUse").as_bytes());
+        assert!(matches!(in_use, CloudError::Conflict { .. }));
+        let no_network = from_status("x", StatusCode::NOT_FOUND, None, body("NetworkNotFound").as_bytes());
+        assert!(matches!(no_network, CloudError::NotReady { .. }) && no_network.is_transient());
+        // The type decides, never the words of the message.
+        let worded =
+            br#"{"NeutronError": {"type": "HTTPConflict", "message": "Quota exceeded (OverQuota)", "detail": ""}}"#;
+        assert!(from_status("x", StatusCode::CONFLICT, None, worded).is_transient());
+    }
+
+    #[test]
+    fn a_redirect_names_its_target_without_the_query() {
+        let mut headers = HeaderMap::new();
+        headers.insert("location", HeaderValue::from_static("http://elsewhere:9999/v3/auth/tokens?x=secret"));
+        let error = redirected("authenticating", StatusCode::TEMPORARY_REDIRECT, &headers);
+        assert!(
+            matches!(&error, CloudError::Auth { message } if message.contains("http://elsewhere:9999/v3/auth/tokens") && !message.contains("secret"))
+        );
     }
 }

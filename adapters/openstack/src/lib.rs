@@ -81,10 +81,17 @@ mod client;
 mod cloud;
 mod compute;
 mod config;
+#[cfg(test)]
+mod contract;
 mod error;
+mod index;
 mod mapping;
 mod network;
+mod resolve;
 
 pub use cloud::OpenStackCloud;
 pub use config::{ConfigError, Interface, OpenStackConfig};
-pub use mapping::{METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, port_name};
+pub use mapping::{
+    METADATA_GO_SERVER_ID, METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, metadata_key,
+    port_name, valid_metadata_key,
+};

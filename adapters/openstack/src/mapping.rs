@@ -12,7 +12,7 @@ use jiff::tz::TimeZone;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use server_core::model::NetworkAttachment;
-use server_core::port::{CreateRequest, PowerState, ProviderServer, ProviderStatus};
+use server_core::port::{CreateRequest, PowerState, ProviderServer, ProviderStatus, ServerRef};
 
 /// Nova metadata that ties a provider server to its Server; the uid is the
 /// idempotency key.
@@ -21,12 +21,47 @@ pub const METADATA_SERVER_NAMESPACE: &str = "unikorn:server-namespace";
 pub const METADATA_SERVER_NAME: &str = "unikorn:server-name";
 /// Keys with this prefix are the operator's; user tags cannot set them.
 const RESERVED_PREFIX: &str = "unikorn:";
-/// Nova's limit on metadata keys and values.
+/// Nova's limit on metadata values (nova/api/validation/parameter_types.py).
 const METADATA_MAX: usize = 255;
 
-/// The Neutron port made for a Server, found again by this name.
-pub fn port_name(server_uid: &str) -> String {
-    format!("unikorn-server-{server_uid}")
+/// The system metadata the Go controller writes on every server it makes
+/// (its legacy camelCase keys and their namespaced copies); other tools read
+/// them, so this controller writes them too. `serverID` is the Server's
+/// object name, which is also how a Go-made server is found for adoption.
+pub const METADATA_GO_SERVER_ID: &str = "serverID";
+const METADATA_GO_SERVER_ID_NAMESPACED: &str = "region:server_id";
+
+/// The Neutron port made for a Server, found again by this name. The Go
+/// controller's scheme (`server-<Server name>`), so either controller finds
+/// the other's port; a Server name is unique in its namespace, whose
+/// identity owns the project.
+pub fn port_name(server_name: &str) -> String {
+    format!("server-{server_name}")
+}
+
+/// Whether Nova accepts `key` as a metadata key: `^[a-zA-Z0-9-_:. ]{1,255}$`
+/// (nova/api/validation/parameter_types.py, `metadata` property names);
+/// any other key fails the whole create with 400.
+pub fn valid_metadata_key(key: &str) -> bool {
+    (1..=METADATA_MAX).contains(&key.len())
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.' | b' '))
+}
+
+/// A tag name in the unikorn scheme `<service>.<domain>/<local-name>` as the
+/// Go controller writes it to Nova: `<service>:<local_name>` (its
+/// `metadataKey`). Other names are returned unchanged.
+pub fn metadata_key(tag: &str) -> String {
+    let Some((qualifier, local)) = tag.split_once('/') else { return tag.to_owned() };
+    let Some((service, domain)) = qualifier.split_once('.') else { return tag.to_owned() };
+    let label = |s: &str| {
+        s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    if label(service) && !domain.is_empty() && label(local) {
+        format!("{service}:{}", local.replace('-', "_"))
+    } else {
+        tag.to_owned()
+    }
 }
 
 /// The subset of a Nova server record the port needs (API v2.1 fields).
@@ -64,6 +99,26 @@ pub(crate) struct NovaAddress {
 impl NovaServer {
     pub(crate) fn server_uid(&self) -> Option<&str> {
         self.metadata.get(METADATA_SERVER_UID).map(String::as_str).filter(|uid| !uid.is_empty())
+    }
+
+    /// The Server name the Go controller recorded (`serverID`), on a server
+    /// this controller has not tied to a uid yet.
+    pub(crate) fn go_server_name(&self) -> Option<&str> {
+        if self.server_uid().is_some() {
+            return None;
+        }
+        [METADATA_GO_SERVER_ID, METADATA_GO_SERVER_ID_NAMESPACED]
+            .iter()
+            .find_map(|key| self.metadata.get(*key))
+            .map(String::as_str)
+            .filter(|name| !name.is_empty())
+    }
+
+    /// A record from a Nova cell that does not answer (microversion >= 2.69):
+    /// status UNKNOWN and no metadata. What it is cannot be told, so it is
+    /// never read as "absent" nor as someone else's server.
+    pub(crate) fn down_cell(&self) -> bool {
+        self.status.eq_ignore_ascii_case("UNKNOWN") && self.metadata.is_empty()
     }
 
     /// Nova is already deleting it: a second DELETE would only earn a 409.
@@ -154,25 +209,51 @@ pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
         .or_else(|| text.parse::<DateTime>().ok().and_then(|dt| dt.to_zoned(TimeZone::UTC).ok()).map(|z| z.timestamp()))
 }
 
-/// Nova metadata for the Server's provider server: the three keys tying it to
-/// the Server, then the user's tags (those that fit Nova's limits and do not
-/// claim an operator key).
-pub(crate) fn server_metadata(request: &CreateRequest) -> BTreeMap<String, String> {
-    let mut metadata = BTreeMap::new();
+/// Nova metadata for the Server's provider server, and the tags left out.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ServerMetadata {
+    pub(crate) metadata: BTreeMap<String, String>,
+    /// Tag names Nova would refuse even after conversion, or that claim an
+    /// operator key.
+    pub(crate) dropped: Vec<String>,
+}
+
+/// The user's tags (unikorn-scheme names converted as the Go controller
+/// does; names Nova would refuse dropped), then the keys tying the server to
+/// its Server, which no tag can override.
+pub(crate) fn server_metadata(request: &CreateRequest) -> ServerMetadata {
+    let mut out = ServerMetadata::default();
     for tag in &request.tags {
-        let fits = !tag.name.is_empty() && tag.name.len() <= METADATA_MAX && tag.value.len() <= METADATA_MAX;
-        if fits && !tag.name.starts_with(RESERVED_PREFIX) {
-            metadata.insert(tag.name.clone(), tag.value.clone());
+        let key = metadata_key(&tag.name);
+        if valid_metadata_key(&key) && tag.value.len() <= METADATA_MAX && !key.starts_with(RESERVED_PREFIX) {
+            out.metadata.insert(key, tag.value.clone());
+        } else {
+            out.dropped.push(tag.name.clone());
         }
     }
-    metadata.insert(METADATA_SERVER_UID.to_owned(), request.server.uid.clone());
-    metadata.insert(METADATA_SERVER_NAMESPACE.to_owned(), request.server.namespace.clone());
-    metadata.insert(METADATA_SERVER_NAME.to_owned(), request.server.name.clone());
-    metadata
+    out.metadata.extend(ownership_metadata(&request.server));
+    out
+}
+
+/// The keys that tie a Nova server to its Server: ours (uid, namespace,
+/// name), written at create and when adopting a Go-made server.
+pub(crate) fn ownership_metadata(server: &ServerRef) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (METADATA_SERVER_UID.to_owned(), server.uid.clone()),
+        (METADATA_SERVER_NAMESPACE.to_owned(), server.namespace.clone()),
+        (METADATA_SERVER_NAME.to_owned(), server.name.clone()),
+    ])
+}
+
+/// Neutron IDs of what a Server's spec names by Kubernetes resource name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ResolvedNetworking {
+    pub(crate) network_id: String,
+    pub(crate) security_group_ids: Vec<String>,
 }
 
 /// `POST /v2.0/ports` body: the Server's port on its first network.
-pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment) -> Value {
+pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment, ids: &ResolvedNetworking) -> Value {
     let pairs: Vec<Value> = network
         .allowed_address_pairs
         .iter()
@@ -182,10 +263,10 @@ pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment) ->
         })
         .collect();
     json!({"port": {
-        "name": port_name(&request.server.uid),
+        "name": port_name(&request.server.name),
         "description": format!("Server {}/{}", request.server.namespace, request.server.name),
-        "network_id": network.id,
-        "security_groups": request.security_group_ids,
+        "network_id": ids.network_id,
+        "security_groups": ids.security_group_ids,
         "allowed_address_pairs": pairs,
     }})
 }
@@ -197,7 +278,7 @@ pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
         "flavorRef": request.flavor_id,
         "imageRef": request.image_id,
         "networks": [{"port": port_id}],
-        "metadata": server_metadata(request),
+        "metadata": server_metadata(request).metadata,
     });
     if let (Some(user_data), Some(object)) = (&request.user_data, server.as_object_mut()) {
         object.insert("user_data".into(), Value::String(BASE64.encode(user_data)));
@@ -207,10 +288,8 @@ pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use server_core::model::{AllowedAddressPair, Tag};
-    use server_core::port::ServerRef;
-
     use super::*;
+    use server_core::model::{AllowedAddressPair, Tag};
 
     fn nova(value: Value) -> NovaServer {
         serde_json::from_value(value).unwrap_or_default()
@@ -301,10 +380,12 @@ mod tests {
     #[test]
     fn create_bodies() {
         let request = request();
-        let port = port_body(&request, &request.networks[0]);
-        assert_eq!(port["port"]["name"], "unikorn-server-uid-1");
-        assert_eq!(port["port"]["network_id"], "net-1");
-        assert_eq!(port["port"]["security_groups"], json!(["sg-1", "sg-2"]));
+        let ids =
+            ResolvedNetworking { network_id: "neutron-net".into(), security_group_ids: vec!["g1".into(), "g2".into()] };
+        let port = port_body(&request, &request.networks[0], &ids);
+        assert_eq!(port["port"]["name"], "server-web");
+        assert_eq!(port["port"]["network_id"], "neutron-net");
+        assert_eq!(port["port"]["security_groups"], json!(["g1", "g2"]));
         assert_eq!(
             port["port"]["allowed_address_pairs"],
             json!([{"ip_address": "10.1.0.0/24"}, {"ip_address": "10.2.0.1", "mac_address": "fa:16:3e:aa:bb:cc"}])
@@ -321,5 +402,47 @@ mod tests {
         );
         let no_user_data = CreateRequest { user_data: None, ..request };
         assert!(server_body(&no_user_data, "p")["server"].get("user_data").is_none());
+    }
+
+    #[test]
+    fn unikorn_tag_names_convert_as_the_go_controller_does() {
+        assert_eq!(metadata_key("compute.unikorn-cloud.org/workload"), "compute:workload");
+        assert_eq!(metadata_key("region.unikorn-cloud.org/server-pool"), "region:server_pool");
+        assert_eq!(metadata_key("team"), "team");
+        // Outside the scheme: unchanged (and then judged by Nova's schema).
+        assert_eq!(metadata_key("Compute.x/y"), "Compute.x/y");
+        assert_eq!(metadata_key("a/b/c"), "a/b/c");
+        assert_eq!(metadata_key("nodomain/x"), "nodomain/x");
+        assert!(valid_metadata_key("compute:workload") && valid_metadata_key("My Server Name"));
+        for bad in ["", "a/b", "user@example", "clé", &"k".repeat(256)] {
+            assert!(!valid_metadata_key(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn tags_nova_would_refuse_are_dropped_and_operator_keys_win() {
+        let mut request = request();
+        request.tags = vec![
+            Tag { name: "compute.unikorn-cloud.org/workload".into(), value: "batch".into() },
+            Tag { name: "owner@example.com".into(), value: "x".into() },
+            Tag { name: "long".into(), value: "v".repeat(256) },
+            Tag { name: "unikorn:server-uid".into(), value: "forged".into() },
+        ];
+        let out = server_metadata(&request);
+        assert_eq!(out.metadata.get("compute:workload").map(String::as_str), Some("batch"));
+        assert_eq!(out.metadata.get("unikorn:server-uid").map(String::as_str), Some("uid-1"));
+        assert_eq!(out.dropped, ["owner@example.com", "long", "unikorn:server-uid"]);
+        assert!(out.metadata.keys().all(|k| valid_metadata_key(k)));
+    }
+
+    #[test]
+    fn go_made_and_down_cell_records() {
+        let go = nova(json!({"id": "g", "status": "ACTIVE", "metadata": {"serverID": "web", "projectID": "p"}}));
+        assert_eq!(go.go_server_name(), Some("web"));
+        let ours =
+            nova(json!({"id": "o", "status": "ACTIVE", "metadata": {"serverID": "web", "unikorn:server-uid": "u"}}));
+        assert_eq!(ours.go_server_name(), None, "a server tied to a uid is nobody's to adopt");
+        let down = nova(json!({"id": "d", "status": "UNKNOWN", "created": "2019-02-28T03:16:19Z"}));
+        assert!(down.down_cell() && !go.down_cell());
     }
 }

@@ -13,6 +13,9 @@ pub(crate) struct Port {
     pub(crate) id: String,
     #[serde(default)]
     pub(crate) network_id: String,
+    /// The Nova server the port is bound to (empty while unbound).
+    #[serde(default)]
+    pub(crate) device_id: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -23,33 +26,42 @@ pub(crate) struct FloatingIp {
 }
 
 #[derive(Deserialize)]
-struct Ports {
-    ports: Vec<Port>,
+pub(crate) struct Ports {
+    pub(crate) ports: Vec<Port>,
 }
 
 #[derive(Deserialize)]
-struct PortEnvelope {
-    port: Port,
+pub(crate) struct PortEnvelope {
+    pub(crate) port: Port,
 }
 
 #[derive(Deserialize)]
-struct FloatingIps {
-    floatingips: Vec<FloatingIp>,
+pub(crate) struct FloatingIps {
+    pub(crate) floatingips: Vec<FloatingIp>,
 }
 
 #[derive(Deserialize)]
-struct FloatingIpEnvelope {
-    floatingip: FloatingIp,
+pub(crate) struct FloatingIpEnvelope {
+    pub(crate) floatingip: FloatingIp,
 }
 
 #[derive(Deserialize)]
-struct Networks {
-    networks: Vec<NetworkRef>,
+pub(crate) struct Networks {
+    pub(crate) networks: Vec<Named>,
 }
 
 #[derive(Deserialize)]
-struct NetworkRef {
-    id: String,
+pub(crate) struct SecurityGroups {
+    pub(crate) security_groups: Vec<Named>,
+}
+
+/// A network or security group: what name resolution and external network
+/// selection read.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct Named {
+    pub(crate) id: String,
+    #[serde(default)]
+    pub(crate) name: String,
 }
 
 /// Ports of the token's project with this exact name.
@@ -118,9 +130,27 @@ pub(crate) async fn delete_floating_ip(session: &Session<'_>, id: &str) -> Resul
     reply.ok(OPERATION)
 }
 
-/// IDs of the external networks visible to the project.
-pub(crate) async fn external_networks(session: &Session<'_>) -> Result<Vec<String>, CloudError> {
+/// The external networks visible to the project.
+pub(crate) async fn external_networks(session: &Session<'_>) -> Result<Vec<Named>, CloudError> {
     const OPERATION: &str = "listing external networks";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/networks").query("router:external", "true");
-    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks.into_iter().map(|n| n.id).collect())
+    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks)
+}
+
+/// Every network the project sees (its own, shared and external), with the
+/// fields name resolution needs.
+pub(crate) async fn networks(session: &Session<'_>) -> Result<Vec<Named>, CloudError> {
+    const OPERATION: &str = "listing networks";
+    let call =
+        Call::new(OPERATION, Service::Network, Method::GET, "/networks").query("fields", "id").query("fields", "name");
+    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks)
+}
+
+/// Every security group the project sees.
+pub(crate) async fn security_groups(session: &Session<'_>) -> Result<Vec<Named>, CloudError> {
+    const OPERATION: &str = "listing security groups";
+    let call = Call::new(OPERATION, Service::Network, Method::GET, "/security-groups")
+        .query("fields", "id")
+        .query("fields", "name");
+    Ok(session.send(&call).await?.json::<SecurityGroups>(OPERATION)?.security_groups)
 }

@@ -25,6 +25,9 @@ struct Harness {
     served: ServeHandle,
     cloud: OpenStackCloud,
     identity: IdentityContext,
+    /// Neutron ids of `network-net-1`, `securitygroup-sg-web`, `securitygroup-sg-ssh`.
+    network_id: String,
+    group_ids: [String; 2],
 }
 
 impl Harness {
@@ -45,13 +48,19 @@ impl Harness {
         config.connect_timeout = Duration::from_secs(1);
         configure(&mut config);
         let cloud = OpenStackCloud::new(config)?;
+        // As the unikorn network controllers name them (network-<id>, securitygroup-<id>).
+        let network_id = sim.add_network(PROJECT, "network-net-1");
+        let group_ids = [
+            sim.add_security_group(PROJECT, "securitygroup-sg-web"),
+            sim.add_security_group(PROJECT, "securitygroup-sg-ssh"),
+        ];
         let identity = IdentityContext {
             region_id: "region-a".into(),
             identity_id: "identity-1".into(),
             project_id: PROJECT.into(),
             credentials: Credentials::Password { user_id: "user-1".into(), password: "s3cret".into() },
         };
-        Ok(Harness { sim, clock, served, cloud, identity })
+        Ok(Harness { sim, clock, served, cloud, identity, network_id, group_ids })
     }
 
     /// Another adapter instance (no token cache, no remembered ids).
@@ -151,6 +160,9 @@ async fn tokens_are_per_identity() -> TestResult {
         credentials: Credentials::Password { user_id: "user-2".into(), password: "pw2".into() },
         ..h.identity.clone()
     };
+    h.sim.add_network("project-2", "network-net-1");
+    h.sim.add_security_group("project-2", "securitygroup-sg-web");
+    h.sim.add_security_group("project-2", "securitygroup-sg-ssh");
     h.cloud.create(&h.identity, &request("uid-a", false)).await?;
     h.cloud.create(&other, &request("uid-b", false)).await?;
     assert_eq!(h.sim.counters().token_requests, 2);
@@ -232,10 +244,10 @@ async fn create_makes_port_server_and_floating_ip() -> TestResult {
     let ports = h.sim.ports();
     assert_eq!(ports.len(), 1);
     let port = &ports[0];
-    assert_eq!(port.name, port_name("uid-1"));
+    assert_eq!(port.name, port_name("server-uid-1"));
     assert_eq!(port.project_id, PROJECT);
-    assert_eq!(port.network_id, "net-1");
-    assert_eq!(port.security_groups, ["sg-web", "sg-ssh"]);
+    assert_eq!(port.network_id, h.network_id, "the Neutron id of network-net-1");
+    assert_eq!(port.security_groups, h.group_ids, "the Neutron ids of securitygroup-sg-web and -ssh");
     assert_eq!(
         port.allowed_address_pairs,
         [("10.9.0.0/16".to_owned(), port.mac_address.clone()), ("10.8.0.1".to_owned(), "fa:16:3e:aa:bb:cc".to_owned())]
@@ -311,12 +323,13 @@ async fn a_port_left_by_a_failed_attempt_is_updated_and_reused() -> TestResult {
     assert_eq!(h.sim.ports().len(), 1);
 
     // The spec changed in between: the port follows it.
+    let new_group = h.sim.add_security_group(PROJECT, "securitygroup-sg-new");
     let mut req = request("uid-1", false);
     req.security_group_ids = vec!["sg-new".into()];
     h.cloud.create(&h.identity, &req).await?;
     let ports = h.sim.ports();
     assert_eq!(ports.len(), 1);
-    assert_eq!(ports[0].security_groups, ["sg-new"]);
+    assert_eq!(ports[0].security_groups, [new_group]);
     assert_eq!(h.sim.counters().port_creates, 1);
     assert_eq!(h.sim.counters().port_updates, 1);
     Ok(())
@@ -395,28 +408,57 @@ async fn a_failed_boot_shows_as_error() -> TestResult {
 }
 
 #[tokio::test]
-async fn get_uses_the_known_id_and_says_absent_only_after_a_full_list() -> TestResult {
+async fn get_uses_the_known_id_and_says_absent_from_one_list_per_identity() -> TestResult {
     let h = Harness::new().await?;
     h.sim.cloud().script("uid-1", Fate::clean());
     assert_eq!(h.cloud.get(&h.identity, &server_ref("nobody")).await?, None);
-    assert_eq!(h.ops(Op::ServerListDetail), 1, "absence comes from the list");
+    assert_eq!(h.ops(Op::ServerListDetail), 1, "absence comes from a list");
+    assert_eq!(h.cloud.get(&h.identity, &server_ref("nobody-else")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), 1, "the same list answers for every Server of the identity");
 
     h.cloud.create(&h.identity, &request("uid-1", false)).await?;
     let lists = h.ops(Op::ServerListDetail);
+    assert_eq!(lists, 1, "the create's idempotency check needed no list either");
     h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
     assert_eq!(h.ops(Op::ServerListDetail), lists, "one GET /servers/{{id}}, no list");
     assert_eq!(h.ops(Op::ServerGet), 1);
 
-    // The server vanished behind the operator's back: the known id 404s, the
-    // list confirms, and only then is it absent.
+    // The server vanished behind the operator's back: the known id 404s; no
+    // create is in doubt since the list, so it is absent without another.
     h.sim.cloud().with_model(|m| m.delete(start(), "uid-1"))?;
     assert_eq!(h.cloud.get(&h.identity, &server_ref("uid-1")).await?, None);
-    assert_eq!(h.ops(Op::ServerListDetail), lists + 1);
+    assert_eq!(h.ops(Op::ServerListDetail), lists);
 
-    // A list that fails is not absence.
+    // A create whose answer was lost leaves the uid in doubt: only a new
+    // list can say absent, and a list that fails is not absence.
+    h.sim.inject(Target::Op(Op::ServerCreate), Fault::Status(504), 1);
+    h.cloud.create(&h.identity, &request("uid-2", false)).await.err().ok_or("the create should fail")?;
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(500), 1);
-    let error = h.cloud.get(&h.identity, &server_ref("uid-1")).await.err();
+    let error = h.cloud.get(&h.identity, &server_ref("uid-2")).await.err();
     assert!(matches!(error, Some(CloudError::Unavailable { status: 500, .. })), "{error:?}");
+    assert_eq!(h.cloud.get(&h.identity, &server_ref("uid-2")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), lists + 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_restarted_adapter_lists_once_for_all_its_servers() -> TestResult {
+    let h = Harness::new().await?;
+    for i in 0..20 {
+        h.cloud.create(&h.identity, &request(&format!("uid-{i}"), false)).await?;
+    }
+    let fresh = h.fresh_cloud()?;
+    let before = h.ops(Op::ServerListDetail);
+    let mut lookups = tokio::task::JoinSet::new();
+    for i in 0..20 {
+        let fresh = fresh.clone();
+        let identity = h.identity.clone();
+        lookups.spawn(async move { fresh.get(&identity, &server_ref(&format!("uid-{i}"))).await });
+    }
+    while let Some(found) = lookups.join_next().await {
+        found??.ok_or("a server went missing")?;
+    }
+    assert!(h.ops(Op::ServerListDetail) - before <= 2, "20 concurrent lookups share a list");
     Ok(())
 }
 
@@ -433,7 +475,9 @@ async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
     let mut uids: Vec<String> = h.cloud.list(&h.identity).await?.into_iter().map(|s| s.server_uid).collect();
     uids.sort();
     assert_eq!(uids, ["uid-0", "uid-1", "uid-2", "uid-3", "uid-4"]);
-    assert_eq!(h.ops(Op::ServerListDetail) - before, 3, "three pages of two");
+    // Three full pages of two, then the empty page after the last full one
+    // (Nova links a next page whenever a page is full).
+    assert_eq!(h.ops(Op::ServerListDetail) - before, 4, "three pages of two, then an empty one");
     Ok(())
 }
 
@@ -526,6 +570,8 @@ async fn a_soft_deleted_server_is_force_deleted_before_its_port_is_released() ->
     let h = Harness::with(OpenStackSimConfig { soft_delete: true, ..Default::default() }, |_| {}).await?;
     h.sim.cloud().script("uid-1", Fate::clean());
     h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    // Deferred delete applies to a server that launched.
+    h.clock.advance(Duration::from_secs(60));
     // Nova keeps listing the server as SOFT_DELETED: not gone yet.
     assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
     let record = h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
@@ -536,6 +582,16 @@ async fn a_soft_deleted_server_is_force_deleted_before_its_port_is_released() ->
     assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::ServerAction)), (1, 1));
     assert!(h.sim.ports().is_empty() && h.sim.floating_ips().is_empty());
     assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_server_that_never_launched_is_deleted_outright_even_with_deferred_delete() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig { soft_delete: true, ..Default::default() }, |_| {}).await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::ServerAction)), (1, 0));
     Ok(())
 }
 
@@ -636,5 +692,63 @@ async fn credentials_and_tokens_stay_out_of_errors_and_debug() -> TestResult {
     let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
     assert!(!error.to_string().contains("s3cret"));
     assert!(!format!("{:?}", h.cloud).contains("s3cret"));
+    Ok(())
+}
+
+// ---------------------------------------------------------------- Neutron names and refusals
+
+#[tokio::test]
+async fn a_network_not_provisioned_yet_is_a_wait_and_nothing_is_made() -> TestResult {
+    let h = Harness::new().await?;
+    let mut req = request("uid-1", false);
+    req.networks[0].id = "net-later".into();
+    let error = h.cloud.create(&h.identity, &req).await.err();
+    assert!(
+        matches!(&error, Some(CloudError::NotReady { message }) if message.contains("network-net-later")),
+        "{error:?}"
+    );
+    assert!(error.is_some_and(|e| e.is_transient()), "a wait, never a refusal");
+    assert_eq!((h.sim.counters().port_creates, h.sim.counters().server_creates), (0, 0));
+    // Names are read once per identity, not per call.
+    h.cloud.create(&h.identity, &request("uid-2", false)).await?;
+    h.cloud.create(&h.identity, &request("uid-3", false)).await?;
+    assert_eq!((h.ops(Op::NetworkList), h.ops(Op::SecurityGroupList)), (1, 1));
+    Ok(())
+}
+
+#[tokio::test]
+async fn neutron_quota_and_a_full_subnet_are_refusals_with_the_providers_message() -> TestResult {
+    for fault in [Fault::OVER_QUOTA, Fault::NO_ADDRESSES] {
+        let h = Harness::new().await?;
+        h.sim.inject(Target::Op(Op::PortCreate), fault, 1);
+        let error = h.cloud.create(&h.identity, &request("uid-1", false)).await.err();
+        let Some(CloudError::Refused { status: 409, message }) = &error else { panic!("{fault:?}: {error:?}") };
+        let Fault::Neutron { kind, .. } = fault else { panic!("not a Neutron fault") };
+        assert!(message.contains(kind.message()), "{message}");
+        assert_eq!(h.sim.counters().server_creates, 0);
+    }
+    // Any other 409 stays a conflict to retry.
+    let h = Harness::new().await?;
+    h.sim.inject(Target::Op(Op::PortCreate), Fault::Status(409), 1);
+    let error = h.cloud.create(&h.identity, &request("uid-1", false)).await.err();
+    assert!(matches!(error, Some(CloudError::Conflict { .. })), "{error:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn tags_in_the_unikorn_scheme_reach_nova_converted_and_unfit_ones_are_left_out() -> TestResult {
+    let h = Harness::new().await?;
+    let mut req = request("uid-1", false);
+    req.tags = vec![
+        Tag { name: "compute.unikorn-cloud.org/workload-class".into(), value: "batch".into() },
+        Tag { name: "owner@example.com".into(), value: "x".into() },
+        Tag { name: "team".into(), value: "blue".into() },
+    ];
+    h.cloud.create(&h.identity, &req).await?;
+    let servers = h.sim.servers();
+    let metadata = &servers.first().ok_or("no server")?.metadata;
+    assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
+    assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
+    assert!(!metadata.keys().any(|k| k.contains('@')));
     Ok(())
 }

@@ -75,8 +75,11 @@ impl Plan {
         if let Some(patch) = status_merge_patch(&self.before, &self.status) {
             actions.push(Action::WriteStatus(patch));
         }
-        actions.extend(self.annotations);
+        // Events before annotations: an annotation often records that its
+        // event was sent (a refusal), so a lost annotation write re-sends the
+        // event rather than a lost event staying lost.
         actions.extend(self.events.into_iter().map(Action::Emit));
+        actions.extend(self.annotations);
         actions.extend(self.provider);
         actions.extend(self.trailing);
         Decision { status: self.status, actions, outcome }

@@ -42,6 +42,41 @@ pub enum Fault {
     /// Handle the request (its effect happens), then hold the answer back
     /// this long: a client with a shorter timeout never learns the outcome.
     LoseAnswer(Duration),
+    /// Answer with a `NeutronError` of this type (without acting), as
+    /// Neutron answers quota and address exhaustion.
+    Neutron { status: u16, kind: NeutronErrorKind },
+}
+
+impl Fault {
+    /// Neutron's port or floating-IP quota: 409 `OverQuota`
+    /// (neutron-lib `exceptions.OverQuota`).
+    pub const OVER_QUOTA: Fault = Fault::Neutron { status: 409, kind: NeutronErrorKind::OverQuota };
+    /// A full subnet: 409 `IpAddressGenerationFailure`.
+    pub const NO_ADDRESSES: Fault = Fault::Neutron { status: 409, kind: NeutronErrorKind::IpAddressGenerationFailure };
+}
+
+/// `NeutronError.type` values the simulator can answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NeutronErrorKind {
+    OverQuota,
+    IpAddressGenerationFailure,
+}
+
+impl NeutronErrorKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NeutronErrorKind::OverQuota => "OverQuota",
+            NeutronErrorKind::IpAddressGenerationFailure => "IpAddressGenerationFailure",
+        }
+    }
+
+    /// Neutron's message for it (neutron-lib `exceptions`).
+    pub fn message(self) -> &'static str {
+        match self {
+            NeutronErrorKind::OverQuota => "Quota exceeded for resources: ['port'].",
+            NeutronErrorKind::IpAddressGenerationFailure => "No more IP addresses available on network.",
+        }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -28,6 +28,7 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/compute/v2.1/servers/detail", get(endpoint(Op::ServerListDetail)))
         .route("/compute/v2.1/servers/{id}", get(endpoint(Op::ServerGet)).delete(endpoint(Op::ServerDelete)))
         .route("/compute/v2.1/servers/{id}/action", post(endpoint(Op::ServerAction)))
+        .route("/compute/v2.1/servers/{id}/metadata", post(endpoint(Op::ServerMetadataUpdate)))
         .route("/network/v2.0/ports", get(endpoint(Op::PortList)).post(endpoint(Op::PortCreate)))
         .route(
             "/network/v2.0/ports/{id}",
@@ -39,6 +40,7 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
             get(endpoint(Op::FloatingIpGet)).delete(endpoint(Op::FloatingIpDelete)),
         )
         .route("/network/v2.0/networks", get(endpoint(Op::NetworkList)))
+        .route("/network/v2.0/security-groups", get(endpoint(Op::SecurityGroupList)))
         .fallback(|| async { reply::error(Service::Compute, 404, "The resource could not be found.") })
         .with_state(sim)
 }
@@ -70,11 +72,18 @@ pub(super) struct Ctx<'a> {
     pub(super) id: Option<String>,
     query: Vec<(String, String)>,
     pub(super) body: Bytes,
+    /// `X-OpenStack-Nova-API-Version` (2.1 when absent, as Nova defaults).
+    pub(super) nova_microversion: (u32, u32),
 }
 
 impl Ctx<'_> {
     pub(super) fn query(&self, key: &str) -> Option<&str> {
         self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of a repeated query key (`fields=id&fields=name`).
+    pub(super) fn query_all(&self, key: &str) -> Vec<&str> {
+        self.query.iter().filter(|(k, _)| k == key).map(|(_, v)| v.as_str()).collect()
     }
 
     /// The simulator's state. Lock order: state, then model (never the reverse).
@@ -117,6 +126,10 @@ async fn dispatch(
                 reply::error(op.service(), code, &format!("Injected fault: HTTP {code}."))
             };
             (response, None)
+        }
+        Some(Fault::Neutron { status, kind }) => {
+            sim.state().counters.injected_faults += 1;
+            (reply::neutron_error(status, kind.as_str(), kind.message()), None)
         }
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
@@ -169,12 +182,22 @@ async fn handle(
         return (reply::unauthorized(op.service()), None);
     };
     let query = query.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
-    let ctx = Ctx { sim, project, now, base_url, id, query, body };
+    let nova_microversion = microversion(headers);
+    let ctx = Ctx { sim, project, now, base_url, id, query, body, nova_microversion };
     match op.service() {
         Service::Compute => nova::handle(op, &ctx),
         Service::Network => (neutron::handle(op, &ctx), None),
         Service::Identity => (reply::error(Service::Identity, 404, "The resource could not be found."), None),
     }
+}
+
+/// The compute microversion asked for; 2.1 when none or unreadable.
+fn microversion(headers: &HeaderMap) -> (u32, u32) {
+    let asked = headers.get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok());
+    asked
+        .and_then(|v| v.trim().split_once('.'))
+        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
+        .unwrap_or((2, 1))
 }
 
 fn base_url(sim: &OpenStackSim, headers: &HeaderMap) -> String {
@@ -194,6 +217,7 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
         CloudError::Conflict { message } => (reply::error(service, 409, message), None),
         CloudError::RateLimited { message } => (reply::error(service, 429, message), None),
         CloudError::Auth { .. } => (reply::unauthorized(service), None),
+        CloudError::NotReady { message } => (reply::error(service, 404, message), None),
         // A backend the service cannot reach: what a load balancer in front
         // of the service answers (the model never produces it today).
         CloudError::Unreachable { message } => (reply::error(service, 503, message), None),

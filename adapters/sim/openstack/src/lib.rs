@@ -24,7 +24,16 @@
 //! `/compute/v2.1/servers` (`GET` summary, `POST`), `GET /servers/detail`,
 //! `GET|DELETE /servers/{id}`, `POST /servers/{id}/action` (`forceDelete`); `/network/v2.0/ports` (`GET`, `POST`),
 //! `GET|PUT|DELETE /ports/{id}`, `/network/v2.0/floatingips` (`GET`,
-//! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`.
+//! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`,
+//! `GET /network/v2.0/security-groups`, `POST /compute/v2.1/servers/{id}/metadata`.
+//!
+//! It refuses what OpenStack refuses, each rule citing its source: ports on
+//! unknown networks or security groups (404 `NetworkNotFound`,
+//! `SecurityGroupNotFound`), metadata keys outside Nova's schema (400),
+//! unknown keypairs (400), a create without `networks` from microversion
+//! 2.37 on (400); tokens are refused with keystonemiddleware's body on
+//! every service. Nova keys `addresses` by network name, links a next page
+//! whenever a page is full, and defers deletes only of launched servers.
 
 mod faults;
 mod handlers;
@@ -39,11 +48,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde::Serialize;
+use server_core::model::NetworkAttachment;
+use server_core::port::{CloudError, CreateRequest, ServerRef};
 pub use server_sim_serve::ServeHandle;
 
 use server_simcloud::SimCloud;
 
-pub use faults::{Fault, Target};
+pub use faults::{Fault, NeutronErrorKind, Target};
 pub use state::{FloatingIpView, PortView, ServerView};
 
 use state::State;
@@ -102,6 +113,8 @@ pub struct OpenStackCounters {
     pub server_gets: u64,
     pub server_deletes: u64,
     pub server_actions: u64,
+    /// `POST /servers/{id}/metadata` (adopting a Go-made server tags it).
+    pub server_metadata_updates: u64,
     pub port_lists: u64,
     pub port_creates: u64,
     pub port_updates: u64,
@@ -112,8 +125,25 @@ pub struct OpenStackCounters {
     pub floating_ip_creates: u64,
     pub floating_ip_deletes: u64,
     pub network_lists: u64,
+    pub security_group_lists: u64,
     /// Answers replaced by a scripted fault.
     pub injected_faults: u64,
+}
+
+/// A server to put in the cloud as another controller made it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeededServer {
+    /// The model's key for it (its fate is the one scripted for this uid).
+    pub uid: String,
+    /// The Nova server's name.
+    pub name: String,
+    pub flavor_id: String,
+    pub image_id: String,
+    /// Its Nova metadata, exactly.
+    pub metadata: std::collections::BTreeMap<String, String>,
+    pub port_name: String,
+    pub network_id: String,
+    pub security_group_ids: Vec<String>,
 }
 
 /// One request as the simulator saw it, for sequencing assertions.
@@ -136,6 +166,8 @@ pub enum Op {
     ServerDelete,
     /// `POST /servers/{id}/action` (only `forceDelete` is modelled).
     ServerAction,
+    /// `POST /servers/{id}/metadata`.
+    ServerMetadataUpdate,
     PortList,
     PortCreate,
     PortGet,
@@ -146,6 +178,7 @@ pub enum Op {
     FloatingIpGet,
     FloatingIpDelete,
     NetworkList,
+    SecurityGroupList,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -165,7 +198,8 @@ impl Op {
             | Op::ServerCreate
             | Op::ServerGet
             | Op::ServerDelete
-            | Op::ServerAction => Service::Compute,
+            | Op::ServerAction
+            | Op::ServerMetadataUpdate => Service::Compute,
             _ => Service::Network,
         }
     }
@@ -228,6 +262,92 @@ impl OpenStackSim {
     /// ([`u32::MAX`]: for ever). Rules fire in the order they were added.
     pub fn inject(&self, target: Target, fault: Fault, times: u32) {
         self.state().faults.add(target, fault, times);
+    }
+
+    /// A tenant network of `project_id` named `name` (the unikorn network
+    /// controller names it `network-<Network name>`); returns its id. Ports
+    /// may only be made on known networks.
+    pub fn add_network(&self, project_id: &str, name: &str) -> String {
+        let mut state = self.state();
+        let id = state.next_id(0x0e7);
+        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        state.networks.insert(id.clone(), named);
+        id
+    }
+
+    /// A security group of `project_id` named `name` (`securitygroup-<name>`
+    /// in the unikorn scheme); returns its id.
+    pub fn add_security_group(&self, project_id: &str, name: &str) -> String {
+        let mut state = self.state();
+        let id = state.next_id(0x05e6);
+        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        state.security_groups.insert(id.clone(), named);
+        id
+    }
+
+    /// The id of the tenant network named `name`, if one was added.
+    pub fn network_id(&self, name: &str) -> Option<String> {
+        self.state().networks.values().find(|n| n.name == name).map(|n| n.id.clone())
+    }
+
+    /// The id of the security group named `name`, if one was added.
+    pub fn security_group_id(&self, name: &str) -> Option<String> {
+        self.state().security_groups.values().find(|g| g.name == name).map(|g| g.id.clone())
+    }
+
+    /// A Nova keypair servers may be booted with (`key_name`).
+    pub fn add_keypair(&self, name: &str) {
+        self.state().keypairs.insert(name.to_owned());
+    }
+
+    /// A server made outside this API's create (by the Go controller, say):
+    /// a Nova server of `project_id` in the model under `uid` (whose scripted
+    /// fate applies), carrying exactly `metadata`, booted with a new port
+    /// named `port_name` on `network_id`. Returns the Nova id.
+    pub fn seed_server(&self, project_id: &str, seed: SeededServer) -> Result<String, CloudError> {
+        let mut state = self.state();
+        let now = self.cloud().now();
+        let request = CreateRequest {
+            server: ServerRef { uid: seed.uid.clone(), ..ServerRef::default() },
+            name: seed.name.clone(),
+            networks: vec![NetworkAttachment { id: seed.network_id.clone(), ..Default::default() }],
+            ..CreateRequest::default()
+        };
+        let record = self.cloud().with_model(|m| m.create(now, project_id, &request))?;
+        let n = state.next_serial();
+        let port_id = state.next_id(0x0b07);
+        let mac_address = state::mac_for(n);
+        let port = state::SimPort {
+            id: port_id.clone(),
+            project_id: project_id.to_owned(),
+            name: seed.port_name,
+            description: String::new(),
+            network_id: seed.network_id,
+            ip_address: state::fixed_ip_for(n),
+            security_groups: seed.security_group_ids,
+            allowed_address_pairs: Vec::new(),
+            mac_address,
+            bound_uid: Some(seed.uid.clone()),
+            created: now,
+            revision: 1,
+        };
+        state.ports.insert(port_id.clone(), port);
+        state.ids.insert(record.id.clone(), seed.uid.clone());
+        let book = state::ServerBook {
+            id: Some(record.id.clone()),
+            project_id: project_id.to_owned(),
+            name: seed.name,
+            flavor_id: seed.flavor_id,
+            image_id: seed.image_id,
+            port_id: Some(port_id),
+            metadata: seed.metadata,
+            user_data: None,
+            key_name: None,
+            deleting: false,
+            soft_deleted: false,
+        };
+        state.books.insert(seed.uid, book);
+        Ok(record.id)
     }
 
     pub fn clear_faults(&self) {

@@ -1,6 +1,8 @@
-//! Neutron (networking API v2.0): ports, floating IPs and the external
-//! networks they come from. Tenant networks are not modelled: a port may be
-//! made on any network ID.
+//! Neutron (networking API v2.0): ports, floating IPs, the tenant networks
+//! and security groups ports are made with (registered by the test, as the
+//! unikorn network controllers would have made them), and the external
+//! networks floating IPs come from. A port on an unknown network or with an
+//! unknown security group is refused 404 as Neutron refuses it.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -34,12 +36,40 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Response {
         },
         Op::FloatingIpDelete => delete_floating_ip(ctx, &mut state, id),
         Op::NetworkList => list_networks(ctx, &mut state),
+        Op::SecurityGroupList => list_security_groups(ctx, &mut state),
         _ => error(404, "The resource could not be found."),
     }
 }
 
 fn error(code: u16, message: &str) -> Response {
     reply::error(Service::Network, code, message)
+}
+
+/// neutron-lib `exceptions.NetworkNotFound`.
+fn network_not_found(id: &str) -> Response {
+    reply::neutron_error(404, "NetworkNotFound", &format!("Network {id} could not be found."))
+}
+
+/// neutron `extensions/securitygroup.SecurityGroupNotFound`.
+fn security_group_not_found(id: &str) -> Response {
+    reply::neutron_error(404, "SecurityGroupNotFound", &format!("Security group {id} does not exist"))
+}
+
+/// A network a port of the caller's project may be made on: its own, or an
+/// external one.
+fn usable_network(ctx: &Ctx<'_>, state: &State, id: &str) -> bool {
+    state.networks.get(id).is_some_and(|n| n.project_id == ctx.project)
+        || ctx.sim.config().external_networks.iter().any(|n| n == id)
+}
+
+/// The first security group the caller's project does not have.
+fn unknown_group<'a>(ctx: &Ctx<'_>, state: &State, groups: &'a [String]) -> Option<&'a str> {
+    groups
+        .iter()
+        .find(|g| {
+            g.as_str() != "default" && state.security_groups.get(g.as_str()).is_none_or(|s| s.project_id != ctx.project)
+        })
+        .map(String::as_str)
 }
 
 fn port_not_found(id: &str) -> Response {
@@ -157,6 +187,12 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
     let Some(network_id) = port.get("network_id").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
         return error(400, "Failed to parse request. Required attribute 'network_id' not specified");
     };
+    if !usable_network(ctx, state, network_id) {
+        return network_not_found(network_id);
+    }
+    if let Some(group) = fields.security_groups.as_deref().and_then(|groups| unknown_group(ctx, state, groups)) {
+        return security_group_not_found(group);
+    }
     let text = |key: &str| port.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     let id = state.next_id(PORT_KIND);
     let n = state.next_serial();
@@ -189,6 +225,9 @@ fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     };
     if body.contains_key("network_id") {
         return error(400, "Cannot update read-only attribute network_id");
+    }
+    if let Some(group) = fields.security_groups.as_deref().and_then(|groups| unknown_group(ctx, state, groups)) {
+        return security_group_not_found(group);
     }
     let Some(port) = state.ports.get_mut(id).filter(|p| p.project_id == ctx.project) else {
         return port_not_found(id);
@@ -311,30 +350,62 @@ fn delete_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     reply::empty(StatusCode::NO_CONTENT)
 }
 
-/// Only external networks are modelled; `router:external=false` finds none.
+/// The project's tenant networks and the external ones, filtered by
+/// `router:external`, `id` and `name` (exact, as Neutron filters). `fields`
+/// is honoured as Neutron does: only those keys are returned.
 fn list_networks(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.network_lists += 1;
-    let external_wanted = ctx.query("router:external").is_none_or(|v| v.eq_ignore_ascii_case("true"));
-    let networks: Vec<Value> = ctx
-        .sim
-        .config()
-        .external_networks
-        .iter()
-        .filter(|_| external_wanted)
-        .filter(|id| ctx.query("id").is_none_or(|wanted| wanted == id.as_str()))
-        .map(|id| {
-            json!({
-                "id": id,
-                "name": id,
-                "router:external": true,
-                "shared": false,
-                "status": "ACTIVE",
-                "admin_state_up": true,
-                "subnets": [format!("{id}-subnet")],
-                "project_id": "admin",
-                "tenant_id": "admin",
-            })
+    let external = ctx.query("router:external").map(|v| v.eq_ignore_ascii_case("true"));
+    let tenant = state.networks.values().filter(|n| n.project_id == ctx.project).map(|n| {
+        json!({
+            "id": n.id, "name": n.name, "router:external": false, "shared": false, "status": "ACTIVE",
+            "admin_state_up": true, "subnets": [format!("{}-subnet", n.id)], "tags": [],
+            "project_id": n.project_id, "tenant_id": n.project_id,
         })
+    });
+    let externals = ctx.sim.config().external_networks.iter().map(|id| {
+        json!({
+            "id": id, "name": id, "router:external": true, "shared": false, "status": "ACTIVE",
+            "admin_state_up": true, "subnets": [format!("{id}-subnet")], "tags": [],
+            "project_id": "admin", "tenant_id": "admin",
+        })
+    });
+    let networks: Vec<Value> = tenant
+        .chain(externals)
+        .filter(|n| external.is_none_or(|wanted| n["router:external"] == wanted))
+        .filter(|n| ctx.query("id").is_none_or(|wanted| n["id"] == wanted))
+        .filter(|n| ctx.query("name").is_none_or(|wanted| n["name"] == wanted))
+        .map(|n| only_fields(ctx, n))
         .collect();
     reply::json(StatusCode::OK, json!({ "networks": networks }))
+}
+
+fn list_security_groups(ctx: &Ctx<'_>, state: &mut State) -> Response {
+    state.counters.security_group_lists += 1;
+    let groups: Vec<Value> = state
+        .security_groups
+        .values()
+        .filter(|g| g.project_id == ctx.project)
+        .filter(|g| ctx.query("name").is_none_or(|wanted| g.name == wanted))
+        .map(|g| {
+            json!({
+                "id": g.id, "name": g.name, "description": "", "stateful": true, "tags": [],
+                "project_id": g.project_id, "tenant_id": g.project_id, "security_group_rules": [],
+                "revision_number": 1, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+            })
+        })
+        .map(|g| only_fields(ctx, g))
+        .collect();
+    reply::json(StatusCode::OK, json!({ "security_groups": groups }))
+}
+
+/// Neutron's `fields` query: only the named keys (all when none is named).
+fn only_fields(ctx: &Ctx<'_>, item: Value) -> Value {
+    let wanted = ctx.query_all("fields");
+    match item {
+        Value::Object(map) if !wanted.is_empty() => {
+            Value::Object(map.into_iter().filter(|(k, _)| wanted.contains(&k.as_str())).collect())
+        }
+        other => other,
+    }
 }

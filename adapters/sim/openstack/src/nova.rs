@@ -30,6 +30,7 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Handled {
         Op::ServerGet => show(ctx, id),
         Op::ServerDelete => delete(ctx, id),
         Op::ServerAction => action(ctx, id),
+        Op::ServerMetadataUpdate => update_metadata(ctx, id),
         _ => (error(404, "The resource could not be found."), None),
     }
 }
@@ -66,7 +67,10 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
         },
     };
     let page: Vec<&ProviderServer> = records.iter().skip(start).take(limit).collect();
-    let more = start + page.len() < records.len();
+    // Nova links a next page whenever this one is full, even when nothing
+    // follows (nova/api/openstack/common.py, `_get_collection_links`): a
+    // client must stop on an empty page, not on a missing link.
+    let more = page.len() == limit;
     let mut servers = Vec::with_capacity(page.len());
     for record in &page {
         state.ids.insert(record.id.clone(), record.server_uid.clone());
@@ -107,7 +111,11 @@ fn delete(ctx: &Ctx<'_>, id: &str) -> Handled {
         Ok(_) => return not_found(id),
         Err(e) => return model_error(ctx, Service::Compute, &e),
     }
-    if ctx.sim.config().soft_delete {
+    // Deferred delete applies to servers that launched; Nova deletes one that
+    // never did outright (nova/compute/api.py, `_delete`: no `launched_at`
+    // means a local delete, not a soft delete).
+    let launched = ctx.model(|m| m.get(ctx.now, &uid)).ok().flatten().is_some_and(|r| r.launched_at.is_some());
+    if ctx.sim.config().soft_delete && launched {
         let Some(book) = state.books.get_mut(&uid) else { return not_found(id) };
         if book.soft_deleted {
             return (error(409, &format!("Cannot 'delete' instance {id} while it is in vm_state soft-delete")), None);
@@ -155,6 +163,53 @@ fn reclaim(ctx: &Ctx<'_>, state: &mut State, uid: &str) -> Handled {
     }
 }
 
+/// `POST /servers/{id}/metadata`: adds or replaces the given items, keeps
+/// the others, answers the whole set.
+fn update_metadata(ctx: &Ctx<'_>, id: &str) -> Handled {
+    let mut state = ctx.state();
+    state.counters.server_metadata_updates += 1;
+    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or_default();
+    let items = match body.get("metadata").map(parse_metadata) {
+        Some(Ok(items)) => items,
+        Some(Err(message)) => return (error(400, &message), None),
+        None => return (error(400, "Malformed request body: metadata is required"), None),
+    };
+    let Some(uid) = state.ids.get(id).cloned() else { return not_found(id) };
+    match ctx.model(|m| m.get(ctx.now, &uid)) {
+        Ok(Some(record)) if record.id == id => {}
+        Ok(_) => return not_found(id),
+        Err(e) => return model_error(ctx, Service::Compute, &e),
+    }
+    let Some(book) = state.books.get_mut(&uid) else { return not_found(id) };
+    book.metadata.extend(items);
+    let all: Map<String, Value> = book.metadata.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+    (reply::json(StatusCode::OK, json!({ "metadata": all })), None)
+}
+
+/// Nova's metadata schema (nova/api/validation/parameter_types.py,
+/// `metadata`): keys `^[a-zA-Z0-9-_:. ]{1,255}$`, string values of at most
+/// 255 characters; anything else fails the whole request.
+fn parse_metadata(object: &Value) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let object = object.as_object().ok_or("Invalid input for field/attribute metadata.")?;
+    let mut metadata = std::collections::BTreeMap::new();
+    for (key, value) in object {
+        let key_fits = (1..=METADATA_MAX).contains(&key.len())
+            && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.' | b' '));
+        if !key_fits {
+            return Err(format!(
+                "Invalid input for field/attribute metadata. Value: {key}. Additional properties are not allowed \
+                 ('{key}' was unexpected)"
+            ));
+        }
+        let value = value
+            .as_str()
+            .filter(|v| v.chars().count() <= METADATA_MAX)
+            .ok_or_else(|| format!("Invalid input for field/attribute {key}. Value must be a string of at most 255"))?;
+        metadata.insert(key.clone(), value.to_owned());
+    }
+    Ok(metadata)
+}
+
 /// What a `POST /servers` body asks for, validated as Nova would.
 struct Requested {
     name: String,
@@ -164,9 +219,10 @@ struct Requested {
     network_id: Option<String>,
     metadata: std::collections::BTreeMap<String, String>,
     user_data: Option<Vec<u8>>,
+    key_name: Option<String>,
 }
 
-fn parse_create(body: &[u8]) -> Result<Requested, String> {
+fn parse_create(body: &[u8], microversion: (u32, u32)) -> Result<Requested, String> {
     let request: Value = serde_json::from_slice(body).map_err(|_| "Malformed request body".to_owned())?;
     let server = request.get("server").and_then(Value::as_object).ok_or("Invalid input for field/attribute server.")?;
     let text = |key: &str| server.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_owned);
@@ -175,6 +231,10 @@ fn parse_create(body: &[u8]) -> Result<Requested, String> {
     let image_id = text("imageRef").ok_or("Invalid input for field/attribute imageRef.")?;
     let (mut port_id, mut network_id) = (None, None);
     match server.get("networks") {
+        // Required since 2.37 (nova/api/openstack/compute/schemas/servers.py).
+        None if microversion >= (2, 37) => {
+            return Err("Invalid input for field/attribute server. 'networks' is a required property".into());
+        }
         None | Some(Value::String(_)) => {}
         Some(Value::Array(networks)) => {
             let first = networks.first().and_then(Value::as_object);
@@ -183,18 +243,15 @@ fn parse_create(body: &[u8]) -> Result<Requested, String> {
         }
         Some(_) => return Err("Invalid input for field/attribute networks.".into()),
     }
-    let mut metadata = std::collections::BTreeMap::new();
-    if let Some(object) = server.get("metadata") {
-        let object = object.as_object().ok_or("Invalid input for field/attribute metadata.")?;
-        for (key, value) in object {
-            let value =
-                value.as_str().ok_or_else(|| format!("Invalid input for field/attribute metadata. Value: {key}"))?;
-            if key.is_empty() || key.len() > METADATA_MAX || value.len() > METADATA_MAX {
-                return Err(format!("Invalid input for field/attribute metadata. Value: {key}"));
-            }
-            metadata.insert(key.clone(), value.to_owned());
-        }
-    }
+    let metadata = match server.get("metadata") {
+        Some(object) => parse_metadata(object)?,
+        None => std::collections::BTreeMap::new(),
+    };
+    let key_name = match server.get("key_name") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) if !name.is_empty() && name.len() <= 255 => Some(name.clone()),
+        Some(_) => return Err("Invalid input for field/attribute key_name.".into()),
+    };
     let user_data = match server.get("user_data") {
         None | Some(Value::Null) => None,
         Some(Value::String(encoded)) => {
@@ -207,7 +264,7 @@ fn parse_create(body: &[u8]) -> Result<Requested, String> {
         }
         Some(_) => return Err("Invalid input for field/attribute user_data.".into()),
     };
-    Ok(Requested { name, flavor_id, image_id, port_id, network_id, metadata, user_data })
+    Ok(Requested { name, flavor_id, image_id, port_id, network_id, metadata, user_data, key_name })
 }
 
 /// `POST /servers`: 202 with the new id. Nova itself is not idempotent; the
@@ -216,10 +273,14 @@ fn parse_create(body: &[u8]) -> Result<Requested, String> {
 fn create(ctx: &Ctx<'_>) -> Handled {
     let mut state = ctx.state();
     state.counters.server_creates += 1;
-    let requested = match parse_create(&ctx.body) {
+    let requested = match parse_create(&ctx.body, ctx.nova_microversion) {
         Ok(requested) => requested,
         Err(message) => return (error(400, &message), None),
     };
+    // nova/api/openstack/compute/servers.py: an unknown keypair is a 400.
+    if let Some(key) = requested.key_name.as_deref().filter(|k| !state.keypairs.contains(*k)) {
+        return (error(400, &format!("Invalid key_name provided. Key pair '{key}' not found.")), None);
+    }
     let uid = match requested.metadata.get(UID_KEY) {
         Some(uid) => uid.clone(),
         None => format!("anonymous-{}", state.next_serial()),
@@ -298,6 +359,7 @@ fn create(ctx: &Ctx<'_>) -> Handled {
             port_id: requested.port_id,
             metadata: requested.metadata,
             user_data: requested.user_data,
+            key_name: requested.key_name,
             deleting: false,
             soft_deleted: false,
         };
@@ -395,7 +457,7 @@ fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
         "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": if building && record.queued { "" } else { "nova" },
         "config_drive": "",
-        "key_name": null,
+        "key_name": book.and_then(|b| b.key_name.as_deref()),
         "progress": 0,
         "security_groups": port.map_or(vec![], |p| p.security_groups.iter().map(|g| json!({"name": g})).collect()),
         "OS-EXT-STS:task_state": task_state,
@@ -428,7 +490,8 @@ fn addresses(state: &State, record: &ProviderServer, port: Option<&super::state:
             if let Some(ip) = state.floating_ip_of(&port.id) {
                 list.push(entry(&ip.address, "floating", Some(&port.mac_address)));
             }
-            json!({ port.network_id.clone(): list })
+            // Nova keys addresses by the network's name, not its id.
+            json!({ state.network_name(&port.network_id): list })
         }
         // Servers made without a port (e.g. through the model directly).
         None => {

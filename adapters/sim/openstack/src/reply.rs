@@ -39,11 +39,19 @@ pub(super) fn error(service: Service, code: u16, message: &str) -> Response {
     response
 }
 
-/// The token refusal keystonemiddleware answers on every service.
-pub(super) fn unauthorized(service: Service) -> Response {
-    let mut response = error(service, 401, "The request you have made requires authentication.");
+/// The token refusal keystonemiddleware answers on every service, in
+/// Keystone's shape whatever the service (keystonemiddleware/auth_token,
+/// `_reject_request`).
+pub(super) fn unauthorized(_service: Service) -> Response {
+    let mut response = error(Service::Identity, 401, "The request you have made requires authentication.");
     response.headers_mut().insert("www-authenticate", HeaderValue::from_static("Keystone uri=\"/identity\""));
     response
+}
+
+/// A Neutron error of a given `NeutronError.type`.
+pub(super) fn neutron_error(code: u16, kind: &str, message: &str) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json(status, json!({"NeutronError": {"type": kind, "message": message, "detail": ""}}))
 }
 
 fn nova_fault_key(code: u16) -> &'static str {

@@ -2,7 +2,7 @@
 //! per Server uid, Neutron ports and floating IPs. Servers themselves live in
 //! the SimCloud model.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use jiff::Timestamp;
 use serde::Serialize;
@@ -25,6 +25,11 @@ pub(super) struct State {
     pub(super) ids: HashMap<String, String>,
     pub(super) ports: BTreeMap<String, SimPort>,
     pub(super) floating_ips: BTreeMap<String, SimFloatingIp>,
+    /// Tenant networks by id (external ones come from the configuration).
+    pub(super) networks: BTreeMap<String, SimNamed>,
+    pub(super) security_groups: BTreeMap<String, SimNamed>,
+    /// Nova keypair names (Nova keeps them per user; one user here).
+    pub(super) keypairs: BTreeSet<String>,
     pub(super) faults: FaultRules,
     pub(super) counters: OpenStackCounters,
     pub(super) log: Vec<RequestRecord>,
@@ -46,10 +51,19 @@ pub(super) struct ServerBook {
     pub(super) port_id: Option<String>,
     pub(super) metadata: BTreeMap<String, String>,
     pub(super) user_data: Option<Vec<u8>>,
+    pub(super) key_name: Option<String>,
     /// A delete was accepted (Nova shows task_state `deleting`).
     pub(super) deleting: bool,
     /// Deleted on a soft-delete cloud: listed as `SOFT_DELETED`.
     pub(super) soft_deleted: bool,
+}
+
+/// A tenant network or a security group: what the API shows of either.
+#[derive(Clone, Debug)]
+pub(super) struct SimNamed {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) project_id: String,
 }
 
 #[derive(Clone, Debug)]
@@ -119,6 +133,7 @@ pub struct ServerView {
     pub metadata: BTreeMap<String, String>,
     /// Decoded from the request's base64.
     pub user_data: Option<Vec<u8>>,
+    pub key_name: Option<String>,
 }
 
 impl State {
@@ -176,8 +191,14 @@ impl State {
                 port_id: b.port_id.clone(),
                 metadata: b.metadata.clone(),
                 user_data: b.user_data.clone(),
+                key_name: b.key_name.clone(),
             })
             .collect()
+    }
+
+    /// The name Nova keys a server's addresses by: its port's network's.
+    pub(super) fn network_name(&self, network_id: &str) -> String {
+        self.networks.get(network_id).map_or_else(|| network_id.to_owned(), |n| n.name.clone())
     }
 
     /// The floating IP associated with a port, if any.

@@ -82,6 +82,24 @@ impl CloudBed {
         }
     }
 
+    /// What the unikorn network controllers make in Neutron for a consumed
+    /// resource the tenant seeds: the network `network-<name>` for a
+    /// `networks` resource, the group `securitygroup-<name>` for a
+    /// `securitygroups` one (uni-region's Neutron naming), in the tenant's
+    /// project. Nothing on the direct path, where SimCloud takes the names.
+    pub fn seed_neutron(&self, tenant: &Tenant, resource: &str, name: &str) {
+        let Some(path) = &self.openstack else { return };
+        match resource {
+            "networks" => {
+                path.sim.add_network(&tenant.project, &format!("network-{name}"));
+            }
+            "securitygroups" => {
+                path.sim.add_security_group(&tenant.project, &format!("securitygroup-{name}"));
+            }
+            _ => {}
+        }
+    }
+
     /// The OpenStack simulator, on the OpenStack path.
     pub fn openstack(&self) -> Option<&OpenStackSim> {
         self.openstack.as_ref().map(|path| &path.sim)

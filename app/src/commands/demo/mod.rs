@@ -256,7 +256,13 @@ async fn cloud_registry(kind: CloudKind, cloud: &SimCloud) -> anyhow::Result<(Cl
         CloudKind::Sim => CloudPath::Direct,
         CloudKind::Openstack => CloudPath::OpenStack,
     };
-    let bed = CloudBed::start(path, cloud.clone(), &World::tenant(), None).await?;
+    let tenant = World::tenant();
+    let bed = CloudBed::start(path, cloud.clone(), &tenant, None).await?;
+    // What the unikorn network controllers would have made in Neutron.
+    for network in world::NETWORKS {
+        bed.seed_neutron(&tenant, "networks", network);
+    }
+    bed.seed_neutron(&tenant, "securitygroups", world::SECURITY_GROUP);
     Ok((CloudRegistry::new().with(REGION, bed.port()?), bed))
 }
 

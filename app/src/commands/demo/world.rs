@@ -18,6 +18,8 @@ pub(crate) const IDENTITY: &str = "identity-a";
 /// service names them; the Server CRD refuses any other reference.
 pub(crate) const NETWORKS: [&str; 2] = ["2f1c0b6e-7d4a-4c1e-9a53-0d6f1b2c3a01", "2f1c0b6e-7d4a-4c1e-9a53-0d6f1b2c3a02"];
 pub(crate) const SECURITY_GROUP: &str = "5b7e9d21-3c4f-4a8b-8e6d-1f2a3b4c5d01";
+/// The OpenStack project of the demo's identity.
+pub(crate) const OPENSTACK_PROJECT: &str = "project-a";
 pub(crate) const SSH_CA: &str = "ca-ops";
 /// The demo identity's OpenStack user (known to the OpenStack simulator only).
 pub(crate) const OPENSTACK_USER: &str = "demo-user";
@@ -49,7 +51,7 @@ impl World {
 
     /// The demo's tenant: its namespace, region, identity and OpenStack user.
     pub(crate) fn tenant() -> Tenant {
-        Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack("project-a", OPENSTACK_USER, OPENSTACK_PASSWORD)
+        Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(OPENSTACK_PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
     }
 
     fn seed_consumed_resources(&self) -> anyhow::Result<()> {

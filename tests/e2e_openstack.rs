@@ -1,0 +1,165 @@
+//! What only the OpenStack path has, end to end through the adapter and the
+//! strict simulator: taking over the servers the Go controller made, Neutron
+//! quota, and tags Nova would refuse as they are.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use server_e2e::cloud::Fate;
+use server_e2e::openstack::{Fault, Op, OpenStackSim, SeededServer, Target};
+use server_e2e::*;
+
+fn openstack(env: &Env) -> OpenStackSim {
+    env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"))
+}
+
+/// A server as the Go controller leaves it: named after the Server's name
+/// label, its system metadata, its port `server-<name>` on the Network's
+/// Neutron network with the SecurityGroup's group.
+fn seed_go_server(env: &Env, model_uid: &str, server_name: &str) -> String {
+    let sim = openstack(env);
+    let network_id = sim.network_id(&format!("network-{NETWORK}")).unwrap_or_else(|| panic!("no network"));
+    let group_id =
+        sim.security_group_id(&format!("securitygroup-{SECURITY_GROUP}")).unwrap_or_else(|| panic!("no group"));
+    let metadata: BTreeMap<String, String> = [
+        ("serverID", server_name),
+        ("organizationID", "org-1"),
+        ("projectID", "proj-1"),
+        ("regionID", REGION),
+        ("region:server_id", server_name),
+        ("identity:organization_id", "org-1"),
+        ("identity:project_id", "proj-1"),
+        ("region:region_id", REGION),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let seed = SeededServer {
+        uid: model_uid.to_owned(),
+        name: server_name.to_owned(),
+        flavor_id: FLAVOR.to_owned(),
+        image_id: IMAGE.to_owned(),
+        metadata,
+        port_name: format!("server-{server_name}"),
+        network_id,
+        security_group_ids: vec![group_id],
+    };
+    sim.seed_server(PROJECT, seed).unwrap_or_else(|e| panic!("seeding {server_name}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_go_made_world_is_adopted_with_no_create_or_delete() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 41).await;
+        let names = ["go-a", "go-b", "go-c"];
+        let mut ids = Vec::new();
+        for name in names {
+            let uid = format!("uid-{name}");
+            env.cloud.script(&uid, fast(Fate::clean()));
+            ids.push(seed_go_server(&env, &uid, name));
+            env.create_server(name, fast(Fate::clean()), Env::spec());
+        }
+        let sim = openstack(&env);
+        let before = sim.counters();
+        env.start();
+        for name in names {
+            env.wait_server(name, "adopted, Provisioned, latched", |s| {
+                available_reason(s) == "Provisioned" && status(s).provisioned_at.is_some()
+            })
+            .await;
+        }
+        env.idle(5).await;
+        let after = sim.counters();
+        assert_eq!(
+            (after.server_creates, after.port_creates, after.server_deletes, after.port_deletes),
+            (before.server_creates, before.port_creates, before.server_deletes, before.port_deletes),
+            "adoption created or deleted something: {after:?}"
+        );
+        assert_eq!(after.server_metadata_updates - before.server_metadata_updates, 3, "each adopted once");
+        for (name, id) in names.iter().zip(&ids) {
+            let uid = format!("uid-{name}");
+            let truth = env.truth(&uid);
+            assert_eq!((truth.creates_accepted, truth.delete_calls, truth.live), (1, 0, 1), "{name}: {truth:?}");
+            let nova = sim.servers().into_iter().find(|s| s.id.as_deref() == Some(id.as_str()));
+            let metadata = nova.map(|s| s.metadata).unwrap_or_default();
+            assert_eq!(metadata.get("unikorn:server-uid"), Some(&uid), "{name} is tagged with its uid");
+            assert_eq!(metadata.get("serverID").map(String::as_str), Some(*name), "the Go metadata stays");
+        }
+        env.assert_invariants();
+        env.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_go_made_candidates_are_an_error_and_nothing_is_made_or_deleted() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 42).await;
+        for model_uid in ["uid-dup-1", "uid-dup-2"] {
+            env.cloud.script(model_uid, fast(Fate::clean()));
+            seed_go_server(&env, model_uid, "dup");
+        }
+        env.create_server("dup", fast(Fate::clean()), Env::spec());
+        let before = openstack(&env).counters();
+        env.start();
+        env.wait_server("dup", "an error naming the ambiguity", |s| available_message(s).contains("serverID=dup"))
+            .await;
+        env.idle(5).await;
+        let after = openstack(&env).counters();
+        assert_eq!(
+            (after.server_creates, after.port_creates, after.server_deletes, after.server_metadata_updates),
+            (before.server_creates, before.port_creates, before.server_deletes, before.server_metadata_updates),
+            "{after:?}"
+        );
+        env.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neutron_quota_parks_the_server_with_neutrons_message() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 43).await;
+        let sim = openstack(&env);
+        sim.inject(Target::Op(Op::PortCreate), Fault::OVER_QUOTA, u32::MAX);
+        env.create_server("ports", fast(Fate::clean()), Env::spec());
+        env.start();
+        env.wait_server("ports", "parked with Neutron's message", |s| {
+            available_reason(s) == "Errored" && available_message(s).contains("Quota exceeded for resources")
+        })
+        .await;
+        let attempts = sim.requests().iter().filter(|r| r.op == Op::PortCreate).count();
+        env.idle(10).await;
+        let later = sim.requests().iter().filter(|r| r.op == Op::PortCreate).count();
+        assert_eq!(later, attempts, "a refusal is not retried until the spec changes");
+        assert_eq!(env.event_count("ports", "ProviderCreateRefused"), 1, "{:?}", env.events("ports"));
+        assert_eq!(sim.counters().server_creates, 0);
+        env.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tags_in_the_unikorn_scheme_are_converted_and_unfit_ones_left_out() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 44).await;
+        let mut spec = Env::spec();
+        spec["tags"] = json!([
+            {"name": "compute.unikorn-cloud.org/workload-class", "value": "batch"},
+            {"name": "owner@example.com", "value": "alice"},
+            {"name": "team", "value": "blue"},
+        ]);
+        let uid = env.create_server("tagged", fast(Fate::clean()), spec);
+        env.start();
+        env.wait_server("tagged", "Running", |s| phase(s) == "Running").await;
+        let nova = openstack(&env).servers().into_iter().find(|s| s.server_uid == uid);
+        let metadata = nova.map(|s| s.metadata).unwrap_or_default();
+        assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
+        assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
+        assert!(!metadata.keys().any(|k| k.contains('@') || k.contains('/')), "{metadata:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        env.stop().await;
+    })
+    .await;
+}
