@@ -39,9 +39,10 @@ pub async fn explain(
             )),
             Some(cloud) => {
                 let identities: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
-                let identity = identities.get_opt(identity_id).await.map_err(|e| {
-                    Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e)
-                })?;
+                let identity = identities
+                    .get_opt(identity_id)
+                    .await
+                    .map_err(|e| Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e))?;
                 match identity {
                     Some(identity) => {
                         let handle = CloudHandle {

@@ -92,7 +92,7 @@ pub(crate) struct Args {
 }
 
 /// Parses `REGION_ID=SOURCE`.
-fn parse_region_source(value: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_region_source(value: &str) -> Result<(String, String), String> {
     match value.split_once('=') {
         Some((region, source)) if !region.is_empty() && !source.is_empty() => Ok((region.into(), source.into())),
         _ => Err(format!("{value:?} is not REGION_ID=SOURCE")),
@@ -143,7 +143,7 @@ pub(crate) const MAX_ATTEMPTS_BOUND: i64 = 100;
 /// The error and its causes, each said once: libraries often repeat their
 /// source's text in their own message, so a cause already contained in the
 /// text before it is dropped.
-fn cause_once(error: &anyhow::Error) -> String {
+pub(crate) fn cause_once(error: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in error.chain() {
         let text = cause.to_string();
@@ -177,22 +177,34 @@ async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegis
                 .iter()
                 .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
         }
-        CloudKind::Openstack => openstack_clouds(args, client).await,
+        CloudKind::Openstack => {
+            let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client).await?;
+            if registry.regions().next().is_none() {
+                anyhow::bail!(
+                    "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
+                );
+            }
+            Ok(registry)
+        }
     }
 }
 
 /// One OpenStack cloud per region, from files or from Secrets. Credentials
 /// are per identity (OpenstackIdentity), never in this configuration.
-async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
+pub(crate) async fn openstack_clouds(
+    configs: &[(String, String)],
+    secrets: &[(String, String)],
+    client: &kube::Client,
+) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new();
-    for (region, path) in &args.openstack_configs {
+    for (region, path) in configs {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
         registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
     }
-    for (region, secret) in &args.openstack_secrets {
+    for (region, secret) in secrets {
         let (namespace, name) = secret
             .split_once('/')
             .with_context(|| format!("region {region}: the Secret {secret:?} is not NAMESPACE/NAME"))?;
@@ -210,17 +222,12 @@ async fn openstack_clouds(args: &Args, client: &kube::Client) -> anyhow::Result<
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
         registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
     }
-    if registry.regions().next().is_none() {
-        anyhow::bail!(
-            "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
-        );
-    }
     Ok(registry)
 }
 
 /// A client from `--kubeconfig` (its current context), or else from the
 /// environment as kubectl finds it.
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
