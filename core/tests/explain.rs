@@ -17,7 +17,7 @@ fn a_fresh_server_is_explained_as_the_create_a_pass_would_issue() {
     let mut facts = referenced_facts(&server);
     facts.provider = ProviderView::Absent;
     let options = Options::with_max_attempts(3);
-    let explanation = explain(server.clone(), facts.clone(), options.clone(), at(10));
+    let explanation = explain(server.clone(), facts.clone(), options, at(10));
     assert_eq!(explanation.decision, reconcile(&server, &facts, &options, at(10)));
     let text = explanation.to_string();
     assert!(text.starts_with("Server org/web (generation 1)\n"), "{text}");

@@ -96,10 +96,8 @@ fn complete_status(status: &mut Value) {
     let properties = &mut status["properties"];
     // The chart leaves the condition status an open string, and so must we:
     // an object with an unexpected value must still be admitted (and read).
-    if let Some(condition_status) = properties.pointer_mut("/conditions/items/properties/status") {
-        if let Some(fields) = condition_status.as_object_mut() {
-            fields.remove("enum");
-        }
+    if let Some(fields) = properties.pointer_mut("/conditions/items/properties/status").and_then(Value::as_object_mut) {
+        fields.remove("enum");
     }
     // An absent phase is omitted, never written as null.
     if let Some(phase) = properties.get_mut("phase").and_then(Value::as_object_mut) {

@@ -19,11 +19,19 @@ pub struct ApiError {
     pub reason: &'static str,
     /// Human-readable message, shaped like the real API server's.
     pub message: String,
+    /// `Status.details` (boxed: every `Result` here carries this type).
+    pub details: Box<Details>,
+}
+
+/// `Status.details`: what the error is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Details {
     /// `Status.details.name`.
     pub name: String,
     /// `Status.details.group`.
     pub group: String,
-    /// `Status.details.kind` (the resource plural, as the API server reports it).
+    /// `Status.details.kind` (the resource plural, as the API server reports
+    /// it, or the Kind for a 422 `Invalid`).
     pub kind: String,
     /// `Status.details.retryAfterSeconds` (0 = absent).
     pub retry_after_seconds: u32,
@@ -53,22 +61,13 @@ impl<'a> Subject<'a> {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            reason,
-            message: message.into(),
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            retry_after_seconds: 0,
-            causes: Vec::new(),
-        }
+        Self { code, reason, message: message.into(), details: Box::default() }
     }
 
     fn about(mut self, subject: Subject<'_>) -> Self {
-        self.name = subject.name.to_string();
-        self.group = subject.group.to_string();
-        self.kind = subject.plural.to_string();
+        self.details.name = subject.name.to_string();
+        self.details.group = subject.group.to_string();
+        self.details.kind = subject.plural.to_string();
         self
     }
 
@@ -113,8 +112,9 @@ impl ApiError {
         };
         let message = format!("{kind}.{} \"{}\" is invalid: {detail}", subject.group, subject.name);
         let mut error = Self::new(422, "Invalid", message).about(subject);
-        error.kind = kind.to_string();
-        error.causes = causes.iter().map(|c| (c.reason.to_string(), c.message.clone(), c.field.clone())).collect();
+        error.details.kind = kind.to_string();
+        let causes = causes.iter().map(|c| (c.reason.to_string(), c.message.clone(), c.field.clone())).collect();
+        error.details.causes = causes;
         error
     }
 
@@ -173,7 +173,7 @@ impl ApiError {
             "the server has received too many requests and has asked us to try again later",
         )
         .about(subject);
-        error.retry_after_seconds = 1;
+        error.details.retry_after_seconds = 1;
         error
     }
 
@@ -184,16 +184,18 @@ impl ApiError {
     /// The `Status` object, as JSON.
     pub fn to_status(&self) -> Value {
         let mut details = serde_json::Map::new();
-        for (key, value) in [("name", &self.name), ("group", &self.group), ("kind", &self.kind)] {
+        for (key, value) in [("name", &self.details.name), ("group", &self.details.group), ("kind", &self.details.kind)]
+        {
             if !value.is_empty() {
                 details.insert(key.to_string(), Value::String(value.clone()));
             }
         }
-        if self.retry_after_seconds > 0 {
-            details.insert("retryAfterSeconds".to_string(), Value::from(self.retry_after_seconds));
+        if self.details.retry_after_seconds > 0 {
+            details.insert("retryAfterSeconds".to_string(), Value::from(self.details.retry_after_seconds));
         }
-        if !self.causes.is_empty() {
+        if !self.details.causes.is_empty() {
             let causes = self
+                .details
                 .causes
                 .iter()
                 .map(|(reason, message, field)| json!({"reason": reason, "message": message, "field": field}))
@@ -220,8 +222,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, axum::Json(self.to_status())).into_response();
-        if self.retry_after_seconds > 0 {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_seconds));
+        if self.details.retry_after_seconds > 0 {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.details.retry_after_seconds));
         }
         response
     }
