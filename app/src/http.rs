@@ -1,7 +1,8 @@
 //! The operator's HTTP endpoints: `/metrics` (Prometheus text format),
-//! `/healthz` (the process serves) and `/readyz` (connected and running).
+//! `/healthz` (the reconcile loop's watchdog) and `/readyz` (the Server
+//! store and the caches are filled and the loops run; a follower is ready,
+//! it can take over).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,16 +12,18 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use server_kube::Health;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Endpoints {
     registry: Arc<Registry>,
     ready: Arc<AtomicBool>,
+    health: Health,
 }
 
 impl Endpoints {
-    pub(crate) fn new(registry: Registry) -> Self {
-        Endpoints { registry: Arc::new(registry), ready: Arc::new(AtomicBool::new(false)) }
+    pub(crate) fn new(registry: Registry, health: Health) -> Self {
+        Endpoints { registry: Arc::new(registry), ready: Arc::new(AtomicBool::new(false)), health }
     }
 
     pub(crate) fn set_ready(&self, ready: bool) {
@@ -30,18 +33,18 @@ impl Endpoints {
     pub(crate) fn router(&self) -> Router {
         Router::new()
             .route("/metrics", get(metrics))
-            .route("/healthz", get(|| async { "ok" }))
+            .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .with_state(self.clone())
     }
 
-    /// Serves until `shutdown` resolves.
+    /// Serves on `listener` (bound by the caller, so a port in use is a
+    /// startup error) until `shutdown` resolves.
     pub(crate) async fn serve(
         &self,
-        addr: SocketAddr,
+        listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
         tracing::info!(addr = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
         axum::serve(listener, self.router()).with_graceful_shutdown(shutdown).await
     }
@@ -53,6 +56,13 @@ async fn metrics(State(endpoints): State<Endpoints>) -> impl IntoResponse {
         Ok(()) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], body)
             .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics").into_response(),
+    }
+}
+
+async fn healthz(State(endpoints): State<Endpoints>) -> impl IntoResponse {
+    match endpoints.health.check() {
+        Ok(()) => (StatusCode::OK, "ok".to_owned()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
     }
 }
 

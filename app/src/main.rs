@@ -24,7 +24,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the operator against a Kubernetes API server.
-    Run(commands::run::Args),
+    // Boxed: its flags outweigh every other command's.
+    Run(Box<commands::run::Args>),
     /// Run the whole system in-process on an embedded default and check the invariants.
     #[cfg(feature = "sim")]
     Demo(commands::demo::Args),

@@ -49,6 +49,7 @@ pub(crate) struct OperatorMetrics {
     monitor_patches: Counter,
     monitor_group_failures: Counter,
     servers_by_phase: Family<PhaseLabel, Gauge>,
+    leader: Gauge,
     /// Phases last reported, so a phase that empties drops to zero.
     known_phases: Mutex<Vec<String>>,
 }
@@ -65,6 +66,7 @@ impl OperatorMetrics {
             monitor_patches: Counter::default(),
             monitor_group_failures: Counter::default(),
             servers_by_phase: Family::default(),
+            leader: Gauge::default(),
             known_phases: Mutex::new(Vec::new()),
         };
         let sub = registry.sub_registry_with_prefix("server_controller");
@@ -89,7 +91,24 @@ impl OperatorMetrics {
             metrics.monitor_group_failures.clone(),
         );
         sub.register("servers", "Live Servers by phase, as of the last monitor poll", metrics.servers_by_phase.clone());
+        sub.register(
+            "leader",
+            "1 while this replica holds the leader lease and may act (always 1 without leader election)",
+            metrics.leader.clone(),
+        );
         metrics
+    }
+
+    /// Keeps the `leader` gauge following the fence (sampled: the fence
+    /// closes by the clock, not by an event).
+    pub(crate) fn watch_leadership(&self, fence: server_kube::Fence) {
+        let gauge = self.leader.clone();
+        tokio::spawn(async move {
+            loop {
+                gauge.set(i64::from(fence.holds()));
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        });
     }
 }
 

@@ -34,9 +34,11 @@ fn deployment() -> Value {
 #[test]
 fn deployment_runs_the_operator_locked_down() {
     let deployment = deployment();
-    // No leader election: more than one replica would reconcile the same Servers.
-    assert_eq!(deployment["spec"]["replicas"], 1);
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    // Leader election: two replicas, one acting, rolled one at a time with
+    // the new one up before an old one goes.
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    assert_eq!(deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"], 0);
 
     let pod = &deployment["spec"]["template"]["spec"];
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
@@ -70,6 +72,41 @@ fn deployment_runs_the_operator_locked_down() {
     assert_eq!(security["capabilities"]["drop"], json!(["ALL"]));
     assert!(security["capabilities"].get("add").is_none());
     assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault");
+}
+
+fn documents(name: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(deploy_file(name)).unwrap();
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    documents.into_iter().filter(|d| !d.is_null()).collect()
+}
+
+#[test]
+fn replicas_spread_across_nodes_and_a_disruption_leaves_one_running() {
+    let deployment = deployment();
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let terms = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        .as_array()
+        .expect("pod anti-affinity");
+    let term = &terms[0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(&term["labelSelector"]["matchLabels"], pod_labels, "the anti-affinity selects the operator's own pods");
+
+    let container = &pod["containers"][0];
+    let namespace = container["env"].as_array().and_then(|env| env.iter().find(|e| e["name"] == "POD_NAMESPACE"));
+    assert_eq!(
+        namespace.map(|e| &e["valueFrom"]["fieldRef"]["fieldPath"]),
+        Some(&json!("metadata.namespace")),
+        "the Lease lives in the pod's namespace"
+    );
+    // The drain after SIGTERM fits the grace period, with room to release the Lease.
+    assert!(pod["terminationGracePeriodSeconds"].as_u64().expect("a grace period") > 20);
+
+    let budgets = documents("pdb.yaml");
+    let budget = budgets.iter().find(|d| d["kind"] == "PodDisruptionBudget").expect("a PodDisruptionBudget");
+    assert_eq!(budget["metadata"]["namespace"], deployment["metadata"]["namespace"]);
+    assert_eq!(&budget["spec"]["selector"]["matchLabels"], pod_labels);
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
 }
 
 /// The production image builds the operator without the `sim` feature: no

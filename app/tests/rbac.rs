@@ -100,7 +100,8 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     let rbac = documents("rbac.yaml");
     let roles: Vec<&Value> = rbac.iter().filter(|d| d["kind"] == "ClusterRole").collect();
     assert_eq!(roles.len(), 1, "one ClusterRole");
-    let granted = granted(roles[0]);
+    let mut granted = granted(roles[0]);
+    granted.extend(leader_election_grants());
     let used = used_by_the_operator();
     assert!(
         used.iter().any(|(_, resource, _)| resource == "servers/status"),
@@ -111,6 +112,27 @@ fn rbac_grants_exactly_what_the_operator_uses() {
     assert!(missing.is_empty(), "used but not granted: {missing:?}");
     let unused: Vec<_> = granted.difference(&used).collect();
     assert!(unused.is_empty(), "granted but never used: {unused:?}");
+}
+
+/// The leader Lease grants: a Role in the operator's namespace, bound to its
+/// service account, holding leases and nothing else.
+fn leader_election_grants() -> BTreeSet<Grant> {
+    let documents = documents("leader-election-rbac.yaml");
+    let account = documents_of("rbac.yaml", "ServiceAccount");
+    let role = documents.iter().find(|d| d["kind"] == "Role").expect("a Role for the Lease");
+    assert_eq!(role["metadata"]["namespace"], account["metadata"]["namespace"], "the Lease is the operator's own");
+    let binding = documents.iter().find(|d| d["kind"] == "RoleBinding").expect("a RoleBinding for the Lease");
+    assert_eq!(binding["metadata"]["namespace"], account["metadata"]["namespace"]);
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], account["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["namespace"], account["metadata"]["namespace"]);
+    let grants = granted(role);
+    assert!(grants.iter().all(|(group, resource, _)| group == "coordination.k8s.io" && resource == "leases"));
+    grants
+}
+
+fn documents_of(file: &str, kind: &str) -> Value {
+    documents(file).into_iter().find(|d| d["kind"] == kind).unwrap_or_else(|| panic!("no {kind} in {file}"))
 }
 
 #[test]

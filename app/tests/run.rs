@@ -45,6 +45,8 @@ fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
     let mut operator = Command::new(env!("CARGO_BIN_EXE_server-controller"))
         .args(["run", "--cloud", "sim", "--sim-region", "region-a", "--namespace", "demo"])
         .args(["--yield-interval", "200ms", "--monitor-interval", "200ms", "--log-format", "json"])
+        // The demo's own operator holds the default Lease; this one leads on its own.
+        .args(["--leader-election-id", "run-test-leader"])
         .arg("--metrics-addr")
         .arg(metrics.to_string())
         .arg("--kubeconfig")

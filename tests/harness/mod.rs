@@ -34,6 +34,8 @@ use server_simkube::{CounterSnapshot, Verb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod ha;
+
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
 pub use server_sim_testbed::CloudPath as CloudKind;
@@ -219,6 +221,16 @@ impl Env {
                 other => panic!("the operator did not stop cleanly: {other:?}"),
             }
         }
+    }
+
+    /// The address SimKube serves on.
+    pub fn api_addr(&self) -> std::net::SocketAddr {
+        self.kube_bed.served().addr()
+    }
+
+    /// SimKube's URL, for a client of one's own.
+    pub fn api_url(&self) -> String {
+        self.kube_bed.served().url()
     }
 
     // ---- fixtures ----------------------------------------------------------

@@ -28,11 +28,24 @@ pub struct ControllerConfig {
     pub concurrency: u16,
     /// `reportingInstance` of emitted Events (e.g. the pod name); defaults to the controller name.
     pub reporting_instance: Option<String>,
+    /// Act only while holding this Lease; `None` acts unconditionally (one replica).
+    pub leader_election: Option<crate::LeaseConfig>,
+    /// After shutdown is requested, how long in-flight passes may run before
+    /// they are dropped (safe: every action is idempotent, and a create is
+    /// preceded by a resourceVersion-guarded create-issued write).
+    pub drain_timeout: Duration,
+    /// The liveness watchdog fails when passes are in flight and none has
+    /// started or finished for this long.
+    pub stall_timeout: Duration,
 }
 
 impl ControllerConfig {
     pub const DEFAULT_YIELD_INTERVAL: Duration = Duration::from_secs(10);
     pub const DEFAULT_MONITOR_INTERVAL: Duration = Duration::from_secs(30);
+    /// Fits a 30 s termination grace period with room for the lease release.
+    pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+    /// Three cloud calls at the 60 s cloud timeout, plus the API's share.
+    pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
     /// kube-runtime's default page size.
     pub const DEFAULT_WATCH_PAGE_SIZE: u32 = 500;
 
@@ -57,6 +70,9 @@ impl Default for ControllerConfig {
             cloud_timeout: Duration::from_secs(60),
             concurrency: 8,
             reporting_instance: None,
+            leader_election: None,
+            drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
+            stall_timeout: Self::DEFAULT_STALL_TIMEOUT,
         }
     }
 }

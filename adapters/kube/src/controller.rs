@@ -45,6 +45,9 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
     if let Some(interval) = config.resync_interval {
         controller = controller.reconcile_all_on(resync_ticks(interval));
     }
+    // A new leader passes over every Server: the previous leader's requeues
+    // died with its term.
+    controller = controller.reconcile_all_on(executor.fence.new_terms());
     info!(namespace = config.namespace.as_deref().unwrap_or("<all>"), "server controller started");
     controller
         .run(reconcile, error_policy, Arc::new(Context { executor, caches }))
@@ -61,6 +64,11 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
 
 async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
     let executor = &context.executor;
+    // A follower only keeps its store warm; the leader's new term wakes everything.
+    if !executor.fence.holds() {
+        return Ok(Requeue::await_change());
+    }
+    let _in_flight = executor.progress.pass_started();
     let started = Instant::now();
     let result = executor.reconcile(&server, &context.caches).await;
     let elapsed = started.elapsed();

@@ -18,6 +18,9 @@ pub enum Error {
     /// The caches of consumed resources could not be filled or kept.
     #[error("caching consumed resources failed: {0}")]
     Cache(String),
+    /// The leader election is configured so that two replicas could act at once.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
     /// A Server object could not be read into the core model.
     #[error("Server {name} is malformed: {message}")]
     Malformed { name: String, message: String },

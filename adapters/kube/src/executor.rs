@@ -34,6 +34,9 @@ pub(crate) struct Executor {
     pub(crate) events: EventPublisher,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
+    /// Whether this replica may act; `client` and `clouds` enforce it.
+    pub(crate) fence: crate::Fence,
+    pub(crate) progress: crate::health::Progress,
 }
 
 impl std::fmt::Debug for Executor {

@@ -24,7 +24,10 @@ mod events;
 mod executor;
 mod explain;
 mod facts;
+mod fence;
+mod health;
 mod identity;
+mod leader;
 mod metrics;
 mod monitor;
 mod registry;
@@ -41,6 +44,9 @@ pub use controller::requeue_for;
 pub use error::Error;
 pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
 pub use explain::explain;
+pub use fence::Fence;
+pub use health::Health;
+pub use leader::LeaseConfig;
 pub use metrics::{Metrics, NoMetrics};
 pub use monitor::PollReport;
 pub use registry::CloudRegistry;
@@ -49,15 +55,27 @@ pub use server_core::Outcome;
 use cache::Caches;
 use cached::CachedServer;
 use executor::Executor;
+use health::Progress;
 use monitor::Monitor;
 
 /// The operator: the controller and the monitor over one client, one cloud
 /// registry and one configuration.
+///
+/// With `config.leader_election`, several replicas may run: each keeps its
+/// caches and its Server store warm, but only the holder of the Lease passes
+/// over Servers, polls the cloud and writes. Every write and every cloud
+/// call of the operator goes through the [`Fence`], which closes at the
+/// leader's renew deadline.
 #[derive(Clone)]
 pub struct Operator {
     executor: Arc<Executor>,
     monitor: Arc<Monitor>,
-    /// True while the caches are filled and the loops run: the readiness probe.
+    /// The unfenced client: the elector's, and the caches' reads.
+    client: Client,
+    fence: Fence,
+    progress: Progress,
+    /// True once the caches and the Server store are filled, while the loops
+    /// run: the readiness probe.
     ready: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
@@ -79,16 +97,50 @@ impl Operator {
         config: ControllerConfig,
         metrics: Arc<dyn Metrics>,
     ) -> Self {
-        let events = events::EventPublisher::new(client.clone(), config.reporting_instance.clone());
+        let (fence, acting, clouds) = match config.leader_election {
+            None => (Fence::open(), client.clone(), clouds),
+            Some(_) => {
+                let fence = Fence::closed();
+                (fence.clone(), fence::fenced_client(client.clone(), fence.clone()), clouds.fenced(&fence))
+            }
+        };
+        let progress = Progress::default();
+        let events = events::EventPublisher::new(acting.clone(), config.reporting_instance.clone());
         let monitor = Monitor {
-            client: client.clone(),
+            client: acting.clone(),
             clouds: clouds.clone(),
             config: config.clone(),
             metrics: metrics.clone(),
+            fence: fence.clone(),
         };
-        let executor = Executor { client, clouds, events, config, metrics };
+        let executor = Executor {
+            client: acting,
+            clouds,
+            events,
+            config,
+            metrics,
+            fence: fence.clone(),
+            progress: progress.clone(),
+        };
         let (ready, _) = tokio::sync::watch::channel(false);
-        Operator { executor: Arc::new(executor), monitor: Arc::new(monitor), ready: Arc::new(ready) }
+        Operator {
+            executor: Arc::new(executor),
+            monitor: Arc::new(monitor),
+            client,
+            fence,
+            progress,
+            ready: Arc::new(ready),
+        }
+    }
+
+    /// Whether this replica may act (always, without leader election).
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    /// The liveness watchdog over the reconcile loop.
+    pub fn health(&self) -> Health {
+        Health { progress: self.progress.clone(), stall_timeout: self.config().stall_timeout }
     }
 
     pub fn config(&self) -> &ControllerConfig {
@@ -105,27 +157,58 @@ impl Operator {
     /// Runs the controller and the monitor until `shutdown` resolves. Both
     /// start once the caches of consumed resources are filled.
     pub async fn run(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
-        let shutdown = shutdown::shutdown(shutdown);
-        self.with_caches(shutdown.clone(), |caches| async move {
-            let (controller, monitor) = tokio::join!(
-                controller::run(self.executor.clone(), caches.clone(), shutdown.clone()),
-                self.monitor.run(&caches, shutdown)
-            );
-            controller.and(monitor)
-        })
-        .await
+        self.run_loops(shutdown, Loops::Both).await
     }
 
     /// Runs only the controller (watch, wake rule, passes) until `shutdown` resolves.
     pub async fn run_controller(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
-        let shutdown = shutdown::shutdown(shutdown);
-        self.with_caches(shutdown.clone(), |caches| controller::run(self.executor.clone(), caches, shutdown)).await
+        self.run_loops(shutdown, Loops::Controller).await
     }
 
     /// Runs only the monitor loop until `shutdown` resolves.
     pub async fn run_monitor(&self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+        self.run_loops(shutdown, Loops::Monitor).await
+    }
+
+    /// Runs the loops (and the election, if configured) until `shutdown`
+    /// resolves; then in-flight passes get `drain_timeout` before they are
+    /// dropped, and only after that does the leader release its Lease.
+    async fn run_loops(&self, shutdown: impl Future<Output = ()> + Send + 'static, loops: Loops) -> Result<(), Error> {
         let shutdown = shutdown::shutdown(shutdown);
-        self.with_caches(shutdown.clone(), |caches| async move { self.monitor.run(&caches, shutdown).await }).await
+        let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+        let election = match self.config().leader_election.clone() {
+            None => None,
+            Some(lease) => {
+                lease.validate().map_err(Error::LeaderElection)?;
+                let stopped = shutdown::shutdown(async move {
+                    let _ = election_stopped.await;
+                });
+                Some(tokio::spawn(leader::run(self.client.clone(), lease, self.fence.clone(), stopped)))
+            }
+        };
+        let stop = shutdown.clone();
+        let work = self.with_caches(shutdown.clone(), move |caches| async move {
+            let shutdown = stop;
+            match loops {
+                Loops::Both => {
+                    let (controller, monitor) = tokio::join!(
+                        controller::run(self.executor.clone(), caches.clone(), shutdown.clone()),
+                        self.monitor.run(&caches, shutdown.clone())
+                    );
+                    controller.and(monitor)
+                }
+                Loops::Controller => controller::run(self.executor.clone(), caches, shutdown.clone()).await,
+                Loops::Monitor => self.monitor.run(&caches, shutdown.clone()).await,
+            }
+        });
+        let result = drained(work, shutdown, self.config().drain_timeout).await;
+        self.ready.send_replace(false);
+        if let Some(election) = election {
+            // The elector closes the fence before it releases the Lease.
+            let _ = stop_election.send(());
+            let _ = election.await;
+        }
+        result
     }
 
     /// One reconcile pass over `server`, outside the controller (for the
@@ -151,8 +234,10 @@ impl Operator {
     {
         let config = self.config();
         let ready = self.ready.clone();
+        // The caches read through the unfenced client: a follower keeps
+        // them warm.
         let result = cache::with_caches(
-            &self.executor.client,
+            &self.client,
             config.namespace.as_deref(),
             &cache::WatchSettings::of(config),
             ready.clone(),
@@ -165,6 +250,38 @@ impl Operator {
         .await;
         self.ready.send_replace(false);
         result
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Loops {
+    Both,
+    Controller,
+    Monitor,
+}
+
+/// Runs `work` to its end, or, once `shutdown` resolves, for at most `drain`
+/// more. Dropping passes cut short is safe: every action is idempotent, and
+/// a create is always preceded in its pass by a resourceVersion-guarded
+/// write of the create-issued annotation, so whoever passes next finishes
+/// the job and never creates twice. Waiting is bounded whatever `work` waits
+/// on (kube-runtime holds its runner until its store is filled).
+async fn drained(
+    work: impl Future<Output = Result<(), Error>>,
+    shutdown: shutdown::Shutdown,
+    drain: std::time::Duration,
+) -> Result<(), Error> {
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        result = &mut work => return result,
+        () = shutdown => {}
+    }
+    match tokio::time::timeout(drain, work).await {
+        Ok(result) => result,
+        Err(_) => {
+            tracing::warn!(?drain, "in-flight passes did not finish in time after shutdown; dropping them");
+            Ok(())
+        }
     }
 }
 

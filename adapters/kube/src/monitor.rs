@@ -49,6 +49,8 @@ pub(crate) struct Monitor {
     pub(crate) clouds: CloudRegistry,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
+    /// Only the leader polls; `client` and `clouds` enforce it too.
+    pub(crate) fence: crate::Fence,
 }
 
 impl std::fmt::Debug for Monitor {
@@ -73,6 +75,9 @@ impl Monitor {
             tokio::select! {
                 () = &mut shutdown => break,
                 _ = ticks.tick() => {}
+            }
+            if !self.fence.holds() {
+                continue;
             }
             let started = Instant::now();
             match self.poll(caches).await {

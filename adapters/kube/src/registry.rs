@@ -35,6 +35,20 @@ impl CloudRegistry {
     pub fn regions(&self) -> impl Iterator<Item = &str> {
         self.clouds.keys().map(String::as_str)
     }
+
+    /// The same clouds, each refusing every call while `fence` does not hold.
+    pub(crate) fn fenced(&self, fence: &crate::Fence) -> CloudRegistry {
+        let clouds = self
+            .clouds
+            .iter()
+            .map(|(region, cloud)| {
+                let fenced: Arc<dyn CloudPort> =
+                    Arc::new(crate::fence::FencedCloud { cloud: cloud.clone(), fence: fence.clone() });
+                (region.clone(), fenced)
+            })
+            .collect();
+        CloudRegistry { clouds }
+    }
 }
 
 impl fmt::Debug for CloudRegistry {

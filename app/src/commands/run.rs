@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Secret;
 use prometheus_client::registry::Registry;
-use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_kube::{CloudRegistry, ControllerConfig, LeaseConfig, Operator};
 use server_openstack::{OpenStackCloud, OpenStackConfig};
 use tokio::sync::watch;
 
@@ -49,9 +49,44 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_MONITOR_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     monitor_interval: Duration,
 
-    /// Do not run the monitor loop (e.g. when another replica runs it).
+    /// Do not run the monitor loop (the Servers' runtime status then goes stale).
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
+
+    /// Act only while holding the leader Lease, so several replicas can run
+    /// (`--leader-election=false` for a single replica that acts at once).
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_election: bool,
+
+    /// Namespace of the leader Lease (default: POD_NAMESPACE, the in-cluster
+    /// service account's namespace, or the kubeconfig's).
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+
+    /// Name of the leader Lease.
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION_ID", default_value = LeaseConfig::DEFAULT_NAME)]
+    leader_election_id: String,
+
+    /// How long followers wait, after they last saw the Lease renewed, before taking it (whole seconds).
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    leader_election_lease_duration: Duration,
+
+    /// How long the leader may fail to renew before it stops acting (shorter than the lease duration).
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    leader_election_renew_deadline: Duration,
+
+    /// Interval between attempts to acquire or renew the Lease.
+    #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    leader_election_retry_period: Duration,
+
+    /// After SIGTERM, how long in-flight passes may finish before they are
+    /// dropped (keep it under the pod's terminationGracePeriodSeconds).
+    #[arg(long, env = "SERVER_CONTROLLER_DRAIN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    drain_timeout: Duration,
+
+    /// /healthz fails when passes are in flight and none started or finished for this long.
+    #[arg(long, env = "SERVER_CONTROLLER_STALL_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+    stall_timeout: Duration,
 
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SERVER_CONTROLLER_METRICS_ADDR", default_value = "0.0.0.0:8080")]
@@ -155,15 +190,55 @@ pub(crate) fn cause_once(error: &anyhow::Error) -> String {
     parts.join(": ")
 }
 
-fn controller_config(args: &Args) -> ControllerConfig {
+fn controller_config(args: &Args, leader_election: Option<LeaseConfig>) -> ControllerConfig {
     ControllerConfig {
         namespace: args.namespace.clone(),
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
         reporting_instance: std::env::var("POD_NAME").ok(),
+        leader_election,
+        drain_timeout: args.drain_timeout,
+        stall_timeout: args.stall_timeout,
         ..ControllerConfig::default()
     }
+}
+
+/// Where the in-cluster configuration names the pod's namespace.
+const SERVICE_ACCOUNT_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// The leader Lease, or `None` with `--leader-election=false`. Refuses
+/// timings under which two replicas could act at once.
+fn lease_config(args: &Args, client: &kube::Client) -> anyhow::Result<Option<LeaseConfig>> {
+    if !args.leader_election {
+        return Ok(None);
+    }
+    let namespace = args
+        .leader_election_namespace
+        .clone()
+        .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+        .or_else(|| std::fs::read_to_string(SERVICE_ACCOUNT_NAMESPACE).ok().map(|n| n.trim().to_owned()))
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let lease = LeaseConfig {
+        name: args.leader_election_id.clone(),
+        lease_duration: args.leader_election_lease_duration,
+        renew_deadline: args.leader_election_renew_deadline,
+        retry_period: args.leader_election_retry_period,
+        ..LeaseConfig::new(namespace, identity())
+    };
+    lease.validate().map_err(|e| anyhow::anyhow!("invalid leader election flags: {e}"))?;
+    Ok(Some(lease))
+}
+
+/// This replica's name in the Lease: the pod name, else host and process.
+fn identity() -> String {
+    if let Some(pod) = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()) {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
+    let host = if host.is_empty() { "server-controller".to_owned() } else { host };
+    format!("{host}-{}", std::process::id())
 }
 
 async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
@@ -244,15 +319,22 @@ pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow:
 }
 
 async fn operate(args: &Args) -> anyhow::Result<()> {
+    // Probes that cannot be served are a startup error, not a warning at exit.
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("cannot serve /metrics, /healthz and /readyz on {}", args.metrics_addr))?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let clouds = clouds(args, &client).await?;
+    let leader_election = lease_config(args, &client)?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
-    tracing::info!(server_version = %version.git_version, %regions, "connected");
+    tracing::info!(server_version = %version.git_version, %regions, leader_election = ?leader_election, "connected");
 
     let mut registry = Registry::default();
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
-    let endpoints = Endpoints::new(registry);
+    let operator = Operator::with_metrics(client, clouds, controller_config(args, leader_election), metrics.clone());
+    metrics.watch_leadership(operator.fence().clone());
+    let endpoints = Endpoints::new(registry, operator.health());
 
     let (stop, stopped) = watch::channel(false);
     let wait_stop = |mut stopped: watch::Receiver<bool>| async move {
@@ -260,17 +342,15 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     };
     let http = {
         let endpoints = endpoints.clone();
-        let addr = args.metrics_addr;
         let shutdown = wait_stop(stopped.clone());
-        tokio::spawn(async move { endpoints.serve(addr, shutdown).await })
+        tokio::spawn(async move { endpoints.serve(listener, shutdown).await })
     };
     tokio::spawn(async move {
         terminated().await;
-        tracing::info!("termination requested: finishing in-flight passes");
+        tracing::info!("termination requested: finishing in-flight passes, then releasing the leader lease");
         let _ = stop.send(true);
     });
 
-    let operator = Operator::with_metrics(client, clouds, controller_config(args), metrics);
     // Ready once the operator's caches are filled and its loops run.
     let mut readiness = operator.readiness();
     let probe = endpoints.clone();

@@ -179,6 +179,8 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         monitor_interval: Duration::from_millis(250),
         cloud_timeout: Duration::from_secs(5),
         concurrency: 16,
+        // As deployed: the operator acts while it holds the leader Lease.
+        leader_election: Some(server_kube::LeaseConfig::new(NAMESPACE, "demo")),
         ..ControllerConfig::default()
     };
     let (registry, _openstack) = cloud_registry(args.cloud, &cloud).await?;

@@ -1,0 +1,281 @@
+//! Replicas for the high-availability scenarios: each operator runs on its
+//! own tokio runtime (its own thread pool) with its own Kubernetes client,
+//! so it can be stopped as SIGTERM stops it, or killed as a crashed pod dies
+//! (its runtime is dropped: every in-flight request is abandoned midway).
+//! A [`CutProxy`] in front of SimKube cuts one replica's API connection
+//! while its cloud connection works, as a network partition would.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use server_core::port::{
+    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+};
+use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::{Env, REGION};
+
+/// The Lease timings of the scenarios: short, and valid (renew deadline
+/// shorter than the lease, retry shorter than the deadline).
+pub fn test_lease(identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        lease_duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_period: Duration::from_millis(250),
+        ..LeaseConfig::new(crate::NAMESPACE, identity)
+    }
+}
+
+/// A cloud whose creates land at once and answer late, as Nova's
+/// `POST /servers` does when it is slow: the instance record exists (and
+/// lists) before the 202 comes back (nova/compute/api.py
+/// `_provision_instances` writes it before the API answers). A caller that
+/// dies while waiting has still created the server.
+pub struct SlowAnswers {
+    pub cloud: Arc<dyn CloudPort>,
+    pub create_answer_delay: Duration,
+}
+
+impl std::fmt::Debug for SlowAnswers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlowAnswers").field("create_answer_delay", &self.create_answer_delay).finish_non_exhaustive()
+    }
+}
+
+impl CloudPort for SlowAnswers {
+    fn create<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a CreateRequest,
+    ) -> PortFuture<'a, ProviderServer> {
+        Box::pin(async move {
+            let created = self.cloud.create(identity, request).await;
+            tokio::time::sleep(self.create_answer_delay).await;
+            created
+        })
+    }
+
+    fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
+        self.cloud.delete(identity, server)
+    }
+
+    fn get<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Option<ProviderServer>> {
+        self.cloud.get(identity, server)
+    }
+
+    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+        self.cloud.list(identity)
+    }
+}
+
+/// One operator replica on its own runtime.
+pub struct Replica {
+    pub name: String,
+    pub fence: Fence,
+    runtime: Option<tokio::runtime::Runtime>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), server_kube::Error>>>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica").field("name", &self.name).field("fence", &self.fence).finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Starts a replica talking to the API at `api` with the Env's cloud
+    /// (creates answered after `create_answer_delay`) and `config` plus the
+    /// test Lease under `name`.
+    pub fn start(
+        env: &Env,
+        name: &str,
+        api: &str,
+        config: &ControllerConfig,
+        create_answer_delay: Duration,
+    ) -> Replica {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .thread_name(format!("replica-{name}"))
+            .build()
+            .unwrap_or_else(|e| panic!("no runtime for {name}: {e}"));
+        // The client's connection pool and buffer task belong to this runtime.
+        let _inside = runtime.enter();
+        let url = api.parse().unwrap_or_else(|e| panic!("bad url {api}: {e}"));
+        let client =
+            kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("no client for {name}: {e}"));
+        let cloud: Arc<dyn CloudPort> = Arc::new(SlowAnswers { cloud: env.cloud.port(), create_answer_delay });
+        let config = ControllerConfig {
+            leader_election: Some(test_lease(name)),
+            reporting_instance: Some(name.into()),
+            ..config.clone()
+        };
+        let operator = Operator::new(client, CloudRegistry::new().with(REGION, cloud), config);
+        let fence = operator.fence().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = runtime.spawn(async move {
+            operator
+                .run(async move {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Replica { name: name.into(), fence, runtime: Some(runtime), stop: Some(stop), task: Some(task) }
+    }
+
+    /// Whether this replica may act now.
+    pub fn leads(&self) -> bool {
+        self.fence.holds()
+    }
+
+    /// Stops it as SIGTERM does and waits for it to exit.
+    pub async fn terminate(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            match tokio::time::timeout(Duration::from_secs(30), task).await {
+                Ok(Ok(Ok(()))) => {}
+                other => panic!("replica {} did not stop cleanly: {other:?}", self.name),
+            }
+        }
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
+    /// Kills it: no shutdown, no release; whatever it was doing is abandoned.
+    pub fn kill(&mut self) {
+        self.stop.take();
+        self.task.take();
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Samples which replicas lead every few milliseconds and remembers whether
+/// two ever led at once.
+pub struct LeadershipLog {
+    overlap: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for LeadershipLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeadershipLog").field("overlap", &self.overlap).finish_non_exhaustive()
+    }
+}
+
+impl LeadershipLog {
+    pub fn start(fences: Vec<Fence>) -> LeadershipLog {
+        let overlap = Arc::new(AtomicBool::new(false));
+        let flag = overlap.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                if fences.iter().filter(|fence| fence.holds()).count() > 1 {
+                    flag.store(true, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        });
+        LeadershipLog { overlap, task }
+    }
+
+    /// Whether two replicas were ever seen acting at once.
+    pub fn overlapped(&self) -> bool {
+        self.overlap.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for LeadershipLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A TCP proxy in front of the API server that can cut its clients off:
+/// open connections are reset, new ones are accepted and never answered
+/// (requests hang, as across a partition), until healed.
+pub struct CutProxy {
+    addr: SocketAddr,
+    cut: Arc<AtomicBool>,
+    connections: Arc<Mutex<Vec<AbortHandle>>>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for CutProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CutProxy").field("addr", &self.addr).field("cut", &self.cut).finish_non_exhaustive()
+    }
+}
+
+impl CutProxy {
+    pub async fn start(upstream: SocketAddr) -> CutProxy {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap_or_else(|e| panic!("proxy bind: {e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
+        let cut = Arc::new(AtomicBool::new(false));
+        let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::new(Mutex::new(Vec::new()));
+        let (is_cut, open) = (cut.clone(), connections.clone());
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if is_cut.load(Ordering::SeqCst) {
+                    // Accepted, never answered.
+                    held.push(inbound);
+                    continue;
+                }
+                let forward = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                if let Ok(mut open) = open.lock() {
+                    open.push(forward.abort_handle());
+                }
+            }
+        });
+        CutProxy { addr, cut, connections, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Cuts every connection through the proxy.
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+        if let Ok(mut open) = self.connections.lock() {
+            for connection in open.drain(..) {
+                connection.abort();
+            }
+        }
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for CutProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+        self.cut();
+    }
+}
