@@ -18,7 +18,7 @@ use serde_json::Value;
 type Grant = (String, String, String);
 
 fn deploy_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base").join(name)
 }
 
 /// The YAML documents of a file, as JSON values (empty documents dropped).

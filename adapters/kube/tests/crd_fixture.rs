@@ -173,7 +173,7 @@ fn undescribed(schema: &Value, path: &str, found: &mut Vec<String>) {
     }
 }
 
-/// `deploy/crd.yaml` replaces the region chart's CRD on a cluster: it must
+/// `deploy/base/crd.yaml` replaces the region chart's CRD on a cluster: it must
 /// declare every field the chart declares (so what other region components
 /// write survives pruning) and validate exactly as the chart does (formats,
 /// patterns, enums, the immutability rule), so an object one admits the

@@ -1,4 +1,4 @@
-//! The Server schema completed to the region chart's: `deploy/crd.yaml`
+//! The Server schema completed to the region chart's: `deploy/base/crd.yaml`
 //! replaces the chart's CRD on a cluster, so it must accept exactly what the
 //! chart's accepts and validate what it validates (formats, patterns, enums,
 //! the immutability rule), and declare the fields other region components
