@@ -76,7 +76,7 @@ fn group_of(label: &str, custom: &BTreeMap<String, String>) -> String {
 /// What the operator did during a demo run, as (group, resource, verb).
 fn used_by_the_operator() -> BTreeSet<Grant> {
     let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-        .args(["demo", "--servers", "12", "--output", "json"])
+        .args(["demo", "--servers", "12", "--output", "json", "--timeout", "180s"])
         .output()
         .expect("the demo runs");
     let report: Value = serde_json::from_slice(&output.stdout)

@@ -328,7 +328,11 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     let clouds = clouds(args, &client).await?;
     let leader_election = lease_config(args, &client)?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
-    tracing::info!(server_version = %version.git_version, %regions, leader_election = ?leader_election, "connected");
+    let leader_lease = match &leader_election {
+        Some(lease) => format!("{}/{}", lease.namespace, lease.name),
+        None => "off".to_owned(),
+    };
+    tracing::info!(server_version = %version.git_version, %regions, %leader_lease, "connected");
 
     let mut registry = Registry::default();
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
