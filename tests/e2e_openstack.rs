@@ -163,3 +163,50 @@ async fn tags_in_the_unikorn_scheme_are_converted_and_unfit_ones_left_out() {
     })
     .await;
 }
+
+/// A throwaway ed25519 public key for an SSH certificate authority.
+const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl e2e-ca@unikorn";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_an_ssh_ca_boots_with_the_identitys_keypair() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 45).await;
+        // The identity's keypair, as its provisioning leaves it in Nova and
+        // on the OpenstackIdentity.
+        openstack(&env).add_keypair("identity-1-key");
+        env.sim
+            .store()
+            .modify("openstackidentities", Some(NAMESPACE), IDENTITY, |identity| {
+                identity["spec"]["sshKeyName"] = json!("identity-1-key");
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        env.seed("sshcertificateauthorities", "ca-1", json!({"publicKey": CA_KEY}));
+        let keyed = env.create_server("keyed", fast(Fate::clean()), Env::spec());
+        let mut with_ca = Env::spec();
+        with_ca["sshCertificateAuthorityID"] = json!("ca-1");
+        let ca = env.create_server("with-ca", fast(Fate::clean()), with_ca);
+        let mut neither = Env::spec();
+        neither["sshInjection"] = json!("none");
+        let none = env.create_server("neither", fast(Fate::clean()), neither);
+        env.start();
+        for name in ["keyed", "with-ca", "neither"] {
+            env.wait_server(name, "Running", |s| phase(s) == "Running").await;
+        }
+        let sim = openstack(&env);
+        let nova = |uid: &str| sim.servers().into_iter().find(|s| s.server_uid == uid);
+        assert_eq!(nova(&keyed).and_then(|s| s.key_name).as_deref(), Some("identity-1-key"));
+        assert_eq!(nova(&ca).map(|s| s.key_name), Some(None), "the CA path boots without the keypair");
+        assert_eq!(nova(&none).map(|s| s.key_name), Some(None), "sshInjection none: no keypair");
+        // The Go controller's system metadata, from the Server's labels.
+        let metadata = nova(&keyed).map(|s| s.metadata).unwrap_or_default();
+        assert_eq!(metadata.get("serverID").map(String::as_str), Some("keyed"));
+        assert_eq!(metadata.get("region:server_id").map(String::as_str), Some("keyed"));
+        assert_eq!(metadata.get("regionID").map(String::as_str), Some(REGION));
+        assert_eq!(metadata.get("region:region_id").map(String::as_str), Some(REGION));
+        for key in ["organizationID", "projectID", "identity:organization_id", "identity:project_id"] {
+            assert!(metadata.contains_key(key), "{key} missing: {metadata:?}");
+        }
+        env.stop().await;
+    })
+    .await;
+}

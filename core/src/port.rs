@@ -56,6 +56,9 @@ pub struct IdentityContext {
     pub identity_id: String,
     pub project_id: String,
     pub credentials: Credentials,
+    /// The Nova keypair of the identity (`OpenstackIdentity.spec.sshKeyName`),
+    /// sent as `key_name` to servers that use it.
+    pub ssh_key_name: Option<String>,
 }
 
 impl fmt::Debug for IdentityContext {
@@ -64,6 +67,7 @@ impl fmt::Debug for IdentityContext {
             .field("region_id", &self.region_id)
             .field("identity_id", &self.identity_id)
             .field("project_id", &self.project_id)
+            .field("ssh_key_name", &self.ssh_key_name)
             .finish_non_exhaustive()
     }
 }
@@ -107,6 +111,21 @@ pub struct CreateRequest {
     /// Final user data, already merged with managed parts by the core.
     pub user_data: Option<Vec<u8>>,
     pub tags: Vec<Tag>,
+    /// Boot with the identity's SSH keypair (Nova `key_name`): the Server
+    /// asks for it, or names no SSH CA and no other way (uni-region's rule).
+    pub identity_ssh_key: bool,
+    /// Whom the server belongs to, from the Server's labels, for the system
+    /// metadata other tools read.
+    pub owner: Owner,
+}
+
+/// The unikorn IDs a Server's labels carry (empty when a label is missing,
+/// as the Go controller writes them).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub organization_id: String,
+    pub project_id: String,
+    pub region_id: String,
 }
 
 /// The provider's record of a server, as the monitor projects it.

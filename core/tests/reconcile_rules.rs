@@ -4,8 +4,9 @@
 mod support;
 
 use server_core::model::{
-    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, IDENTITY_LABEL, Phase,
-    REGION_LABEL, ResourceKind, SecurityGroupRef, UserData, reference_finalizer,
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, IDENTITY_LABEL,
+    ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
+    reference_finalizer,
 };
 use server_core::port::CloudError;
 use server_core::reconcile::{Action, ActionFailure, Options, Outcome, ProviderView, action_failed, reconcile};
@@ -49,8 +50,36 @@ fn a_new_server_gets_its_finalizer_references_then_a_create() {
     let user_data = String::from_utf8(request.user_data.clone().unwrap()).unwrap();
     assert!(user_data.contains(CA_KEY), "the CA key is merged into the user data");
     assert_eq!(request.server.uid, "uid-web");
+    assert!(!request.identity_ssh_key, "a Server on the CA path does not boot with the identity's keypair");
+    assert_eq!(request.owner.region_id, server.meta.label(REGION_LABEL).unwrap());
     assert!(matches!(decision.outcome, Outcome::Yield(_)));
     assert_eq!(available(&decision).reason, ConditionReason::Provisioning);
+}
+
+/// uni-region's `ResolvedSSHInjection`: `sshInjection` when set, else the CA
+/// path when a CA is named, else the identity's keypair.
+#[test]
+fn the_identity_keypair_is_asked_for_unless_the_server_uses_a_ca_or_asks_for_none() {
+    let key_asked = |ca: Option<&str>, injection: Option<SshInjection>| {
+        let mut server = server();
+        server.spec.ssh_certificate_authority_id = ca.map(Into::into);
+        server.spec.ssh_injection = injection;
+        server.meta.labels.insert(ORGANIZATION_LABEL.into(), "org-1".into());
+        let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+        let request = decision.actions.iter().find_map(|a| match a {
+            Action::CreateProviderServer(request) => Some(request.clone()),
+            _ => None,
+        });
+        let request = request.unwrap();
+        assert_eq!(request.owner.organization_id, "org-1");
+        assert_eq!(request.owner.project_id, "", "a missing label is written empty, as the Go controller does");
+        request.identity_ssh_key
+    };
+    assert!(key_asked(None, None));
+    assert!(!key_asked(Some("ca-a"), None));
+    assert!(key_asked(Some("ca-a"), Some(SshInjection::IdentityKeypair)));
+    assert!(!key_asked(None, Some(SshInjection::None)));
+    assert!(!key_asked(None, Some(SshInjection::Ca)));
 }
 
 #[test]

@@ -180,6 +180,9 @@ pub struct OpenstackIdentitySpec {
     pub application_credential_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub application_credential_secret: Option<String>,
+    /// The identity's Nova keypair, booted into servers that use it.
+    #[serde(rename = "sshKeyName", default, skip_serializing_if = "Option::is_none")]
+    pub ssh_key_name: Option<String>,
 }
 
 impl fmt::Debug for OpenstackIdentitySpec {
@@ -189,6 +192,7 @@ impl fmt::Debug for OpenstackIdentitySpec {
             .field("user_id", &self.user_id)
             .field("project_id", &self.project_id)
             .field("application_credential_id", &self.application_credential_id)
+            .field("ssh_key_name", &self.ssh_key_name)
             .finish_non_exhaustive()
     }
 }

@@ -48,6 +48,7 @@ pub(crate) fn context_from(identity: &OpenstackIdentity, region_id: &str, identi
         identity_id: identity_id.to_owned(),
         project_id: spec.project_id.clone().unwrap_or_default(),
         credentials,
+        ssh_key_name: spec.ssh_key_name.clone().filter(|name| !name.is_empty()),
     }
 }
 

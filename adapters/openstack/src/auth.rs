@@ -327,7 +327,13 @@ mod tests {
     use super::*;
 
     fn identity(credentials: Credentials) -> IdentityContext {
-        IdentityContext { region_id: "r".into(), identity_id: "id1".into(), project_id: "proj".into(), credentials }
+        IdentityContext {
+            region_id: "r".into(),
+            identity_id: "id1".into(),
+            project_id: "proj".into(),
+            credentials,
+            ssh_key_name: None,
+        }
     }
 
     #[test]

@@ -262,7 +262,9 @@ impl OpenStackCloud {
         }
         let project = self.inner.index.project(identity);
         project.mark_uncertain(uid, self.inner.index.tick());
-        let id = compute::create_server(&session, mapping::server_body(request, &port.id)).await?;
+        let id =
+            compute::create_server(&session, mapping::server_body(request, &port.id, identity.ssh_key_name.as_deref()))
+                .await?;
         project.remember(uid, &id, self.inner.index.tick());
         project.settle(uid);
         info!(

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
-use server_core::port::{CreateRequest, Credentials, IdentityContext, ProviderStatus, ServerRef};
+use server_core::port::{CreateRequest, Credentials, IdentityContext, Owner, ProviderStatus, ServerRef};
 
 use crate::auth::{Auth, TokenBody, request_body};
 use crate::compute::{CreatedEnvelope, ServerEnvelope, ServerList};
@@ -286,6 +286,8 @@ fn request() -> CreateRequest {
             Tag { name: "owner@example.com".into(), value: "dropped".into() },
             Tag { name: "clé".into(), value: "dropped".into() },
         ],
+        identity_ssh_key: true,
+        owner: Owner { organization_id: "org".into(), project_id: "proj".into(), region_id: "region".into() },
     }
 }
 
@@ -298,7 +300,10 @@ fn nova_schema_extras() -> Value {
 
 #[test]
 fn the_server_create_body_fits_the_samples_and_novas_metadata_schema() -> TestResult {
-    let body = mapping::server_body(&request(), "port-1");
+    let body = mapping::server_body(&request(), "port-1", Some("identity-key"));
+    if body["server"]["key_name"] != "identity-key" {
+        return Err(format!("no key_name in {body}"));
+    }
     let shapes =
         [sample("nova/server-create-req.json")?, sample("nova/v2.37_server-create-req.json")?, nova_schema_extras()];
     check(&body, &shapes, &[".server.metadata"])?;
@@ -330,6 +335,7 @@ fn keystone_and_force_delete_bodies_fit_the_samples() -> TestResult {
         identity_id: "i".into(),
         project_id: "p".into(),
         credentials,
+        ssh_key_name: None,
     };
     let password = request_body(&identity(Credentials::Password { user_id: "u".into(), password: "pw".into() }))
         .map_err(|e| e.to_string())?;

@@ -231,8 +231,30 @@ pub(crate) fn server_metadata(request: &CreateRequest) -> ServerMetadata {
             out.dropped.push(tag.name.clone());
         }
     }
+    out.metadata.extend(system_metadata(request));
     out.metadata.extend(ownership_metadata(&request.server));
     out
+}
+
+/// What the Go controller writes on every server it makes, over any tag of
+/// the same name (uni-region `reconcileServer`): its legacy camelCase keys
+/// and their namespaced copies.
+pub(crate) fn system_metadata(request: &CreateRequest) -> BTreeMap<String, String> {
+    let owner = &request.owner;
+    let server_id = &request.server.name;
+    [
+        (METADATA_GO_SERVER_ID_NAMESPACED, server_id),
+        ("identity:organization_id", &owner.organization_id),
+        ("identity:project_id", &owner.project_id),
+        ("region:region_id", &owner.region_id),
+        (METADATA_GO_SERVER_ID, server_id),
+        ("organizationID", &owner.organization_id),
+        ("projectID", &owner.project_id),
+        ("regionID", &owner.region_id),
+    ]
+    .into_iter()
+    .map(|(key, value)| (key.to_owned(), value.clone()))
+    .collect()
 }
 
 /// The keys that tie a Nova server to its Server: ours (uid, namespace,
@@ -271,8 +293,11 @@ pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment, id
     }})
 }
 
-/// `POST /servers` body: boots from the image with the prepared port.
-pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
+/// `POST /servers` body: boots from the image with the prepared port, and
+/// with the identity's keypair (`key_name`) when the request uses it and the
+/// identity has one (an empty `key_name` would be refused; the Go controller
+/// leaves it out too).
+pub(crate) fn server_body(request: &CreateRequest, port_id: &str, ssh_key_name: Option<&str>) -> Value {
     let mut server = json!({
         "name": request.name,
         "flavorRef": request.flavor_id,
@@ -280,8 +305,13 @@ pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
         "networks": [{"port": port_id}],
         "metadata": server_metadata(request).metadata,
     });
-    if let (Some(user_data), Some(object)) = (&request.user_data, server.as_object_mut()) {
-        object.insert("user_data".into(), Value::String(BASE64.encode(user_data)));
+    if let Some(object) = server.as_object_mut() {
+        if let Some(user_data) = &request.user_data {
+            object.insert("user_data".into(), Value::String(BASE64.encode(user_data)));
+        }
+        if let Some(key) = ssh_key_name.filter(|key| request.identity_ssh_key && !key.is_empty()) {
+            object.insert("key_name".into(), Value::String(key.to_owned()));
+        }
     }
     json!({ "server": server })
 }
@@ -290,6 +320,7 @@ pub(crate) fn server_body(request: &CreateRequest, port_id: &str) -> Value {
 mod tests {
     use super::*;
     use server_core::model::{AllowedAddressPair, Tag};
+    use server_core::port::Owner;
 
     fn nova(value: Value) -> NovaServer {
         serde_json::from_value(value).unwrap_or_default()
@@ -373,7 +404,10 @@ mod tests {
             tags: vec![
                 Tag { name: "team".into(), value: "blue".into() },
                 Tag { name: "unikorn:server-uid".into(), value: "forged".into() },
+                Tag { name: "regionID".into(), value: "forged".into() },
             ],
+            identity_ssh_key: true,
+            owner: Owner { organization_id: "org-1".into(), project_id: "proj-1".into(), region_id: "region-1".into() },
         }
     }
 
@@ -390,18 +424,36 @@ mod tests {
             port["port"]["allowed_address_pairs"],
             json!([{"ip_address": "10.1.0.0/24"}, {"ip_address": "10.2.0.1", "mac_address": "fa:16:3e:aa:bb:cc"}])
         );
-        let server = server_body(&request, "port-1");
+        let server = server_body(&request, "port-1", Some("identity-key"));
         assert_eq!(server["server"]["name"], "web-label");
+        assert_eq!(server["server"]["key_name"], "identity-key");
         assert_eq!(server["server"]["flavorRef"], "flavor");
         assert_eq!(server["server"]["imageRef"], "image");
         assert_eq!(server["server"]["networks"], json!([{"port": "port-1"}]));
         assert_eq!(server["server"]["user_data"], "I2Nsb3VkLWNvbmZpZwo=");
+        // The Go controller's system metadata wins over a tag of its name;
+        // ours wins over everything.
         assert_eq!(
             server["server"]["metadata"],
-            json!({"team": "blue", "unikorn:server-uid": "uid-1", "unikorn:server-namespace": "ns", "unikorn:server-name": "web"})
+            json!({
+                "team": "blue",
+                "serverID": "web", "organizationID": "org-1", "projectID": "proj-1", "regionID": "region-1",
+                "region:server_id": "web", "identity:organization_id": "org-1",
+                "identity:project_id": "proj-1", "region:region_id": "region-1",
+                "unikorn:server-uid": "uid-1", "unikorn:server-namespace": "ns", "unikorn:server-name": "web",
+            })
         );
-        let no_user_data = CreateRequest { user_data: None, ..request };
-        assert!(server_body(&no_user_data, "p")["server"].get("user_data").is_none());
+        let no_user_data = CreateRequest { user_data: None, ..request.clone() };
+        assert!(server_body(&no_user_data, "p", None)["server"].get("user_data").is_none());
+    }
+
+    #[test]
+    fn key_name_only_for_servers_that_use_the_identity_keypair_and_an_identity_that_has_one() {
+        let request = request();
+        assert!(server_body(&request, "p", None)["server"].get("key_name").is_none());
+        assert!(server_body(&request, "p", Some(""))["server"].get("key_name").is_none());
+        let ca_path = CreateRequest { identity_ssh_key: false, ..request };
+        assert!(server_body(&ca_path, "p", Some("identity-key"))["server"].get("key_name").is_none());
     }
 
     #[test]

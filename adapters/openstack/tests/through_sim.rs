@@ -59,6 +59,7 @@ impl Harness {
             identity_id: "identity-1".into(),
             project_id: PROJECT.into(),
             credentials: Credentials::Password { user_id: "user-1".into(), password: "s3cret".into() },
+            ssh_key_name: None,
         };
         Ok(Harness { sim, clock, served, cloud, identity, network_id, group_ids })
     }
@@ -98,6 +99,8 @@ fn request(uid: &str, public_ip: bool) -> CreateRequest {
         public_ip,
         user_data: Some(b"#cloud-config\nruncmd: [echo hi]\n\xff\x00binary".to_vec()),
         tags: vec![Tag { name: "team".into(), value: "blue".into() }],
+        identity_ssh_key: true,
+        owner: Default::default(),
     }
 }
 
@@ -274,6 +277,23 @@ async fn create_makes_port_server_and_floating_ip() -> TestResult {
     assert_eq!(ips.len(), 1);
     assert_eq!(ips[0].port_id.as_deref(), Some(port.id.as_str()));
     assert_eq!(ips[0].network_id, "external");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_identity_keypair_goes_to_nova_only_where_it_is_used() -> TestResult {
+    let h = Harness::new().await?;
+    let with_key = IdentityContext { ssh_key_name: Some("identity-1-key".into()), ..h.identity.clone() };
+    // Nova refuses a keypair it does not know (400): the create is refused.
+    let refused = h.cloud.create(&with_key, &request("uid-1", false)).await.err();
+    assert!(matches!(refused, Some(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    h.sim.add_keypair("identity-1-key");
+    h.cloud.create(&with_key, &request("uid-1", false)).await?;
+    let ca_path = CreateRequest { identity_ssh_key: false, ..request("uid-2", false) };
+    h.cloud.create(&with_key, &ca_path).await?;
+    let key_of = |uid: &str| h.sim.servers().into_iter().find(|s| s.server_uid == uid).and_then(|s| s.key_name);
+    assert_eq!(key_of("uid-1").as_deref(), Some("identity-1-key"));
+    assert_eq!(key_of("uid-2"), None, "a Server on the CA path boots without the keypair");
     Ok(())
 }
 

@@ -27,6 +27,11 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
     fault_rate: f64,
 
+    /// Controller replicas: 2 elect a leader on a Lease (the leader crashes
+    /// and freezes during the run); 1 runs without election.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    replicas: u8,
+
     /// Run twice and compare the traces step by step (invariant 9).
     #[arg(long)]
     replay_check: bool,
@@ -66,6 +71,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     let mut config = SimConfig::with_fault_rate(args.servers, args.seed, args.fault_rate);
     config.max_attempts = args.max_attempts;
     config.replay_check = args.replay_check;
+    config.ha.replicas = args.replicas;
     config.explain = args.explain;
     config.threads = args.threads;
     let report = simulate::run(&config);

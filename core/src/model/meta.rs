@@ -11,6 +11,8 @@ pub const IDENTITY_LABEL: &str = "regions.unikorn-cloud.org/identity-id";
 /// Human name of the server, used to name the provider server.
 pub const NAME_LABEL: &str = "unikorn-cloud.org/name";
 pub const ORGANIZATION_LABEL: &str = "unikorn-cloud.org/organization";
+/// The unikorn project the server belongs to (not the OpenStack project).
+pub const PROJECT_LABEL: &str = "unikorn-cloud.org/project";
 
 /// The finalizer that guards deprovisioning of a Server.
 pub const SERVER_FINALIZER: &str = "unikorn";

@@ -11,10 +11,11 @@ pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, 
 pub use consumed::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 pub use meta::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta,
-    REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
+    PROJECT_LABEL, REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
 };
 pub use spec::{
-    AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, Tag, UserData,
+    AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, SshInjection,
+    Tag, UserData,
 };
 pub use status::{Phase, ServerStatus};
 

@@ -41,10 +41,43 @@ pub struct ServerSpec {
     /// user certificates it signed. It holds a finalizer while this Server uses it.
     #[serde(rename = "sshCertificateAuthorityID", default, skip_serializing_if = "Option::is_none")]
     pub ssh_certificate_authority_id: Option<String>,
+    /// Which SSH access material the server gets at create time: ca (the SSH
+    /// certificate authority's key in cloud-init), identityKeypair (the
+    /// identity's Nova key pair) or none. Unset: ca when a CA is named, else
+    /// identityKeypair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh_injection: Option<SshInjection>,
     /// Cloud-init user data, base64 on the wire, at most 65,535 base64
     /// characters once the SSH CA part is merged in (Nova's limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<UserData>,
+}
+
+impl ServerSpec {
+    /// How SSH access reaches the server: `sshInjection` when set; without
+    /// it (older Servers) the CA path when a CA is named, else the
+    /// identity's keypair (uni-region's `ResolvedSSHInjection`).
+    pub fn resolved_ssh_injection(&self) -> SshInjection {
+        match (self.ssh_injection, &self.ssh_certificate_authority_id) {
+            (Some(injection), _) => injection,
+            (None, Some(_)) => SshInjection::Ca,
+            (None, None) => SshInjection::IdentityKeypair,
+        }
+    }
+}
+
+/// The create-time SSH access material a Server asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SshInjection {
+    /// The SSH certificate authority's key, written by cloud-init.
+    #[serde(rename = "ca")]
+    Ca,
+    /// The identity's Nova keypair (`key_name`).
+    #[serde(rename = "identityKeypair")]
+    IdentityKeypair,
+    /// Neither.
+    #[serde(rename = "none")]
+    None,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

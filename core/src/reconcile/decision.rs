@@ -47,7 +47,7 @@ pub enum Action {
         key: &'static str,
         value: Option<String>,
     },
-    CreateProviderServer(CreateRequest),
+    CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
     Emit(Event),
 }

@@ -10,10 +10,11 @@ use super::plan::Plan;
 use super::references;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle, refused_this_generation};
 use crate::model::{
-    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, Phase, Server, set_condition,
+    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, ORGANIZATION_LABEL,
+    PROJECT_LABEL, Phase, REGION_LABEL, Server, SshInjection, set_condition,
 };
 use crate::monitor::observe;
-use crate::port::{CreateRequest, ServerRef};
+use crate::port::{CreateRequest, Owner, ServerRef};
 use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
 use crate::user_data::{UserDataError, render_user_data};
 
@@ -281,6 +282,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         Err(error) => return park_refused_user_data(&error, plan),
     };
     let spec = &server.spec;
+    let label = |key: &str| server.meta.label(key).unwrap_or_default().to_owned();
     let request = CreateRequest {
         server: server_ref(server),
         name: server.meta.label(NAME_LABEL).unwrap_or(&server.meta.name).to_owned(),
@@ -291,12 +293,18 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         public_ip: spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled),
         user_data,
         tags: spec.tags.clone(),
+        identity_ssh_key: spec.resolved_ssh_injection() == SshInjection::IdentityKeypair,
+        owner: Owner {
+            organization_id: label(ORGANIZATION_LABEL),
+            project_id: label(PROJECT_LABEL),
+            region_id: label(REGION_LABEL),
+        },
     };
     // Every create is preceded by a fresh note of its attempt and time: the
     // grace of its absence runs from here.
     let issued = IssuedCreate { attempt: plan.status.provider_create_failures, at: Some(plan.now) };
     plan.annotate(CREATE_ISSUED_ANNOTATION, Some(issued.value()));
-    plan.provider(Action::CreateProviderServer(request));
+    plan.provider(Action::CreateProviderServer(Box::new(request)));
     for action in references::to_prune(server, facts) {
         plan.trail(action);
     }

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
-use server_core::port::{CloudError, CreateRequest, PowerState, ProviderServer, ProviderStatus, ServerRef};
+use server_core::port::{CloudError, CreateRequest, Owner, PowerState, ProviderServer, ProviderStatus, ServerRef};
 
 use super::handlers::{Ctx, Handled, model_error};
 use super::state::{ServerBook, State, naive_utc, rfc3339};
@@ -331,6 +331,10 @@ fn create(ctx: &Ctx<'_>) -> Handled {
             .filter(|(k, _)| !k.starts_with("unikorn:"))
             .map(|(k, v)| Tag { name: k.clone(), value: v.clone() })
             .collect(),
+        identity_ssh_key: requested.key_name.is_some(),
+        // The model keeps the metadata as tags; whom it belongs to is Nova's
+        // record (`ServerBook::metadata`), not the model's.
+        owner: Owner::default(),
     };
     let live_before = ctx.model(|m| m.truth(&uid, ctx.now).live > 0);
     if live_before {

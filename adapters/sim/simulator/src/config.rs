@@ -3,6 +3,8 @@
 
 use server_simcloud::{CloudConfig, FateMix};
 
+use crate::ha::HaConfig;
+
 /// One simulation run. `SimConfig::new(servers, seed)` gives the default mix.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
@@ -15,6 +17,8 @@ pub struct SimConfig {
     pub fault_rate: f64,
     pub cloud: CloudConfig,
     pub kube: KubeFaults,
+    /// The controller replicas, their Lease and their troubles.
+    pub ha: HaConfig,
     pub timing: SimTiming,
     /// Run twice and compare the trace step by step (invariant 9).
     pub replay_check: bool,
@@ -47,6 +51,7 @@ impl SimConfig {
             fault_rate,
             cloud: CloudConfig::with_fault_rate(seed, fault_rate),
             kube: KubeFaults::with_fault_rate(fault_rate),
+            ha: HaConfig::with_fault_rate(fault_rate),
             timing: SimTiming::default(),
             replay_check: false,
             max_reported_violations: 100,
@@ -71,7 +76,8 @@ pub struct KubeFaults {
     /// A watch delivery is held back: the controller's cache lags behind the
     /// API server (monotonically) until it catches up.
     pub stale_watch: f64,
-    /// Controller restarts during the run (in-memory state lost).
+    /// Crashes of the leading controller replica during the run (in-memory
+    /// state lost; it comes back as a new process after the downtime).
     pub restarts: u32,
     /// Share of Servers the user deletes at some point.
     pub user_delete: f64,
@@ -114,7 +120,7 @@ pub struct SimTiming {
     pub wake_delay: u64,
     /// Longest a held-back watch delivery lags.
     pub max_watch_lag: u64,
-    /// How long a restarting controller is down.
+    /// How long a crashed controller replica is down.
     pub restart_downtime: u64,
     /// Periodic resync of every Server, if any.
     pub resync_interval: Option<u64>,

@@ -7,11 +7,12 @@ use server_core::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionSt
 use server_core::{Options, Server};
 
 use super::config::SimConfig;
+use super::ha::{Change, Timeline};
 use super::queue::{EventKind, Queue};
 use super::report::{KubeStats, Violation, Violations};
 use super::rules::Rules;
 use super::trace::Trace;
-use super::world::{CheckState, NOT_PENDING, Obj, TENANT_SIZE, Tenant, new_server};
+use super::world::{CheckState, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
 
@@ -64,7 +65,9 @@ pub(crate) struct Engine {
     pub(crate) now_ts: Timestamp,
     pub(crate) step: u64,
     pub(crate) rv_counter: RvCounter,
-    pub(crate) controller_up: bool,
+    /// The controller replicas (only the first `config.ha.replicas` run).
+    pub(crate) replicas: [ReplicaState; REPLICAS],
+    pub(crate) replica_count: usize,
     pub(crate) trace: Trace,
     pub(crate) violations: Violations,
     pub(crate) explain_log: Vec<String>,
@@ -73,6 +76,7 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn new(config: SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Self {
+        let up = || ReplicaState { up: true, ..ReplicaState::default() };
         let epoch = Timestamp::from_millisecond(EPOCH_MS).unwrap_or(Timestamp::UNIX_EPOCH);
         let count = shard.count;
         let first_tenant = shard.first / TENANT_SIZE;
@@ -97,17 +101,19 @@ impl Engine {
                     server,
                     rv: 0,
                     exists: false,
-                    lagging: None,
+                    lagging: [None, None],
                     tenant: i / TENANT_SIZE,
                     fate,
                     handle,
                     monitor_memo: None,
-                    pending_at: NOT_PENDING,
-                    ticket: 0,
+                    pending_at: [NOT_PENDING; REPLICAS],
+                    ticket: [0; REPLICAS],
+                    in_flight: [None, None],
                     check: CheckState::default(),
                 }
             })
             .collect();
+        let replica_count = usize::from(config.ha.replicas).clamp(1, REPLICAS);
         Engine {
             options: Options::with_max_attempts(config.max_attempts).with_create_grace(config.timing.create_grace()),
             faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
@@ -124,16 +130,20 @@ impl Engine {
             now_ts: epoch,
             step: 0,
             rv_counter: RvCounter::default(),
-            controller_up: true,
+            replicas: [up(), up()],
+            replica_count,
             trace,
             stats: KubeStats::default(),
         }
     }
 
     /// Schedules what the users, operators and the environment will do.
-    pub(crate) fn plan(&mut self) {
+    pub(crate) fn plan(&mut self, timeline: &Timeline) {
         let mut rng = SplitMix64::stream(self.shard.seed(self.config.seed), "plan");
         let (timing, kube) = (self.config.timing, self.config.kube);
+        self.stats.leader_terms = timeline.terms;
+        self.stats.leader_stalls = timeline.stalls;
+        self.stats.acting_overlap_ms = timeline.overlap_ms;
         let horizon = timing.horizon;
         for i in 0..self.objs.len() {
             let arrival = rng.between(0, timing.arrival_window);
@@ -153,15 +163,10 @@ impl Engine {
         for t in 0..self.tenants.len() {
             self.queue.push(rng.between(0, timing.monitor_interval), EventKind::Monitor, t, 0);
         }
-        // Restarts hit every shard at the same instants: one controller.
-        let mut rng = SplitMix64::stream(self.config.seed, "restarts");
-        let restarts = u64::from(kube.restarts);
-        for r in 0..restarts {
-            // Spread over the run, jittered, so they hit servers mid-flight.
-            let slot = horizon / (restarts + 1);
-            let at = slot * (r + 1) + rng.between(0, slot / 4);
-            self.queue.push(at, EventKind::ControllerCrash, 0, 0);
-            self.queue.push(at + timing.restart_downtime, EventKind::ControllerStart, 0, 0);
+        // Leadership, restarts and stalls hit every shard at the same
+        // instants: one set of controller replicas.
+        for &(at, replica, change) in &timeline.changes {
+            self.queue.push(at, EventKind::Replica, usize::from(replica), change as u32);
         }
         if let Some(interval) = timing.resync_interval {
             self.queue.push(interval, EventKind::Resync, 0, 0);
@@ -183,13 +188,13 @@ impl Engine {
             let counted = match event.kind {
                 EventKind::Arrive => self.arrive(target),
                 EventKind::Reconcile => self.reconcile(target, event.arg),
+                EventKind::Act => self.act(target, event.arg as usize),
                 EventKind::Monitor => self.monitor(target),
-                EventKind::CacheCatchUp => self.catch_up(target),
+                EventKind::CacheCatchUp => self.catch_up(target, event.arg as usize),
                 EventKind::UserDelete => self.user_delete(target),
                 EventKind::SpecEdit => self.spec_edit(target),
                 EventKind::OperatorReset => self.operator_reset(target),
-                EventKind::ControllerCrash => self.crash(),
-                EventKind::ControllerStart => self.start(),
+                EventKind::Replica => self.replica_change(target, event.arg),
                 EventKind::Resync => self.resync(),
             };
             if counted {
@@ -219,18 +224,28 @@ impl Engine {
         });
     }
 
-    /// kube-runtime keeps one pending reconcile per object, the earliest.
+    /// A wake: every replica that acts (and watches) gets a pass scheduled.
     pub(crate) fn schedule_reconcile(&mut self, i: usize, at: u64) {
-        if !self.controller_up {
+        for r in 0..self.replica_count {
+            if self.replicas[r].acts() {
+                self.schedule_for(i, r, at);
+            }
+        }
+    }
+
+    /// kube-runtime keeps one pending reconcile per object, the earliest.
+    /// The event's argument is the ticket, with the replica in its top bit.
+    pub(crate) fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
+        if !self.replicas.get(r).is_some_and(|replica| replica.up) {
             return;
         }
         let Some(obj) = self.objs.get_mut(i) else { return };
-        if obj.pending_at <= at {
+        if obj.pending_at[r] <= at {
             return;
         }
-        obj.pending_at = at;
-        obj.ticket = obj.ticket.wrapping_add(1);
-        let ticket = obj.ticket;
+        obj.pending_at[r] = at;
+        obj.ticket[r] = obj.ticket[r].wrapping_add(1) & TICKET_MASK;
+        let ticket = obj.ticket[r] | (u32::from(r == 1) << 31);
         self.queue.push(at, EventKind::Reconcile, i, ticket);
     }
 
@@ -249,17 +264,17 @@ impl Engine {
         true
     }
 
-    /// A held-back watch delivery lands: the cache jumps to the latest copy,
-    /// and the wake rule compares the two, as a relist would.
-    fn catch_up(&mut self, i: usize) -> bool {
+    /// A held-back watch delivery lands in replica `r`'s cache: it jumps to
+    /// the latest copy, and the wake rule compares the two, as a relist would.
+    fn catch_up(&mut self, i: usize, r: usize) -> bool {
         let Some(obj) = self.objs.get_mut(i) else { return false };
-        let Some(lagging) = obj.lagging.take() else { return false };
-        self.note(i, || "the controller's cache caught up".into());
+        let Some(lagging) = obj.lagging.get_mut(r).and_then(Option::take) else { return false };
+        self.note(i, || format!("replica {r}'s cache caught up"));
         let Some(obj) = self.objs.get_mut(i) else { return false };
         let wake = obj.exists && (self.rules.should_wake)(Some(&lagging.0), &obj.server);
-        if wake {
+        if wake && self.replicas[r].acts() {
             let at = self.now + self.config.timing.wake_delay;
-            self.schedule_reconcile(i, at);
+            self.schedule_for(i, r, at);
         }
         true
     }
@@ -320,37 +335,42 @@ impl Engine {
         if shows_boot(new) {
             obj.check.ever_booted = true;
         }
-        let lag = if obj.lagging.is_some() || !self.controller_up {
-            // Already lagging (the catch-up will compare), or nobody watching
-            // (the restart relists).
-            None
-        } else if self.faults.chance(self.config.kube.stale_watch) {
-            Some(self.faults.between(1, self.config.timing.max_watch_lag))
-        } else {
-            None
-        };
-        let wake = match lag {
-            Some(lag) => {
-                obj.lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
+        let mut wakes = [false; REPLICAS];
+        let mut held_back = false;
+        for (r, replica) in self.replicas.iter().enumerate().take(self.replica_count) {
+            let Some(lagging) = obj.lagging.get_mut(r) else { continue };
+            if !replica.up || lagging.is_some() {
+                // Nobody watching (a restart relists), or already lagging
+                // (the catch-up will compare).
+                continue;
+            }
+            if replica.frozen {
+                // Its watch is stopped: it catches up after it resumes.
+                *lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
+                continue;
+            }
+            if self.faults.chance(self.config.kube.stale_watch) {
+                let lag = self.faults.between(1, self.config.timing.max_watch_lag);
+                *lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
                 self.stats.stale_watch_deliveries += 1;
-                self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, 0);
-                false
+                self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, r as u32);
+                held_back = true;
+                continue;
             }
-            None => {
-                obj.lagging.is_none() && self.controller_up && (self.rules.should_wake)(Some(&obj.shadow), &obj.server)
-            }
-        };
+            wakes[r] = replica.acting && (self.rules.should_wake)(Some(&obj.shadow), &obj.server);
+        }
         for (invariant, message) in found {
             self.violation(invariant, i, message);
         }
         if self.explaining(i) {
-            let lagging = lag.is_some();
             let line = self.objs.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
-            self.note(i, || format!("stored {line} (watch held back: {lagging}, wakes: {wake})"));
+            self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
-        if wake {
-            let at = self.now + self.config.timing.wake_delay;
-            self.schedule_reconcile(i, at);
+        for (r, wake) in wakes.into_iter().enumerate() {
+            if wake {
+                let at = self.now + self.config.timing.wake_delay;
+                self.schedule_for(i, r, at);
+            }
         }
     }
 
@@ -447,22 +467,62 @@ impl Engine {
         true
     }
 
-    fn crash(&mut self) -> bool {
-        self.controller_up = false;
-        self.stats.controller_restarts += 1;
+    /// A replica dies, comes back, freezes, resumes, gains or loses the
+    /// right to act (see `ha`).
+    fn replica_change(&mut self, r: usize, change: u32) -> bool {
+        if r >= self.replica_count {
+            return false;
+        }
+        let Some(change) = Change::from_code(change) else { return false };
+        self.trace.add(change as u64);
+        match change {
+            Change::Down => {
+                self.replicas[r].up = false;
+                self.replicas[r].postponed.clear();
+                self.stats.controller_restarts += 1;
+                // Its in-flight passes die with it; its cache and queue go.
+                for obj in &mut self.objs {
+                    obj.in_flight[r] = None;
+                    obj.lagging[r] = None;
+                    obj.pending_at[r] = NOT_PENDING;
+                }
+            }
+            // A fresh process: a cache listed from the API server.
+            Change::Up => self.replicas[r].up = true,
+            Change::Freeze => self.replicas[r].frozen = true,
+            Change::Thaw => {
+                self.replicas[r].frozen = false;
+                // What came due while it was frozen runs now, in order...
+                for (kind, target, arg) in std::mem::take(&mut self.replicas[r].postponed) {
+                    self.queue.push(self.now, kind, target, arg);
+                }
+                // ...and its watch catches up once the API answers again.
+                let round_trip = self.config.ha.api_round_trip;
+                for i in 0..self.objs.len() {
+                    if self.objs.get(i).is_some_and(|o| o.lagging[r].is_some()) {
+                        let at = self.now + round_trip + self.faults.between(0, round_trip);
+                        self.queue.push(at, EventKind::CacheCatchUp, i, r as u32);
+                    }
+                }
+            }
+            Change::Lead => {
+                self.replicas[r].acting = true;
+                // A new term passes over every Server.
+                self.wake_all_for(r);
+            }
+            Change::Unlead => self.replicas[r].acting = false,
+        }
         true
     }
 
-    /// A fresh process: empty queue, a cache listed from the API server, and
-    /// every Server woken by the initial list.
-    fn start(&mut self) -> bool {
-        self.controller_up = true;
-        for obj in &mut self.objs {
-            obj.lagging = None;
-            obj.pending_at = NOT_PENDING;
+    /// Whether an event of replica `r` must wait for it to resume; if so it
+    /// is kept and re-run then.
+    pub(crate) fn postpone(&mut self, r: usize, kind: EventKind, target: usize, arg: u32) -> bool {
+        let Some(replica) = self.replicas.get_mut(r) else { return false };
+        if replica.frozen {
+            replica.postponed.push((kind, target, arg));
         }
-        self.wake_all();
-        true
+        replica.frozen
     }
 
     fn resync(&mut self) -> bool {
@@ -474,10 +534,18 @@ impl Engine {
     }
 
     fn wake_all(&mut self) {
+        for r in 0..self.replica_count {
+            if self.replicas[r].acts() {
+                self.wake_all_for(r);
+            }
+        }
+    }
+
+    fn wake_all_for(&mut self, r: usize) {
         for i in 0..self.objs.len() {
             if self.objs.get(i).is_some_and(|o| o.exists) {
                 let at = self.now + self.faults.between(0, 2_000);
-                self.schedule_reconcile(i, at);
+                self.schedule_for(i, r, at);
             }
         }
     }
@@ -518,6 +586,32 @@ impl Engine {
             return "lost-after-boot";
         }
         "in-progress"
+    }
+}
+
+/// Tickets keep the top bit for the replica.
+const TICKET_MASK: u32 = u32::MAX >> 1;
+
+/// A Reconcile event's ticket and replica.
+pub(crate) fn ticket_of(arg: u32) -> (u32, usize) {
+    (arg & TICKET_MASK, usize::from(arg > TICKET_MASK))
+}
+
+/// One controller replica as the Servers see it.
+#[derive(Debug, Default)]
+pub(crate) struct ReplicaState {
+    pub(crate) up: bool,
+    pub(crate) frozen: bool,
+    /// Its fence is open (or, without the fence, it believes it leads).
+    pub(crate) acting: bool,
+    /// Its events that came due while it was frozen.
+    pub(crate) postponed: Vec<(EventKind, usize, u32)>,
+}
+
+impl ReplicaState {
+    /// It takes wakes and runs passes now.
+    pub(crate) fn acts(&self) -> bool {
+        self.up && !self.frozen && self.acting
     }
 }
 

@@ -9,22 +9,43 @@ use server_core::reconcile::{EventReason, Reference};
 use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server, status_merge_patch};
 
 use super::checker::Pass;
-use super::engine::{Engine, Part};
+use super::engine::{Engine, Part, ticket_of};
 use super::explain;
+use super::queue::EventKind;
+use super::world::InFlight;
 use super::world::apply_status_patch;
 
 impl Engine {
-    /// One reconcile pass of Server `i`, if `ticket` is still its pending one.
-    pub(crate) fn reconcile(&mut self, i: usize, ticket: u32) -> bool {
+    /// One reconcile pass of Server `i` by the replica in `arg`, if the
+    /// ticket in `arg` is still its pending one. A pass that decides to
+    /// create runs its actions when its create call goes out, a few API
+    /// round trips after it read its facts (see [`Engine::act`]); any other
+    /// runs them at once.
+    pub(crate) fn reconcile(&mut self, i: usize, arg: u32) -> bool {
+        let (ticket, r) = ticket_of(arg);
+        if self.postpone(r, EventKind::Reconcile, i, arg) {
+            return false;
+        }
         let now = self.now_ts;
+        let acting = self.replicas.get(r).is_some_and(|replica| replica.up && replica.acting);
         let (decision, pass) = {
             let Some(obj) = self.objs.get_mut(i) else { return false };
-            if obj.ticket != ticket || !self.controller_up || obj.pending_at == super::world::NOT_PENDING {
+            if obj.ticket[r] != ticket || obj.pending_at[r] == super::world::NOT_PENDING {
                 return false;
             }
-            obj.pending_at = super::world::NOT_PENDING;
+            if let Some(in_flight) = &obj.in_flight[r] {
+                // This replica's previous pass on it has not finished.
+                let at = in_flight.at;
+                self.queue.push(at, EventKind::Reconcile, i, arg);
+                return false;
+            }
+            obj.pending_at[r] = super::world::NOT_PENDING;
+            if !acting {
+                // A follower's pass does nothing: the next term wakes everything.
+                return false;
+            }
             let obj = &*obj;
-            let Some((view, view_rv)) = obj.view() else { return false };
+            let Some((view, view_rv)) = obj.view(r) else { return false };
             let Some(tenant) = self.tenants.get_mut(obj.tenant) else { return false };
             tenant.facts.provider = match self.cloud.get_by(now, Some(obj.handle)) {
                 Ok(Some(record)) => ProviderView::Present(record),
@@ -35,9 +56,9 @@ impl Engine {
             let pass = Pass::new(&self.rules, view, view_rv, &tenant.facts.provider);
             if self.config.explain == Some(self.shard.first + i) {
                 let line = format!(
-                    "pass on {} (cache lagging: {}), provider {} -> {}",
+                    "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
                     explain::server(view, view_rv),
-                    obj.lagging.is_some(),
+                    obj.lagging[r].is_some(),
                     explain::view(&tenant.facts.provider),
                     explain::decision(&decision)
                 );
@@ -49,23 +70,50 @@ impl Engine {
         self.stats.reconcile_passes += 1;
         self.trace.add(pass.provider_code());
         self.check_decision(i, &pass, &decision, true);
-        let outcome = self.execute(i, &pass, decision);
+        if decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
+            let at = self.now + self.faults.between(1, self.config.ha.max_create_lag.max(1));
+            if let Some(obj) = self.objs.get_mut(i) {
+                obj.in_flight[r] = Some(Box::new(InFlight { decision, pass, at }));
+            }
+            self.queue.push(at, EventKind::Act, i, r as u32);
+            return true;
+        }
+        self.finish_pass(i, r, &pass, decision);
+        true
+    }
+
+    /// The actions of replica `r`'s create pass on Server `i`, from the view
+    /// it read then: the guard on its writes is that view's resourceVersion.
+    pub(crate) fn act(&mut self, i: usize, r: usize) -> bool {
+        if self.postpone(r, EventKind::Act, i, r as u32) {
+            return false;
+        }
+        let Some(in_flight) = self.objs.get_mut(i).and_then(|o| o.in_flight.get_mut(r)).and_then(Option::take) else {
+            // Its process died meanwhile.
+            return false;
+        };
+        let InFlight { decision, pass, .. } = *in_flight;
+        self.finish_pass(i, r, &pass, decision);
+        true
+    }
+
+    fn finish_pass(&mut self, i: usize, r: usize, pass: &Pass, decision: Decision) {
+        let outcome = self.execute(i, r, pass, decision);
         self.trace.add(outcome_code(&outcome));
         *self.stats.pass_outcomes.entry(outcome.label()).or_insert(0) += 1;
         if outcome.requeues() {
             let at = self.now + self.config.timing.requeue;
-            self.schedule_reconcile(i, at);
+            self.schedule_for(i, r, at);
         }
-        true
     }
 
     /// Runs the decision's actions in order; on the first failure, runs the
     /// follow-up decision the rules give for it. Returns the pass's outcome.
-    fn execute(&mut self, i: usize, pass: &Pass, decision: Decision) -> Outcome {
+    fn execute(&mut self, i: usize, r: usize, pass: &Pass, decision: Decision) -> Outcome {
         let mut rv = pass.view_rv;
         let mut persisted = false;
         for action in &decision.actions {
-            let result = self.run_action(i, action, &mut rv, pass);
+            let result = self.run_action(i, r, action, &mut rv, pass);
             self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
             let failure = match result {
@@ -79,7 +127,7 @@ impl Engine {
                 let Some(obj) = self.objs.get(i) else { return decision.outcome };
                 // "As last persisted": with this pass's writes if any landed,
                 // else as the controller read it.
-                let base = match &obj.lagging {
+                let base = match &obj.lagging[r] {
                     Some(lagging) if !persisted => &lagging.0,
                     _ => &obj.server,
                 };
@@ -88,7 +136,7 @@ impl Engine {
             self.check_decision(i, pass, &follow_up, false);
             self.note(i, || format!("  follow-up: {}", explain::decision(&follow_up)));
             for action in &follow_up.actions {
-                let result = self.run_action(i, action, &mut rv, pass);
+                let result = self.run_action(i, r, action, &mut rv, pass);
                 self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
                 self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
                 if result.is_err() {
@@ -101,7 +149,20 @@ impl Engine {
     }
 
     /// Runs one action. `Ok(true)` when it wrote the Server.
-    fn run_action(&mut self, i: usize, action: &Action, rv: &mut u64, pass: &Pass) -> Result<bool, ActionFailure> {
+    fn run_action(
+        &mut self,
+        i: usize,
+        r: usize,
+        action: &Action,
+        rv: &mut u64,
+        pass: &Pass,
+    ) -> Result<bool, ActionFailure> {
+        // The fence refuses every write and cloud call of a replica that may
+        // not act (adapters/kube/src/fence.rs), whatever the pass decided.
+        if !self.replicas.get(r).is_some_and(|replica| replica.acting) {
+            self.stats.fenced_actions += 1;
+            return Err(ActionFailure::Api(NOT_LEADER.into()));
+        }
         match action {
             // Every write to the Server is guarded by the resourceVersion the
             // pass holds, as the kube adapter's executor does: a lagging
@@ -178,6 +239,9 @@ impl Engine {
     ) -> Result<(), ActionFailure> {
         self.stats.writes += 1;
         let faults = self.config.kube;
+        // Production guards every write; a test may drop the guard to see
+        // what it prevents.
+        let precondition = precondition.filter(|_| self.config.ha.guarded_writes);
         let Some(obj) = self.objs.get_mut(i) else { return Err(not_found()) };
         if !obj.exists {
             return Err(not_found());
@@ -261,6 +325,12 @@ impl Engine {
     fn create_provider_server(&mut self, i: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
         let before = self.cloud.truth(uid, self.now_ts);
+        if before.live > 0 {
+            // The model hands back the server that exists; a real Nova would
+            // make a second one.
+            self.stats.duplicate_creates += 1;
+            self.violation("13", i, "a create was sent while a provider server of this Server existed".into());
+        }
         let (tenant, exists, window_start, ever_booted) = match self.objs.get(i) {
             Some(obj) => (obj.tenant, obj.exists, obj.check.creates_at_reset, obj.check.ever_booted),
             None => return Err(not_found()),
@@ -331,9 +401,8 @@ impl Engine {
     pub(crate) fn monitor(&mut self, t: usize) -> bool {
         let interval = self.config.timing.monitor_interval.max(1);
         self.queue.push(self.now + interval, super::queue::EventKind::Monitor, t, 0);
-        if !self.controller_up {
-            return false;
-        }
+        // Only a replica that may act polls (the monitor is fenced too).
+        let Some(r) = (0..self.replica_count).find(|&r| self.replicas[r].acts()) else { return false };
         self.stats.monitor_polls += 1;
         let Some(tenant) = self.tenants.get(t) else { return false };
         let (first, len) = (tenant.first, tenant.len);
@@ -348,7 +417,7 @@ impl Engine {
         for i in first..first + len {
             let write = {
                 let Some(obj) = self.objs.get(i) else { continue };
-                let Some((view, view_rv)) = obj.view() else { continue };
+                let Some((view, view_rv)) = obj.view(r) else { continue };
                 let listed = listed.iter().find(|(handle, _)| *handle == obj.handle);
                 // observe is a fixed point (server-core tests it): the same
                 // record over the same stored status changes nothing, so that
@@ -382,6 +451,9 @@ impl Engine {
         true
     }
 }
+
+/// What the fence answers (adapters/kube/src/fence.rs).
+const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
 
 fn not_found() -> ActionFailure {
     ActionFailure::Api("servers.region.unikorn-cloud.org not found".into())

@@ -1,10 +1,11 @@
 //! A deterministic discrete-event simulation of the controller against
 //! SimCloud, driving server-core's rules directly: no HTTP, no tokio, virtual
 //! time. Servers arrive, get reconciled and monitored, fail in the ways their
-//! cloud fates say, get deleted, reset and edited, while the controller
-//! restarts, its writes conflict or get lost and its watch lags. Every step
-//! is checked against DESIGN §12 invariants 1–6, 9 and 10, using the cloud's
-//! ground truth where the status could lie.
+//! cloud fates say, get deleted, reset and edited, while two controller
+//! replicas elect a leader (`ha`), the leader crashes and freezes, writes
+//! conflict or get lost and watches lag. Every step is checked against
+//! DESIGN §12 invariants 1–6, 9, 10 and 13 (11 on the election), using the
+//! cloud's ground truth where the status could lie.
 //!
 //! ```
 //! use server_simulator::{SimConfig, run};
@@ -18,6 +19,7 @@ mod config;
 mod engine;
 mod executor;
 mod explain;
+mod ha;
 mod queue;
 mod report;
 mod rules;
@@ -30,10 +32,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 pub use config::{KubeFaults, SimConfig, SimTiming};
+pub use ha::HaConfig;
 pub use report::{KubeStats, Report, Violation};
 pub use rules::Rules;
 
 use engine::{Engine, Shard};
+use ha::Timeline;
 use report::merge_counts;
 use trace::Trace;
 
@@ -52,6 +56,8 @@ pub fn run(config: &SimConfig) -> Report {
 pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
     let started = Instant::now();
     let shards = Shard::layout(config.servers, config.shard_size);
+    // One set of controller replicas for every shard.
+    let timeline = ha::elect(&config.ha, config.seed, config.kube.restarts, &config.timing);
     let threads = match config.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -63,7 +69,7 @@ pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
         for _ in 0..threads {
             scope.spawn(|| {
                 while let Some(shard) = shards.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let result = run_shard(config, *shard, rules);
+                    let result = run_shard(config, *shard, rules, &timeline);
                     let mut slots = results.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                     if let Some(slot) = slots.get_mut(shard.index) {
                         *slot = Some(result);
@@ -73,17 +79,30 @@ pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
         }
     });
     let results = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
-    merge(config, results.into_iter().flatten().collect(), started.elapsed().as_secs_f64())
+    let mut report = merge(config, results.into_iter().flatten().collect(), started.elapsed().as_secs_f64());
+    if timeline.overlap_ms > 0 {
+        report.violation_count += 1;
+        report.violations.push(Violation {
+            invariant: "11",
+            seed: config.seed,
+            shard: 0,
+            step: 0,
+            at_ms: 0,
+            server: String::new(),
+            message: format!("two controller replicas could act at once for {} ms", timeline.overlap_ms),
+        });
+    }
+    report
 }
 
 /// One shard, start to end (twice, compared step by step, with the replay check).
-fn run_shard(config: &SimConfig, shard: Shard, rules: Rules) -> ShardResult {
+fn run_shard(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline) -> ShardResult {
     let mut engine = if config.replay_check {
-        let mut first = simulate(config, shard, rules, Trace::recording());
+        let mut first = simulate(config, shard, rules, timeline, Trace::recording());
         let recorded = first.trace.take_recorded();
         let first_hash = first.trace.finish();
         drop(first);
-        let mut second = simulate(config, shard, rules, Trace::replaying(recorded));
+        let mut second = simulate(config, shard, rules, timeline, Trace::replaying(recorded));
         let diverged = second.trace.divergence.or_else(|| {
             let same_length = second.trace.expected_steps() == usize::try_from(second.step).ok();
             (!same_length || second.trace.finish() != first_hash).then_some(second.step)
@@ -94,15 +113,15 @@ fn run_shard(config: &SimConfig, shard: Shard, rules: Rules) -> ShardResult {
         }
         second
     } else {
-        simulate(config, shard, rules, Trace::default())
+        simulate(config, shard, rules, timeline, Trace::default())
     };
     engine.final_checks();
     ShardResult::of(&engine)
 }
 
-fn simulate(config: &SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Engine {
+fn simulate(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline, trace: Trace) -> Engine {
     let mut engine = Engine::new(config.clone(), shard, rules, trace);
-    engine.plan();
+    engine.plan(timeline);
     engine.run();
     engine
 }

@@ -10,12 +10,12 @@ use std::collections::BinaryHeap;
 pub(crate) enum EventKind {
     /// The user creates the Server.
     Arrive,
-    /// A reconcile pass (from a wake, a requeue, a restart or a resync); the
-    /// argument is the ticket it was scheduled with.
+    /// A reconcile pass (from a wake, a requeue, a new term or a resync); the
+    /// argument is the ticket it was scheduled with and the replica.
     Reconcile,
     /// A monitor poll of one tenant (identity).
     Monitor,
-    /// A held-back watch delivery reaches the controller's cache.
+    /// A held-back watch delivery reaches a replica's cache (the argument).
     CacheCatchUp,
     /// The user deletes the Server.
     UserDelete,
@@ -23,10 +23,13 @@ pub(crate) enum EventKind {
     SpecEdit,
     /// An operator resets providerCreateFailures.
     OperatorReset,
-    /// The controller process dies.
-    ControllerCrash,
-    /// The controller process is back: fresh cache, every Server relisted.
-    ControllerStart,
+    /// A controller replica changes (dies, restarts, freezes, resumes, gains
+    /// or loses the right to act); the target is the replica, the argument
+    /// the change.
+    Replica,
+    /// A pass that decided to create runs its actions (its create call goes
+    /// out); the argument is the replica.
+    Act,
     /// Every Server is reconciled again.
     Resync,
 }

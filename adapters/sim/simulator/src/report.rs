@@ -58,6 +58,16 @@ pub struct KubeStats {
     /// observation persisted the boot, whose Server the controller then
     /// (legitimately, as far as it could know) created again.
     pub recreated_unobserved_boots: u64,
+    /// Leadership terms of the controller replicas (the run's, not per shard).
+    pub leader_terms: u64,
+    /// Times the leader froze (the run's).
+    pub leader_stalls: u64,
+    /// Milliseconds two replicas could act at once (invariant 11: none).
+    pub acting_overlap_ms: u64,
+    /// Writes and cloud calls the fence refused.
+    pub fenced_actions: u64,
+    /// Creates sent while a provider server of the Server existed (invariant 13: none).
+    pub duplicate_creates: u64,
     /// Events emitted, by reason.
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
@@ -83,6 +93,11 @@ impl KubeStats {
             operator_resets,
             servers_removed,
             recreated_unobserved_boots,
+            leader_terms,
+            leader_stalls,
+            acting_overlap_ms,
+            fenced_actions,
+            duplicate_creates,
             events,
             pass_outcomes,
         } = other;
@@ -102,6 +117,12 @@ impl KubeStats {
         self.operator_resets += operator_resets;
         self.servers_removed += servers_removed;
         self.recreated_unobserved_boots += recreated_unobserved_boots;
+        // One set of replicas: every shard sees the same leadership.
+        self.leader_terms = self.leader_terms.max(*leader_terms);
+        self.leader_stalls = self.leader_stalls.max(*leader_stalls);
+        self.acting_overlap_ms = self.acting_overlap_ms.max(*acting_overlap_ms);
+        self.fenced_actions += fenced_actions;
+        self.duplicate_creates += duplicate_creates;
         merge_counts(&mut self.events, events);
         merge_counts(&mut self.pass_outcomes, pass_outcomes);
     }
@@ -190,6 +211,11 @@ impl fmt::Display for Report {
             k.user_deletes,
             k.spec_edits,
             k.operator_resets
+        )?;
+        writeln!(
+            f,
+            "leadership: {} terms, {} leader stalls, {} ms with two replicas acting, {} actions fenced, {} duplicate creates",
+            k.leader_terms, k.leader_stalls, k.acting_overlap_ms, k.fenced_actions, k.duplicate_creates
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;

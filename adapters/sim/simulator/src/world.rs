@@ -13,9 +13,14 @@ use server_core::model::{
     NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, SecurityGroupRef, SshCertificateAuthority,
 };
 use server_core::port::IdentityContext;
-use server_core::{Facts, ProviderView, Server, ServerSpec, ServerStatus};
+use server_core::{Decision, Facts, ProviderView, Server, ServerSpec, ServerStatus};
 
 use server_simcloud::{FateKind, ServerHandle};
+
+use super::checker::Pass;
+
+/// Controller replicas the model has room for.
+pub(crate) const REPLICAS: usize = 2;
 
 /// Servers per tenant (namespace + identity + cloud project). Small, so the
 /// reference finalizer lists on shared resources stay short.
@@ -40,9 +45,9 @@ pub(crate) struct Obj {
     pub(crate) rv: u64,
     /// Created and not yet removed from the API server.
     pub(crate) exists: bool,
-    /// The controller's cache, when it lags: the older copy and its
-    /// resourceVersion. `None` means the cache is up to date.
-    pub(crate) lagging: Option<Box<(Server, u64)>>,
+    /// Each replica's cache, when it lags: the older copy and its
+    /// resourceVersion. `None` means that cache is up to date.
+    pub(crate) lagging: [Option<Box<(Server, u64)>>; REPLICAS],
     pub(crate) tenant: usize,
     pub(crate) fate: FateKind,
     /// This Server's state in the cloud model.
@@ -50,11 +55,15 @@ pub(crate) struct Obj {
     /// (resourceVersion, record version) of the last observation that
     /// changed nothing.
     pub(crate) monitor_memo: Option<(u64, u64)>,
-    /// When the next pass is due (`NOT_PENDING` if none), and the ticket that
-    /// identifies that queue entry: kube-runtime keeps one pending reconcile
-    /// per object, the earliest.
-    pub(crate) pending_at: u64,
-    pub(crate) ticket: u32,
+    /// Per replica, when the next pass is due (`NOT_PENDING` if none), and
+    /// the ticket that identifies that queue entry: kube-runtime keeps one
+    /// pending reconcile per object, the earliest.
+    pub(crate) pending_at: [u64; REPLICAS],
+    pub(crate) ticket: [u32; REPLICAS],
+    /// Per replica, a pass that read its facts and decided to create, whose
+    /// actions run when its create call goes out (see `Engine::reconcile`).
+    /// kube-runtime runs no other pass of this replica on the Server meanwhile.
+    pub(crate) in_flight: [Option<Box<InFlight>>; REPLICAS],
     pub(crate) check: CheckState,
 }
 
@@ -75,11 +84,20 @@ pub(crate) struct CheckState {
     pub(crate) reported_missing: bool,
 }
 
+/// A pass between reading its facts and its create call.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) decision: Decision,
+    pub(crate) pass: Pass,
+    /// When its actions run.
+    pub(crate) at: u64,
+}
+
 impl Obj {
-    /// The Server as the controller's cache holds it, with its resourceVersion;
-    /// `None` once the cache has seen it removed.
-    pub(crate) fn view(&self) -> Option<(&Server, u64)> {
-        match &self.lagging {
+    /// The Server as replica `r`'s cache holds it, with its resourceVersion;
+    /// `None` once that cache has seen it removed.
+    pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
+        match self.lagging.get(r).and_then(Option::as_ref) {
             Some(lagging) => Some((&lagging.0, lagging.1)),
             None if self.exists => Some((&self.server, self.rv)),
             None => None,
@@ -124,7 +142,7 @@ impl Tenant {
             region_id: REGION.into(),
             identity_id: identity_name(index),
             project_id: format!("project-{index}"),
-            credentials: Default::default(),
+            ..Default::default()
         };
         Tenant { facts, identity, first, len }
     }
