@@ -1,4 +1,4 @@
-//! `deploy/rbac.yaml` grants exactly what the operator uses.
+//! `deploy/base/rbac.yaml` grants exactly what the operator uses.
 //!
 //! The demo runs the real operator against SimKube, which counts every
 //! request by verb and resource (`api_requests.by_verb_and_resource`, the

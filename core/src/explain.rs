@@ -8,7 +8,7 @@ use std::fmt;
 use jiff::Timestamp;
 
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
-use crate::model::{ConditionType, Server};
+use crate::model::{ConditionType, RETRY_ANNOTATION, Server};
 use crate::port::ProviderStatus;
 use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView, reconcile};
 
@@ -68,11 +68,14 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
     let cap = options.provider_create_max_attempts.max(1);
     match lifecycle {
         Lifecycle::Parked(ParkKind::AtCap) => format!(
-            "parked: {failures} of {cap} create attempts failed before launch. To retry, fix the cause, then set \
-             status.providerCreateFailures to 0"
+            "parked: {failures} of {cap} create attempts failed before launch. To retry, fix the cause, then \
+             annotate the Server {RETRY_ANNOTATION}=<anything>"
         ),
         Lifecycle::Parked(ParkKind::Refused) => {
-            "parked: the provider refused this generation's create; change the spec to try again".into()
+            format!(
+                "parked: the provider refused this generation's create; change the spec, or annotate the Server \
+                 {RETRY_ANNOTATION}=<anything> to try again as it is"
+            )
         }
         Lifecycle::Parked(ParkKind::MissingAfterBoot) => {
             "parked: the server booted and the provider no longer has it; \

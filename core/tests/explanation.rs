@@ -39,7 +39,7 @@ fn a_server_parked_at_the_cap_says_how_to_retry() {
     assert_eq!(explanation.lifecycle, Lifecycle::Parked(ParkKind::AtCap));
     let text = explanation.to_string();
     assert!(text.contains("parked: 3 of 3 create attempts failed before launch"), "{text}");
-    assert!(text.contains("status.providerCreateFailures to 0"), "{text}");
+    assert!(text.contains("annotate the Server server-controller.unikorn-cloud.org/retry=<anything>"), "{text}");
     assert!(!text.contains("create provider server"), "{text}");
 }
 

@@ -9,6 +9,7 @@ mod options;
 mod plan;
 mod provision;
 mod references;
+mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, Reference};
@@ -48,6 +49,19 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         }
         return deprovision::deprovision(server, facts, options, plan);
     }
+
+    // An operator's retry request is consumed before anything is decided:
+    // the rest of the pass sees the Server without the park's ground.
+    let retried = retry::take(server, options);
+    if let Some(retry) = &retried {
+        plan.status.provider_create_failures = retry.server.status.provider_create_failures;
+        plan.status.provider_create_retrying = retry.server.status.provider_create_retrying;
+        plan.emit(retry.event.clone());
+        for key in &retry.remove_annotations {
+            plan.annotate(*key, None);
+        }
+    }
+    let server = retried.as_ref().map_or(server, |retry| &retry.server);
 
     let checks = validate::required_labels(server)
         .and_then(|()| validate::no_duplicate_ids(server))
