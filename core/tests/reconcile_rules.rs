@@ -176,8 +176,15 @@ fn pause_stops_all_work() {
     server.spec.pause = true;
     server.meta.deleting = true;
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    assert_eq!(decision.actions, vec![]);
-    assert_eq!(decision.status, server.status);
+    // Only the Available message says it is paused: no finalizer, reference
+    // or provider action, no other status field.
+    assert!(matches!(decision.actions.as_slice(), [Action::WriteStatus(_)]), "{:?}", decision.actions);
+    assert_eq!(available(&decision).message, server_core::reconcile::PAUSED_MESSAGE);
+    let mut other_fields = decision.status.clone();
+    other_fields.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    let mut before = server.status.clone();
+    before.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    assert_eq!(other_fields, before);
 }
 
 // --- §7: the bounded delete-and-retry machine -------------------------------
