@@ -62,7 +62,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         plan.status.provider_create_retrying = retry.server.status.provider_create_retrying;
         plan.emit(retry.event.clone());
         for key in &retry.remove_annotations {
-            plan.annotate(*key, None);
+            plan.annotate(key, None);
         }
     }
     let server = retried.as_ref().map_or(server, |retry| &retry.server);
