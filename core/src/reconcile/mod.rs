@@ -132,8 +132,8 @@ mod tests {
             let decision = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
             assert_eq!(decision.outcome, Outcome::Done);
             assert!(matches!(decision.actions.as_slice(), [Action::WriteStatus(_)]), "{:?}", decision.actions);
-            let available = decision.status.condition(ConditionType::Available).unwrap();
-            assert_eq!(available.message, PAUSED_MESSAGE);
+            let message = decision.status.condition(ConditionType::Available).map(|c| c.message.as_str());
+            assert_eq!(message, Some(PAUSED_MESSAGE));
             server.status = decision.status;
             let again = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
             assert!(again.actions.is_empty(), "{:?}", again.actions);
