@@ -48,6 +48,7 @@ pub(crate) struct OperatorMetrics {
     monitor_poll_duration: Histogram,
     monitor_patches: Counter,
     monitor_group_failures: Counter,
+    keystone_login_failure_streaks: Counter,
     servers_by_phase: Family<PhaseLabel, Gauge>,
     leader: Gauge,
     /// Phases last reported, so a phase that empties drops to zero.
@@ -65,6 +66,7 @@ impl OperatorMetrics {
             monitor_poll_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             monitor_patches: Counter::default(),
             monitor_group_failures: Counter::default(),
+            keystone_login_failure_streaks: Counter::default(),
             servers_by_phase: Family::default(),
             leader: Gauge::default(),
             known_phases: Mutex::new(Vec::new()),
@@ -90,6 +92,11 @@ impl OperatorMetrics {
             "Monitor polls of a (region, identity) group whose cloud could not be asked",
             metrics.monitor_group_failures.clone(),
         );
+        sub.register(
+            "keystone_login_failure_streaks",
+            "Streaks of logins Keystone refused for one credential (one per streak, not per attempt)",
+            metrics.keystone_login_failure_streaks.clone(),
+        );
         sub.register("servers", "Live Servers by phase, as of the last monitor poll", metrics.servers_by_phase.clone());
         sub.register(
             "leader",
@@ -97,6 +104,15 @@ impl OperatorMetrics {
             metrics.leader.clone(),
         );
         metrics
+    }
+
+    /// What the OpenStack adapter calls when a credential's logins start
+    /// being refused.
+    pub(crate) fn login_failure_hook(&self) -> server_openstack::FailureStreakHook {
+        let counter = self.keystone_login_failure_streaks.clone();
+        std::sync::Arc::new(move || {
+            counter.inc();
+        })
     }
 
     /// Keeps the `leader` gauge following the fence (sampled: the fence

@@ -6,6 +6,13 @@
 //! token's own lifetime (`expires_at - issued_at`), so clock skew between the
 //! controller and Keystone does not matter. One Keystone request per identity
 //! at a time: concurrent callers wait for it rather than each logging in.
+//!
+//! A login Keystone refuses is remembered per credential and not tried again
+//! before a backoff (doubling from `loginBackoff`, capped at
+//! `loginBackoffMax`): with a rotated password, N Servers must not make N
+//! failed logins per pass, which could trip Keystone's
+//! `lockout_failure_attempts` and lock the account. A new credential (the
+//! secret is part of the key) is tried at once.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,23 +26,63 @@ use serde::Deserialize;
 use serde_json::json;
 use server_core::port::{CloudError, Credentials, IdentityContext};
 use tokio::time::Instant;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use crate::client::Http;
 use crate::config::{Interface, OpenStackConfig};
 use crate::mapping::parse_time;
 
 /// What Keystone needs to find endpoints and when to renew.
-#[derive(Debug)]
 pub(crate) struct Auth {
     token_url: String,
     region: String,
     interface: Interface,
     refresh_margin: Duration,
+    backoff: Duration,
+    backoff_max: Duration,
+    on_failure_streak: Option<FailureStreakHook>,
     slots: Mutex<HashMap<TokenKey, Slot>>,
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Arc<Token>>>>;
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth")
+            .field("token_url", &self.token_url)
+            .field("region", &self.region)
+            .field("backoff", &self.backoff)
+            .field("backoff_max", &self.backoff_max)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Called once when a credential's logins start failing (a streak), for the
+/// operator's metric.
+pub type FailureStreakHook = Arc<dyn Fn() + Send + Sync>;
+
+type Slot = Arc<tokio::sync::Mutex<SlotState>>;
+
+/// One credential's token, or its failed logins.
+#[derive(Debug, Default)]
+struct SlotState {
+    token: Option<Arc<Token>>,
+    failed: Option<FailedLogin>,
+}
+
+/// A streak of logins Keystone refused, and when to try again.
+#[derive(Debug)]
+struct FailedLogin {
+    streak: u32,
+    retry_at: Instant,
+    message: String,
+}
+
+impl SlotState {
+    /// Worth keeping: a token still fresh, or failures still remembered.
+    fn worth_keeping(&self, forget_after: Duration) -> bool {
+        self.token.as_ref().is_some_and(|t| t.fresh())
+            || self.failed.as_ref().is_some_and(|f| Instant::now() < f.retry_at + forget_after)
+    }
+}
 
 /// Who a token was issued to. The secret is part of the key so a rotated
 /// credential never reuses a token obtained with the old one.
@@ -92,26 +139,81 @@ pub(crate) struct Endpoints {
 }
 
 impl Auth {
-    pub(crate) fn new(config: &OpenStackConfig) -> Self {
+    pub(crate) fn new(config: &OpenStackConfig, on_failure_streak: Option<FailureStreakHook>) -> Self {
         Auth {
             token_url: config.token_url(),
             region: config.region.trim().to_owned(),
             interface: config.interface,
             refresh_margin: config.token_refresh_margin,
+            backoff: config.login_backoff,
+            backoff_max: config.login_backoff_max.max(config.login_backoff),
+            on_failure_streak,
             slots: Mutex::new(HashMap::new()),
         }
     }
 
-    /// A fresh token for the identity, from the cache or from Keystone.
+    /// A fresh token for the identity, from the cache or from Keystone;
+    /// while the credential's last login was refused and its backoff runs,
+    /// that refusal again without asking Keystone.
     pub(crate) async fn token(&self, http: &Http, identity: &IdentityContext) -> Result<Arc<Token>, CloudError> {
         let slot = self.slot(key(identity)?);
-        let mut cached = slot.lock().await;
-        if let Some(token) = cached.as_ref().filter(|t| t.fresh()) {
+        let mut state = slot.lock().await;
+        if let Some(token) = state.token.as_ref().filter(|t| t.fresh()) {
             return Ok(token.clone());
         }
-        let token = Arc::new(self.issue(http, identity).await?);
-        *cached = Some(token.clone());
-        Ok(token)
+        if let Some(failed) = state.failed.as_ref().filter(|f| Instant::now() < f.retry_at) {
+            let wait = failed.retry_at.saturating_duration_since(Instant::now());
+            return Err(CloudError::Auth {
+                message: format!(
+                    "{}; Keystone is not asked again with this credential for {}s (after {} refused logins)",
+                    failed.message,
+                    wait.as_secs().max(1),
+                    failed.streak
+                ),
+            });
+        }
+        match self.issue(http, identity).await {
+            Ok(token) => {
+                if let Some(failed) = state.failed.take() {
+                    info!(
+                        identity = %identity.identity_id,
+                        refused_logins = failed.streak,
+                        "Keystone accepted the credential again"
+                    );
+                }
+                let token = Arc::new(token);
+                state.token = Some(token.clone());
+                Ok(token)
+            }
+            Err(CloudError::Auth { message }) => {
+                let streak = state.failed.as_ref().map_or(0, |f| f.streak).saturating_add(1);
+                let backoff = self.backoff_for(streak);
+                if streak == 1 {
+                    // One line per streak, not per Server or per attempt; no
+                    // Keystone text (it may echo what was sent).
+                    warn!(
+                        identity = %identity.identity_id,
+                        project = %identity.project_id,
+                        backoff_s = backoff.as_secs(),
+                        "Keystone refused the identity's login; it is retried with backoff, not on every pass"
+                    );
+                    if let Some(hook) = &self.on_failure_streak {
+                        hook();
+                    }
+                }
+                state.failed =
+                    Some(FailedLogin { streak, retry_at: Instant::now() + backoff, message: message.clone() });
+                Err(CloudError::Auth { message })
+            }
+            // No answer, or a failing Keystone: not a refused login.
+            Err(other) => Err(other),
+        }
+    }
+
+    /// `backoff`, doubled for each further refusal, at most `backoff_max`.
+    fn backoff_for(&self, streak: u32) -> Duration {
+        let doublings = streak.saturating_sub(1).min(16);
+        self.backoff.saturating_mul(1 << doublings).min(self.backoff_max)
     }
 
     /// Drops `stale` if it is still the cached token (another caller may have
@@ -119,9 +221,9 @@ impl Auth {
     pub(crate) async fn invalidate(&self, identity: &IdentityContext, stale: &Token) {
         let Ok(key) = key(identity) else { return };
         let slot = self.slot(key);
-        let mut cached = slot.lock().await;
-        if cached.as_ref().is_some_and(|t| t.value == stale.value) {
-            *cached = None;
+        let mut state = slot.lock().await;
+        if state.token.as_ref().is_some_and(|t| t.value == stale.value) {
+            state.token = None;
         }
     }
 
@@ -130,9 +232,11 @@ impl Auth {
         if let Some(slot) = slots.get(&key) {
             return slot.clone();
         }
-        // Identities come and go: forget the ones whose tokens lapsed.
+        // Identities come and go: forget the ones whose tokens lapsed and
+        // whose refused logins are long past.
+        let forget_after = self.backoff_max;
         slots.retain(|_, slot| match slot.try_lock() {
-            Ok(cached) => cached.as_ref().is_some_and(|t| t.fresh()),
+            Ok(state) => state.worth_keeping(forget_after),
             // In use right now: keep it.
             Err(_) => true,
         });
@@ -359,7 +463,7 @@ mod tests {
     async fn catalog_endpoints_for_region_and_interface() -> Result<(), String> {
         let mut config = OpenStackConfig::new("http://ks/v3", "r2");
         config.token_refresh_margin = Duration::from_secs(600);
-        let auth = Auth::new(&config);
+        let auth = Auth::new(&config, None);
         let body: TokenBody = serde_json::from_value(json!({"token": {
             "issued_at": "2025-01-01T00:00:00.000000Z",
             "expires_at": "2025-01-01T00:10:00.000000Z",

@@ -10,7 +10,7 @@ use server_core::port::{
 };
 use tracing::{debug, info, warn};
 
-use crate::auth::Auth;
+use crate::auth::{Auth, FailureStreakHook};
 use crate::client::{Http, Session};
 use crate::compute;
 use crate::config::{ConfigError, OpenStackConfig};
@@ -49,9 +49,18 @@ impl OpenStackCloud {
     /// Validates the configuration and builds the HTTP client. Nothing is
     /// sent until the first call: credentials come with each call.
     pub fn new(config: OpenStackConfig) -> Result<Self, ConfigError> {
+        Self::with_login_failure_hook(config, None)
+    }
+
+    /// As [`OpenStackCloud::new`], calling `hook` once per streak of logins
+    /// Keystone refuses for one credential (the operator counts them).
+    pub fn with_login_failure_hook(
+        config: OpenStackConfig,
+        hook: Option<FailureStreakHook>,
+    ) -> Result<Self, ConfigError> {
         config.validate()?;
         let http = Http::new(&config)?;
-        let auth = Auth::new(&config);
+        let auth = Auth::new(&config, hook);
         Ok(OpenStackCloud {
             inner: Arc::new(Inner {
                 config,

@@ -16,7 +16,7 @@ use serde::{Deserialize, Deserializer};
 ///
 /// Keys (camelCase, as in a file or a Secret): `authURL`, `region`,
 /// `interface`, `requestTimeout`, `connectTimeout`, `tokenRefreshMargin`,
-/// `floatingNetworkID`, `caCertificate`. Durations are seconds (`30`) or
+/// `loginBackoff`, `loginBackoffMax`, `floatingNetworkID`, `caCertificate`. Durations are seconds (`30`) or
 /// friendly strings (`"30s"`, `"2m"`).
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -38,6 +38,12 @@ pub struct OpenStackConfig {
     /// A token is renewed this long before Keystone says it expires.
     #[serde(default = "defaults::token_refresh_margin", deserialize_with = "duration")]
     pub token_refresh_margin: Duration,
+    /// After Keystone refuses a credential, it is not tried again for this
+    /// long, doubled on each further refusal up to `login_backoff_max`.
+    #[serde(default = "defaults::login_backoff", deserialize_with = "duration")]
+    pub login_backoff: Duration,
+    #[serde(default = "defaults::login_backoff_max", deserialize_with = "duration")]
+    pub login_backoff_max: Duration,
     /// External network floating IPs are allocated from. When unset and a
     /// server asks for a public IP, the project's only external network is used.
     #[serde(default, rename = "floatingNetworkID", alias = "floatingNetworkId")]
@@ -62,6 +68,14 @@ mod defaults {
     pub(super) fn token_refresh_margin() -> Duration {
         Duration::from_secs(300)
     }
+
+    pub(super) fn login_backoff() -> Duration {
+        Duration::from_secs(60)
+    }
+
+    pub(super) fn login_backoff_max() -> Duration {
+        Duration::from_secs(960)
+    }
 }
 
 impl OpenStackConfig {
@@ -74,6 +88,8 @@ impl OpenStackConfig {
             request_timeout: defaults::request_timeout(),
             connect_timeout: defaults::connect_timeout(),
             token_refresh_margin: defaults::token_refresh_margin(),
+            login_backoff: defaults::login_backoff(),
+            login_backoff_max: defaults::login_backoff_max(),
             floating_network_id: None,
             ca_certificate: None,
         }
@@ -116,7 +132,11 @@ impl OpenStackConfig {
         if self.region.trim().is_empty() {
             return Err(ConfigError::Invalid { field: "region", reason: "must not be empty".into() });
         }
-        for (field, value) in [("requestTimeout", self.request_timeout), ("connectTimeout", self.connect_timeout)] {
+        for (field, value) in [
+            ("requestTimeout", self.request_timeout),
+            ("connectTimeout", self.connect_timeout),
+            ("loginBackoff", self.login_backoff),
+        ] {
             if value.is_zero() {
                 return Err(ConfigError::Invalid { field, reason: "must be positive".into() });
             }
@@ -141,6 +161,8 @@ impl fmt::Debug for OpenStackConfig {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("token_refresh_margin", &self.token_refresh_margin)
+            .field("login_backoff", &self.login_backoff)
+            .field("login_backoff_max", &self.login_backoff_max)
             .field("floating_network_id", &self.floating_network_id)
             .field("ca_certificate", &self.ca_certificate.as_ref().map(|_| "<pem>"))
             .finish()

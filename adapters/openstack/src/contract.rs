@@ -169,7 +169,7 @@ fn token(relative: &str) -> TestResult {
 fn token_with_catalog(relative: &str) -> TestResult {
     token(relative)?;
     let body: TokenBody = parse(relative)?;
-    let auth = Auth::new(&OpenStackConfig::new("http://keystone/v3", "RegionOne"));
+    let auth = Auth::new(&OpenStackConfig::new("http://keystone/v3", "RegionOne"), None);
     let token = auth
         .token_from(reqwest::header::HeaderValue::from_static("t"), body.token, tokio::time::Instant::now())
         .map_err(|e| format!("{relative}: {e}"))?;

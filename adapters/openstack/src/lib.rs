@@ -89,6 +89,7 @@ mod mapping;
 mod network;
 mod resolve;
 
+pub use auth::FailureStreakHook;
 pub use cloud::OpenStackCloud;
 pub use config::{ConfigError, Interface, OpenStackConfig};
 pub use mapping::{

@@ -3,6 +3,7 @@
 //! sequencing and every error class.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -11,7 +12,7 @@ use server_core::port::{
     CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
     ServerRef,
 };
-use server_openstack::{OpenStackCloud, OpenStackConfig, port_name};
+use server_openstack::{FailureStreakHook, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
 use server_simcloud::{CloudConfig, Fate, ManualClock, SimCloud};
 
@@ -216,6 +217,47 @@ async fn bad_or_missing_credentials_are_auth_errors() -> TestResult {
     assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("no OpenStack credentials")));
     // Nothing went to Keystone for the identity without credentials.
     assert_eq!(h.sim.counters().token_requests, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_refused_login_is_remembered_per_credential_and_retried_with_backoff() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| {
+        c.login_backoff = Duration::from_millis(400);
+        c.login_backoff_max = Duration::from_millis(700);
+    })
+    .await?;
+    let streaks = Arc::new(AtomicUsize::new(0));
+    let counted = streaks.clone();
+    let hook: FailureStreakHook = Arc::new(move || {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let cloud = OpenStackCloud::with_login_failure_hook(h.cloud.config().clone(), Some(hook))?;
+    h.sim.add_user("user-1", "s3cret");
+    // The password was rotated in Keystone; the OpenstackIdentity still has the old one.
+    let stale = IdentityContext {
+        credentials: Credentials::Password { user_id: "user-1".into(), password: "old".into() },
+        ..h.identity.clone()
+    };
+    let logins = || h.sim.counters().token_requests;
+    // Ten Servers' passes: one login refused, the nine others not sent.
+    for _ in 0..10 {
+        let error = cloud.list(&stale).await.err();
+        assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
+    }
+    assert_eq!(logins(), 1, "one refused login, none more during the backoff");
+    assert_eq!(streaks.load(Ordering::SeqCst), 1);
+    // The backoff over: one more try, refused, and the backoff doubles (to its cap).
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(cloud.list(&stale).await.is_err());
+    assert_eq!(logins(), 2);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert!(cloud.list(&stale).await.is_err());
+    assert_eq!(logins(), 2, "the second backoff is longer than the first");
+    assert_eq!(streaks.load(Ordering::SeqCst), 1, "one streak, counted once");
+    // The fixed password is another credential: tried at once.
+    cloud.list(&h.identity).await?;
+    assert_eq!(logins(), 3);
     Ok(())
 }
 

@@ -241,7 +241,7 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegistry> {
+async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -> anyhow::Result<CloudRegistry> {
     match args.cloud {
         #[cfg(feature = "sim")]
         CloudKind::Sim => {
@@ -253,7 +253,8 @@ async fn clouds(args: &Args, client: &kube::Client) -> anyhow::Result<CloudRegis
                 .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
         }
         CloudKind::Openstack => {
-            let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client).await?;
+            let hook = Some(metrics.login_failure_hook());
+            let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook).await?;
             if registry.regions().next().is_none() {
                 anyhow::bail!(
                     "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
@@ -270,6 +271,7 @@ pub(crate) async fn openstack_clouds(
     configs: &[(String, String)],
     secrets: &[(String, String)],
     client: &kube::Client,
+    login_failure_hook: Option<server_openstack::FailureStreakHook>,
 ) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new();
     for (region, path) in configs {
@@ -277,7 +279,12 @@ pub(crate) async fn openstack_clouds(
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
-        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+        registry.insert(
+            region,
+            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
+                .with_context(|| format!("region {region}"))?
+                .port(),
+        );
     }
     for (region, secret) in secrets {
         let (namespace, name) = secret
@@ -295,7 +302,12 @@ pub(crate) async fn openstack_clouds(
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
-        registry.insert(region, OpenStackCloud::new(config).with_context(|| format!("region {region}"))?.port());
+        registry.insert(
+            region,
+            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
+                .with_context(|| format!("region {region}"))?
+                .port(),
+        );
     }
     Ok(registry)
 }
@@ -325,7 +337,9 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot serve /metrics, /healthz and /readyz on {}", args.metrics_addr))?;
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
-    let clouds = clouds(args, &client).await?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
+    let clouds = clouds(args, &client, &metrics).await?;
     let leader_election = lease_config(args, &client)?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
     let leader_lease = match &leader_election {
@@ -334,8 +348,6 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     };
     tracing::info!(server_version = %version.git_version, %regions, %leader_lease, "connected");
 
-    let mut registry = Registry::default();
-    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
     let operator = Operator::with_metrics(client, clouds, controller_config(args, leader_election), metrics.clone());
     metrics.watch_leadership(operator.fence().clone());
     let endpoints = Endpoints::new(registry, operator.health());
