@@ -85,6 +85,7 @@ async fn a_go_made_world_is_adopted_with_no_create_or_delete() {
             let metadata = nova.map(|s| s.metadata).unwrap_or_default();
             assert_eq!(metadata.get("unikorn:server-uid"), Some(&uid), "{name} is tagged with its uid");
             assert_eq!(metadata.get("serverID").map(String::as_str), Some(*name), "the Go metadata stays");
+            assert_eq!(env.event_count(name, "ProviderServerAdopted"), 1, "{:?}", env.events(name));
         }
         env.assert_invariants();
         env.stop().await;

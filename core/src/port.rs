@@ -144,6 +144,10 @@ pub struct ProviderServer {
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub mac_address: Option<String>,
+    /// The port took this server over: another controller made it for the
+    /// Server (the Go controller, before this one took the region over).
+    #[serde(default)]
+    pub adopted: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -102,6 +102,23 @@ fn a_present_provider_server_is_provisioned_and_stale_references_are_pruned() {
         .collect();
     assert_eq!(removed, ["net-old"]);
     assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(event_reasons(&decision).is_empty(), "{:?}", event_reasons(&decision));
+}
+
+#[test]
+fn a_provider_server_the_port_took_over_is_recorded_in_one_event() {
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    let ProviderView::Present(mut record) = present() else { unreachable!() };
+    record.adopted = true;
+    facts.provider = ProviderView::Present(record);
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(event_reasons(&decision), ["ProviderServerAdopted"]);
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    let mut recorded = server.clone();
+    persist(&mut recorded, &decision);
+    let again = reconcile(&recorded, &facts, &OPTIONS, at(11));
+    assert!(event_reasons(&again).is_empty(), "sent once: {:?}", event_reasons(&again));
 }
 
 #[test]

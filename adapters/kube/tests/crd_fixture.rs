@@ -291,6 +291,7 @@ fn provider_record(status: ProviderStatus, power: PowerState, launched: Option<T
         launched_at: launched,
         private_ip: Some("10.0.0.5".into()),
         mac_address: Some("fa:16:3e:00:00:01".into()),
+        adopted: false,
         ..Default::default()
     }
 }

@@ -212,7 +212,8 @@ impl OpenStackCloud {
                 ),
             });
         }
-        let ownership = mapping::ownership_metadata(server);
+        let mut ownership = mapping::ownership_metadata(server);
+        ownership.insert(mapping::METADATA_ADOPTED_FROM.to_owned(), "go-controller".to_owned());
         compute::update_metadata(session, &id, &ownership).await?;
         nova.metadata.extend(ownership);
         project.remember(&server.uid, &id, self.inner.index.tick());
@@ -365,19 +366,37 @@ impl OpenStackCloud {
         Ok(())
     }
 
-    /// The configured external network, else the project's only one.
+    /// The configured external network; else, with a selector (the
+    /// Region's), the first external network it selects, as the Go
+    /// controller picks; else the project's only one.
     async fn floating_network(&self, session: &Session<'_>) -> Result<String, CloudError> {
-        if let Some(id) = self.inner.config.floating_network_id.as_deref().filter(|id| !id.is_empty()) {
+        let config = &self.inner.config;
+        if let Some(id) = config.floating_network_id.as_deref().filter(|id| !id.is_empty()) {
             return Ok(id.to_owned());
         }
-        let mut networks = neutron::external_networks(session).await?;
-        match networks.len() {
-            1 => Ok(networks.remove(0).id),
-            n => Err(CloudError::Refused {
+        let networks = neutron::external_networks(session).await?;
+        if let Some(selector) = &config.external_networks {
+            return match networks.into_iter().find(|n| selector.selects(&n.id, &n.tags)) {
+                Some(network) => Ok(network.id),
+                None => Err(CloudError::Refused {
+                    status: 400,
+                    message: format!(
+                        "a public IP was requested but no external network the project sees matches the \
+                         region's selector (ids {:?}, tags {:?})",
+                        selector.ids.as_deref().unwrap_or_default(),
+                        selector.tags.as_deref().unwrap_or_default()
+                    ),
+                }),
+            };
+        }
+        match networks.as_slice() {
+            [only] => Ok(only.id.clone()),
+            networks => Err(CloudError::Refused {
                 status: 400,
                 message: format!(
-                    "a public IP was requested but no floatingNetworkID is configured and the project sees {n} \
-                     external networks"
+                    "a public IP was requested but neither floatingNetworkID nor an externalNetworks selector is \
+                     configured and the project sees {} external networks",
+                    networks.len()
                 ),
             }),
         }

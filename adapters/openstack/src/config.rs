@@ -16,7 +16,8 @@ use serde::{Deserialize, Deserializer};
 ///
 /// Keys (camelCase, as in a file or a Secret): `authURL`, `region`,
 /// `interface`, `requestTimeout`, `connectTimeout`, `tokenRefreshMargin`,
-/// `loginBackoff`, `loginBackoffMax`, `floatingNetworkID`, `caCertificate`. Durations are seconds (`30`) or
+/// `loginBackoff`, `loginBackoffMax`, `floatingNetworkID`, `externalNetworks`
+/// (`{"ids": [...], "tags": [...]}`), `caCertificate`. Durations are seconds (`30`) or
 /// friendly strings (`"30s"`, `"2m"`).
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -48,10 +49,35 @@ pub struct OpenStackConfig {
     /// server asks for a public IP, the project's only external network is used.
     #[serde(default, rename = "floatingNetworkID", alias = "floatingNetworkId")]
     pub floating_network_id: Option<String>,
+    /// Which external networks floating IPs may come from, as the Region's
+    /// `spec.openstack.network.externalNetworks.selector` says: the first
+    /// external network Neutron lists that has every ID- and tag-condition
+    /// given is used, as the Go controller picks it.
+    #[serde(default)]
+    pub external_networks: Option<NetworkSelector>,
     /// Extra PEM CA certificates trusted on top of the platform's roots
     /// (private clouds).
     #[serde(default)]
     pub ca_certificate: Option<String>,
+}
+
+/// uni-region's `NetworkSelector`: a network is selected when its ID is in
+/// `ids` (if given) and it carries every tag of `tags` (if given).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSelector {
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+}
+
+impl NetworkSelector {
+    /// Whether a network with this ID and these tags is selected.
+    pub fn selects(&self, id: &str, tags: &[String]) -> bool {
+        self.ids.as_ref().is_none_or(|ids| ids.iter().any(|wanted| wanted == id))
+            && self.tags.as_ref().is_none_or(|wanted| wanted.iter().all(|tag| tags.contains(tag)))
+    }
 }
 
 mod defaults {
@@ -91,6 +117,7 @@ impl OpenStackConfig {
             login_backoff: defaults::login_backoff(),
             login_backoff_max: defaults::login_backoff_max(),
             floating_network_id: None,
+            external_networks: None,
             ca_certificate: None,
         }
     }
@@ -164,6 +191,7 @@ impl fmt::Debug for OpenStackConfig {
             .field("login_backoff", &self.login_backoff)
             .field("login_backoff_max", &self.login_backoff_max)
             .field("floating_network_id", &self.floating_network_id)
+            .field("external_networks", &self.external_networks)
             .field("ca_certificate", &self.ca_certificate.as_ref().map(|_| "<pem>"))
             .finish()
     }
@@ -259,6 +287,24 @@ mod tests {
         assert_eq!(config.interface, Interface::Public);
         assert_eq!(config.request_timeout, Duration::from_secs(30));
         assert_eq!(config.token_url(), "https://ks.example:5000/v3/auth/tokens");
+        config.validate()
+    }
+
+    #[test]
+    fn the_regions_external_network_selector_and_the_login_backoff() -> Result<(), ConfigError> {
+        let config = OpenStackConfig::from_json(
+            r#"{"authURL": "https://ks/v3", "region": "r", "loginBackoff": "30s",
+                "externalNetworks": {"tags": ["public"]}}"#,
+        )?;
+        let selector = config.external_networks.clone().unwrap_or_default();
+        assert!(selector.selects("any", &["public".into(), "ipv4".into()]));
+        assert!(!selector.selects("any", &["ipv4".into()]));
+        let by_id = NetworkSelector { ids: Some(vec!["n1".into()]), tags: None };
+        assert!(by_id.selects("n1", &[]) && !by_id.selects("n2", &[]));
+        assert_eq!(
+            (config.login_backoff, config.login_backoff_max),
+            (Duration::from_secs(30), Duration::from_secs(960))
+        );
         config.validate()
     }
 

@@ -91,7 +91,7 @@ mod resolve;
 
 pub use auth::FailureStreakHook;
 pub use cloud::OpenStackCloud;
-pub use config::{ConfigError, Interface, OpenStackConfig};
+pub use config::{ConfigError, Interface, NetworkSelector, OpenStackConfig};
 pub use mapping::{
     METADATA_GO_SERVER_ID, METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, metadata_key,
     port_name, valid_metadata_key,

@@ -19,6 +19,8 @@ use server_core::port::{CreateRequest, PowerState, ProviderServer, ProviderStatu
 pub const METADATA_SERVER_UID: &str = "unikorn:server-uid";
 pub const METADATA_SERVER_NAMESPACE: &str = "unikorn:server-namespace";
 pub const METADATA_SERVER_NAME: &str = "unikorn:server-name";
+/// Written when this controller takes over a server another controller made.
+pub(crate) const METADATA_ADOPTED_FROM: &str = "unikorn:adopted-from";
 /// Keys with this prefix are the operator's; user tags cannot set them.
 const RESERVED_PREFIX: &str = "unikorn:";
 /// Nova's limit on metadata values (nova/api/validation/parameter_types.py).
@@ -150,6 +152,7 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         public_ip: preferred(&floating).map(|a| a.addr.clone()),
         // Every address of one port shares its MAC; floating ones repeat it.
         mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
+        adopted: server.metadata.contains_key(METADATA_ADOPTED_FROM),
     }
 }
 

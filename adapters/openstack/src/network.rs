@@ -62,6 +62,9 @@ pub(crate) struct Named {
     pub(crate) id: String,
     #[serde(default)]
     pub(crate) name: String,
+    /// Neutron tags (networks have them; an external network is picked by them).
+    #[serde(default)]
+    pub(crate) tags: Vec<String>,
 }
 
 /// Ports of the token's project with this exact name.

@@ -149,7 +149,7 @@ mod tests {
     use super::*;
 
     fn named(id: &str, name: &str) -> Named {
-        Named { id: id.into(), name: name.into() }
+        Named { id: id.into(), name: name.into(), tags: Vec::new() }
     }
 
     #[test]

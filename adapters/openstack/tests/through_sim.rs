@@ -12,7 +12,7 @@ use server_core::port::{
     CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
     ServerRef,
 };
-use server_openstack::{FailureStreakHook, OpenStackCloud, OpenStackConfig, port_name};
+use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
 use server_simcloud::{CloudConfig, Fate, ManualClock, SimCloud};
 
@@ -394,6 +394,52 @@ async fn a_port_left_by_a_failed_attempt_is_updated_and_reused() -> TestResult {
     assert_eq!(ports[0].security_groups, [new_group]);
     assert_eq!(h.sim.counters().port_creates, 1);
     assert_eq!(h.sim.counters().port_updates, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_picks() -> TestResult {
+    let sim_config = OpenStackSimConfig {
+        external_networks: vec!["ext-a".into(), "ext-b".into(), "ext-c".into()],
+        external_network_tags: [
+            ("ext-b".to_owned(), vec!["public".to_owned(), "ipv4".to_owned()]),
+            ("ext-c".to_owned(), vec!["public".to_owned(), "ipv4".to_owned()]),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    // Several external networks, no selector: which one cannot be told.
+    let h = Harness::with(sim_config.clone(), |_| {}).await?;
+    let refused = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
+    assert!(matches!(refused, Some(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    // By tags: the first listed network carrying all of them.
+    let h = Harness::with(sim_config.clone(), |c| {
+        c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["public".into(), "ipv4".into()]) });
+    })
+    .await?;
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-b"));
+    // By IDs and tags together.
+    let h = Harness::with(sim_config.clone(), |c| {
+        c.external_networks = Some(NetworkSelector {
+            ids: Some(vec!["ext-a".into(), "ext-c".into()]),
+            tags: Some(vec!["public".into()]),
+        });
+    })
+    .await?;
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-c"));
+    // Nothing selected: refused with the selector in the message.
+    let h = Harness::with(sim_config, |c| {
+        c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["private".into()]) });
+    })
+    .await?;
+    let refused = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
+    assert!(
+        matches!(&refused, Some(CloudError::Refused { status: 400, message }) if message.contains("private")),
+        "{refused:?}"
+    );
     Ok(())
 }
 

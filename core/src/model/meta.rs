@@ -21,6 +21,10 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// Records, on the Server, the provider server taken over from another
+/// controller whose adoption event was sent, so it is sent once.
+pub const ADOPTED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/adopted-provider-server";
+
 /// Records, on the Server, that a create was issued for the attempt whose
 /// failure count is the value, before the create runs. If that provider server
 /// is later absent without a sign of boot, the attempt is counted as spent, so

@@ -113,6 +113,9 @@ pub enum EventReason {
     /// An operator's retry annotation was consumed and refused: the server
     /// booted before, so it is never recreated (this controller's own).
     RetryRefused,
+    /// A provider server another controller made for the Server (the Go
+    /// controller, before this one took the region over) is now its own.
+    ProviderServerAdopted,
 }
 
 impl EventReason {
@@ -127,6 +130,7 @@ impl EventReason {
             EventReason::UserDataRefused => "UserDataRefused",
             EventReason::RetryRequested => "RetryRequested",
             EventReason::RetryRefused => "RetryRefused",
+            EventReason::ProviderServerAdopted => "ProviderServerAdopted",
         }
     }
 }

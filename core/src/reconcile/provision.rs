@@ -10,8 +10,8 @@ use super::plan::Plan;
 use super::references;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle, refused_this_generation};
 use crate::model::{
-    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, ORGANIZATION_LABEL,
-    PROJECT_LABEL, Phase, REGION_LABEL, Server, SshInjection, set_condition,
+    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL,
+    ORGANIZATION_LABEL, PROJECT_LABEL, Phase, REGION_LABEL, Server, SshInjection, set_condition,
 };
 use crate::monitor::observe;
 use crate::port::{CreateRequest, Owner, ServerRef};
@@ -33,6 +33,21 @@ pub(crate) fn server_ref(server: &Server) -> ServerRef {
 
 pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> super::Decision {
     let max = options.max_attempts();
+    // A server taken over from another controller is reported once: the
+    // annotation records the event was sent (a lost annotation write sends
+    // it again, never none).
+    if let ProviderView::Present(record) = &facts.provider
+        && record.adopted
+        && server.meta.annotations.get(ADOPTED_ANNOTATION) != Some(&record.id)
+    {
+        plan.emit(Event {
+            type_: EventType::Normal,
+            reason: EventReason::ProviderServerAdopted,
+            action: "AdoptProviderServer",
+            note: format!("Took over provider server {} made by another controller for this Server", record.id),
+        });
+        plan.annotate(ADOPTED_ANNOTATION, Some(record.id.clone()));
+    }
     // A record read in this pass that shows a boot latches provisionedAt now,
     // whatever the status says: from here on nothing deletes it to retry, and
     // a parked server that turns out to run leaves its park.

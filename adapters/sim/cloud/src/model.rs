@@ -162,6 +162,7 @@ impl Instance {
             public_ip: self.public_ip.clone().filter(|_| launched),
             // The port's MAC is final only once the server is ACTIVE.
             mac_address: active.then(|| self.mac.clone()),
+            adopted: false,
         }
     }
 }

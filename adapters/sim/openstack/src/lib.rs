@@ -43,6 +43,7 @@ mod nova;
 mod reply;
 mod state;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -68,8 +69,10 @@ pub struct OpenStackSimConfig {
     pub token_ttl: Duration,
     /// Nova's `osapi_max_limit`: servers per list page.
     pub page_size: usize,
-    /// External networks (IDs) floating IPs may come from.
+    /// External networks (IDs) floating IPs may come from, listed in this order.
     pub external_networks: Vec<String>,
+    /// Neutron tags of external networks, by ID (none when absent).
+    pub external_network_tags: BTreeMap<String, Vec<String>>,
     /// Base URL put in the catalog; by default the `Host` of the token request.
     pub public_url: Option<String>,
     /// When the model loses a create's answer (the server exists, the caller
@@ -88,6 +91,7 @@ impl Default for OpenStackSimConfig {
             token_ttl: Duration::from_secs(3600),
             page_size: 1000,
             external_networks: vec!["external".into()],
+            external_network_tags: BTreeMap::new(),
             public_url: None,
             lost_answer_hang: None,
             soft_delete: false,

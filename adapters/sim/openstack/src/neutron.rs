@@ -363,10 +363,12 @@ fn list_networks(ctx: &Ctx<'_>, state: &mut State) -> Response {
             "project_id": n.project_id, "tenant_id": n.project_id,
         })
     });
-    let externals = ctx.sim.config().external_networks.iter().map(|id| {
+    let config = ctx.sim.config();
+    let externals = config.external_networks.iter().map(|id| {
+        let tags = config.external_network_tags.get(id).cloned().unwrap_or_default();
         json!({
             "id": id, "name": id, "router:external": true, "shared": false, "status": "ACTIVE",
-            "admin_state_up": true, "subnets": [format!("{id}-subnet")], "tags": [],
+            "admin_state_up": true, "subnets": [format!("{id}-subnet")], "tags": tags,
             "project_id": "admin", "tenant_id": "admin",
         })
     });
