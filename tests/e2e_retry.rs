@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use server_core::ParkKind;
 use server_e2e::cloud::Fate;
 use server_e2e::*;
 
@@ -60,7 +61,7 @@ async fn pre_launch_errors_forever_park_at_the_cap_until_reset(kind: CloudKind) 
     env.start();
     let server = env
         .wait_server("doomed", "parked at the cap", |s| {
-            available_reason(s) == "Errored" && available_message(s).contains("failed after 3 attempts")
+            available_reason(s) == "Errored" && env.park(s) == Some(ParkKind::AtCap)
         })
         .await;
     assert_eq!(status(&server).provider_create_failures, 3);

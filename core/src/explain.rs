@@ -146,6 +146,16 @@ fn describe(action: &Action) -> String {
         }
         Action::Annotate { key, value: Some(value) } => format!("note {key}={value}"),
         Action::Annotate { key, value: None } => format!("remove the note {key}"),
+        Action::Record(changes) => {
+            let described: Vec<String> = changes
+                .iter()
+                .map(|(key, value)| match value {
+                    Some(value) => format!("{key}={value}"),
+                    None => format!("{key} removed"),
+                })
+                .collect();
+            format!("record {}", described.join(", "))
+        }
         Action::CreateProviderServer(request) => {
             format!(
                 "create provider server {:?} (flavor {}, image {})",

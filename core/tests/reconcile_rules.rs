@@ -399,8 +399,8 @@ fn a_refused_create_parks_until_the_spec_changes() {
     let parked = action_failed(&server, create, &refusal, at(11));
     assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded for cores")));
     assert_eq!(event_reasons(&parked), ["ProviderCreateRefused"]);
-    let refusal_note = Action::Annotate { key: CREATE_REFUSED_ANNOTATION, value: Some("1".into()) };
-    assert!(parked.actions.contains(&refusal_note));
+    let recorded = parked.actions.iter().flat_map(Action::annotation_changes).collect::<Vec<_>>();
+    assert!(recorded.contains(&(CREATE_REFUSED_ANNOTATION, Some("1"))), "{recorded:?}");
     persist(&mut server, &parked);
 
     // Restarts and resyncs do not create again.
@@ -470,7 +470,7 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
         assert!(matches!(decision.outcome, Outcome::Yield(_)));
         assert_eq!(creates(&decision) + deletes(&decision), 0);
         // The create did not land: its absence must not count as a lost attempt.
-        assert!(decision.actions.contains(&Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: None }));
+        assert!(decision.actions.contains(&Action::Record(vec![(CREATE_ISSUED_ANNOTATION, None)])));
     }
     // A timeout or a 5xx may have landed: the create stays issued, so if its
     // server is gone before any pass sees it, the attempt still counts (found
@@ -483,7 +483,12 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
         let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));
         assert!(matches!(decision.outcome, Outcome::Yield(_)));
         assert_eq!(creates(&decision) + deletes(&decision), 0);
-        assert!(!decision.actions.iter().any(|a| matches!(a, Action::Annotate { key: CREATE_ISSUED_ANNOTATION, .. })));
+        let changed = decision
+            .actions
+            .iter()
+            .flat_map(Action::annotation_changes)
+            .any(|(key, _)| key == CREATE_ISSUED_ANNOTATION);
+        assert!(!changed);
     }
     let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));

@@ -551,6 +551,19 @@ pub fn available_message(server: &Server) -> String {
     condition(server, "Available").map(|c| c.2).unwrap_or_default()
 }
 
+impl Env {
+    /// Where `server` stands, by the project's one classifier, under the
+    /// options this Env's controller runs with.
+    pub fn lifecycle(&self, server: &Server) -> server_core::Lifecycle {
+        server_core::lifecycle(&server_kube::convert::core_server(server), &self.config.options)
+    }
+
+    /// The park `server` is in, if any.
+    pub fn park(&self, server: &Server) -> Option<server_core::ParkKind> {
+        self.lifecycle(server).park()
+    }
+}
+
 pub fn phase(server: &Server) -> String {
     status(server).phase.map(|p| format!("{p:?}")).unwrap_or_default()
 }

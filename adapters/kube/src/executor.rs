@@ -19,7 +19,6 @@ use tracing::{debug, info, warn};
 use crate::cache::Caches;
 use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
-use crate::convert::core_server;
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
@@ -88,7 +87,6 @@ impl Executor {
             server,
             resources: gathered.resources,
             cloud: gathered.cloud,
-            follow_up_conflicted: false,
         };
         Ok(pass.execute(decision, now).await)
     }
@@ -136,8 +134,6 @@ struct Pass<'a> {
     server: CoreServer,
     resources: BTreeMap<(ResourceKind, String), ReadResource>,
     cloud: Result<CloudHandle, String>,
-    /// The last follow-up stopped on a Conflict.
-    follow_up_conflicted: bool,
 }
 
 impl Pass<'_> {
@@ -145,18 +141,6 @@ impl Pass<'_> {
         for action in &decision.actions {
             if let Err(failure) = self.apply(action, &decision.status).await {
                 self.report_failure(action, &failure);
-                let follow_up = action_failed(&self.server, action, &failure, now);
-                let outcome = self.execute_follow_up(follow_up, now).await;
-                if !self.follow_up_conflicted || !matches!(failure, ActionFailure::Cloud(_)) {
-                    return outcome;
-                }
-                // What the provider answered is known only now: its
-                // bookkeeping (a refusal recorded, an issued create cleared)
-                // must not be lost to an unrelated write (the monitor's) that
-                // moved the resourceVersion. Judge again on a fresh read, once.
-                if !self.reread().await {
-                    return outcome;
-                }
                 let follow_up = action_failed(&self.server, action, &failure, now);
                 return self.execute_follow_up(follow_up, now).await;
             }
@@ -167,31 +151,13 @@ impl Pass<'_> {
     /// Runs the core's decision after a failed action. If one of its own
     /// actions fails, the rest waits for the next pass.
     async fn execute_follow_up(&mut self, follow_up: Decision, now: Timestamp) -> Outcome {
-        self.follow_up_conflicted = false;
         for action in &follow_up.actions {
             if let Err(failure) = self.apply(action, &follow_up.status).await {
                 self.report_failure(action, &failure);
-                self.follow_up_conflicted = matches!(failure, ActionFailure::Conflict(_));
                 return action_failed(&self.server, action, &failure, now).outcome;
             }
         }
         follow_up.outcome
-    }
-
-    /// Reads the Server again: its state and the resourceVersion that guards
-    /// the next write. False if it cannot be read (the next pass will).
-    async fn reread(&mut self) -> bool {
-        match self.servers().get(&self.server.meta.name).await {
-            Ok(object) => {
-                self.resource_version = object.resource_version().unwrap_or_default();
-                self.server = core_server(&object);
-                true
-            }
-            Err(error) => {
-                debug!(server = %self.server.meta.name, error = %short_message(&error), "re-reading the Server failed");
-                false
-            }
-        }
     }
 
     fn report_failure(&self, action: &Action, failure: &ActionFailure) {
@@ -237,6 +203,18 @@ impl Pass<'_> {
                     Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
                     None => self.server.meta.annotations.remove(*key),
                 };
+                Ok(())
+            }
+            Action::Record(changes) => {
+                let annotations: serde_json::Map<String, Value> =
+                    changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect();
+                self.record_annotations(json!({ "annotations": annotations })).await?;
+                for (key, value) in changes {
+                    match value {
+                        Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
+                        None => self.server.meta.annotations.remove(*key),
+                    };
+                }
                 Ok(())
             }
             Action::AddReference(reference) => self.set_reference(reference, true).await,
@@ -298,6 +276,26 @@ impl Pass<'_> {
             .await
             .map_err(|e| PatchError::from_kube(context, &e))?;
         self.resource_version = patched.resource_version().unwrap_or_default();
+        Ok(())
+    }
+
+    /// Writes one of the core's records (see [`Action::Record`]): true
+    /// whatever changed since the pass read the Server, so a concurrent
+    /// writer must not make it fail. Guarded first; on a conflict it is sent
+    /// without the precondition (the API server then applies it to the latest
+    /// object) and the pass keeps its old resourceVersion, so its later
+    /// guarded writes still fail rather than overwrite the change it missed.
+    async fn record_annotations(&mut self, metadata: Value) -> Result<(), PatchError> {
+        const CONTEXT: &str = "recording annotations";
+        match self.patch_server_metadata(metadata.clone(), CONTEXT).await {
+            Err(PatchError::Failed(ActionFailure::Conflict(_))) => {}
+            other => return other,
+        }
+        let body = json!({ "metadata": metadata });
+        self.servers()
+            .patch(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(|e| PatchError::from_kube(CONTEXT, &e))?;
         Ok(())
     }
 
@@ -403,6 +401,7 @@ pub(crate) fn action_name(action: &Action) -> &'static str {
         Action::RemoveReference(_) => "RemoveReference",
         Action::WriteStatus(_) => "WriteStatus",
         Action::Annotate { .. } => "Annotate",
+        Action::Record(_) => "Record",
         Action::CreateProviderServer(_) => "CreateProviderServer",
         Action::DeleteProviderServer(_) => "DeleteProviderServer",
         Action::Emit(_) => "Emit",

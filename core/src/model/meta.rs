@@ -21,6 +21,11 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// The provider's words for the refusal [`CREATE_REFUSED_ANNOTATION`] records
+/// (bounded), so a parked Server keeps saying why even if the status write
+/// that reported it was lost.
+pub const CREATE_REFUSED_MESSAGE_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-message";
+
 /// Records, on the Server, the provider server taken over from another
 /// controller whose adoption event was sent, so it is sent once.
 pub const ADOPTED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/adopted-provider-server";

@@ -47,9 +47,29 @@ pub enum Action {
         key: &'static str,
         value: Option<String>,
     },
+    /// Set (`Some`) or remove (`None`) controller annotations in one
+    /// metadata merge patch that a concurrent write does not make fail (no
+    /// resourceVersion precondition). For records of what already happened
+    /// (a refused create, a create proven not to have landed): they stay true
+    /// whatever else changed since the pass read the Server, and a lost one
+    /// would make the next pass count a create that never was, or send a
+    /// refused one again. It does not adopt what it did not see: the pass's
+    /// later guarded writes still fail if another writer got in before it.
+    Record(Vec<(&'static str, Option<String>)>),
     CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
     Emit(Event),
+}
+
+impl Action {
+    /// The annotation changes this action makes (Annotate, Record), in order.
+    pub fn annotation_changes(&self) -> Vec<(&'static str, Option<&str>)> {
+        match self {
+            Action::Annotate { key, value } => vec![(*key, value.as_deref())],
+            Action::Record(changes) => changes.iter().map(|(key, value)| (*key, value.as_deref())).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A finalizer edge from a Server to a resource it consumes.

@@ -6,7 +6,9 @@
 use super::decision::{Event, EventReason, EventType};
 use super::options::Options;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
-use crate::model::{CREATE_REFUSED_ANNOTATION, RETRY_ANNOTATION, Server, retry_requested};
+use crate::model::{
+    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION, Server, retry_requested,
+};
 use crate::predicate::provider_create_failure;
 
 /// A consumed retry request: the Server as the rest of the pass must see it
@@ -40,8 +42,10 @@ pub(crate) fn take(server: &Server, options: &Options) -> Option<Retry> {
             normal(format!("Retry requested: {spent} failed create attempts forgotten; creating again"))
         }
         Lifecycle::Parked(ParkKind::Refused) => {
-            adjusted.meta.annotations.remove(CREATE_REFUSED_ANNOTATION);
-            remove_annotations.push(CREATE_REFUSED_ANNOTATION);
+            for key in [CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION] {
+                adjusted.meta.annotations.remove(key);
+                remove_annotations.push(key);
+            }
             normal("Retry requested: the refusal of this generation forgotten; creating again".into())
         }
         Lifecycle::Parked(ParkKind::MissingAfterBoot) => Event {
