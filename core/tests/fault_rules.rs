@@ -147,6 +147,19 @@ fn what_a_failed_create_proves_is_recorded_before_the_status_write() {
     }
 }
 
+#[test]
+fn a_delete_the_provider_fails_transiently_is_a_wait_and_a_refused_one_an_error() {
+    let server = create_failed(1);
+    let delete = Action::DeleteProviderServer(Default::default());
+    let busy = CloudError::Unavailable { status: 503, message: "busy".into() };
+    let waiting = action_failed(&server, &delete, &ActionFailure::Cloud(busy), at(10));
+    assert!(matches!(waiting.outcome, Outcome::Yield(_)), "{:?}", waiting.outcome);
+    let refused = CloudError::Refused { status: 403, message: "policy".into() };
+    let failed = action_failed(&server, &delete, &ActionFailure::Cloud(refused), at(10));
+    assert!(matches!(failed.outcome, Outcome::Error(_)), "{:?}", failed.outcome);
+    assert_eq!(creates(&failed) + deletes(&failed) + creates(&waiting) + deletes(&waiting), 0);
+}
+
 // --- A slow create ----------------------------------------------------------
 
 #[test]
