@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
+use server_core::ParkKind;
 use server_core::model::reference_finalizer;
 use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
@@ -47,7 +48,7 @@ async fn scenarios_converge_under_api_faults(kind: CloudKind) {
         .await;
     }
     env.wait_server("doomed", "parked at the cap", |s| {
-        available_reason(s) == "Errored" && available_message(s).contains("failed after 3 attempts")
+        available_reason(s) == "Errored" && env.park(s) == Some(ParkKind::AtCap)
     })
     .await;
     env.wait_server("data", "booted, then ERROR observed", |s| {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use server_core::model::CREATE_REFUSED_ANNOTATION;
+use server_core::ParkKind;
 use server_e2e::cloud::{CloudConfig, Fate};
 use server_e2e::*;
 
@@ -53,13 +53,14 @@ async fn a_refused_create_parks_until_the_spec_changes(kind: CloudKind) {
     let mut env = Env::new(kind, 22).await;
     let uid = env.create_server("quota", fast(Fate::refused(1)), Env::spec());
     env.start();
-    // The status is written before the refusal is recorded: wait for both.
-    env.wait_server("quota", "parked with the provider's message and the refusal recorded", |s| {
-        available_reason(s) == "Errored"
-            && available_message(s).contains("Quota exceeded")
-            && s.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CREATE_REFUSED_ANNOTATION))
-    })
-    .await;
+    // The refusal is recorded before the status is written: wait for both.
+    let parked = env
+        .wait_server("quota", "parked as refused, with Available Errored", |s| {
+            env.park(s) == Some(ParkKind::Refused) && available_reason(s) == "Errored"
+        })
+        .await;
+    // The user is told what the provider said.
+    assert!(available_message(&parked).contains("Quota exceeded"), "{}", available_message(&parked));
     env.idle(15).await;
     assert_eq!(env.truth(&uid).create_calls, 1, "a refused create was retried");
     assert_eq!(env.event_count("quota", "ProviderCreateRefused"), 1, "{:?}", env.events("quota"));
@@ -92,7 +93,7 @@ async fn a_provisioned_server_that_disappears_is_reported_once_and_not_recreated
     env.wait_server("vanishing", "booted", |s| status(s).provisioned_at.is_some()).await;
     let server = env
         .wait_server("vanishing", "reported missing", |s| {
-            available_reason(s) == "Errored" && available_message(s).contains("disappeared")
+            available_reason(s) == "Errored" && env.park(s) == Some(ParkKind::MissingAfterBoot)
         })
         .await;
     assert!(status(&server).provisioned_at.is_some(), "the latch was cleared");

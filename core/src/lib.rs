@@ -5,6 +5,7 @@
 //! one predicate the watch and the retry machine share. No I/O: time comes in
 //! as an argument, and the [`port::CloudPort`] is defined here but never called.
 
+pub mod explain;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;
@@ -14,7 +15,7 @@ pub mod reconcile;
 pub mod status_patch;
 pub mod user_data;
 
-pub use lifecycle::{Lifecycle, ParkKind, lifecycle};
+pub use lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park};
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
 pub use predicate::{booted_server_unseen, ever_booted, provider_create_failure, record_shows_boot, should_wake};

@@ -3,7 +3,10 @@
 //! the rules' own notion of "already parked". Structural: it reads counters,
 //! annotations, latches and condition reasons, never message text.
 
-use crate::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Server};
+use crate::model::{
+    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus, ConditionType,
+    Server,
+};
 use crate::predicate::{booted_server_unseen, ever_booted};
 use crate::reconcile::Options;
 use crate::reconcile::validate;
@@ -31,6 +34,74 @@ impl ParkKind {
             ParkKind::InvalidSpec => "invalid-spec",
         }
     }
+}
+
+/// A park and what it says: the Available message of a parked Server is
+/// [`Park::message`], built from the park, never read back to classify it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Park {
+    AtCap {
+        max: i32,
+    },
+    /// The create of this generation is refused, by the provider or by the
+    /// user data check; `message` says why and what to change.
+    Refused {
+        message: String,
+    },
+    MissingAfterBoot,
+    InvalidSpec {
+        message: String,
+    },
+}
+
+impl Park {
+    pub fn kind(&self) -> ParkKind {
+        match self {
+            Park::AtCap { .. } => ParkKind::AtCap,
+            Park::Refused { .. } => ParkKind::Refused,
+            Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
+            Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
+        }
+    }
+
+    /// The Available condition's message for this park.
+    pub fn message(&self) -> String {
+        match self {
+            Park::AtCap { max } => format!("Provider server create failed after {max} attempts"),
+            Park::Refused { message } | Park::InvalidSpec { message } => message.clone(),
+            Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
+        }
+    }
+}
+
+const MISSING_AFTER_BOOT_MESSAGE: &str =
+    "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
+/// The message of a refusal recorded before its words were (an older
+/// controller's record).
+const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server; change the spec to try again";
+
+/// The park `server` is in, with its message, if it is parked.
+pub fn park(server: &Server, options: &Options) -> Option<Park> {
+    Some(match lifecycle(server, options).park()? {
+        ParkKind::AtCap => Park::AtCap { max: options.max_attempts() },
+        ParkKind::Refused => Park::Refused { message: refusal_message(server) },
+        ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
+    })
+}
+
+/// Why this generation's create is refused: the recorded words; for a record
+/// without them, the condition that reported them, else a generic message.
+fn refusal_message(server: &Server) -> String {
+    if let Some(message) = server.meta.annotations.get(CREATE_REFUSED_MESSAGE_ANNOTATION) {
+        return message.clone();
+    }
+    server
+        .status
+        .condition(ConditionType::Available)
+        .filter(|c| c.reason == ConditionReason::Errored)
+        .map(|c| c.message.clone())
+        .unwrap_or_else(|| REFUSED_FALLBACK_MESSAGE.into())
 }
 
 /// Where a Server stands.
@@ -83,7 +154,7 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if validate::no_duplicate_ids(server).is_err() {
+    if validate::duplicate_id(server).is_some() {
         return Lifecycle::Parked(ParkKind::InvalidSpec);
     }
     let status = &server.status;

@@ -12,7 +12,7 @@ use server_core::model::{
 };
 use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed};
-use server_core::{observe, reconcile, should_wake, status_merge_patch};
+use server_core::{ParkKind, observe, reconcile, should_wake, status_merge_patch};
 use support::*;
 
 fn create_action(decision: &Decision) -> Action {
@@ -85,6 +85,79 @@ fn an_authentication_failure_on_create_is_not_counted_as_an_attempt() {
     assert_eq!(server.status.provider_create_failures, 0, "nothing was ever created");
     let next = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(1_000_000));
     assert_eq!(creates(&next), 1);
+}
+
+/// The executor runs `decision` until its status write, which fails (a
+/// concurrent writer moved the resourceVersion on: the monitor's poll) and
+/// stops the pass; returns the events sent before it.
+fn persist_until_the_status_write_conflicts(server: &mut Server, decision: &Decision) -> Vec<&'static str> {
+    let mut events = Vec::new();
+    for action in decision.actions.iter().take_while(|a| !matches!(a, Action::WriteStatus(_))) {
+        apply_annotations(server, action);
+        if let Action::Emit(event) = action {
+            events.push(event.reason.as_str());
+        }
+    }
+    events
+}
+
+#[test]
+fn a_refusal_outlives_a_status_write_lost_to_a_concurrent_writer() {
+    // Found flaky in the end-to-end suite: the monitor's status patch landed
+    // between the refused create and its follow-up, the follow-up's guarded
+    // writes conflicted, and a later pass counted the refused create as lost
+    // and sent it again.
+    let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(60));
+    let mut server = adopted();
+    let create = issue_create(&mut server, &options, 10);
+    let refusal = CloudError::Refused { status: 403, message: "Quota exceeded for instances".into() };
+    let follow_up = action_failed(&server, &create, &ActionFailure::Cloud(refusal), at(11));
+    let events = persist_until_the_status_write_conflicts(&mut server, &follow_up);
+    assert_eq!(events, ["ProviderCreateRefused"], "the event is sent with the record");
+    for t in [20, 200, 2_000, 20_000] {
+        let pass = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(t));
+        assert_eq!(creates(&pass), 0, "the refused create was sent again at {t}s");
+        assert_eq!(event_reasons(&pass), Vec::<&str>::new());
+        let Outcome::Terminal(message) = &pass.outcome else { panic!("not parked at {t}s: {:?}", pass.outcome) };
+        assert!(message.contains("Quota exceeded for instances"), "the provider's words were lost: {message}");
+        persist(&mut server, &pass);
+        assert_eq!(server_core::park(&server, &options).map(|p| p.kind()), Some(ParkKind::Refused));
+    }
+    assert_eq!(server.status.provider_create_failures, 0);
+}
+
+#[test]
+fn what_a_failed_create_proves_is_recorded_before_the_status_write() {
+    // A create proven not to have landed is released before the follow-up's
+    // status write, so a conflict on that write cannot leave it counted.
+    let options = Options::with_max_attempts(1).with_create_grace(std::time::Duration::from_secs(60));
+    for error in [
+        CloudError::Auth { message: "token rejected".into() },
+        CloudError::Conflict { message: "busy".into() },
+        CloudError::RateLimited { message: "slow down".into() },
+        CloudError::Unreachable { message: "connection refused".into() },
+    ] {
+        let mut server = adopted();
+        let create = issue_create(&mut server, &options, 10);
+        let follow_up = action_failed(&server, &create, &ActionFailure::Cloud(error.clone()), at(11));
+        persist_until_the_status_write_conflicts(&mut server, &follow_up);
+        assert!(!server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION), "{error:?}: still issued");
+        let later = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100_000));
+        assert_eq!((creates(&later), later.status.provider_create_failures), (1, 0), "{error:?}");
+    }
+}
+
+#[test]
+fn a_delete_the_provider_fails_transiently_is_a_wait_and_a_refused_one_an_error() {
+    let server = create_failed(1);
+    let delete = Action::DeleteProviderServer(Default::default());
+    let busy = CloudError::Unavailable { status: 503, message: "busy".into() };
+    let waiting = action_failed(&server, &delete, &ActionFailure::Cloud(busy), at(10));
+    assert!(matches!(waiting.outcome, Outcome::Yield(_)), "{:?}", waiting.outcome);
+    let refused = CloudError::Refused { status: 403, message: "policy".into() };
+    let failed = action_failed(&server, &delete, &ActionFailure::Cloud(refused), at(10));
+    assert!(matches!(failed.outcome, Outcome::Error(_)), "{:?}", failed.outcome);
+    assert_eq!(creates(&failed) + deletes(&failed) + creates(&waiting) + deletes(&waiting), 0);
 }
 
 // --- A slow create ----------------------------------------------------------

@@ -10,9 +10,13 @@ mod support;
 use jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
-use server_core::model::{Server, ServerStatus, SshCertificateAuthority, UserData, set_condition};
-use server_core::port::{PowerState, ProviderServer, ProviderStatus};
-use server_core::reconcile::{Action, Decision, EventReason, Facts, Options, Outcome, ProviderView};
+use server_core::model::{
+    ConditionReason, ConditionType, Server, ServerStatus, SshCertificateAuthority, UserData, set_condition,
+};
+use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
+use server_core::reconcile::{
+    Action, ActionFailure, Decision, EventReason, Facts, Options, Outcome, ProviderView, action_failed,
+};
 use server_core::status_patch::apply_merge_patch;
 use server_core::{ever_booted, observe, provider_create_failure, reconcile, record_shows_boot};
 use support::strategies::*;
@@ -25,9 +29,10 @@ struct Rules {
     observe: fn(&ServerStatus, Option<&ProviderServer>, Timestamp) -> ServerStatus,
     /// The predicate the watch trigger uses.
     watch_pcf: fn(&Server) -> bool,
+    action_failed: fn(&Server, &Action, &ActionFailure, Timestamp) -> Decision,
 }
 
-const CORE: Rules = Rules { reconcile, observe, watch_pcf: provider_create_failure };
+const CORE: Rules = Rules { reconcile, observe, watch_pcf: provider_create_failure, action_failed };
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(1_000)
@@ -220,7 +225,14 @@ enum Step {
         read_fails: bool,
         write_lost: bool,
         crash_after: Option<u8>,
+        /// How the provider answers a create this pass sends.
+        answer: CreateAnswer,
+        /// The follow-up's status write conflicts (the monitor patched the
+        /// status between the create and its follow-up).
+        follow_up_write_lost: bool,
     },
+    /// The user edits the spec (a new generation: re-arms a refusal).
+    SpecChange,
     /// A monitor poll; a flaky provider may omit launched-at from the record.
     Monitor {
         write_lost: bool,
@@ -234,13 +246,73 @@ enum Step {
     FailBeforeLaunch,
     FailAfterLaunch,
     Vanish,
+    DroppedInBuild,
     OperatorReset,
+}
+
+/// A create's answer: each fault class the provider produces, by what it
+/// proves about the create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CreateAnswer {
+    Created,
+    /// Landed, and the answer timed out.
+    LandedTimeout,
+    /// Landed, and a gateway answered 504.
+    Landed5xx,
+    /// A 503 from Nova itself: nothing landed (its fate is unknown to the caller).
+    NotLanded5xx,
+    /// 401: proves nothing landed.
+    AuthFailure,
+    /// 403 quota: proves nothing landed; parks until the spec changes.
+    Refused,
+}
+
+impl CreateAnswer {
+    fn lands(self) -> bool {
+        matches!(self, CreateAnswer::Created | CreateAnswer::LandedTimeout | CreateAnswer::Landed5xx)
+    }
+
+    fn error(self) -> Option<CloudError> {
+        let message = "simulated".to_string();
+        match self {
+            CreateAnswer::Created => None,
+            CreateAnswer::LandedTimeout => Some(CloudError::Timeout { message }),
+            CreateAnswer::Landed5xx => Some(CloudError::Unavailable { status: 504, message }),
+            CreateAnswer::NotLanded5xx => Some(CloudError::Unavailable { status: 503, message }),
+            CreateAnswer::AuthFailure => Some(CloudError::Auth { message }),
+            CreateAnswer::Refused => Some(CloudError::Refused { status: 403, message }),
+        }
+    }
+}
+
+fn arb_create_answer() -> impl Strategy<Value = CreateAnswer> {
+    prop_oneof![
+        6 => Just(CreateAnswer::Created),
+        1 => Just(CreateAnswer::LandedTimeout),
+        1 => Just(CreateAnswer::Landed5xx),
+        1 => Just(CreateAnswer::NotLanded5xx),
+        1 => Just(CreateAnswer::AuthFailure),
+        1 => Just(CreateAnswer::Refused),
+    ]
 }
 
 fn arb_step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        6 => (prop::bool::weighted(0.15), prop::bool::weighted(0.15), prop::option::weighted(0.1, 0u8..6))
-            .prop_map(|(read_fails, write_lost, crash_after)| Step::Reconcile { read_fails, write_lost, crash_after }),
+        6 => (
+            prop::bool::weighted(0.15),
+            prop::bool::weighted(0.15),
+            prop::option::weighted(0.1, 0u8..6),
+            arb_create_answer(),
+            prop::bool::weighted(0.3)
+        )
+            .prop_map(|(read_fails, write_lost, crash_after, answer, follow_up_write_lost)| Step::Reconcile {
+                read_fails,
+                write_lost,
+                crash_after,
+                answer,
+                follow_up_write_lost
+            }),
+        1 => Just(Step::SpecChange),
         4 => (prop::bool::weighted(0.1), prop::bool::weighted(0.1), prop::bool::weighted(0.2)).prop_map(
             |(write_lost, list_fails, lacks_launched_at)| Step::Monitor { write_lost, list_fails, lacks_launched_at }
         ),
@@ -249,6 +321,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         3 => Just(Step::FailBeforeLaunch),
         1 => Just(Step::FailAfterLaunch),
         1 => Just(Step::Vanish),
+        1 => Just(Step::DroppedInBuild),
         1 => Just(Step::OperatorReset),
     ]
 }
@@ -260,6 +333,11 @@ struct World {
     vm: Option<Vm>,
     now: i64,
     creates_since_reset: i32,
+    /// Creates issued since the reset whose answer did not prove they never
+    /// landed: the most attempts the counter may have counted.
+    attempts_since_reset: i32,
+    /// The generation whose create the provider refused.
+    refused_generation: Option<i64>,
     booted_ever_in_status: bool,
     latch: Option<Timestamp>,
 }
@@ -273,6 +351,8 @@ impl World {
             vm: None,
             now: 100,
             creates_since_reset: 0,
+            attempts_since_reset: 0,
+            refused_generation: None,
             booted_ever_in_status: false,
             latch: None,
         }
@@ -309,6 +389,96 @@ impl World {
         }
         // Invariant 2 across the whole history.
         prop_assert!(self.server.status.provider_create_failures <= self.max, "failures above max");
+        // A create proven not to have landed (refused, 401) is never counted.
+        prop_assert!(
+            self.server.status.provider_create_failures <= self.attempts_since_reset,
+            "{} failures counted for {} attempts",
+            self.server.status.provider_create_failures,
+            self.attempts_since_reset
+        );
+        Ok(())
+    }
+
+    fn options(&self) -> Options {
+        // Steps are 10 s apart: a grace of three steps.
+        Options::with_max_attempts(self.max).with_create_grace(std::time::Duration::from_secs(30))
+    }
+
+    /// Runs a decision's first `limit` actions as an executor does, stopping
+    /// at the first failure: a lost status write, or a create answered with
+    /// an error, after which the rules' follow-up runs. `write_lost`: whether
+    /// the pass's status write is lost, and whether the follow-up's is.
+    fn run(
+        &mut self,
+        decision: &Decision,
+        limit: usize,
+        (write_lost, follow_up_write_lost): (bool, bool),
+        answer: CreateAnswer,
+        now: Timestamp,
+    ) -> Result<(), TestCaseError> {
+        for action in decision.actions.iter().take(limit) {
+            match action {
+                Action::WriteStatus(patch) => {
+                    if write_lost {
+                        break;
+                    }
+                    let mut stored = serde_json::to_value(&self.server.status).unwrap();
+                    apply_merge_patch(&mut stored, patch);
+                    let status: ServerStatus = serde_json::from_value(stored).unwrap();
+                    prop_assert_eq!(&status, &decision.status, "merge patch lost a change");
+                    self.persist_status(status)?;
+                }
+                Action::CreateProviderServer(_) => {
+                    prop_assert_ne!(
+                        self.refused_generation,
+                        Some(self.server.meta.generation),
+                        "a refused create was sent again"
+                    );
+                    // An answer that proves the create never landed takes
+                    // back the attempt its issued note stood for.
+                    match answer {
+                        CreateAnswer::AuthFailure => self.attempts_since_reset -= 1,
+                        CreateAnswer::Refused => {
+                            self.attempts_since_reset -= 1;
+                            self.refused_generation = Some(self.server.meta.generation);
+                        }
+                        _ => {}
+                    }
+                    if answer.lands() && self.vm.is_none() {
+                        self.creates_since_reset += 1;
+                        self.vm = Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1 });
+                    }
+                    // Invariant 4.
+                    prop_assert!(self.creates_since_reset <= self.max, "more creates than max");
+                    if let Some(error) = answer.error() {
+                        let follow_up =
+                            (self.rules.action_failed)(&self.server, action, &ActionFailure::Cloud(error), now);
+                        prop_assert_eq!(creates(&follow_up) + deletes(&follow_up), 0);
+                        let lost = (follow_up_write_lost, false);
+                        return self.run(&follow_up, usize::MAX, lost, CreateAnswer::Created, now);
+                    }
+                }
+                Action::DeleteProviderServer(_) => {
+                    // Invariant 1, against everything status ever showed.
+                    prop_assert!(!self.booted_ever_in_status, "deleted a server that booted");
+                    if let Some(vm) = &mut self.vm {
+                        if vm.delete_polls == 0 {
+                            self.vm = None;
+                        } else {
+                            vm.delete_polls -= 1;
+                        }
+                    }
+                }
+                Action::AddFinalizer => self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into()),
+                // An issued note is an attempt of unknown fate (the pass may
+                // crash before its create, or the create may land unseen).
+                Action::Annotate { key: server_core::model::CREATE_ISSUED_ANNOTATION, value: Some(_) } => {
+                    self.attempts_since_reset += 1;
+                    apply_annotations(&mut self.server, action);
+                }
+                _ => apply_annotations(&mut self.server, action),
+            }
+        }
         Ok(())
     }
 
@@ -316,60 +486,35 @@ impl World {
         self.now += 10;
         let now = at(self.now);
         match step {
-            Step::Reconcile { read_fails, write_lost, crash_after } => {
+            Step::Reconcile { read_fails, write_lost, crash_after, answer, follow_up_write_lost } => {
                 let view = match (read_fails, self.record()) {
                     (true, _) => ProviderView::Unknown("timeout".into()),
                     (false, Some(record)) => ProviderView::Present(record),
                     (false, None) => ProviderView::Absent,
                 };
                 let facts = facts_with(&self.server, view);
-                let options = Options::with_max_attempts(self.max);
+                let options = self.options();
+                let park = server_core::lifecycle(&self.server, &options).park();
+                let reported = self
+                    .server
+                    .status
+                    .condition(ConditionType::Available)
+                    .is_some_and(|c| c.reason == ConditionReason::Errored);
                 let decision = (self.rules.reconcile)(&self.server, &facts, &options, now);
-                let limit = crash_after.map_or(usize::MAX, usize::from);
-                for action in decision.actions.iter().take(limit) {
-                    match action {
-                        Action::WriteStatus(patch) => {
-                            if *write_lost {
-                                break;
-                            }
-                            let mut stored = serde_json::to_value(&self.server.status).unwrap();
-                            apply_merge_patch(&mut stored, patch);
-                            let status: ServerStatus = serde_json::from_value(stored).unwrap();
-                            prop_assert_eq!(&status, &decision.status, "merge patch lost a change");
-                            self.persist_status(status)?;
-                        }
-                        Action::CreateProviderServer(_) => {
-                            if self.vm.is_none() {
-                                self.creates_since_reset += 1;
-                                self.vm = Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1 });
-                            }
-                            // Invariant 4.
-                            prop_assert!(self.creates_since_reset <= self.max, "more creates than max");
-                        }
-                        Action::DeleteProviderServer(_) => {
-                            // Invariant 1, against everything status ever showed.
-                            prop_assert!(!self.booted_ever_in_status, "deleted a server that booted");
-                            if let Some(vm) = &mut self.vm {
-                                if vm.delete_polls == 0 {
-                                    self.vm = None;
-                                } else {
-                                    vm.delete_polls -= 1;
-                                }
-                            }
-                        }
-                        Action::AddFinalizer => {
-                            self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into())
-                        }
-                        Action::Annotate { key, value: Some(value) } => {
-                            self.server.meta.annotations.insert((*key).into(), value.clone());
-                        }
-                        Action::Annotate { key, value: None } => {
-                            self.server.meta.annotations.remove(*key);
-                        }
-                        _ => {}
-                    }
+                if *read_fails && park.is_some() {
+                    // An outage during a park changes nothing about it: it
+                    // stays parked, and a park the status reports is not rewritten.
+                    prop_assert!(matches!(decision.outcome, Outcome::Terminal(_)), "unparked: {:?}", decision.outcome);
+                    let mut decided = self.server.clone();
+                    decided.status = decision.status.clone();
+                    prop_assert_eq!(server_core::lifecycle(&decided, &options).park(), park);
+                    let writes = decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_)));
+                    prop_assert!(!(reported && writes), "a reported park was rewritten during an outage");
                 }
+                let limit = crash_after.map_or(usize::MAX, usize::from);
+                self.run(&decision, limit, (*write_lost, *follow_up_write_lost), *answer, now)?;
             }
+            Step::SpecChange => self.server.meta.generation += 1,
             Step::Monitor { write_lost, list_fails, lacks_launched_at } => {
                 if !list_fails {
                     let mut record = self.record();
@@ -398,6 +543,12 @@ impl World {
                     vm.state = VmState::ErrorAfterLaunch;
                 }
             }
+            // The provider drops a server still building (a failed schedule).
+            Step::DroppedInBuild => {
+                if matches!(self.vm, Some(Vm { state: VmState::Build, .. })) {
+                    self.vm = None;
+                }
+            }
             Step::Vanish => {
                 if self.vm.as_ref().is_some_and(|vm| vm.launched_at.is_some()) {
                     self.vm = None;
@@ -416,6 +567,10 @@ impl World {
                 let mut status = self.server.status.clone();
                 status.provider_create_failures = 0;
                 self.creates_since_reset = 0;
+                // What the new window may still count from the old one: the
+                // failed server in place, a create of unknown fate.
+                let issued = self.server.meta.annotations.contains_key(server_core::model::CREATE_ISSUED_ANNOTATION);
+                self.attempts_since_reset = i32::from(self.vm.is_some()) + i32::from(issued);
                 self.persist_status(status)?;
             }
         }
@@ -519,6 +674,56 @@ fn panics_on_binary_user_data(server: &Server, facts: &Facts, options: &Options,
         let _text = std::str::from_utf8(bytes).expect("user data is text");
     }
     reconcile(server, facts, options, now)
+}
+
+/// A follow-up that reads a gateway's 5xx as proof the create did not land.
+fn five_xx_as_not_landed(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
+    let failure = match failure {
+        ActionFailure::Cloud(CloudError::Unavailable { .. }) => {
+            ActionFailure::Cloud(CloudError::Unreachable { message: "read as unsent".into() })
+        }
+        other => other.clone(),
+    };
+    action_failed(server, action, &failure, now)
+}
+
+/// A follow-up that counts an authentication failure as an attempt.
+fn auth_as_attempt(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
+    let failure = match failure {
+        ActionFailure::Cloud(CloudError::Auth { .. }) => {
+            ActionFailure::Cloud(CloudError::Timeout { message: "read as unknown".into() })
+        }
+        other => other.clone(),
+    };
+    action_failed(server, action, &failure, now)
+}
+
+/// A follow-up whose records come after its status write (so a lost status
+/// write loses them).
+fn records_after_the_status_write(
+    server: &Server,
+    action: &Action,
+    failure: &ActionFailure,
+    now: Timestamp,
+) -> Decision {
+    let mut decision = action_failed(server, action, failure, now);
+    decision.actions.sort_by_key(|a| matches!(a, Action::Record(_)));
+    decision
+}
+
+#[test]
+fn invariant_4_catches_a_gateway_error_read_as_not_landed() {
+    must_catch(sequences_keep_the_invariants(Rules { action_failed: five_xx_as_not_landed, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_an_authentication_failure_counted_as_an_attempt() {
+    must_catch(sequences_keep_the_invariants(Rules { action_failed: auth_as_attempt, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_a_refusal_recorded_after_the_status_write() {
+    must_catch(sequences_keep_the_invariants(Rules { action_failed: records_after_the_status_write, ..CORE }));
 }
 
 #[test]

@@ -208,8 +208,15 @@ fn pause_stops_all_work() {
     server.spec.pause = true;
     server.meta.deleting = true;
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    assert_eq!(decision.actions, vec![]);
-    assert_eq!(decision.status, server.status);
+    // Only the Available message says it is paused: no finalizer, reference
+    // or provider action, no other status field.
+    assert!(matches!(decision.actions.as_slice(), [Action::WriteStatus(_)]), "{:?}", decision.actions);
+    assert_eq!(available(&decision).message, server_core::reconcile::PAUSED_MESSAGE);
+    let mut other_fields = decision.status.clone();
+    other_fields.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    let mut before = server.status.clone();
+    before.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    assert_eq!(other_fields, before);
 }
 
 // --- §7: the bounded delete-and-retry machine -------------------------------
@@ -407,8 +414,8 @@ fn a_refused_create_parks_until_the_spec_changes() {
     let parked = action_failed(&server, create, &refusal, at(11));
     assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded for cores")));
     assert_eq!(event_reasons(&parked), ["ProviderCreateRefused"]);
-    let refusal_note = Action::Annotate { key: CREATE_REFUSED_ANNOTATION, value: Some("1".into()) };
-    assert!(parked.actions.contains(&refusal_note));
+    let recorded = parked.actions.iter().flat_map(Action::annotation_changes).collect::<Vec<_>>();
+    assert!(recorded.contains(&(CREATE_REFUSED_ANNOTATION, Some("1"))), "{recorded:?}");
     persist(&mut server, &parked);
 
     // Restarts and resyncs do not create again.
@@ -478,7 +485,7 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
         assert!(matches!(decision.outcome, Outcome::Yield(_)));
         assert_eq!(creates(&decision) + deletes(&decision), 0);
         // The create did not land: its absence must not count as a lost attempt.
-        assert!(decision.actions.contains(&Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: None }));
+        assert!(decision.actions.contains(&Action::Record(vec![(CREATE_ISSUED_ANNOTATION, None)])));
     }
     // A timeout or a 5xx may have landed: the create stays issued, so if its
     // server is gone before any pass sees it, the attempt still counts (found
@@ -491,7 +498,12 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
         let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));
         assert!(matches!(decision.outcome, Outcome::Yield(_)));
         assert_eq!(creates(&decision) + deletes(&decision), 0);
-        assert!(!decision.actions.iter().any(|a| matches!(a, Action::Annotate { key: CREATE_ISSUED_ANNOTATION, .. })));
+        let changed = decision
+            .actions
+            .iter()
+            .flat_map(Action::annotation_changes)
+            .any(|(key, _)| key == CREATE_ISSUED_ANNOTATION);
+        assert!(!changed);
     }
     let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));

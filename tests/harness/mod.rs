@@ -358,6 +358,21 @@ impl Env {
         counts
     }
 
+    /// The notes of a Server's events of one reason, as a person reads them
+    /// with `kubectl describe` (a series shows its first note).
+    pub fn event_notes(&self, server: &str, reason: &str) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .sim
+            .store()
+            .list("events", Some(NAMESPACE))
+            .into_iter()
+            .filter(|event| event["regarding"]["name"] == server && event["reason"] == reason)
+            .filter_map(|event| event["note"].as_str().map(str::to_owned))
+            .collect();
+        notes.sort();
+        notes
+    }
+
     pub fn event_count(&self, server: &str, reason: &str) -> u64 {
         self.events(server).get(reason).copied().unwrap_or(0)
     }
@@ -534,6 +549,19 @@ pub fn available_reason(server: &Server) -> String {
 
 pub fn available_message(server: &Server) -> String {
     condition(server, "Available").map(|c| c.2).unwrap_or_default()
+}
+
+impl Env {
+    /// Where `server` stands, by the project's one classifier, under the
+    /// options this Env's controller runs with.
+    pub fn lifecycle(&self, server: &Server) -> server_core::Lifecycle {
+        server_core::lifecycle(&server_kube::convert::core_server(server), &self.config.options)
+    }
+
+    /// The park `server` is in, if any.
+    pub fn park(&self, server: &Server) -> Option<server_core::ParkKind> {
+        self.lifecycle(server).park()
+    }
 }
 
 pub fn phase(server: &Server) -> String {

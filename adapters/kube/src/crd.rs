@@ -15,6 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use server_core::model::{Condition, Tag};
 
+mod server_schema;
+
 /// API group of every kind here.
 pub const GROUP: &str = "region.unikorn-cloud.org";
 /// The one served and stored version.
@@ -211,13 +213,23 @@ impl fmt::Debug for OpenstackIdentitySpec {
     }
 }
 
-/// The Server CRD, as `server-controller crd` prints it. Spec and status
-/// preserve unknown fields, so the fields the real CRD has and this operator
-/// does not model (volumes, rebuild, ...) survive on an API server that
-/// prunes by schema.
+/// The Server CRD, as `server-controller crd` prints it: the region chart's
+/// schema (every field, format and validation, see [`server_schema`]) with
+/// our descriptions, our printer columns and a short name.
 pub fn server_crd() -> CustomResourceDefinition {
     let mut crd = Server::crd();
-    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else {
+            continue;
+        };
+        // JSONSchemaProps round-trips through JSON losslessly; editing it as
+        // JSON keeps the completion readable.
+        let Ok(mut value) = serde_json::to_value(&*schema) else { continue };
+        server_schema::complete(&mut value);
+        if let Ok(completed) = serde_json::from_value(value) {
+            *schema = completed;
+        }
+    }
     crd
 }
 

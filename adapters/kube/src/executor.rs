@@ -205,6 +205,18 @@ impl Pass<'_> {
                 };
                 Ok(())
             }
+            Action::Record(changes) => {
+                let annotations: serde_json::Map<String, Value> =
+                    changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect();
+                self.record_annotations(json!({ "annotations": annotations })).await?;
+                for (key, value) in changes {
+                    match value {
+                        Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
+                        None => self.server.meta.annotations.remove(*key),
+                    };
+                }
+                Ok(())
+            }
             Action::AddReference(reference) => self.set_reference(reference, true).await,
             Action::RemoveReference(reference) => self.set_reference(reference, false).await,
             Action::CreateProviderServer(request) => {
@@ -216,7 +228,15 @@ impl Pass<'_> {
             Action::DeleteProviderServer(server) => {
                 let cloud = self.cloud()?;
                 let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
-                info!(server = %self.server.meta.name, namespace = %self.server.meta.namespace, gone = progress == DeleteProgress::Gone, "provider server delete requested");
+                // Each pass re-sends the idempotent delete until the server is
+                // gone: one INFO line when it is, the repeats at DEBUG.
+                let (server, namespace) = (&self.server.meta.name, &self.server.meta.namespace);
+                match progress {
+                    DeleteProgress::Gone => info!(server = %server, namespace = %namespace, "provider server gone"),
+                    DeleteProgress::InProgress => {
+                        debug!(server = %server, namespace = %namespace, "provider server deletion under way")
+                    }
+                }
                 Ok(())
             }
             Action::Emit(event) => {
@@ -256,6 +276,26 @@ impl Pass<'_> {
             .await
             .map_err(|e| PatchError::from_kube(context, &e))?;
         self.resource_version = patched.resource_version().unwrap_or_default();
+        Ok(())
+    }
+
+    /// Writes one of the core's records (see [`Action::Record`]): true
+    /// whatever changed since the pass read the Server, so a concurrent
+    /// writer must not make it fail. Guarded first; on a conflict it is sent
+    /// without the precondition (the API server then applies it to the latest
+    /// object) and the pass keeps its old resourceVersion, so its later
+    /// guarded writes still fail rather than overwrite the change it missed.
+    async fn record_annotations(&mut self, metadata: Value) -> Result<(), PatchError> {
+        const CONTEXT: &str = "recording annotations";
+        match self.patch_server_metadata(metadata.clone(), CONTEXT).await {
+            Err(PatchError::Failed(ActionFailure::Conflict(_))) => {}
+            other => return other,
+        }
+        let body = json!({ "metadata": metadata });
+        self.servers()
+            .patch(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map_err(|e| PatchError::from_kube(CONTEXT, &e))?;
         Ok(())
     }
 
@@ -361,6 +401,7 @@ pub(crate) fn action_name(action: &Action) -> &'static str {
         Action::RemoveReference(_) => "RemoveReference",
         Action::WriteStatus(_) => "WriteStatus",
         Action::Annotate { .. } => "Annotate",
+        Action::Record(_) => "Record",
         Action::CreateProviderServer(_) => "CreateProviderServer",
         Action::DeleteProviderServer(_) => "DeleteProviderServer",
         Action::Emit(_) => "Emit",

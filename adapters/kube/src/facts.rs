@@ -115,7 +115,7 @@ pub(crate) async fn gather(
 
 /// Whether a deleting Server's Identity or OpenstackIdentity is gone, read
 /// live (a cache too new to hold it must not release the Server).
-async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
+pub(crate) async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
     let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
         return Ok(false);
     };
@@ -200,7 +200,7 @@ impl Gathered {
     }
 
     /// The consumed resources as the API server has them now.
-    async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
+    pub(crate) async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
         let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
         if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {

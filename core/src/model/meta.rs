@@ -21,6 +21,11 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// The provider's words for the refusal [`CREATE_REFUSED_ANNOTATION`] records
+/// (bounded), so a parked Server keeps saying why even if the status write
+/// that reported it was lost.
+pub const CREATE_REFUSED_MESSAGE_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-message";
+
 /// Records, on the Server, the provider server taken over from another
 /// controller whose adoption event was sent, so it is sent once.
 pub const ADOPTED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/adopted-provider-server";
@@ -30,6 +35,18 @@ pub const ADOPTED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/adopte
 /// is later absent without a sign of boot, the attempt is counted as spent, so
 /// creates stay bounded even when the provider drops a server unobserved.
 pub const CREATE_ISSUED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-issued-attempt";
+
+/// An operator's request, on the Server, to un-park it: any value (e.g. the
+/// time, or a ticket). The next pass consumes it once: it resets what the
+/// park rests on (the failure count, the recorded refusal), removes the
+/// annotation and says what it did in an event. A server that booted is
+/// never recreated, retry or not.
+pub const RETRY_ANNOTATION: &str = "server-controller.unikorn-cloud.org/retry";
+
+/// Whether an operator asked for a retry that no pass has consumed yet.
+pub fn retry_requested(meta: &ObjectMeta) -> bool {
+    meta.annotations.contains_key(RETRY_ANNOTATION)
+}
 
 /// The finalizer a Server places on each resource it consumes.
 pub fn reference_finalizer(server_name: &str) -> String {

@@ -10,8 +10,9 @@ mod status;
 pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, set_condition};
 pub use consumed::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 pub use meta::{
-    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, IDENTITY_LABEL, NAME_LABEL,
-    ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
+    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
+    IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, RETRY_ANNOTATION,
+    SERVER_FINALIZER, reference_finalizer, retry_requested,
 };
 pub use spec::{
     AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, SshInjection,

@@ -47,9 +47,29 @@ pub enum Action {
         key: &'static str,
         value: Option<String>,
     },
+    /// Set (`Some`) or remove (`None`) controller annotations in one
+    /// metadata merge patch that a concurrent write does not make fail (no
+    /// resourceVersion precondition). For records of what already happened
+    /// (a refused create, a create proven not to have landed): they stay true
+    /// whatever else changed since the pass read the Server, and a lost one
+    /// would make the next pass count a create that never was, or send a
+    /// refused one again. It does not adopt what it did not see: the pass's
+    /// later guarded writes still fail if another writer got in before it.
+    Record(Vec<(&'static str, Option<String>)>),
     CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
     Emit(Event),
+}
+
+impl Action {
+    /// The annotation changes this action makes (Annotate, Record), in order.
+    pub fn annotation_changes(&self) -> Vec<(&'static str, Option<&str>)> {
+        match self {
+            Action::Annotate { key, value } => vec![(*key, value.as_deref())],
+            Action::Record(changes) => changes.iter().map(|(key, value)| (*key, value.as_deref())).collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// A finalizer edge from a Server to a resource it consumes.
@@ -108,6 +128,11 @@ pub enum EventReason {
     ProviderServerAbandoned,
     /// The user data cannot be sent (refused before any create).
     UserDataRefused,
+    /// An operator's retry annotation was consumed (this controller's own).
+    RetryRequested,
+    /// An operator's retry annotation was consumed and refused: the server
+    /// booted before, so it is never recreated (this controller's own).
+    RetryRefused,
     /// A provider server another controller made for the Server (the Go
     /// controller, before this one took the region over) is now its own.
     ProviderServerAdopted,
@@ -123,6 +148,8 @@ impl EventReason {
             EventReason::ProviderServerMissing => "ProviderServerMissing",
             EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
             EventReason::UserDataRefused => "UserDataRefused",
+            EventReason::RetryRequested => "RetryRequested",
+            EventReason::RetryRefused => "RetryRefused",
             EventReason::ProviderServerAdopted => "ProviderServerAdopted",
         }
     }

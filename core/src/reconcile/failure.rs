@@ -5,7 +5,7 @@ use jiff::Timestamp;
 
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
 use super::plan::Plan;
-use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, Server};
 use crate::port::{CallEffect, CloudError};
 
 /// Why an action failed.
@@ -38,7 +38,7 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) => {
             let mut plan = Plan::new(&server.status, false, now);
             if error.effect() == CallEffect::None && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
-                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+                plan.record(CREATE_ISSUED_ANNOTATION, None);
             }
             let outcome = match error {
                 CloudError::Auth { .. } => Outcome::Error(error.to_string()),
@@ -60,14 +60,22 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
 }
 
 /// A create the provider refuses outright (quota, invalid request) parks the
-/// server with the provider's message until its spec changes.
+/// server with the provider's message until its spec changes. The refusal,
+/// its words and the release of the issued create are one record, written
+/// before the status: a concurrent status write (the monitor's) that makes
+/// the status write fail leaves the next pass parking from the record, where
+/// without it that pass would count the refused create as lost and send it
+/// again.
 fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) -> Decision {
     let generation = server.meta.generation;
     let already_recorded = server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&generation.to_string());
+    let provider_message = bounded(provider_message);
     let mut plan = Plan::new(&server.status, false, now);
-    plan.annotate(CREATE_REFUSED_ANNOTATION, Some(generation.to_string()));
+    plan.record(CREATE_REFUSED_ANNOTATION, Some(generation.to_string()));
+    let message = refused_message(provider_message);
+    plan.record(CREATE_REFUSED_MESSAGE_ANNOTATION, Some(message.clone()));
     if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
-        plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+        plan.record(CREATE_ISSUED_ANNOTATION, None);
     }
     if !already_recorded {
         plan.emit(Event {
@@ -77,7 +85,22 @@ fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) 
             note: format!("Provider refused to create the server: {provider_message}"),
         });
     }
-    plan.finish(Outcome::Terminal(format!(
-        "provider refused to create the server: {provider_message}; change the spec to try again"
-    )))
+    plan.finish(Outcome::Terminal(message))
+}
+
+/// The Available message of a refused create.
+fn refused_message(provider_message: &str) -> String {
+    format!("provider refused to create the server: {provider_message}; change the spec to try again")
+}
+
+/// The longest provider message kept with a refusal, in bytes.
+const MAX_PROVIDER_MESSAGE: usize = 1024;
+
+/// `message`, cut to [`MAX_PROVIDER_MESSAGE`] bytes at a character boundary.
+fn bounded(message: &str) -> &str {
+    let mut end = message.len().min(MAX_PROVIDER_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
 }

@@ -1,6 +1,7 @@
-//! Assembles a Decision in the order the executor must run it: finalizer and
-//! references, then the status write, then events and provider actions, then
-//! pruning and the finalizer's removal.
+//! Assembles a Decision in the order the executor must run it: records of
+//! what already happened and the events that announce them, then finalizer
+//! and references, then the status write, then events and provider actions,
+//! then pruning and the finalizer's removal.
 
 use jiff::Timestamp;
 
@@ -13,6 +14,7 @@ pub(crate) struct Plan {
     before: ServerStatus,
     pub(crate) status: ServerStatus,
     pub(crate) now: Timestamp,
+    records: Vec<(&'static str, Option<String>)>,
     leading: Vec<Action>,
     events: Vec<Event>,
     annotations: Vec<Action>,
@@ -27,6 +29,7 @@ impl Plan {
             before: status.clone(),
             status: status.clone(),
             now,
+            records: Vec::new(),
             leading: Vec::new(),
             events: Vec::new(),
             annotations: Vec::new(),
@@ -51,6 +54,13 @@ impl Plan {
         self.annotations.push(Action::Annotate { key, value });
     }
 
+    /// Records what already happened at the provider as an annotation change
+    /// written first, in one unguarded patch (see [`Action::Record`]), so no
+    /// concurrent write can lose it.
+    pub(crate) fn record(&mut self, key: &'static str, value: Option<String>) {
+        self.records.push((key, value));
+    }
+
     /// Provider create or delete: after the status that accounts for it.
     pub(crate) fn provider(&mut self, action: Action) {
         self.provider.push(action);
@@ -61,24 +71,30 @@ impl Plan {
         self.trailing.push(action);
     }
 
-    /// The status before this pass.
-    pub(crate) fn before(&self) -> &ServerStatus {
-        &self.before
-    }
-
     /// Closes the pass: sets Available from the outcome and orders the actions.
     pub(crate) fn finish(mut self, outcome: Outcome) -> Decision {
         let (status, reason, message) = available_for(&outcome, self.deleting);
         set_condition(&mut self.status.conditions, ConditionType::Available, status, reason, message, self.now);
 
-        let mut actions = self.leading;
+        let mut actions = Vec::new();
+        let recording = !self.records.is_empty();
+        if recording {
+            actions.push(Action::Record(self.records));
+            // The events of a pass that records announce the record: they
+            // go with it, so a status write lost after it loses neither.
+            actions.extend(self.events.iter().cloned().map(Action::Emit));
+        }
+        actions.extend(self.leading);
         if let Some(patch) = status_merge_patch(&self.before, &self.status) {
             actions.push(Action::WriteStatus(patch));
         }
-        // Events before annotations: an annotation often records that its
-        // event was sent (a refusal), so a lost annotation write re-sends the
-        // event rather than a lost event staying lost.
-        actions.extend(self.events.into_iter().map(Action::Emit));
+        // Events before annotations: an annotation may note that its event
+        // was sent, so a lost annotation write re-sends the event rather than
+        // a lost event staying lost. A pass that records sent its events with
+        // the record.
+        if !recording {
+            actions.extend(self.events.into_iter().map(Action::Emit));
+        }
         actions.extend(self.annotations);
         actions.extend(self.provider);
         actions.extend(self.trailing);

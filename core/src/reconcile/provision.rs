@@ -8,10 +8,11 @@ use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
 use super::references;
-use crate::lifecycle::{Lifecycle, ParkKind, lifecycle, refused_this_generation};
+use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_this_generation};
 use crate::model::{
-    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, NAME_LABEL,
-    ORGANIZATION_LABEL, PROJECT_LABEL, Phase, REGION_LABEL, Server, SshInjection, set_condition,
+    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
+    ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
+    REGION_LABEL, Server, SshInjection, set_condition,
 };
 use crate::monitor::observe;
 use crate::port::{CreateRequest, Owner, ServerRef};
@@ -23,9 +24,6 @@ pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
 pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
 pub(crate) const AWAITING_CREATE_MESSAGE: &str =
     "Waiting for the provider server of the last create to appear (its answer may have been lost)";
-pub(crate) const MISSING_MESSAGE: &str =
-    "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
-const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server; change the spec to try again";
 
 pub(crate) fn server_ref(server: &Server) -> ServerRef {
     ServerRef { namespace: server.meta.namespace.clone(), name: server.meta.name.clone(), uid: server.meta.uid.clone() }
@@ -61,9 +59,8 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
         ProviderView::Present(_) | ProviderView::Absent => &facts.provider,
         // An outage says nothing new about a park: it stays as it is.
         unknown => {
-            if let Some(kind) = lifecycle(server, options).park() {
-                let message = park_message(server, kind, max);
-                return plan.finish(Outcome::Terminal(message));
+            if let Some(park) = park(server, options) {
+                return plan.finish(Outcome::Terminal(park.message()));
             }
             return plan.finish(Outcome::Yield(waiting_message(unknown)));
         }
@@ -98,25 +95,6 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
         return clear_failed_server(server, view, plan);
     }
     ensure_exists(server, facts, view, options, plan)
-}
-
-/// The Available message of a park the Server is already in.
-fn park_message(server: &Server, kind: ParkKind, max: i32) -> String {
-    match kind {
-        ParkKind::AtCap => at_cap_message(max),
-        ParkKind::MissingAfterBoot => MISSING_MESSAGE.into(),
-        // The provider's words live only in the condition that reported them.
-        ParkKind::Refused | ParkKind::InvalidSpec => server
-            .status
-            .condition(ConditionType::Available)
-            .filter(|c| c.reason == ConditionReason::Errored)
-            .map(|c| c.message.clone())
-            .unwrap_or_else(|| REFUSED_FALLBACK_MESSAGE.into()),
-    }
-}
-
-fn at_cap_message(max: i32) -> String {
-    format!("Provider server create failed after {max} attempts")
 }
 
 pub(crate) fn waiting_message(view: &ProviderView) -> String {
@@ -158,7 +136,7 @@ fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bo
 /// restart never advance it, and the event fires once, on entry.
 fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Decision {
     let max = options.max_attempts();
-    let message = at_cap_message(max);
+    let message = Park::AtCap { max }.message();
     let already_parked = lifecycle(server, options) == Lifecycle::Parked(ParkKind::AtCap);
     plan.status.provider_create_failures = max;
     plan.status.provider_create_retrying = false;
@@ -247,12 +225,12 @@ fn ensure_exists(
                     note: "Provider server disappeared after it booted; not recreating it".into(),
                 });
             }
-            plan.finish(Outcome::Terminal(MISSING_MESSAGE.into()))
+            plan.finish(Outcome::Terminal(Park::MissingAfterBoot.message()))
         }
         // Every attempt is spent: the cap is sticky until an operator reset.
         _ if plan.status.provider_create_failures >= options.max_attempts() => park_at_cap(server, options, plan),
         _ if refused_this_generation(server) => {
-            let message = park_message(server, ParkKind::Refused, options.max_attempts());
+            let message = park(server, options).map(|park| park.message()).unwrap_or_default();
             plan.finish(Outcome::Terminal(message))
         }
         _ if awaiting_issued_create(server, options, &plan) => {
@@ -263,22 +241,20 @@ fn ensure_exists(
 }
 
 /// User data that cannot be sent parks the server, before any create, until
-/// its spec changes. The message is the refusal's (bounded, never quoting
-/// the data); the event fires once, on entry.
-fn park_refused_user_data(error: &UserDataError, mut plan: Plan) -> super::Decision {
+/// its spec changes: recorded as this generation's refused create, so later
+/// passes park from the record (and do not render the data again). The
+/// message is the refusal's (bounded, never quoting the data); the event
+/// fires once, on entry.
+fn park_refused_user_data(server: &Server, error: &UserDataError, mut plan: Plan) -> super::Decision {
     let message = format!("user data refused ({}): {error}", error.reason());
-    let already_parked = plan
-        .before()
-        .condition(ConditionType::Available)
-        .is_some_and(|c| c.reason == ConditionReason::Errored && c.message == message);
-    if !already_parked {
-        plan.emit(Event {
-            type_: EventType::Warning,
-            reason: EventReason::UserDataRefused,
-            action: "CreateProviderServer",
-            note: message.clone(),
-        });
-    }
+    plan.record(CREATE_REFUSED_ANNOTATION, Some(server.meta.generation.to_string()));
+    plan.record(CREATE_REFUSED_MESSAGE_ANNOTATION, Some(message.clone()));
+    plan.emit(Event {
+        type_: EventType::Warning,
+        reason: EventReason::UserDataRefused,
+        action: "CreateProviderServer",
+        note: message.clone(),
+    });
     plan.finish(Outcome::Terminal(message))
 }
 
@@ -294,7 +270,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
             return plan.finish(Outcome::Error(format!("cannot build user data: {error}")));
         }
         // The user data itself is refused: only a spec change can fix it.
-        Err(error) => return park_refused_user_data(&error, plan),
+        Err(error) => return park_refused_user_data(server, &error, plan),
     };
     let spec = &server.spec;
     let label = |key: &str| server.meta.label(key).unwrap_or_default().to_owned();

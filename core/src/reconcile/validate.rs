@@ -18,6 +18,11 @@ pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
 
 /// Repeated IDs in the spec: a spec error, parked until the spec changes.
 pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
+    duplicate_id(server).map_or(Ok(()), |message| Err(Outcome::Terminal(message)))
+}
+
+/// What is repeated in the spec, as the park's message.
+pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
     let networks = server.spec.networks.iter().map(|n| n.id.as_str());
     let security_groups = server.spec.security_groups.iter().map(|g| g.id.as_str());
     for (kind, ids) in [
@@ -26,14 +31,14 @@ pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
     ] {
         let mut seen = BTreeSet::new();
         if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
-            return Err(Outcome::Terminal(format!(
+            return Some(format!(
                 "{} ID {repeated} appears more than once in the spec; list each {} once",
                 kind.as_str(),
                 kind.as_str()
-            )));
+            ));
         }
     }
-    Ok(())
+    None
 }
 
 /// Every ID the spec names must exist; the resource may appear later, so this

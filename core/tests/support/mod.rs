@@ -108,14 +108,18 @@ pub fn persist(server: &mut Server, decision: &Decision) {
         match action {
             Action::AddFinalizer => server.meta.finalizers.push(SERVER_FINALIZER.into()),
             Action::RemoveFinalizer => server.meta.finalizers.retain(|f| f != SERVER_FINALIZER),
-            Action::Annotate { key, value: Some(value) } => {
-                server.meta.annotations.insert((*key).into(), value.clone());
-            }
-            Action::Annotate { key, value: None } => {
-                server.meta.annotations.remove(*key);
-            }
-            _ => {}
+            _ => apply_annotations(server, action),
         }
+    }
+}
+
+/// The annotation changes of `action` (Annotate, Record) applied to `server`.
+pub fn apply_annotations(server: &mut Server, action: &Action) {
+    for (key, value) in action.annotation_changes() {
+        match value {
+            Some(value) => server.meta.annotations.insert(key.into(), value.into()),
+            None => server.meta.annotations.remove(key),
+        };
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Counters {
     pub launched_deleted: u64,
     /// Servers that vanished behind the operator's back (so far).
     pub vanished: u64,
+    /// Calls failed by the configured provider outage.
+    pub outage_failures: u64,
 }
 
 impl Counters {
@@ -44,6 +46,7 @@ impl Counters {
             deletions_started,
             launched_deleted,
             vanished,
+            outage_failures,
         } = *other;
         self.create_calls += create_calls;
         self.delete_calls += delete_calls;
@@ -57,6 +60,7 @@ impl Counters {
         self.deletions_started += deletions_started;
         self.launched_deleted += launched_deleted;
         self.vanished += vanished;
+        self.outage_failures += outage_failures;
     }
 }
 

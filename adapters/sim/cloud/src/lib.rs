@@ -40,7 +40,7 @@ pub mod rng;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use counters::{Counters, UidTruth};
 pub use fate::{Fate, FateKind, FateMix, Span, Timing};
-pub use model::{CloudConfig, CloudModel, ServerHandle};
+pub use model::{CloudConfig, CloudModel, Outage, ServerHandle};
 pub use port::SimCloud;
 
 #[cfg(test)]

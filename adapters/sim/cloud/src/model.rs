@@ -28,8 +28,32 @@ pub struct CloudConfig {
     /// Share of create/delete calls answered 503 without effect.
     pub write_failure_rate: f64,
     /// Share of accepted creates whose answer is lost (the server exists, the
-    /// caller sees a timeout): the idempotent create must absorb the retry.
+    /// caller sees a timeout, or a 502/504 from a gateway that gave up on
+    /// Nova): the idempotent create must absorb the retry, and the attempt
+    /// must stay counted.
     pub lost_create_rate: f64,
+    /// Share of create calls answered 401 without effect (a token that
+    /// expired in flight, Keystone restarting): proves nothing was created.
+    pub auth_failure_rate: f64,
+    /// A provider outage: every call in `[from, until)` fails unsent
+    /// (connection refused). Set by the caller for a window it chooses (the
+    /// simulator puts one over its controller restart, so parked Servers are
+    /// re-read while the provider is unreachable).
+    pub outage: Option<Outage>,
+}
+
+/// A window in which the provider cannot be reached, in milliseconds since
+/// the Unix epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outage {
+    pub from: i64,
+    pub until: i64,
+}
+
+impl Outage {
+    fn covers(&self, now: i64) -> bool {
+        (self.from..self.until).contains(&now)
+    }
 }
 
 impl CloudConfig {
@@ -48,6 +72,8 @@ impl CloudConfig {
             read_failure_rate: rate * 0.1,
             write_failure_rate: rate * 0.03,
             lost_create_rate: rate * 0.03,
+            auth_failure_rate: rate * 0.01,
+            outage: None,
         }
     }
 
@@ -264,6 +290,13 @@ impl CloudModel {
     ) -> Result<ProviderServer, CloudError> {
         let now = now.as_millisecond();
         self.counters.create_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
+        if self.faults.chance(self.config.auth_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Auth { message: "simulated 401: the token expired".into() });
+        }
         if self.faults.chance(self.config.write_failure_rate) {
             self.counters.injected_failures += 1;
             return Err(CloudError::Unavailable { status: 503, message: "simulated create outage".into() });
@@ -334,7 +367,12 @@ impl CloudModel {
         if self.faults.chance(self.config.lost_create_rate) {
             self.counters.creates_lost_answer += 1;
             self.counters.injected_failures += 1;
-            return Err(CloudError::Timeout { message: "simulated create answer lost".into() });
+            // Half time out, half get a gateway's 504: the create landed either way.
+            return Err(if self.faults.chance(0.5) {
+                CloudError::Timeout { message: "simulated create answer lost".into() }
+            } else {
+                CloudError::Unavailable { status: 504, message: "simulated gateway timeout; the create landed".into() }
+            });
         }
         Ok(record)
     }
@@ -349,6 +387,9 @@ impl CloudModel {
     pub fn delete_by(&mut self, now: Timestamp, handle: Option<ServerHandle>) -> Result<DeleteProgress, CloudError> {
         let now = now.as_millisecond();
         self.counters.delete_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
         if self.faults.chance(self.config.write_failure_rate) {
             self.counters.injected_failures += 1;
             return Err(CloudError::Unavailable { status: 503, message: "simulated delete outage".into() });
@@ -390,6 +431,9 @@ impl CloudModel {
     ) -> Result<Option<ProviderServer>, CloudError> {
         let now = now.as_millisecond();
         self.counters.get_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
         let slot = handle.map(|h| h.0);
         if let Some(state) = slot.and_then(|slot| self.servers.get_mut(slot))
             && state.reads_failed < state.fate.failed_reads
@@ -425,6 +469,9 @@ impl CloudModel {
     pub fn list_versions(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<(ServerHandle, u64)>, CloudError> {
         let now = now.as_millisecond();
         self.counters.list_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
         let Some(&project) = self.projects.get(project_id) else {
             return if self.faults.chance(self.config.read_failure_rate) {
                 Err(self.read_failure())
@@ -481,6 +528,19 @@ impl CloudModel {
     }
 
     /// An injected read failure (the caller drew it from `read_failure_rate`).
+    /// The failure of any call made during the configured outage.
+    fn outage_failure(&mut self, now: i64) -> Option<CloudError> {
+        self.config.outage.filter(|o| o.covers(now))?;
+        self.counters.injected_failures += 1;
+        self.counters.outage_failures += 1;
+        Some(CloudError::Unreachable { message: "simulated provider outage: connection refused".into() })
+    }
+
+    /// Sets (or clears) the provider outage window.
+    pub fn set_outage(&mut self, outage: Option<Outage>) {
+        self.config.outage = outage;
+    }
+
     fn read_failure(&mut self) -> CloudError {
         self.counters.injected_failures += 1;
         // Half time out, half answer 503: both leave the provider's view unknown.

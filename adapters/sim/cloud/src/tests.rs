@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use server_core::port::{
-    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PowerState, ProviderStatus, ServerRef,
+    CallEffect, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
+    ServerRef,
 };
 
 use super::*;
@@ -195,11 +196,58 @@ fn read_failures_drawn_from_the_rate_are_transient() {
 fn lost_create_answers_still_create_exactly_one_server() {
     let config = CloudConfig { lost_create_rate: 1.0, ..CloudConfig::reliable(3) };
     let mut model = CloudModel::new(config);
-    assert!(matches!(model.create(at(0), "p", &request("u")), Err(CloudError::Timeout { .. })));
+    // A timeout or a gateway's 504: either way the caller cannot tell it landed.
+    let lost = model.create(at(0), "p", &request("u")).err();
+    assert!(lost.as_ref().is_some_and(|e| e.effect() == CallEffect::Unknown), "{lost:?}");
     assert!(model.get(at(1), "u").is_ok_and(|r| r.is_some()), "it was made");
     // The retry finds it (the dedup answer is not lost: nothing new was made).
     assert!(model.create(at(2), "p", &request("u")).is_ok());
     assert_eq!(model.truth("u", at(2)).creates_accepted, 1);
+}
+
+#[test]
+fn lost_create_answers_are_timeouts_and_gateway_errors() {
+    let config = CloudConfig { lost_create_rate: 1.0, ..CloudConfig::reliable(5) };
+    let mut model = CloudModel::new(config);
+    let (mut timeouts, mut gateway) = (0, 0);
+    for i in 0..40 {
+        match model.create(at(0), "p", &request(&format!("u{i}"))) {
+            Err(CloudError::Timeout { .. }) => timeouts += 1,
+            Err(CloudError::Unavailable { status: 504, .. }) => gateway += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(timeouts > 0 && gateway > 0, "{timeouts} timeouts, {gateway} gateway errors");
+    assert_eq!(model.counters().creates_accepted, 40);
+}
+
+#[test]
+fn an_authentication_failure_creates_nothing() {
+    let config = CloudConfig { auth_failure_rate: 1.0, ..CloudConfig::reliable(3) };
+    let mut model = CloudModel::new(config);
+    let error = model.create(at(0), "p", &request("u")).err();
+    assert!(matches!(&error, Some(CloudError::Auth { .. })), "{error:?}");
+    assert!(error.is_some_and(|e| e.effect() == CallEffect::None));
+    assert_eq!(model.truth("u", at(1)).creates_accepted, 0);
+}
+
+#[test]
+fn an_outage_fails_every_call_unsent_within_its_window() {
+    let outage = Outage { from: at(10).as_millisecond(), until: at(20).as_millisecond() };
+    let mut model = CloudModel::new(CloudConfig { outage: Some(outage), ..CloudConfig::reliable(3) });
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    for t in [10, 19] {
+        for error in [
+            model.get(at(t), "u").err(),
+            model.list(at(t), "p").err(),
+            model.create(at(t), "p", &request("v")).err(),
+            model.delete(at(t), "u").err(),
+        ] {
+            assert!(matches!(error, Some(CloudError::Unreachable { .. })), "{t}: {error:?}");
+        }
+    }
+    assert!(model.get(at(20), "u").is_ok_and(|r| r.is_some()), "the outage ended; nothing was deleted");
+    assert_eq!(model.counters().outage_failures, 8);
 }
 
 #[test]

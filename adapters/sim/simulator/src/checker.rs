@@ -1,7 +1,8 @@
 //! Invariant checks on each decision (DESIGN §12: 2, 5, 10 here; 1, 3, 4 and
 //! 6 where the writes and cloud calls happen, against the cloud's truth).
 
-use server_core::{Action, Decision, Outcome, ProviderView, Server};
+use server_core::model::{ConditionReason, ConditionType};
+use server_core::{Action, Decision, Options, Outcome, ProviderView, Server};
 
 use super::engine::Engine;
 use super::rules::Rules;
@@ -16,6 +17,10 @@ pub(crate) struct Pass {
     pub(crate) failures: i32,
     /// The watch's predicate on the Server this pass read.
     pub(crate) pcf: bool,
+    /// The Server as read was parked (waiting for a person).
+    pub(crate) parked: bool,
+    /// ... and its status already said so (Available Errored).
+    pub(crate) park_reported: bool,
     pub(crate) provider: ProviderKind,
 }
 
@@ -27,13 +32,18 @@ pub(crate) enum ProviderKind {
 }
 
 impl Pass {
-    pub(crate) fn new(rules: &Rules, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
+    pub(crate) fn new(rules: &Rules, options: &Options, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
         Pass {
             view_rv,
             deleting: view.meta.deleting,
             retrying: view.status.provider_create_retrying,
             failures: view.status.provider_create_failures,
             pcf: (rules.provider_create_failure)(view),
+            parked: server_core::lifecycle(view, options).park().is_some(),
+            park_reported: view
+                .status
+                .condition(ConditionType::Available)
+                .is_some_and(|c| c.reason == ConditionReason::Errored),
             provider: match provider {
                 ProviderView::Present(_) => ProviderKind::Present,
                 ProviderView::Absent => ProviderKind::Absent,
@@ -60,6 +70,15 @@ impl Engine {
 
         if unknown && (creates || deletes) {
             found.push(("10", format!("provider view unknown, yet the decision {}", verb(creates, deletes))));
+        }
+        // A park outlasts an outage: with nothing new from the provider,
+        // nothing about a parked Server changes (no status write, no requeue).
+        let writes_status = decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_)));
+        if first && unknown && pass.parked && !pass.deleting && (!terminal || (pass.park_reported && writes_status)) {
+            found.push((
+                "park",
+                format!("a parked Server read with no provider view was changed: {:?}", decision.outcome),
+            ));
         }
         if decision.status.provider_create_failures > max {
             found.push((

@@ -79,6 +79,10 @@ pub struct KubeFaults {
     /// Crashes of the leading controller replica during the run (in-memory
     /// state lost; it comes back as a new process after the downtime).
     pub restarts: u32,
+    /// The provider goes down with the controller's first crash and stays
+    /// unreachable this long (ms) after a replica leads again, so that
+    /// leader's first passes over parked Servers read no provider view.
+    pub provider_outage: u64,
     /// Share of Servers the user deletes at some point.
     pub user_delete: f64,
     /// Share of Servers whose spec the user edits (flavor and network swap).
@@ -97,6 +101,7 @@ impl KubeFaults {
             write_lost_answer: rate * 0.03,
             stale_watch: rate * 0.1,
             restarts: if rate > 0.0 { 1 } else { 0 },
+            provider_outage: if rate > 0.0 { 5_000 } else { 0 },
             user_delete: 0.2,
             spec_edit: 0.05,
             refused_spec_fix: 0.5,

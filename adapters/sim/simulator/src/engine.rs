@@ -3,7 +3,6 @@
 //! rules. Nothing here reads a clock or a thread RNG.
 
 use jiff::Timestamp;
-use server_core::model::{CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType};
 use server_core::{Options, Server};
 
 use super::config::SimConfig;
@@ -167,6 +166,21 @@ impl Engine {
         // instants: one set of controller replicas.
         for &(at, replica, change) in &timeline.changes {
             self.queue.push(at, EventKind::Replica, usize::from(replica), change as u32);
+        }
+        // The provider goes down with the first crash and stays unreachable a
+        // while after a replica leads again: that leader's first passes over
+        // parked Servers read no provider view.
+        let first_crash = timeline.changes.iter().filter(|(_, _, change)| *change == Change::Down).map(|c| c.0).min();
+        let next_lead = |crash: u64| {
+            timeline.changes.iter().filter(|&&(at, _, change)| at >= crash && change == Change::Lead).map(|c| c.0).min()
+        };
+        if let Some(crash) = first_crash
+            && let Some(lead) = next_lead(crash)
+            && kube.provider_outage > 0
+        {
+            let ms = |t: u64| EPOCH_MS.saturating_add(i64::try_from(t).unwrap_or(i64::MAX));
+            let until = lead + kube.provider_outage;
+            self.cloud.set_outage(Some(server_simcloud::Outage { from: ms(crash), until: ms(until) }));
         }
         if let Some(interval) = timing.resync_interval {
             self.queue.push(interval, EventKind::Resync, 0, 0);
@@ -550,42 +564,13 @@ impl Engine {
         }
     }
 
-    /// Final state of a Server, for the outcome counts.
+    /// Final state of a Server, for the outcome counts: the project's one
+    /// classifier ([`server_core::lifecycle`]) for every Server that exists.
     pub(crate) fn outcome_of(&self, obj: &Obj) -> &'static str {
-        let server = &obj.server;
         if !obj.exists {
             return if obj.rv == 0 { "never-created" } else { "deleted" };
         }
-        if server.meta.deleting {
-            return "deleting";
-        }
-        if server.status.provider_create_failures >= self.options.max_attempts() {
-            return "parked";
-        }
-        let status = &server.status;
-        let refused =
-            server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&server.meta.generation.to_string());
-        if refused {
-            return "refused";
-        }
-        let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
-        let available = condition(ConditionType::Available);
-        if obj.check.reported_missing && available.is_some_and(|(_, r)| r == ConditionReason::Errored) {
-            return "missing";
-        }
-        let healthy = condition(ConditionType::Healthy);
-        if available == Some((ConditionStatus::True, ConditionReason::Provisioned))
-            && healthy == Some((ConditionStatus::True, ConditionReason::Healthy))
-        {
-            return "running";
-        }
-        if shows_boot(status) && healthy == Some((ConditionStatus::False, ConditionReason::Errored)) {
-            return "errored-after-boot";
-        }
-        if shows_boot(status) && healthy.is_some_and(|(s, _)| s == ConditionStatus::Unknown) {
-            return "lost-after-boot";
-        }
-        "in-progress"
+        server_core::lifecycle(&obj.server, &self.options).as_str()
     }
 }
 

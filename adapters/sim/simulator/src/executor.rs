@@ -53,7 +53,7 @@ impl Engine {
                 Err(error) => ProviderView::Unknown(error.to_string()),
             };
             let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
-            let pass = Pass::new(&self.rules, view, view_rv, &tenant.facts.provider);
+            let pass = Pass::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
             if self.config.explain == Some(self.shard.first + i) {
                 let line = format!(
                     "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
@@ -210,6 +210,18 @@ impl Engine {
                 })?;
                 Ok(true)
             }
+            Action::Record(changes) => {
+                self.write_server(i, None, rv, Part::Meta, &|s| {
+                    for (key, value) in changes {
+                        match value {
+                            Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
+                            None => s.meta.annotations.remove(*key),
+                        };
+                    }
+                    Ok(())
+                })?;
+                Ok(true)
+            }
             Action::Emit(event) => {
                 *self.stats.events.entry(event.reason.as_str()).or_insert(0) += 1;
                 self.trace.add(event.reason as u64);
@@ -248,10 +260,16 @@ impl Engine {
         }
         if self.faults.chance(faults.write_conflict) {
             // Another writer got there first (a field this model does not
-            // carry): the object moved on, our precondition fails.
-            self.stats.write_conflicts += 1;
+            // carry): the object moved on, our precondition fails. A write
+            // without one is applied to the latest object, as the API server
+            // does (its retry on conflict, `GuaranteedUpdate`).
             obj.rv = self.rv_counter.next();
-            return Err(ActionFailure::Conflict("the object has been modified (simulated concurrent writer)".into()));
+            if precondition.is_some() {
+                self.stats.write_conflicts += 1;
+                return Err(ActionFailure::Conflict(
+                    "the object has been modified (simulated concurrent writer)".into(),
+                ));
+            }
         }
         if self.faults.chance(faults.write_dropped) {
             self.stats.writes_dropped += 1;
@@ -264,6 +282,9 @@ impl Engine {
                 obj.rv
             )));
         }
+        // An unguarded write moves the pass on only from the version it holds:
+        // it does not adopt another writer's change it did not see.
+        let adopt = self.objs.get(i).is_some_and(|o| o.rv == *rv);
         let answer_lost = self.faults.chance(faults.write_lost_answer);
         let new_rv = match self.commit(i, part, change) {
             Ok(new_rv) => new_rv,
@@ -276,7 +297,9 @@ impl Engine {
             self.stats.write_answers_lost += 1;
             return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
         }
-        *rv = new_rv;
+        if adopt {
+            *rv = new_rv;
+        }
         Ok(())
     }
 
@@ -476,6 +499,7 @@ fn action_code(action: &Action) -> u64 {
         Action::RemoveReference(_) => 4,
         Action::WriteStatus(_) => 5,
         Action::Annotate { .. } => 6,
+        Action::Record(_) => 10,
         Action::CreateProviderServer(_) => 7,
         Action::DeleteProviderServer(_) => 8,
         Action::Emit(_) => 9,

@@ -84,6 +84,7 @@ pub(crate) fn action(action: &Action) -> String {
         Action::AddReference(r) => format!("AddReference({})", r.name),
         Action::RemoveReference(r) => format!("RemoveReference({})", r.name),
         Action::Annotate { key, value } => format!("Annotate({key}={value:?})"),
+        Action::Record(changes) => format!("Record({changes:?})"),
         Action::AddFinalizer => "AddFinalizer".into(),
         Action::RemoveFinalizer => "RemoveFinalizer".into(),
     }

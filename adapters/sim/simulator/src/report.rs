@@ -186,15 +186,17 @@ impl fmt::Display for Report {
         let c = &self.cloud;
         writeln!(
             f,
-            "cloud: {} create attempts accepted ({} calls, {} refused, {} deduplicated), {} deletes, {} gets, {} lists, {} injected failures",
+            "cloud: {} create attempts accepted ({} calls, {} refused, {} deduplicated, {} landed with the answer lost), {} deletes, {} gets, {} lists, {} injected failures ({} in the outage)",
             self.create_attempts,
             c.create_calls,
             c.creates_refused,
             c.creates_deduplicated,
+            c.creates_lost_answer,
             c.delete_calls,
             c.get_calls,
             c.list_calls,
-            c.injected_failures
+            c.injected_failures,
+            c.outage_failures
         )?;
         let k = &self.kube;
         writeln!(

@@ -24,6 +24,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
+use server_core::{Lifecycle, ParkKind};
 use server_kube::{CloudRegistry, ControllerConfig, Operator};
 use server_sim_testbed::{CloudBed, CloudPath};
 use server_simcloud::{CloudConfig, Fate, SimCloud};
@@ -174,7 +175,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
 
     let config = ControllerConfig {
         namespace: Some(NAMESPACE.into()),
-        options: server_core::Options::with_max_attempts(max),
+        options: rule_options(max),
         yield_interval: Duration::from_millis(250),
         monitor_interval: Duration::from_millis(250),
         cloud_timeout: Duration::from_secs(5),
@@ -202,7 +203,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
     let deadline = Instant::now() + args.timeout;
     let settled = loop {
         observer.sample(&world, &cloud);
-        act_as_user(&world, &mut tracked, &mut observer)?;
+        act_as_user(&world, &mut tracked, &mut observer, max)?;
         let done = tracked.iter().filter(|t| is_settled(t, &observer.servers[&t.planned.name], max)).count();
         progress.set_position(done as u64);
         progress.set_message(format!("{} provider servers live", cloud.live_servers()));
@@ -282,7 +283,7 @@ fn progress_bar(args: &Args) -> ProgressBar {
 
 /// What users do during the run: delete the designated Server once it runs,
 /// and edit the spec of a Server whose create the provider refused.
-fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer) -> anyhow::Result<()> {
+fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer, max: i32) -> anyhow::Result<()> {
     let store = world.store();
     for t in tracked.iter_mut() {
         let Some(history) = observer.servers.get_mut(&t.planned.name) else { continue };
@@ -296,7 +297,7 @@ fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer) 
                 .map_err(|e| anyhow::anyhow!("cannot delete {}: {e:?}", t.planned.name))?;
             history.deleted_by_user = true;
         }
-        if !t.rearmed && available_says(server, "refused") {
+        if !t.rearmed && server_core::lifecycle(server, &rule_options(max)).park() == Some(ParkKind::Refused) {
             let patch =
                 Patch::Merge(PatchKind::Merge, json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}}));
             store
@@ -308,11 +309,14 @@ fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer) 
     Ok(())
 }
 
-fn available_says(server: &server_core::Server, words: &str) -> bool {
-    server
-        .status
-        .condition(ConditionType::Available)
-        .is_some_and(|c| c.reason == ConditionReason::Errored && c.message.contains(words))
+/// The rules' options as the demo's operator runs them.
+fn rule_options(max: i32) -> server_core::Options {
+    server_core::Options::with_max_attempts(max)
+}
+
+/// Where a Server stands, by the project's one classifier.
+fn lifecycle(server: &server_core::Server, max: i32) -> Lifecycle {
+    server_core::lifecycle(server, &rule_options(max))
 }
 
 fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
@@ -332,10 +336,10 @@ fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     let available = server.status.condition(ConditionType::Available);
     let provisioned = available.is_some_and(|c| c.reason == ConditionReason::Provisioned);
     if fate.failed_boots >= u32::try_from(max).unwrap_or(1) {
-        return server.status.provider_create_failures == max && available_says(server, "create failed after");
+        return lifecycle(server, max) == Lifecycle::Parked(ParkKind::AtCap);
     }
     if fate.vanish_after_launch.is_some() {
-        return available_says(server, "disappeared");
+        return lifecycle(server, max) == Lifecycle::Parked(ParkKind::MissingAfterBoot);
     }
     if fate.error_after_launch.is_some() {
         return server.status.provisioned_at.is_some() && healthy_is(server, ConditionStatus::False) && provisioned;
@@ -343,20 +347,18 @@ fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     server.status.phase == Some(Phase::Running) && provisioned && healthy_is(server, ConditionStatus::True)
 }
 
-fn outcome(history: &History) -> String {
+fn outcome(history: &History, max: i32) -> String {
     if history.gone {
         return "deleted by the user".into();
     }
     let Some(server) = &history.latest else { return "never seen".into() };
     let failures = server.status.provider_create_failures;
-    if available_says(server, "create failed after") {
-        return "parked at the create cap".into();
-    }
-    if available_says(server, "disappeared") {
-        return "vanished after boot, not recreated".into();
-    }
-    if available_says(server, "refused") {
-        return "refused by the provider".into();
+    match lifecycle(server, max).park() {
+        Some(ParkKind::AtCap) => return "parked at the create cap".into(),
+        Some(ParkKind::MissingAfterBoot) => return "vanished after boot, not recreated".into(),
+        Some(ParkKind::Refused) => return "refused by the provider".into(),
+        Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
+        None => {}
     }
     if server.status.phase == Some(Phase::Running) && healthy_is(server, ConditionStatus::False) {
         return "errored after launch, kept (holds data)".into();
@@ -418,7 +420,7 @@ fn build_report(
     let mut grouped: BTreeMap<(String, String), usize> = BTreeMap::new();
     for t in tracked {
         let Some(history) = observer.servers.get(&t.planned.name) else { continue };
-        *grouped.entry((describe_fate(t), outcome(history))).or_insert(0) += 1;
+        *grouped.entry((describe_fate(t), outcome(history, args.max_attempts.max(1)))).or_insert(0) += 1;
     }
     let outcomes =
         grouped.into_iter().map(|((fate, outcome), servers)| report::FateOutcome { fate, outcome, servers }).collect();
