@@ -211,3 +211,29 @@ async fn a_server_without_an_ssh_ca_boots_with_the_identitys_keypair() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_networks_status_names_its_neutron_network() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 46).await;
+        let sim = openstack(&env);
+        // The seeding also makes `network-net-status`; the status names
+        // another Neutron network, which wins.
+        env.seed("networks", "net-status", json!({"prefix": "10.2.0.0/24"}));
+        let recorded = sim.add_network(PROJECT, "made-elsewhere");
+        let status = json!({"openstack": {"networkID": recorded}});
+        env.sim
+            .store()
+            .modify("networks", Some(NAMESPACE), "net-status", |network| network["status"] = status.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut spec = Env::spec();
+        spec["networks"] = json!([{"id": "net-status"}]);
+        let uid = env.create_server("by-status", fast(Fate::clean()), spec);
+        env.start();
+        env.wait_server("by-status", "Running", |s| phase(s) == "Running").await;
+        let port = sim.ports().into_iter().find(|p| p.server_uid.as_deref() == Some(uid.as_str()));
+        assert_eq!(port.map(|p| p.network_id), Some(recorded), "the port is on the network the status names");
+        env.stop().await;
+    })
+    .await;
+}

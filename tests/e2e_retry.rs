@@ -37,6 +37,10 @@ async fn two_pre_launch_errors_then_success(kind: CloudKind) {
     assert_eq!(status(&server).provider_create_failures, 2);
     assert!(!status(&server).provider_create_retrying);
     assert_eq!(env.event_count("flaky", RETRYING), 2, "{:?}", env.events("flaky"));
+    // Each attempt's number is visible, not folded into the first one's event.
+    let notes = env.event_notes("flaky", RETRYING);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].ends_with("(attempt 2/3)") && notes[1].ends_with("(attempt 3/3)"), "{notes:?}");
     assert_eq!(env.event_count("flaky", READY), 2, "{:?}", env.events("flaky"));
     assert_eq!(env.event_count("flaky", FAILED), 0);
     if let Some(openstack) = env.openstack_counters() {

@@ -29,6 +29,8 @@ enum Command {
     /// Run the whole system in-process on an embedded default and check the invariants.
     #[cfg(feature = "sim")]
     Demo(commands::demo::Args),
+    /// Say what the controller would decide for one Server now, and why (reads only).
+    Explain(commands::explain::Args),
     /// Print the CustomResourceDefinitions as YAML.
     Crd(commands::crd::Args),
     /// Print exactly the user data the operator would send to the provider.
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(&args),
         #[cfg(feature = "sim")]
         Command::Demo(args) => commands::demo::run(&args),
+        Command::Explain(args) => commands::explain::run(&args),
         Command::Crd(args) => commands::crd::run(&args),
         Command::RenderUserData(args) => commands::render_user_data::run(&args),
         #[cfg(feature = "sim")]

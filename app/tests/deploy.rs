@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 fn deploy_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base").join(name)
 }
 
 #[test]
@@ -21,7 +21,7 @@ fn crd_yaml_is_up_to_date() {
     let committed = std::fs::read_to_string(deploy_file("crd.yaml")).unwrap();
     assert!(
         generated == committed,
-        "deploy/crd.yaml is stale; regenerate it with\n  cargo run -p server-controller -- crd > deploy/crd.yaml"
+        "deploy/base/crd.yaml is stale; regenerate it with\n  cargo run -p server-controller -- crd > deploy/base/crd.yaml"
     );
 }
 
@@ -113,7 +113,7 @@ fn replicas_spread_across_nodes_and_a_disruption_leaves_one_running() {
 /// `demo`, `simulate` or `--cloud sim`, and no simulator crate in the binary.
 #[test]
 fn dockerfile_builds_without_the_simulators() {
-    let dockerfile = std::fs::read_to_string(deploy_file("Dockerfile")).unwrap();
+    let dockerfile = std::fs::read_to_string(deploy_file("../Dockerfile")).unwrap();
     let builds: Vec<&str> = dockerfile.lines().filter(|line| line.contains("cargo build")).collect();
     assert_eq!(builds.len(), 1, "one cargo build in deploy/Dockerfile: {builds:?}");
     let words: Vec<&str> = builds[0].split_whitespace().collect();

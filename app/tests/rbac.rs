@@ -1,4 +1,4 @@
-//! `deploy/rbac.yaml` grants exactly what the operator uses.
+//! `deploy/base/rbac.yaml` grants exactly what the operator uses.
 //!
 //! The demo runs the real operator against SimKube, which counts every
 //! request by verb and resource (`api_requests.by_verb_and_resource`, the
@@ -18,7 +18,7 @@ use serde_json::Value;
 type Grant = (String, String, String);
 
 fn deploy_file(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/base").join(name)
 }
 
 /// The YAML documents of a file, as JSON values (empty documents dropped).
@@ -76,7 +76,7 @@ fn group_of(label: &str, custom: &BTreeMap<String, String>) -> String {
 /// What the operator did during a demo run, as (group, resource, verb).
 fn used_by_the_operator() -> BTreeSet<Grant> {
     let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-        .args(["demo", "--servers", "12", "--output", "json"])
+        .args(["demo", "--servers", "12", "--output", "json", "--timeout", "180s"])
         .output()
         .expect("the demo runs");
     let report: Value = serde_json::from_slice(&output.stdout)

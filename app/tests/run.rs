@@ -49,7 +49,10 @@ fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
         .args(["--leader-election-id", "run-test-leader"])
         .arg("--metrics-addr")
         .arg(metrics.to_string())
-        .env("KUBECONFIG", demo.kubeconfig())
+        .arg("--kubeconfig")
+        .arg(demo.kubeconfig())
+        // The flag wins over the environment.
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -79,4 +82,17 @@ fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(status.success(), "the operator exited with {status} after SIGTERM");
+}
+
+#[test]
+fn an_unreadable_kubeconfig_is_a_startup_error_naming_the_file() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--kubeconfig", "/nonexistent/server-controller.kubeconfig", "--metrics-addr"])
+        .arg(free_port().to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot read the kubeconfig /nonexistent/server-controller.kubeconfig"), "{stderr}");
 }

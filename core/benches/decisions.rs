@@ -47,6 +47,7 @@ fn facts(server: &Server, provider: ProviderView) -> Facts {
     Facts {
         identity: Some(identity),
         networks: vec![referenced("net")],
+        network_provider_ids: Default::default(),
         security_groups: vec![referenced("sg")],
         ssh_certificate_authorities: vec![],
         other_identity_references: vec![],

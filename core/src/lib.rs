@@ -5,6 +5,7 @@
 //! one predicate the watch and the retry machine share. No I/O: time comes in
 //! as an argument, and the [`port::CloudPort`] is defined here but never called.
 
+pub mod explain;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;

@@ -2,6 +2,7 @@
 //! definitions. The core never calls it; server-kube drives it, and
 //! server-openstack and server-simcloud implement it.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -106,6 +107,9 @@ pub struct CreateRequest {
     pub flavor_id: String,
     pub image_id: String,
     pub networks: Vec<NetworkAttachment>,
+    /// Provider network IDs already known for networks the request names
+    /// (by Network name): they spare the lookup by name.
+    pub network_ids: BTreeMap<String, String>,
     pub security_group_ids: Vec<String>,
     pub public_ip: bool,
     /// Final user data, already merged with managed parts by the core.

@@ -2,7 +2,7 @@
 //! it (§6). The watch trigger and the retry machine call these same functions:
 //! nothing else decides whether a server may be deleted and recreated.
 
-use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus};
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
 
 /// Whether the provider ever booted this server, as far as status tells.
@@ -62,7 +62,8 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
 ///   than at the next resync, and one reported missing that the provider
 ///   shows again is provisioned again;
 /// - a first sign of a boot on a Server whose Available is Errored (a server
-///   parked as failed whose slow create came up after all leaves its park).
+///   parked as failed whose slow create came up after all leaves its park);
+/// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]).
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     let Some(old) = old else {
         return true;
@@ -73,6 +74,7 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
         || new.status.provider_create_failures < old.status.provider_create_failures
         || booted_server_unseen(&old.status) != booted_server_unseen(&new.status)
         || (!ever_booted(&old.status) && ever_booted(&new.status) && available_errored(&new.status))
+        || (!retry_requested(&old.meta) && retry_requested(&new.meta))
 }
 
 fn available_errored(status: &ServerStatus) -> bool {

@@ -56,6 +56,21 @@ fn a_new_server_gets_its_finalizer_references_then_a_create() {
     assert_eq!(available(&decision).reason, ConditionReason::Provisioning);
 }
 
+#[test]
+fn a_networks_recorded_provider_id_goes_with_the_create() {
+    let server = server();
+    let mut facts = facts();
+    facts.network_provider_ids.insert("net-a".into(), "neutron-a".into());
+    facts.network_provider_ids.insert("net-old".into(), "neutron-old".into());
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    let request = decision.actions.iter().find_map(|a| match a {
+        Action::CreateProviderServer(request) => Some(request.clone()),
+        _ => None,
+    });
+    let ids: Vec<_> = request.unwrap().network_ids.into_iter().collect();
+    assert_eq!(ids, [("net-a".to_owned(), "neutron-a".to_owned())], "only the networks the spec names");
+}
+
 /// uni-region's `ResolvedSSHInjection`: `sshInjection` when set, else the CA
 /// path when a CA is named, else the identity's keypair.
 #[test]
@@ -193,8 +208,15 @@ fn pause_stops_all_work() {
     server.spec.pause = true;
     server.meta.deleting = true;
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    assert_eq!(decision.actions, vec![]);
-    assert_eq!(decision.status, server.status);
+    // Only the Available message says it is paused: no finalizer, reference
+    // or provider action, no other status field.
+    assert!(matches!(decision.actions.as_slice(), [Action::WriteStatus(_)]), "{:?}", decision.actions);
+    assert_eq!(available(&decision).message, server_core::reconcile::PAUSED_MESSAGE);
+    let mut other_fields = decision.status.clone();
+    other_fields.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    let mut before = server.status.clone();
+    before.conditions.retain(|c| c.type_ != server_core::model::ConditionType::Available);
+    assert_eq!(other_fields, before);
 }
 
 // --- §7: the bounded delete-and-retry machine -------------------------------

@@ -358,6 +358,21 @@ impl Env {
         counts
     }
 
+    /// The notes of a Server's events of one reason, as a person reads them
+    /// with `kubectl describe` (a series shows its first note).
+    pub fn event_notes(&self, server: &str, reason: &str) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .sim
+            .store()
+            .list("events", Some(NAMESPACE))
+            .into_iter()
+            .filter(|event| event["regarding"]["name"] == server && event["reason"] == reason)
+            .filter_map(|event| event["note"].as_str().map(str::to_owned))
+            .collect();
+        notes.sort();
+        notes
+    }
+
     pub fn event_count(&self, server: &str, reason: &str) -> u64 {
         self.events(server).get(reason).copied().unwrap_or(0)
     }

@@ -15,6 +15,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use server_core::model::{Condition, Tag};
 
+mod server_schema;
+
 /// API group of every kind here.
 pub const GROUP: &str = "region.unikorn-cloud.org";
 /// The one served and stored version.
@@ -67,7 +69,7 @@ pub type ServerStatus = server_core::ServerStatus;
     kind = "Network",
     plural = "networks",
     namespaced,
-    status = "ConditionsStatus",
+    status = "NetworkStatus",
     category = "unikorn",
     derive = "Default",
     printcolumn = r#"{"name": "status", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason"}"#,
@@ -150,6 +152,22 @@ pub struct ConditionsStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// A Network's status: its conditions and, once its controller made it,
+/// the Neutron network (`openstack.networkID`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NetworkStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openstack: Option<NetworkOpenstackStatus>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NetworkOpenstackStatus {
+    #[serde(rename = "networkID", default, skip_serializing_if = "Option::is_none")]
+    pub network_id: Option<String>,
+}
+
 /// The OpenStack project and credentials of an Identity (same namespace and
 /// name). Its `Debug` never prints a credential.
 #[derive(CustomResource, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -195,13 +213,23 @@ impl fmt::Debug for OpenstackIdentitySpec {
     }
 }
 
-/// The Server CRD, as `server-controller crd` prints it. Spec and status
-/// preserve unknown fields, so the fields the real CRD has and this operator
-/// does not model (volumes, rebuild, ...) survive on an API server that
-/// prunes by schema.
+/// The Server CRD, as `server-controller crd` prints it: the region chart's
+/// schema (every field, format and validation, see [`server_schema`]) with
+/// our descriptions, our printer columns and a short name.
 pub fn server_crd() -> CustomResourceDefinition {
     let mut crd = Server::crd();
-    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else {
+            continue;
+        };
+        // JSONSchemaProps round-trips through JSON losslessly; editing it as
+        // JSON keeps the completion readable.
+        let Ok(mut value) = serde_json::to_value(&*schema) else { continue };
+        server_schema::complete(&mut value);
+        if let Ok(completed) = serde_json::from_value(value) {
+            *schema = completed;
+        }
+    }
     crd
 }
 

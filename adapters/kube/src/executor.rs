@@ -228,7 +228,15 @@ impl Pass<'_> {
             Action::DeleteProviderServer(server) => {
                 let cloud = self.cloud()?;
                 let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
-                info!(server = %self.server.meta.name, namespace = %self.server.meta.namespace, gone = progress == DeleteProgress::Gone, "provider server delete requested");
+                // Each pass re-sends the idempotent delete until the server is
+                // gone: one INFO line when it is, the repeats at DEBUG.
+                let (server, namespace) = (&self.server.meta.name, &self.server.meta.namespace);
+                match progress {
+                    DeleteProgress::Gone => info!(server = %server, namespace = %namespace, "provider server gone"),
+                    DeleteProgress::InProgress => {
+                        debug!(server = %server, namespace = %namespace, "provider server deletion under way")
+                    }
+                }
                 Ok(())
             }
             Action::Emit(event) => {

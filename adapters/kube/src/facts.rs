@@ -115,7 +115,7 @@ pub(crate) async fn gather(
 
 /// Whether a deleting Server's Identity or OpenstackIdentity is gone, read
 /// live (a cache too new to hold it must not release the Server).
-async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
+pub(crate) async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
     let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
         return Ok(false);
     };
@@ -200,7 +200,7 @@ impl Gathered {
     }
 
     /// The consumed resources as the API server has them now.
-    async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
+    pub(crate) async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
         let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
         if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
@@ -243,6 +243,10 @@ impl Gathered {
     fn add_network(&mut self, network: &Network) {
         self.remember(ResourceKind::Network, network);
         self.facts.networks.push(consumed(&network.metadata));
+        let neutron_id = network.status.as_ref().and_then(|s| s.openstack.as_ref()).and_then(|o| o.network_id.clone());
+        if let (Some(name), Some(id)) = (network.metadata.name.clone(), neutron_id.filter(|id| !id.is_empty())) {
+            self.facts.network_provider_ids.insert(name, id);
+        }
     }
 
     fn add_security_group(&mut self, group: &SecurityGroup) {
@@ -307,6 +311,7 @@ mod tests {
         let facts = Facts {
             identity: Some(CoreIdentity { resource: Consumed::new("id1"), ..Default::default() }),
             networks: vec![Consumed::new("n0"), Consumed::new("n1")],
+            network_provider_ids: Default::default(),
             security_groups: vec![Consumed::new("g1")],
             ssh_certificate_authorities: vec![SshCertificateAuthority {
                 resource: Consumed::new("ca1"),

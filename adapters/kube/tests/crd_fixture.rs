@@ -123,6 +123,81 @@ fn server_fields_are_named_as_in_the_real_schema() {
     assert!(missing.is_empty(), "fields the real Server CRD does not have: {missing:?}");
 }
 
+/// Where `ours` differs from `theirs` in what it accepts: a property the
+/// chart declares and we lack, or a validation keyword (type, format,
+/// pattern, enum, required, CEL rule, list type, ...) that is not the same.
+/// Descriptions are ours; `nullable` only admits a null the merge patch
+/// never stores.
+fn validation_differences(ours: &Value, theirs: &Value, path: &str, differences: &mut Vec<String>) {
+    let ignored = ["properties", "items", "description", "nullable"];
+    let keys = |schema: &Value| -> std::collections::BTreeSet<String> {
+        schema
+            .as_object()
+            .map(|o| o.keys().filter(|k| !ignored.contains(&k.as_str())).cloned().collect())
+            .unwrap_or_default()
+    };
+    for key in keys(ours).union(&keys(theirs)) {
+        if ours.get(key) != theirs.get(key) {
+            differences.push(format!("{path}: {key} is {:?}, the chart's is {:?}", ours.get(key), theirs.get(key)));
+        }
+    }
+    if let Some(properties) = theirs["properties"].as_object() {
+        for (name, their_schema) in properties {
+            let here = format!("{path}.{name}");
+            match ours["properties"].get(name) {
+                Some(our_schema) => validation_differences(our_schema, their_schema, &here, differences),
+                None => differences.push(format!("{here}: missing")),
+            }
+        }
+    }
+    if theirs.get("items").is_some() {
+        validation_differences(&ours["items"], &theirs["items"], &format!("{path}[]"), differences);
+    }
+}
+
+/// Properties without a description of their own (array items and
+/// `metadata`, which the API server describes, excepted).
+fn undescribed(schema: &Value, path: &str, found: &mut Vec<String>) {
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            let here = format!("{path}.{name}");
+            let described = property["description"].as_str().is_some_and(|d| !d.trim().is_empty());
+            if !described && name != "metadata" {
+                found.push(here.clone());
+            }
+            undescribed(property, &here, found);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        undescribed(items, &format!("{path}[]"), found);
+    }
+}
+
+/// `deploy/base/crd.yaml` replaces the region chart's CRD on a cluster: it must
+/// declare every field the chart declares (so what other region components
+/// write survives pruning) and validate exactly as the chart does (formats,
+/// patterns, enums, the immutability rule), so an object one admits the
+/// other admits too.
+#[test]
+fn server_crd_validates_exactly_as_the_real_one() {
+    let Some(theirs) = fixture("region.unikorn-cloud.org_servers.yaml") else {
+        return;
+    };
+    let ours = generated(&crd::server_crd());
+    let mut differences = Vec::new();
+    validation_differences(&schema(&ours), &schema(&theirs), "", &mut differences);
+    assert!(differences.is_empty(), "the Server schema differs from the chart's:\n{}", differences.join("\n"));
+}
+
+/// `kubectl explain server.spec.networks` answers on a real cluster.
+#[test]
+fn every_server_field_is_described() {
+    let ours = generated(&crd::server_crd());
+    let mut found = Vec::new();
+    undescribed(&schema(&ours), "", &mut found);
+    assert!(found.is_empty(), "fields without a description: {found:?}");
+}
+
 #[test]
 fn consumed_crds_name_the_same_kinds() {
     let files = [

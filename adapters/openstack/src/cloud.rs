@@ -253,7 +253,16 @@ impl OpenStackCloud {
             }
             return Ok(mapping::provider_server(&existing));
         }
-        let resolved = self.inner.names.resolve(&session, &network.id, &request.security_group_ids).await?;
+        let resolved = self
+            .inner
+            .names
+            .resolve(
+                &session,
+                &network.id,
+                request.network_ids.get(&network.id).map(String::as_str),
+                &request.security_group_ids,
+            )
+            .await?;
         let port = match self.ensure_port(&session, request, network, &resolved).await {
             Err(CloudError::NotReady { message }) => {
                 // A kept Neutron ID went stale: read the names again next time.

@@ -278,6 +278,7 @@ fn request() -> CreateRequest {
             ],
         }],
         security_group_ids: vec!["web".into()],
+        network_ids: Default::default(),
         public_ip: true,
         user_data: Some(b"#cloud-config\n".to_vec()),
         tags: vec![

@@ -402,6 +402,7 @@ mod tests {
                 ],
             }],
             security_group_ids: vec!["sg-1".into(), "sg-2".into()],
+            network_ids: Default::default(),
             public_ip: true,
             user_data: Some(b"#cloud-config\n".to_vec()),
             tags: vec![

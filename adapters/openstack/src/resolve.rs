@@ -50,30 +50,35 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn resolve(&self, network: &str, groups: &[String]) -> Result<ResolvedNetworking, String> {
-        let network_id = self.networks.get(&network_name(network)).ok_or_else(|| network_name(network))?;
+    fn resolve(&self, network: &str, known: Option<&str>, groups: &[String]) -> Result<ResolvedNetworking, String> {
+        let network_id = match known {
+            Some(id) => id.to_owned(),
+            None => self.networks.get(&network_name(network)).ok_or_else(|| network_name(network))?.clone(),
+        };
         let mut security_group_ids = Vec::with_capacity(groups.len());
         for group in groups {
             let name = security_group_name(group);
             security_group_ids.push(self.security_groups.get(&name).ok_or(name)?.clone());
         }
-        Ok(ResolvedNetworking { network_id: network_id.clone(), security_group_ids })
+        Ok(ResolvedNetworking { network_id, security_group_ids })
     }
 }
 
 impl NeutronNames {
     /// The Neutron IDs of `network` and `groups` (Kubernetes names) as the
-    /// identity's project sees them.
+    /// identity's project sees them; the network's is `known` when its
+    /// Network's status records it (no lookup by name then).
     pub(crate) async fn resolve(
         &self,
         session: &Session<'_>,
         network: &str,
+        known: Option<&str>,
         groups: &[String],
     ) -> Result<ResolvedNetworking, CloudError> {
         let slot = self.slot(session.identity);
         let mut cached = slot.lock().await;
         if let Some(snapshot) = cached.as_ref() {
-            match snapshot.resolve(network, groups) {
+            match snapshot.resolve(network, known, groups) {
                 Ok(resolved) => return Ok(resolved),
                 Err(name) if snapshot.missing.get(&name).is_some_and(|at| at.elapsed() < REFRESH_MIN) => {
                     return Err(not_ready(&name, session.identity));
@@ -86,7 +91,7 @@ impl NeutronNames {
             snapshot.missing = previous.missing;
             snapshot.missing.retain(|_, at| at.elapsed() < REFRESH_MIN);
         }
-        let resolved = snapshot.resolve(network, groups);
+        let resolved = snapshot.resolve(network, known, groups);
         if let Err(name) = &resolved {
             snapshot.missing.insert(name.clone(), Instant::now());
         }
@@ -160,10 +165,12 @@ mod tests {
             missing: HashMap::new(),
         };
         assert_eq!(
-            snapshot.resolve("net", &["web".into()]),
+            snapshot.resolve("net", None, &["web".into()]),
             Ok(ResolvedNetworking { network_id: "n1".into(), security_group_ids: vec!["g1".into()] })
         );
-        assert_eq!(snapshot.resolve("other", &[]), Err("network-other".into()));
-        assert_eq!(snapshot.resolve("net", &["db".into()]), Err("securitygroup-db".into()));
+        assert_eq!(snapshot.resolve("other", None, &[]), Err("network-other".into()));
+        assert_eq!(snapshot.resolve("net", None, &["db".into()]), Err("securitygroup-db".into()));
+        // The Network's status names its Neutron network: no name needed.
+        assert_eq!(snapshot.resolve("other", Some("neutron-9"), &[]).map(|r| r.network_id), Ok("neutron-9".into()));
     }
 }

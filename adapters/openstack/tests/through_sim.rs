@@ -97,6 +97,7 @@ fn request(uid: &str, public_ip: bool) -> CreateRequest {
             ],
         }],
         security_group_ids: vec!["sg-web".into(), "sg-ssh".into()],
+        network_ids: Default::default(),
         public_ip,
         user_data: Some(b"#cloud-config\nruncmd: [echo hi]\n\xff\x00binary".to_vec()),
         tags: vec![Tag { name: "team".into(), value: "blue".into() }],

@@ -22,6 +22,11 @@ use crate::telemetry::{self, LogFormat};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
+    /// The kubeconfig to connect with (default: $KUBECONFIG, then
+    /// ~/.kube/config, then the in-cluster service account).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+
     /// Watch Servers in this namespace only (default: all namespaces).
     #[arg(long, env = "SERVER_CONTROLLER_NAMESPACE")]
     namespace: Option<String>,
@@ -122,7 +127,7 @@ pub(crate) struct Args {
 }
 
 /// Parses `REGION_ID=SOURCE`.
-fn parse_region_source(value: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_region_source(value: &str) -> Result<(String, String), String> {
     match value.split_once('=') {
         Some((region, source)) if !region.is_empty() && !source.is_empty() => Ok((region.into(), source.into())),
         _ => Err(format!("{value:?} is not REGION_ID=SOURCE")),
@@ -173,7 +178,7 @@ pub(crate) const MAX_ATTEMPTS_BOUND: i64 = 100;
 /// The error and its causes, each said once: libraries often repeat their
 /// source's text in their own message, so a cause already contained in the
 /// text before it is dropped.
-fn cause_once(error: &anyhow::Error) -> String {
+pub(crate) fn cause_once(error: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in error.chain() {
         let text = cause.to_string();
@@ -247,31 +252,41 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
                 .iter()
                 .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
         }
-        CloudKind::Openstack => openstack_clouds(args, client, metrics).await,
+        CloudKind::Openstack => {
+            let hook = Some(metrics.login_failure_hook());
+            let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook).await?;
+            if registry.regions().next().is_none() {
+                anyhow::bail!(
+                    "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
+                );
+            }
+            Ok(registry)
+        }
     }
 }
 
 /// One OpenStack cloud per region, from files or from Secrets. Credentials
 /// are per identity (OpenstackIdentity), never in this configuration.
-async fn openstack_clouds(
-    args: &Args,
+pub(crate) async fn openstack_clouds(
+    configs: &[(String, String)],
+    secrets: &[(String, String)],
     client: &kube::Client,
-    metrics: &OperatorMetrics,
+    login_failure_hook: Option<server_openstack::FailureStreakHook>,
 ) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new();
-    for (region, path) in &args.openstack_configs {
+    for (region, path) in configs {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
         registry.insert(
             region,
-            OpenStackCloud::with_login_failure_hook(config, Some(metrics.login_failure_hook()))
+            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
                 .with_context(|| format!("region {region}"))?
                 .port(),
         );
     }
-    for (region, secret) in &args.openstack_secrets {
+    for (region, secret) in secrets {
         let (namespace, name) = secret
             .split_once('/')
             .with_context(|| format!("region {region}: the Secret {secret:?} is not NAMESPACE/NAME"))?;
@@ -289,17 +304,30 @@ async fn openstack_clouds(
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
         registry.insert(
             region,
-            OpenStackCloud::with_login_failure_hook(config, Some(metrics.login_failure_hook()))
+            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
                 .with_context(|| format!("region {region}"))?
                 .port(),
         );
     }
-    if registry.regions().next().is_none() {
-        anyhow::bail!(
-            "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
-        );
-    }
     Ok(registry)
+}
+
+/// A client from `--kubeconfig` (its current context), or else from the
+/// environment as kubectl finds it.
+pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("the kubeconfig {} is unusable", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?,
+    };
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
 async fn operate(args: &Args) -> anyhow::Result<()> {
@@ -307,16 +335,18 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("cannot serve /metrics, /healthz and /readyz on {}", args.metrics_addr))?;
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?;
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let mut registry = Registry::default();
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
     let clouds = clouds(args, &client, &metrics).await?;
     let leader_election = lease_config(args, &client)?;
     let regions = clouds.regions().collect::<Vec<_>>().join(",");
-    tracing::info!(server_version = %version.git_version, %regions, leader_election = ?leader_election, "connected");
+    let leader_lease = match &leader_election {
+        Some(lease) => format!("{}/{}", lease.namespace, lease.name),
+        None => "off".to_owned(),
+    };
+    tracing::info!(server_version = %version.git_version, %regions, %leader_lease, "connected");
 
     let operator = Operator::with_metrics(client, clouds, controller_config(args, leader_election), metrics.clone());
     metrics.watch_leadership(operator.fence().clone());

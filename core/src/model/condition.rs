@@ -36,11 +36,17 @@ pub enum ConditionReason {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
+    /// Available or Healthy.
     #[serde(rename = "type")]
     pub type_: ConditionType,
+    /// True, False or Unknown.
     pub status: ConditionStatus,
+    /// One CamelCase word from a closed set (Provisioning, Provisioned,
+    /// Errored, Healthy, Degraded, ...).
     pub reason: ConditionReason,
+    /// What happened, for a person; never user data or provider bodies.
     pub message: String,
+    /// When the status last changed.
     pub last_transition_time: Timestamp,
 }
 

@@ -36,6 +36,18 @@ pub const ADOPTED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/adopte
 /// creates stay bounded even when the provider drops a server unobserved.
 pub const CREATE_ISSUED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-issued-attempt";
 
+/// An operator's request, on the Server, to un-park it: any value (e.g. the
+/// time, or a ticket). The next pass consumes it once: it resets what the
+/// park rests on (the failure count, the recorded refusal), removes the
+/// annotation and says what it did in an event. A server that booted is
+/// never recreated, retry or not.
+pub const RETRY_ANNOTATION: &str = "server-controller.unikorn-cloud.org/retry";
+
+/// Whether an operator asked for a retry that no pass has consumed yet.
+pub fn retry_requested(meta: &ObjectMeta) -> bool {
+    meta.annotations.contains_key(RETRY_ANNOTATION)
+}
+
 /// The finalizer a Server places on each resource it consumes.
 pub fn reference_finalizer(server_name: &str) -> String {
     format!("servers.region.unikorn-cloud.org/{server_name}")

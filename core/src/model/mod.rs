@@ -11,8 +11,8 @@ pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, 
 pub use consumed::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 pub use meta::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
-    IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, SERVER_FINALIZER,
-    reference_finalizer,
+    IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, RETRY_ANNOTATION,
+    SERVER_FINALIZER, reference_finalizer, retry_requested,
 };
 pub use spec::{
     AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, SshInjection,

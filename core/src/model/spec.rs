@@ -7,31 +7,48 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerSpec {
-    /// Pause, if true, will inhibit reconciliation.
+    /// Stops all work on this Server while true, deletion included: no cloud
+    /// call, no status write.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pause: bool,
+    /// Key/value pairs copied to the provider server's metadata.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<Tag>,
+    /// Which kind of cloud serves this Server: openstack, kubernetes or simulated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The provider flavor (size) ID. Changing it does not resize an existing
+    /// server: it applies only to a server created after the change.
     #[serde(rename = "flavorID")]
     pub flavor_id: String,
+    /// The boot image.
     pub image: ImageSpec,
+    /// SecurityGroup resources (same namespace) whose rules apply to the
+    /// server's port. Each holds a finalizer while this Server uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub security_groups: Vec<SecurityGroupRef>,
-    /// PublicIPAllocation is the server public IP allocation configuration.
+    /// Whether the server gets a floating (public) IP.
     // Named as in the real CRD: camelCase would give `publicIpAllocation`,
     // which the API server prunes.
     #[serde(rename = "publicIPAllocation", default, skip_serializing_if = "Option::is_none")]
     pub public_ip_allocation: Option<PublicIpAllocation>,
+    /// Network resources (same namespace) the server attaches to, one port
+    /// each. Each holds a finalizer while this Server uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<NetworkAttachment>,
+    /// An SSHCertificateAuthority resource (same namespace): its public key is
+    /// added to the user data as a managed cloud-config part, so sshd trusts
+    /// user certificates it signed. It holds a finalizer while this Server uses it.
     #[serde(rename = "sshCertificateAuthorityID", default, skip_serializing_if = "Option::is_none")]
     pub ssh_certificate_authority_id: Option<String>,
-    /// SSHInjection identifies the create-time SSH access material requested for the server.
+    /// Which SSH access material the server gets at create time: ca (the SSH
+    /// certificate authority's key in cloud-init), identityKeypair (the
+    /// identity's Nova key pair) or none. Unset: ca when a CA is named, else
+    /// identityKeypair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh_injection: Option<SshInjection>,
-    /// Cloud-init user data, base64 on the wire.
+    /// Cloud-init user data, base64 on the wire, at most 65,535 base64
+    /// characters once the SSH CA part is merged in (Nova's limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_data: Option<UserData>,
 }
@@ -65,22 +82,27 @@ pub enum SshInjection {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Tag {
+    /// The metadata key.
     pub name: String,
+    /// The metadata value.
     pub value: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ImageSpec {
+    /// The provider image ID the server boots from.
     pub id: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SecurityGroupRef {
+    /// The name of a SecurityGroup resource in the Server's namespace.
     pub id: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PublicIpAllocation {
+    /// Allocate a floating IP from the region's external network.
     #[serde(default)]
     pub enabled: bool,
 }
@@ -88,7 +110,9 @@ pub struct PublicIpAllocation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkAttachment {
+    /// The name of a Network resource in the Server's namespace.
     pub id: String,
+    /// Extra MAC/IP pairs the port lets through (e.g. a virtual IP).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_address_pairs: Vec<AllowedAddressPair>,
 }
@@ -96,7 +120,9 @@ pub struct NetworkAttachment {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AllowedAddressPair {
+    /// An IPv4 CIDR traffic may come from.
     pub cidr: String,
+    /// A MAC address traffic may come from; the port's own when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mac_address: Option<String>,
 }

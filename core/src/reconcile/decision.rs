@@ -128,6 +128,11 @@ pub enum EventReason {
     ProviderServerAbandoned,
     /// The user data cannot be sent (refused before any create).
     UserDataRefused,
+    /// An operator's retry annotation was consumed (this controller's own).
+    RetryRequested,
+    /// An operator's retry annotation was consumed and refused: the server
+    /// booted before, so it is never recreated (this controller's own).
+    RetryRefused,
     /// A provider server another controller made for the Server (the Go
     /// controller, before this one took the region over) is now its own.
     ProviderServerAdopted,
@@ -143,6 +148,8 @@ impl EventReason {
             EventReason::ProviderServerMissing => "ProviderServerMissing",
             EventReason::ProviderServerAbandoned => "ProviderServerAbandoned",
             EventReason::UserDataRefused => "UserDataRefused",
+            EventReason::RetryRequested => "RetryRequested",
+            EventReason::RetryRefused => "RetryRefused",
             EventReason::ProviderServerAdopted => "ProviderServerAdopted",
         }
     }

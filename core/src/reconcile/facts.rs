@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use crate::model::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
 use crate::port::ProviderServer;
 
@@ -32,6 +34,9 @@ pub struct Facts {
     pub identity: Option<Identity>,
     /// Networks in the Server's namespace carrying its identity label.
     pub networks: Vec<Consumed>,
+    /// The provider's network ID of a Network, by name, where its status
+    /// records one (`status.openstack.networkID`).
+    pub network_provider_ids: BTreeMap<String, String>,
     /// Security groups in the Server's namespace carrying its identity label.
     pub security_groups: Vec<Consumed>,
     /// SSH certificate authorities in the Server's namespace.
@@ -48,6 +53,7 @@ impl Default for Facts {
         Facts {
             identity: None,
             networks: Vec::new(),
+            network_provider_ids: BTreeMap::new(),
             security_groups: Vec::new(),
             ssh_certificate_authorities: Vec::new(),
             other_identity_references: Vec::new(),

@@ -9,6 +9,7 @@ mod options;
 mod plan;
 mod provision;
 mod references;
+mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, Reference};
@@ -18,7 +19,8 @@ pub use options::Options;
 
 use jiff::Timestamp;
 
-use crate::model::{SERVER_FINALIZER, Server};
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, SERVER_FINALIZER, Server, set_condition};
+use crate::status_patch::status_merge_patch;
 use plan::Plan;
 
 /// Whether a pass over `server` reads its facts at all. A paused Server, or
@@ -31,8 +33,11 @@ pub fn needs_facts(server: &Server) -> bool {
 
 /// Decides one pass for `server` given what the adapter found.
 pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
-    // Pause stops all work, deletion included; nothing is written. Deletion
-    // without the finalizer is not ours to finish.
+    // Pause stops all work, deletion included; only the Available message
+    // says so. Deletion without the finalizer is not ours to finish.
+    if server.spec.pause {
+        return paused(server, now);
+    }
     if !needs_facts(server) {
         return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
     }
@@ -48,6 +53,19 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         }
         return deprovision::deprovision(server, facts, options, plan);
     }
+
+    // An operator's retry request is consumed before anything is decided:
+    // the rest of the pass sees the Server without the park's ground.
+    let retried = retry::take(server, options);
+    if let Some(retry) = &retried {
+        plan.status.provider_create_failures = retry.server.status.provider_create_failures;
+        plan.status.provider_create_retrying = retry.server.status.provider_create_retrying;
+        plan.emit(retry.event.clone());
+        for key in &retry.remove_annotations {
+            plan.annotate(key, None);
+        }
+    }
+    let server = retried.as_ref().map_or(server, |retry| &retry.server);
 
     let checks = validate::required_labels(server)
         .and_then(|()| validate::no_duplicate_ids(server))
@@ -68,6 +86,23 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
     provision::provision(server, facts, options, plan)
 }
 
+/// The Available message of a paused Server.
+pub const PAUSED_MESSAGE: &str =
+    "Paused: spec.pause is true, so nothing is done for this Server, deletion included, until it is false";
+
+/// A paused Server: no cloud call, no reference or finalizer change; the
+/// Available condition keeps its status and reason and says it is paused
+/// (one status write, then none while the pause lasts).
+fn paused(server: &Server, now: Timestamp) -> Decision {
+    let mut status = server.status.clone();
+    let (condition_status, reason) = status
+        .condition(ConditionType::Available)
+        .map_or((ConditionStatus::False, ConditionReason::Provisioning), |c| (c.status, c.reason));
+    set_condition(&mut status.conditions, ConditionType::Available, condition_status, reason, PAUSED_MESSAGE, now);
+    let actions = status_merge_patch(&server.status, &status).map(Action::WriteStatus).into_iter().collect();
+    Decision { status, actions, outcome: Outcome::Done }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,12 +113,30 @@ mod tests {
         assert!(needs_facts(&server));
         server.spec.pause = true;
         assert!(!needs_facts(&server));
-        let decision = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
-        assert!(decision.actions.is_empty() && decision.outcome == Outcome::Done);
         server.spec.pause = false;
         server.meta.deleting = true;
         assert!(!needs_facts(&server), "deleting without our finalizer");
         server.meta.finalizers.push(SERVER_FINALIZER.into());
         assert!(needs_facts(&server), "deleting with our finalizer: deprovision");
+    }
+
+    /// Pausing is reported once (the Available message), and then nothing
+    /// is written or done, deletion included.
+    #[test]
+    fn a_paused_server_says_so_once_and_does_nothing_else() {
+        for deleting in [false, true] {
+            let mut server = Server::default();
+            server.spec.pause = true;
+            server.meta.deleting = deleting;
+            server.meta.finalizers.push(SERVER_FINALIZER.into());
+            let decision = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
+            assert_eq!(decision.outcome, Outcome::Done);
+            assert!(matches!(decision.actions.as_slice(), [Action::WriteStatus(_)]), "{:?}", decision.actions);
+            let message = decision.status.condition(ConditionType::Available).map(|c| c.message.as_str());
+            assert_eq!(message, Some(PAUSED_MESSAGE));
+            server.status = decision.status;
+            let again = reconcile(&server, &Facts::default(), &Options::default(), Timestamp::UNIX_EPOCH);
+            assert!(again.actions.is_empty(), "{:?}", again.actions);
+        }
     }
 }

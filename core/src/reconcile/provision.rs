@@ -280,6 +280,11 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         flavor_id: spec.flavor_id.clone(),
         image_id: spec.image.id.clone(),
         networks: spec.networks.clone(),
+        network_ids: spec
+            .networks
+            .iter()
+            .filter_map(|n| facts.network_provider_ids.get(&n.id).map(|id| (n.id.clone(), id.clone())))
+            .collect(),
         security_group_ids: spec.security_groups.iter().map(|g| g.id.clone()).collect(),
         public_ip: spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled),
         user_data,

@@ -49,6 +49,7 @@ pub fn facts() -> Facts {
     Facts {
         identity: Some(identity),
         networks: vec![Consumed::new("net-a"), Consumed::new("net-old")],
+        network_provider_ids: Default::default(),
         security_groups: vec![Consumed::new("sg-a")],
         ssh_certificate_authorities: vec![SshCertificateAuthority {
             resource: Consumed::new("ca-a"),

@@ -67,6 +67,7 @@ mod selector;
 mod status;
 mod store;
 mod table;
+mod validation;
 mod verb;
 mod watch;
 

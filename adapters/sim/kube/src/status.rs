@@ -19,14 +19,25 @@ pub struct ApiError {
     pub reason: &'static str,
     /// Human-readable message, shaped like the real API server's.
     pub message: String,
+    /// `Status.details` (boxed: every `Result` here carries this type).
+    pub details: Box<Details>,
+}
+
+/// `Status.details`: what the error is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Details {
     /// `Status.details.name`.
     pub name: String,
     /// `Status.details.group`.
     pub group: String,
-    /// `Status.details.kind` (the resource plural, as the API server reports it).
+    /// `Status.details.kind` (the resource plural, as the API server reports
+    /// it, or the Kind for a 422 `Invalid`).
     pub kind: String,
     /// `Status.details.retryAfterSeconds` (0 = absent).
     pub retry_after_seconds: u32,
+    /// `Status.details.causes`: `(reason, message, field)` of each violation
+    /// of a 422 `Invalid`.
+    pub causes: Vec<(String, String, String)>,
 }
 
 /// The resource an error is about, for `Status.details`.
@@ -50,21 +61,13 @@ impl<'a> Subject<'a> {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            reason,
-            message: message.into(),
-            name: String::new(),
-            group: String::new(),
-            kind: String::new(),
-            retry_after_seconds: 0,
-        }
+        Self { code, reason, message: message.into(), details: Box::default() }
     }
 
     fn about(mut self, subject: Subject<'_>) -> Self {
-        self.name = subject.name.to_string();
-        self.group = subject.group.to_string();
-        self.kind = subject.plural.to_string();
+        self.details.name = subject.name.to_string();
+        self.details.group = subject.group.to_string();
+        self.details.kind = subject.plural.to_string();
         self
     }
 
@@ -96,6 +99,23 @@ impl ApiError {
     pub(crate) fn invalid(subject: Subject<'_>, detail: &str) -> Self {
         let message = format!("{} \"{}\" is invalid: {detail}", subject.qualified(), subject.name);
         Self::new(422, "Invalid", message).about(subject)
+    }
+
+    /// 422 `Invalid` for a custom resource whose values break its schema:
+    /// `Kind.group "name" is invalid: <cause>` or `[<cause>, <cause>]`, the
+    /// causes also in `details.causes` (upstream `apierrors.NewInvalid`).
+    pub(crate) fn invalid_fields(kind: &str, subject: Subject<'_>, causes: &[crate::validation::Cause]) -> Self {
+        let described: Vec<String> = causes.iter().map(crate::validation::Cause::describe).collect();
+        let detail = match described.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let message = format!("{kind}.{} \"{}\" is invalid: {detail}", subject.group, subject.name);
+        let mut error = Self::new(422, "Invalid", message).about(subject);
+        error.details.kind = kind.to_string();
+        let causes = causes.iter().map(|c| (c.reason.to_string(), c.message.clone(), c.field.clone())).collect();
+        error.details.causes = causes;
+        error
     }
 
     /// 422 without a reason, as the API server answers a JSON patch that cannot apply.
@@ -153,7 +173,7 @@ impl ApiError {
             "the server has received too many requests and has asked us to try again later",
         )
         .about(subject);
-        error.retry_after_seconds = 1;
+        error.details.retry_after_seconds = 1;
         error
     }
 
@@ -164,13 +184,23 @@ impl ApiError {
     /// The `Status` object, as JSON.
     pub fn to_status(&self) -> Value {
         let mut details = serde_json::Map::new();
-        for (key, value) in [("name", &self.name), ("group", &self.group), ("kind", &self.kind)] {
+        for (key, value) in [("name", &self.details.name), ("group", &self.details.group), ("kind", &self.details.kind)]
+        {
             if !value.is_empty() {
                 details.insert(key.to_string(), Value::String(value.clone()));
             }
         }
-        if self.retry_after_seconds > 0 {
-            details.insert("retryAfterSeconds".to_string(), Value::from(self.retry_after_seconds));
+        if self.details.retry_after_seconds > 0 {
+            details.insert("retryAfterSeconds".to_string(), Value::from(self.details.retry_after_seconds));
+        }
+        if !self.details.causes.is_empty() {
+            let causes = self
+                .details
+                .causes
+                .iter()
+                .map(|(reason, message, field)| json!({"reason": reason, "message": message, "field": field}))
+                .collect();
+            details.insert("causes".to_string(), Value::Array(causes));
         }
         let mut status = json!({
             "kind": "Status",
@@ -192,8 +222,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (code, axum::Json(self.to_status())).into_response();
-        if self.retry_after_seconds > 0 {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_seconds));
+        if self.details.retry_after_seconds > 0 {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.details.retry_after_seconds));
         }
         response
     }

@@ -24,6 +24,7 @@ use super::resource::ResourceType;
 use super::schema::{self, FieldValidation};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::{ApiError, Subject};
+use super::validation;
 
 /// Source of wall-clock time for `creationTimestamp` and `deletionTimestamp`.
 pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
@@ -448,7 +449,7 @@ impl StoreState {
             return Err(ApiError::bad_request("the request body must be a JSON object"));
         }
         check_kind(&rtype, &object)?;
-        self.prune_fields(&rtype, &mut object, write)?;
+        self.prune_fields(&rtype, &mut object, None, write)?;
         let namespace = Self::scope_namespace(&rtype, namespace)?;
         check_body_namespace(&rtype, &object, &namespace)?;
 
@@ -560,7 +561,7 @@ impl StoreState {
         }
         check_kind(&rtype, &candidate)?;
         let mut candidate = candidate;
-        self.prune_fields(&rtype, &mut candidate, write)?;
+        self.prune_fields(&rtype, &mut candidate, Some(&*old), write)?;
         if let Some(body_name) = meta_str(&candidate, "name")
             && body_name != name
         {
@@ -742,7 +743,15 @@ impl StoreState {
 
     /// Drops the fields a custom resource's schema does not declare, refusing
     /// or warning as the write's `fieldValidation` says (see [`schema`]).
-    fn prune_fields(&self, rtype: &ResourceType, object: &mut Value, write: &mut Write) -> Result<(), ApiError> {
+    /// Then checks the values against the schema (see [`validation`]); `old`
+    /// is the object an update replaces.
+    fn prune_fields(
+        &self,
+        rtype: &ResourceType,
+        object: &mut Value,
+        old: Option<&Value>,
+        write: &mut Write,
+    ) -> Result<(), ApiError> {
         let Some(validation) = write.fields else { return Ok(()) };
         let crd_name = format!("{}.{}", rtype.plural, rtype.group);
         let Some(crd) = self.types.get(&crd_key()).and_then(|s| s.objects.get(&(String::new(), crd_name))) else {
@@ -752,6 +761,15 @@ impl StoreState {
         let Some(structural) = schema::crd_schema(crd, version) else { return Ok(()) };
         let unknown = schema::prune(structural, object);
         write.warnings.extend(schema::verdict(validation, &rtype.kind, version, &unknown)?);
+        let causes = validation::validate(structural, object, old);
+        if !causes.is_empty() {
+            let name = meta_str(object, "name").unwrap_or_default();
+            return Err(ApiError::invalid_fields(
+                &rtype.kind,
+                Subject::new(&rtype.group, &rtype.plural, name),
+                &causes,
+            ));
+        }
         Ok(())
     }
 

@@ -321,6 +321,7 @@ fn create(ctx: &Ctx<'_>) -> Handled {
         flavor_id: requested.flavor_id.clone(),
         image_id: requested.image_id.clone(),
         networks: vec![network],
+        network_ids: Default::default(),
         security_group_ids: security_groups,
         // Public addresses are Neutron floating IPs here, not the model's.
         public_ip: false,

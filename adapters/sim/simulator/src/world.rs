@@ -130,6 +130,7 @@ impl Tenant {
         let facts = Facts {
             identity: Some(Identity { resource: Consumed::new(identity_name(index)), conditions: vec![ready] }),
             networks: vec![Consumed::new("net-a"), Consumed::new("net-b")],
+            network_provider_ids: Default::default(),
             security_groups: vec![Consumed::new("sg-a"), Consumed::new("sg-b")],
             ssh_certificate_authorities: vec![SshCertificateAuthority {
                 resource: Consumed::new("ca"),

@@ -14,8 +14,10 @@ use server_simkube::{SimKube, StoreHandle};
 pub(crate) const NAMESPACE: &str = "demo";
 pub(crate) const REGION: &str = "region-a";
 pub(crate) const IDENTITY: &str = "identity-a";
-pub(crate) const NETWORKS: [&str; 2] = ["net-a", "net-b"];
-pub(crate) const SECURITY_GROUP: &str = "sg-web";
+/// Network and SecurityGroup resources are named by UUID, as the region
+/// service names them; the Server CRD refuses any other reference.
+pub(crate) const NETWORKS: [&str; 2] = ["2f1c0b6e-7d4a-4c1e-9a53-0d6f1b2c3a01", "2f1c0b6e-7d4a-4c1e-9a53-0d6f1b2c3a02"];
+pub(crate) const SECURITY_GROUP: &str = "5b7e9d21-3c4f-4a8b-8e6d-1f2a3b4c5d01";
 /// The OpenStack project of the demo's identity.
 pub(crate) const OPENSTACK_PROJECT: &str = "project-a";
 pub(crate) const SSH_CA: &str = "ca-ops";

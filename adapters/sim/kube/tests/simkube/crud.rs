@@ -469,14 +469,29 @@ async fn the_real_server_crd_is_served_with_undeclared_fields_pruned() {
     let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), "org-1", &resource);
     let mut server = DynamicObject::new("server-1", &resource);
     server.metadata.labels = Some([("regions.unikorn-cloud.org/region-id".to_string(), "r1".to_string())].into());
-    server.data = json!({"spec": {"flavorID": "f", "image": {"id": "i"}, "futureField": {"kept": true}}});
+    // Values are validated as the real API server does: the chart's CRD
+    // wants UUIDs, and every cause is named.
+    server.data = json!({"spec": {"flavorID": "f", "image": {"id": "i"}}});
+    let refused = servers.create(&PostParams::default(), &server).await.expect_err("a flavor that is no UUID");
+    let kube::Error::Api(status) = refused else { panic!("an API error: {refused}") };
+    assert_eq!((status.code, status.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        status.message,
+        "Server.region.unikorn-cloud.org \"server-1\" is invalid: [spec.flavorID: Invalid value: \"f\": spec.flavorID in body must be of type uuid: \"f\", spec.image.id: Invalid value: \"i\": spec.image.id in body must be of type uuid: \"i\"]"
+    );
+    const FLAVOR: &str = "8c2b1d54-2a56-4bb3-9b0c-1d2f6e1f4a01";
+    server.data = json!({"spec": {"flavorID": FLAVOR, "image": {"id": "0e8d4f4c-58a4-4d55-93b5-0b65e1c7c3f2"}, "futureField": {"kept": true}}});
     servers.create(&PostParams::default(), &server).await.expect("create");
 
+    let incomplete_volume = Patch::Merge(json!({"status": {"volumes": [{"id": "v"}]}}));
+    let refused = servers.patch_status("server-1", &PatchParams::default(), &incomplete_volume).await;
+    assert!(matches!(refused, Err(kube::Error::Api(ref s)) if s.code == 422), "{refused:?}");
+    let volume = json!({"id": "v", "message": "attached", "provisioningStatus": "Provisioned"});
     servers
         .patch_status(
             "server-1",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running", "volumes": [{"id": "v"}]}})),
+            &Patch::Merge(json!({"status": {"phase": "Running", "volumes": [volume]}})),
         )
         .await
         .expect("status patch");
@@ -487,8 +502,8 @@ async fn the_real_server_crd_is_served_with_undeclared_fields_pruned() {
     let stored = servers.get("server-1").await.expect("get");
     // The real CRD does not declare it, so the API server prunes it.
     assert_eq!(stored.data["spec"].get("futureField"), None);
-    assert_eq!(stored.data["spec"]["flavorID"], "f");
-    assert_eq!(stored.data["status"]["volumes"], json!([{"id": "v"}]));
+    assert_eq!(stored.data["spec"]["flavorID"], FLAVOR);
+    assert_eq!(stored.data["status"]["volumes"], json!([volume]));
     assert_eq!(stored.data["status"]["phase"], "Running");
     assert_eq!(stored.data["status"]["privateIP"], "10.0.0.1");
 

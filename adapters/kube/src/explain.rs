@@ -1,0 +1,65 @@
+//! `server-controller explain`: reads one Server and everything a pass would
+//! read (live, not from caches: there are none in a one-shot command), asks
+//! the provider for its record, and returns the core's decision with the
+//! facts behind it. Reads only; nothing is written, created or deleted.
+
+use kube::{Api, Client};
+use server_core::ProviderView;
+use server_core::explain::Explanation;
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+
+use crate::config::ControllerConfig;
+use crate::convert::core_server;
+use crate::crd::{OpenstackIdentity, Server};
+use crate::error::Error;
+use crate::executor::now;
+use crate::facts::{CloudHandle, Gathered, identity_gone, provider_view, server_ref};
+use crate::identity::context_from;
+use crate::registry::CloudRegistry;
+
+/// What the controller would decide for `namespace/name` now, and why.
+pub async fn explain(
+    client: &Client,
+    clouds: &CloudRegistry,
+    config: &ControllerConfig,
+    namespace: &str,
+    name: &str,
+) -> Result<Explanation, Error> {
+    let servers: Api<Server> = Api::namespaced(client.clone(), namespace);
+    let object =
+        servers.get(name).await.map_err(|e| Error::kube(format!("cannot read Server {namespace}/{name}"), e))?;
+    let server = core_server(&object);
+    let mut gathered = Gathered::live(client, &server).await?;
+
+    let labels = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL));
+    gathered.facts.provider = match labels {
+        (Some(region_id), Some(identity_id)) => match clouds.get(region_id) {
+            None => ProviderView::Unknown(format!(
+                "no cloud is configured for region {region_id} in this command; give it as `run` is given it"
+            )),
+            Some(cloud) => {
+                let identities: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
+                let identity = identities
+                    .get_opt(identity_id)
+                    .await
+                    .map_err(|e| Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e))?;
+                match identity {
+                    Some(identity) => {
+                        let handle = CloudHandle {
+                            cloud: cloud.clone(),
+                            identity: context_from(&identity, region_id, identity_id),
+                            timeout: config.cloud_timeout,
+                        };
+                        provider_view(&handle, &server_ref(&server)).await
+                    }
+                    None if server.meta.deleting && identity_gone(client, &server, &gathered.facts).await? => {
+                        ProviderView::NoIdentity
+                    }
+                    None => ProviderView::Unknown(format!("no OpenstackIdentity {namespace}/{identity_id}")),
+                }
+            }
+        },
+        _ => ProviderView::Unknown("the server has no region or identity label".into()),
+    };
+    Ok(server_core::explain::explain(server, gathered.facts, config.rule_options(), now()))
+}

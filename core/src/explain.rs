@@ -1,0 +1,183 @@
+//! What the controller would do with a Server now, and why, in words: the
+//! core's own decision for the facts at hand, rendered for the on-call
+//! engineer (`server-controller explain`). It runs the same `reconcile` a
+//! pass runs, so it can never disagree with the controller.
+
+use std::fmt;
+
+use jiff::Timestamp;
+
+use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
+use crate::model::{ConditionType, RETRY_ANNOTATION, Server};
+use crate::port::ProviderStatus;
+use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView, reconcile};
+
+/// A Server, what the controller knows about it, and what it would decide.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    pub server: Server,
+    pub facts: Facts,
+    pub options: Options,
+    pub lifecycle: Lifecycle,
+    pub decision: Decision,
+}
+
+/// Decides for `server` as a pass would at `now`, without acting.
+pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -> Explanation {
+    let decision = reconcile(&server, &facts, &options, now);
+    let lifecycle = lifecycle(&server, &options);
+    Explanation { server, facts, options, lifecycle, decision }
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let meta = &self.server.meta;
+        let status = &self.server.status;
+        writeln!(f, "Server {}/{} (generation {})", meta.namespace, meta.name, meta.generation)?;
+        writeln!(f, "  stands:    {}", stands(self.lifecycle, &self.options, status.provider_create_failures))?;
+        for type_ in [ConditionType::Available, ConditionType::Healthy] {
+            if let Some(condition) = status.condition(type_) {
+                writeln!(
+                    f,
+                    "  {:<10} {} {}: {}",
+                    format!("{type_}:"),
+                    condition.status,
+                    condition.reason,
+                    condition.message
+                )?;
+            }
+        }
+        if let Some(at) = status.provisioned_at {
+            writeln!(f, "  booted:    first at {at} (never deleted and recreated by the controller)")?;
+        }
+        writeln!(f, "  identity:  {}", identity(&self.facts))?;
+        writeln!(f, "  provider:  {}", provider(&self.facts.provider))?;
+        if self.decision.actions.is_empty() {
+            writeln!(f, "The controller would do nothing now.")?;
+        } else {
+            writeln!(f, "The controller would now:")?;
+            for (index, action) in self.decision.actions.iter().enumerate() {
+                writeln!(f, "  {}. {}", index + 1, describe(action))?;
+            }
+        }
+        writeln!(f, "and then {}", outcome(&self.decision.outcome))
+    }
+}
+
+fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
+    let cap = options.provider_create_max_attempts.max(1);
+    match lifecycle {
+        Lifecycle::Parked(ParkKind::AtCap) => format!(
+            "parked: {failures} of {cap} create attempts failed before launch. To retry, fix the cause, then \
+             annotate the Server {RETRY_ANNOTATION}=<anything>"
+        ),
+        Lifecycle::Parked(ParkKind::Refused) => {
+            format!(
+                "parked: the provider refused this generation's create; change the spec, or annotate the Server \
+                 {RETRY_ANNOTATION}=<anything> to try again as it is"
+            )
+        }
+        Lifecycle::Parked(ParkKind::MissingAfterBoot) => {
+            "parked: the server booted and the provider no longer has it; \
+             it may have held data, so it is not recreated (delete the Server and create a new one)"
+                .into()
+        }
+        Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written; fix it".into(),
+        Lifecycle::Provisioning => format!("provisioning ({failures} of {cap} create attempts failed so far)"),
+        Lifecycle::Running => "running: provisioned, and the provider reports it healthy".into(),
+        Lifecycle::Unhealthy => "booted, and the provider reports it not healthy; kept, it may hold data".into(),
+        Lifecycle::Unseen => "booted, and the provider's latest record does not show it".into(),
+        Lifecycle::Errored => "the last pass failed; it is retried every yield interval".into(),
+        Lifecycle::Paused => "paused (spec.pause): nothing is done, deletion included".into(),
+        Lifecycle::Deleting => "being deleted".into(),
+    }
+}
+
+fn identity(facts: &Facts) -> String {
+    match &facts.identity {
+        None => "not found (the identity label names no Identity in this namespace)".into(),
+        Some(identity) if identity.is_ready() => format!("{} (ready)", identity.resource.name),
+        Some(identity) => {
+            format!("{} (not ready yet: its Available condition is not Provisioned)", identity.resource.name)
+        }
+    }
+}
+
+fn provider(view: &ProviderView) -> String {
+    match view {
+        ProviderView::Present(record) => {
+            let status = match &record.status {
+                ProviderStatus::Active => "ACTIVE",
+                ProviderStatus::Build => "BUILD",
+                ProviderStatus::Error => "ERROR",
+                ProviderStatus::Rebuild => "REBUILD",
+                ProviderStatus::Unknown => "UNKNOWN",
+                ProviderStatus::Other(other) => other.as_str(),
+            };
+            let booted = match record.launched_at {
+                Some(at) => format!("booted at {at}"),
+                None => "not booted".into(),
+            };
+            format!("server {} is {status}, {booted}", record.id)
+        }
+        ProviderView::Absent => "has no server for this Server".into(),
+        ProviderView::Unknown(reason) => format!("could not be read ({reason}): nothing is created or deleted"),
+        ProviderView::NoIdentity => "no identity to ask as (Identity or OpenstackIdentity gone)".into(),
+    }
+}
+
+fn describe(action: &Action) -> String {
+    match action {
+        Action::AddFinalizer => "add the controller's finalizer to the Server".into(),
+        Action::RemoveFinalizer => "remove the controller's finalizer: the Server may go".into(),
+        Action::AddReference(reference) => {
+            format!("hold {} {} with a reference finalizer", reference.kind.as_str(), reference.name)
+        }
+        Action::RemoveReference(reference) => {
+            format!("release {} {} (remove its reference finalizer)", reference.kind.as_str(), reference.name)
+        }
+        Action::WriteStatus(patch) => {
+            let fields: Vec<&str> = patch
+                .get("status")
+                .and_then(|s| s.as_object())
+                .map(|s| s.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            format!("write status ({})", fields.join(", "))
+        }
+        Action::Annotate { key, value: Some(value) } => format!("note {key}={value}"),
+        Action::Annotate { key, value: None } => format!("remove the note {key}"),
+        Action::Record(changes) => {
+            let described: Vec<String> = changes
+                .iter()
+                .map(|(key, value)| match value {
+                    Some(value) => format!("{key}={value}"),
+                    None => format!("{key} removed"),
+                })
+                .collect();
+            format!("record {}", described.join(", "))
+        }
+        Action::CreateProviderServer(request) => {
+            format!(
+                "create provider server {:?} (flavor {}, image {})",
+                request.name, request.flavor_id, request.image_id
+            )
+        }
+        Action::DeleteProviderServer(_) => "delete the provider server".into(),
+        Action::Emit(event) => {
+            let type_ = match event.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            };
+            format!("emit a {type_} event {}: {}", event.reason.as_str(), event.note)
+        }
+    }
+}
+
+fn outcome(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Done => "wait for the next change (nothing is requeued)".into(),
+        Outcome::Yield(reason) => format!("check again after the yield interval: {reason}"),
+        Outcome::Terminal(reason) => format!("stay parked until a person acts: {reason}"),
+        Outcome::Error(reason) => format!("retry after the yield interval: {reason}"),
+    }
+}
