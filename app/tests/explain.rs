@@ -8,7 +8,10 @@ mod support;
 
 use std::process::Command;
 
-use support::ServedDemo;
+use support::{ServedDemo, wait_for};
+
+/// How long a retry may take to be consumed and spent again.
+const RETRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
 
 fn explain(demo: &ServedDemo, target: &str) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_server-controller"))
@@ -26,22 +29,8 @@ fn kubectl(demo: &ServedDemo, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
-
 fn resource_version(demo: &ServedDemo, name: &str) -> String {
-    let output = Command::new("kubectl")
-        .args(["get", "server", name, "-n", "demo", "-o", "jsonpath={.metadata.resourceVersion}"])
-        .env("KUBECONFIG", demo.kubeconfig())
-        .output()
-        .expect("kubectl runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
+    kubectl(demo, &["get", "server", name, "-n", "demo", "-o", "jsonpath={.metadata.resourceVersion}"])
 }
 
 #[test]
@@ -67,7 +56,7 @@ fn explain_says_why_a_server_is_parked_and_how_to_retry_it() {
         &demo,
         &["annotate", "server", "server-001", "-n", "demo", "server-controller.unikorn-cloud.org/retry=now"],
     );
-    wait_for("the retry annotation to be consumed", || {
+    wait_for("the retry annotation to be consumed", RETRY_TIMEOUT, || {
         let annotations =
             kubectl(&demo, &["get", "server", "server-001", "-n", "demo", "-o", "jsonpath={.metadata.annotations}"]);
         !annotations.contains("server-controller.unikorn-cloud.org/retry\"")
@@ -81,7 +70,7 @@ fn explain_says_why_a_server_is_parked_and_how_to_retry_it() {
     });
     assert!(retried, "no RetryRequested event for server-001: {events}");
     // Its cloud fate fails every boot: it creates again and parks again.
-    wait_for("server-001 to spend its attempts again", || {
+    wait_for("server-001 to spend its attempts again", RETRY_TIMEOUT, || {
         let text = String::from_utf8_lossy(&explain(&demo, "demo/server-001").stdout).into_owned();
         text.contains("parked: 3 of 3 create attempts failed before launch") && !text.contains("RetryRequested")
     });
