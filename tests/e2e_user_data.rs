@@ -17,7 +17,7 @@ cloud_scenarios!(refused_user_data_parks_before_any_create);
 fn logs() -> &'static Mutex<Vec<String>> {
     static LOGS: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
     LOGS.get_or_init(|| {
-        let _ = tracing::subscriber::set_global_default(Capture);
+        let _ = tracing::subscriber::set_global_default(CAPTURE);
         Mutex::new(Vec::new())
     })
 }
@@ -28,35 +28,15 @@ fn log_lines() -> Vec<String> {
 
 /// Records our crates' logs from DEBUG up and everything else's from INFO up
 /// (stricter than the binary's default filter, `info`).
-struct Capture;
-
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        let ours = metadata.target().starts_with("server_");
-        metadata.level() <= if ours { &tracing::Level::DEBUG } else { &tracing::Level::INFO }
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        struct Fields(String);
-        impl tracing::field::Visit for Fields {
-            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                self.0.push_str(&format!(" {}={value:?}", field.name()));
-            }
-        }
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        let line = format!("{} {}:{}", event.metadata().level(), event.metadata().target(), fields.0);
+const CAPTURE: LineSubscriber = LineSubscriber {
+    ours: tracing::Level::DEBUG,
+    others: tracing::Level::INFO,
+    sink: |line| {
         if let Ok(mut logs) = logs().lock() {
             logs.push(line);
         }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
+    },
+};
 
 fn spec_with_user_data(data: &[u8]) -> Value {
     let mut spec = Env::spec();

@@ -599,16 +599,28 @@ pub fn operator_writes(counters: &CounterSnapshot) -> u64 {
 fn init_tracing() {
     // Logs only when asked for (RUST_LOG-like filtering is not needed here).
     if std::env::var_os("E2E_LOG").is_some() {
-        let _ = tracing::subscriber::set_global_default(TestSubscriber);
+        let _ = tracing::subscriber::set_global_default(STDERR_LOGS);
     }
 }
 
-/// A minimal stderr subscriber, so the harness needs no logging crate.
-struct TestSubscriber;
+/// A minimal subscriber, so the harness needs no logging crate: each event
+/// as one line (`LEVEL target: field=value ...`) handed to `sink`, from
+/// `ours` up for this project's crates (`server_*`) and `others` up for the rest.
+#[derive(Debug)]
+pub struct LineSubscriber {
+    pub ours: tracing::Level,
+    pub others: tracing::Level,
+    pub sink: fn(String),
+}
 
-impl tracing::Subscriber for TestSubscriber {
+/// Logs to stderr at INFO, for `E2E_LOG`.
+const STDERR_LOGS: LineSubscriber =
+    LineSubscriber { ours: tracing::Level::INFO, others: tracing::Level::INFO, sink: |line| eprintln!("{line}") };
+
+impl tracing::Subscriber for LineSubscriber {
     fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        metadata.level() <= &tracing::Level::INFO
+        let ours = metadata.target().starts_with("server_");
+        metadata.level() <= if ours { &self.ours } else { &self.others }
     }
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
         tracing::span::Id::from_u64(1)
@@ -624,7 +636,7 @@ impl tracing::Subscriber for TestSubscriber {
         }
         let mut fields = Fields(String::new());
         event.record(&mut fields);
-        eprintln!("{} {}:{}", event.metadata().level(), event.metadata().target(), fields.0);
+        (self.sink)(format!("{} {}:{}", event.metadata().level(), event.metadata().target(), fields.0));
     }
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
