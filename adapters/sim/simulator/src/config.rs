@@ -115,8 +115,9 @@ pub struct KubeFaults {
     /// during the run (a dropped connection, then 410 Gone): the first while
     /// Servers arrive, the others later.
     pub relists: u32,
-    /// How long (ms) a cut watch stays down before its relist starts: what
-    /// changes meanwhile reaches the cache only through the relist.
+    /// How long (ms) a cut watch stays down before its relist starts (the
+    /// watcher's 1 s retry interval, then a resumed watch refused with 410
+    /// Gone): what changes meanwhile reaches the cache only through the relist.
     pub watch_gap: u64,
     /// Servers per page of a relist (`limit`; kube-runtime's watcher asks for
     /// 500). Pages are one API round trip apart.
@@ -137,7 +138,7 @@ impl KubeFaults {
             refused_spec_fix: 0.5,
             operator_reset: 0.5,
             relists: if rate > 0.0 { 2 } else { 0 },
-            watch_gap: 3_000,
+            watch_gap: 2_000,
             list_page_size: 500,
         }
     }
