@@ -44,6 +44,12 @@ impl Engine {
                 // A follower's pass does nothing: the next term wakes everything.
                 return false;
             }
+            let Some(view_rv) = obj.view(r).map(|(_, rv)| rv) else { return false };
+            // A pass that reads the version it was woken for (or a later
+            // one) pays that wake.
+            if obj.check.owed_wake.is_some_and(|(owed, _)| view_rv >= owed) {
+                obj.check.owed_wake = None;
+            }
             let obj = &*obj;
             let Some((view, view_rv)) = obj.view(r) else { return false };
             let Some(tenant) = self.tenants.get_mut(obj.tenant) else { return false };
