@@ -236,13 +236,8 @@ pub fn server_crd() -> CustomResourceDefinition {
 /// The consumed kinds' CRDs, for serving them from a test or demo API server.
 /// They preserve unknown fields: the controller models only what it reads.
 pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![
-        Network::crd(),
-        SecurityGroup::crd(),
-        SSHCertificateAuthority::crd(),
-        Identity::crd(),
-        OpenstackIdentity::crd(),
-    ];
+    let mut crds: Vec<_> = crate::consumed::CONSUMED_KINDS.iter().map(|ops| ops.crd()).collect();
+    crds.push(OpenstackIdentity::crd());
     for crd in &mut crds {
         preserve_unknown_fields(crd, &["spec", "status"]);
     }
