@@ -84,7 +84,7 @@ fn used_by_the_operator() -> BTreeSet<Grant> {
     assert!(output.status.success(), "the demo failed: {report}");
 
     let custom: BTreeMap<String, String> =
-        server_kube::crd::all_crds().into_iter().map(|crd| (crd.spec.names.plural, crd.spec.group)).collect();
+        server_kube::all_crds().into_iter().map(|crd| (crd.spec.names.plural, crd.spec.group)).collect();
     let by_verb = report["api_requests"]["by_verb_and_resource"].as_object().expect("by_verb_and_resource");
     by_verb
         .keys()

@@ -15,7 +15,6 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
@@ -31,24 +30,9 @@ use crate::cached::CachedServer;
 use crate::consumed::{CONSUMED_KINDS, Found, KindCache, reflect};
 use crate::crd::OpenstackIdentity;
 use crate::error::Error;
-use crate::kube_api::{FixedBackoff, scoped_api};
+use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
 use crate::shutdown::Shutdown;
 use crate::wake::wake_stream;
-
-/// How the watches list and retry.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WatchSettings {
-    /// Delay before re-establishing a failed watch.
-    pub(crate) retry: Duration,
-    /// Objects per page of a (re)list.
-    pub(crate) page_size: u32,
-}
-
-impl WatchSettings {
-    pub(crate) fn of(config: &crate::config::ControllerConfig) -> Self {
-        WatchSettings { retry: config.watch_retry_interval, page_size: config.watch_page_size }
-    }
-}
 
 /// The Servers the wake rule lets through, for the controller.
 pub(crate) type Wakes = UnboundedReceiver<Arc<CachedServer>>;

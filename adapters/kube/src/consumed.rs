@@ -20,10 +20,11 @@ use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
 use server_core::model::{Consumed, Detail, IDENTITY_LABEL, ResourceKind};
 use tracing::warn;
 
-use crate::cache::WatchSettings;
-use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
+use crate::crd::{
+    Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup, served_consumed_crd, server_crd,
+};
 use crate::error::{Error, watch_error_summary};
-use crate::kube_api::{FixedBackoff, scoped_api};
+use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
 
 /// A namespaced kind the operator reads through the API or a cache.
 pub(crate) trait NamespacedKind:
@@ -257,6 +258,21 @@ pub fn read_kinds() -> Vec<ReadKind> {
         referenced: false,
     });
     kinds
+}
+
+/// The consumed kinds' CRDs and OpenstackIdentity's, for serving them from
+/// a test or demo API server.
+pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds: Vec<_> = CONSUMED_KINDS.iter().map(|ops| ops.crd()).collect();
+    crds.push(OpenstackIdentity::crd());
+    crds.into_iter().map(served_consumed_crd).collect()
+}
+
+/// Every CRD the controller touches: Server first, then the kinds it reads.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![server_crd()];
+    crds.extend(consumed_crds());
+    crds
 }
 
 #[cfg(test)]

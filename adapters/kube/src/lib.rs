@@ -42,7 +42,7 @@ use kube::Client;
 
 pub use cloud::CloudRegistry;
 pub use config::ControllerConfig;
-pub use consumed::{ReadKind, read_kinds};
+pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;
 pub use error::Error;
 pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
@@ -224,7 +224,7 @@ impl Operator {
         let result = cache::with_caches(
             &self.client,
             config.namespace.as_deref(),
-            &cache::WatchSettings::of(config),
+            &kube_api::WatchSettings::of(config),
             ready.clone(),
             shutdown,
             |caches, wakes| {

@@ -207,7 +207,7 @@ fn consumed_crds_name_the_same_kinds() {
         "region.unikorn-cloud.org_identities.yaml",
         "region.unikorn-cloud.org_openstackidentities.yaml",
     ];
-    for (ours, file) in crd::consumed_crds().iter().zip(files) {
+    for (ours, file) in server_kube::consumed_crds().iter().zip(files) {
         let Some(theirs) = fixture(file) else {
             return;
         };
