@@ -159,6 +159,12 @@ async fn tags_in_the_unikorn_scheme_are_converted_and_unfit_ones_left_out() {
         assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
         assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
         assert!(!metadata.keys().any(|k| k.contains('@') || k.contains('/')), "{metadata:?}");
+        // The left-out tag is named in one event; its value is not.
+        let notes = env.event_notes("tagged", "ProviderTagsDropped");
+        assert!(
+            matches!(notes.as_slice(), [note] if note.contains("\"owner@example.com\"") && !note.contains("alice")),
+            "{notes:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
         env.stop().await;
     })

@@ -11,6 +11,7 @@ pub mod model;
 pub mod monitor;
 pub mod port;
 pub mod predicate;
+pub mod provider_metadata;
 pub mod reconcile;
 pub mod status_patch;
 pub mod user_data;

@@ -271,14 +271,6 @@ impl OpenStackCloud {
             }
             other => other?,
         };
-        let metadata = mapping::server_metadata(request);
-        if !metadata.dropped.is_empty() {
-            info!(
-                server_uid = uid,
-                dropped = ?metadata.dropped,
-                "tags left out of the Nova metadata: their names do not fit Nova's key schema"
-            );
-        }
         let project = self.inner.index.project(identity);
         project.mark_uncertain(uid, self.inner.index.tick());
         let id =

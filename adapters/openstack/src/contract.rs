@@ -15,7 +15,9 @@ use server_core::port::{CreateRequest, Credentials, IdentityContext, Owner, Prov
 use crate::auth::{Auth, TokenBody, request_body};
 use crate::compute::{CreatedEnvelope, ServerEnvelope, ServerList};
 use crate::config::OpenStackConfig;
-use crate::mapping::{self, ResolvedNetworking, valid_metadata_key};
+use server_core::provider_metadata::valid_metadata_key;
+
+use crate::mapping::{self, ResolvedNetworking};
 use crate::network::{FloatingIpEnvelope, FloatingIps, Networks, PortEnvelope, Ports, SecurityGroups};
 
 type TestResult = Result<(), String>;
