@@ -285,7 +285,10 @@ async fn a_flavor_edit_on_a_running_server_is_reported_not_applied(kind: CloudKi
         .wait_server("resized", "the flavor edit reported", |s| available_message(s).contains("spec.flavorID"))
         .await;
     let message = available_message(&server);
-    assert!(message.contains("\"9b4d7f3e-1c2a-4e5b-8f6d-0a1b2c3d4e5f\"") && message.contains("not applied"), "{message}");
+    assert!(
+        message.contains("\"9b4d7f3e-1c2a-4e5b-8f6d-0a1b2c3d4e5f\"") && message.contains("not applied"),
+        "{message}"
+    );
     assert_eq!(available_reason(&server), "Provisioned", "still provisioned: the server runs");
     env.idle(3).await;
     assert_eq!(env.event_count("resized", "SpecChangeNotApplied"), 1, "{:?}", env.events("resized"));

@@ -21,6 +21,9 @@ pub enum Error {
     /// The leader election is configured so that two replicas could act at once.
     #[error("leader election: {0}")]
     LeaderElection(String),
+    /// `--region-namespace` is set and its Regions cannot be read.
+    #[error("{0}")]
+    Regions(String),
     /// A Server object could not be read into the core model.
     #[error("Server {name} is malformed: {message}")]
     Malformed { name: String, message: String },

@@ -53,6 +53,15 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
 
+    /// Read each region's Region resource (uni-region's, named by the region
+    /// ID) from this namespace, usually the region controller's
+    /// (`unikorn-region`), for its floating-IP network selector
+    /// (`spec.openstack.network.externalNetworks.selector`); kept current by a
+    /// watch. Needs list and watch on regions there. A region configuration's
+    /// own `externalNetworks` overrides it.
+    #[arg(long, env = "SERVER_CONTROLLER_REGION_NAMESPACE")]
+    region_namespace: Option<String>,
+
     /// Act only while holding the leader Lease, so several replicas can run
     /// (`--leader-election=false` for a single replica that acts at once).
     #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -197,6 +206,7 @@ fn controller_config(args: &Args, leader_election: Option<LeaseConfig>) -> Contr
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
         reporting_instance: std::env::var("POD_NAME").ok(),
+        region_namespace: args.region_namespace.clone(),
         leader_election,
         drain_timeout: args.drain_timeout,
         stall_timeout: args.stall_timeout,
