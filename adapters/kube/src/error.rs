@@ -12,9 +12,6 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// The controller's watch stream ended with an error.
-    #[error("watching Servers failed: {0}")]
-    Watch(String),
     /// The caches of consumed resources could not be filled or kept.
     #[error("caching consumed resources failed: {0}")]
     Cache(String),
@@ -24,9 +21,6 @@ pub enum Error {
     /// `--region-namespace` is set and its Regions cannot be read.
     #[error("{0}")]
     Regions(String),
-    /// A Server object could not be read into the core model.
-    #[error("Server {name} is malformed: {message}")]
-    Malformed { name: String, message: String },
 }
 
 impl Error {

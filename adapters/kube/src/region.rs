@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::crd::Region;
 use crate::error::Error;
-use crate::registry::CloudRegistry;
+use crate::cloud::CloudRegistry;
 use crate::shutdown::Shutdown;
 
 /// What a Region says that its cloud acts on.
