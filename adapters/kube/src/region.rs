@@ -13,9 +13,9 @@ use kube::{Api, Client, ResourceExt};
 use server_core::port::{NetworkSelector, RegionSettings};
 use tracing::{info, warn};
 
+use crate::cloud::CloudRegistry;
 use crate::crd::Region;
 use crate::error::Error;
-use crate::cloud::CloudRegistry;
 use crate::shutdown::Shutdown;
 
 /// What a Region says that its cloud acts on.
