@@ -589,22 +589,27 @@ pub fn writes(counters: &CounterSnapshot, resource: &str) -> u64 {
     [Verb::Patch, Verb::Create, Verb::Update, Verb::Delete].iter().map(|v| counters.count(*v, resource)).sum()
 }
 
-/// The kinds a pass consumes, which the operator caches: each is listed once
-/// when its cache fills and then only watched (a live list or get confirms
-/// what a cache lacks, and reads the references of a deleting Server).
-pub const CONSUMED_KINDS: [&str; 5] =
-    ["identities", "networks", "securitygroups", "sshcertificateauthorities", "openstackidentities"];
+/// The kinds a pass reads but the operator does not own, which it caches
+/// (server-kube's table of them): each is listed once when its cache fills
+/// and then only watched (a live list or get confirms what a cache lacks,
+/// and reads the references of a deleting Server).
+pub fn consumed_kinds() -> Vec<String> {
+    server_kube::read_kinds().into_iter().map(|kind| kind.plural).collect()
+}
 
 /// Lists and gets of the consumed kinds.
 pub fn consumed_reads(counters: &CounterSnapshot) -> u64 {
-    CONSUMED_KINDS.iter().map(|kind| counters.count(Verb::List, kind) + counters.count(Verb::Get, kind)).sum()
+    consumed_kinds().iter().map(|kind| counters.count(Verb::List, kind) + counters.count(Verb::Get, kind)).sum()
 }
 
-/// All writes to the Server and the kinds it references.
+/// All writes to the Server, the kinds it references, and Events.
 pub fn operator_writes(counters: &CounterSnapshot) -> u64 {
-    ["servers", "servers/status", "networks", "securitygroups", "sshcertificateauthorities", "identities", "events"]
-        .iter()
-        .map(|r| writes(counters, r))
+    let referenced = server_kube::read_kinds().into_iter().filter(|kind| kind.referenced).map(|kind| kind.plural);
+    ["servers", "servers/status", "events"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(referenced)
+        .map(|r| writes(counters, &r))
         .sum()
 }
 

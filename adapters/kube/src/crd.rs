@@ -233,29 +233,11 @@ pub fn server_crd() -> CustomResourceDefinition {
     crd
 }
 
-/// The consumed kinds' CRDs, for serving them from a test or demo API server.
-/// They preserve unknown fields: the controller models only what it reads.
-pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![
-        Network::crd(),
-        SecurityGroup::crd(),
-        SSHCertificateAuthority::crd(),
-        Identity::crd(),
-        OpenstackIdentity::crd(),
-    ];
-    for crd in &mut crds {
-        preserve_unknown_fields(crd, &["spec", "status"]);
-    }
-    crds
-}
-
-/// Every CRD the controller touches: Server first, then the consumed kinds,
-/// then Region.
-pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![server_crd()];
-    crds.extend(consumed_crds());
-    crds.push(region_crd());
-    crds
+/// A consumed kind's CRD as a test or demo API server serves it: it
+/// preserves unknown fields, since the controller models only what it reads.
+pub(crate) fn served_consumed_crd(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    crd
 }
 
 /// A region of the platform (uni-region's `Region`, named by the region ID,

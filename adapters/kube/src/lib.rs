@@ -17,6 +17,7 @@ mod cache;
 pub mod cached;
 mod cloud;
 mod config;
+mod consumed;
 mod controller;
 pub mod convert;
 pub mod crd;
@@ -42,6 +43,7 @@ use kube::Client;
 
 pub use cloud::CloudRegistry;
 pub use config::ControllerConfig;
+pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;
 pub use error::Error;
 pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
@@ -235,7 +237,7 @@ impl Operator {
         let result = cache::with_caches(
             &self.client,
             config.namespace.as_deref(),
-            &cache::WatchSettings::of(config),
+            &kube_api::WatchSettings::of(config),
             ready.clone(),
             shutdown,
             |caches, wakes| {

@@ -11,8 +11,8 @@ use super::references;
 use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_this_generation};
 use crate::model::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
-    ConditionReason, ConditionStatus, ConditionType, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
-    REGION_LABEL, Server, SshInjection, set_condition,
+    ConditionReason, ConditionStatus, ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
+    REGION_LABEL, ResourceKind, Server, SshInjection, set_condition,
 };
 use crate::monitor::observe;
 use crate::port::{CreateRequest, Owner, ServerRef};
@@ -261,9 +261,11 @@ fn park_refused_user_data(server: &Server, error: &UserDataError, mut plan: Plan
 }
 
 fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
-    let ca_key = server.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
-        facts.ssh_certificate_authorities.iter().find(|ca| ca.resource.name == id).map(|ca| ca.public_key.as_str())
-    });
+    let ca_key = server
+        .spec
+        .ssh_certificate_authority_id
+        .as_deref()
+        .and_then(|id| facts.find(ResourceKind::SshCertificateAuthority, id).and_then(Consumed::public_key));
     let user_data = server.spec.user_data.as_ref().map(|u| u.0.as_slice());
     let user_data = match render_user_data(user_data, ca_key) {
         Ok(rendered) => rendered,
@@ -294,7 +296,10 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         network_ids: spec
             .networks
             .iter()
-            .filter_map(|n| facts.network_provider_ids.get(&n.id).map(|id| (n.id.clone(), id.clone())))
+            .filter_map(|n| {
+                let provider_id = facts.find(ResourceKind::Network, &n.id).and_then(Consumed::provider_id)?;
+                Some((n.id.clone(), provider_id.to_owned()))
+            })
             .collect(),
         security_group_ids: spec.security_groups.iter().map(|g| g.id.clone()).collect(),
         public_ip: spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled),

@@ -322,16 +322,7 @@ impl Engine {
         }
         let tenant = self.objs.get(i).map(|o| o.tenant).unwrap_or_default();
         let Some(tenant) = self.tenants.get_mut(tenant) else { return Err(not_found()) };
-        let facts = &mut tenant.facts;
-        let resource = facts
-            .identity
-            .iter_mut()
-            .map(|i| &mut i.resource)
-            .chain(facts.networks.iter_mut())
-            .chain(facts.security_groups.iter_mut())
-            .chain(facts.ssh_certificate_authorities.iter_mut().map(|c| &mut c.resource))
-            .find(|r| r.name == reference.name);
-        let Some(resource) = resource else {
+        let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
             return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
         };
         if add {

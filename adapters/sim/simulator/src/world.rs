@@ -9,8 +9,8 @@ use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 use server_core::model::{
-    Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, IDENTITY_LABEL, Identity, ImageSpec,
-    NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, SecurityGroupRef, SshCertificateAuthority,
+    Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec,
+    NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, ResourceKind, SecurityGroupRef,
 };
 use server_core::port::IdentityContext;
 use server_core::{Decision, Facts, ProviderView, Server, ServerSpec, ServerStatus};
@@ -153,18 +153,15 @@ impl Tenant {
             message: "Provisioned".into(),
             last_transition_time: now,
         };
-        let facts = Facts {
-            identity: Some(Identity { resource: Consumed::new(identity_name(index)), conditions: vec![ready] }),
-            networks: vec![Consumed::new("net-a"), Consumed::new("net-b")],
-            network_provider_ids: Default::default(),
-            security_groups: vec![Consumed::new("sg-a"), Consumed::new("sg-b")],
-            ssh_certificate_authorities: vec![SshCertificateAuthority {
-                resource: Consumed::new("ca"),
-                public_key: CA_KEY.into(),
-            }],
-            other_identity_references: Vec::new(),
-            provider: ProviderView::Absent,
-        };
+        let identity = Consumed::new(identity_name(index)).with(Detail::Identity { conditions: vec![ready] });
+        let ca = Consumed::new("ca").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() });
+        let facts = Facts { provider: ProviderView::Absent, ..Facts::default() }
+            .with(ResourceKind::Identity, identity)
+            .with(ResourceKind::Network, Consumed::new("net-a"))
+            .with(ResourceKind::Network, Consumed::new("net-b"))
+            .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
+            .with(ResourceKind::SecurityGroup, Consumed::new("sg-b"))
+            .with(ResourceKind::SshCertificateAuthority, ca);
         let identity = IdentityContext {
             region_id: REGION.into(),
             identity_id: identity_name(index),
@@ -176,13 +173,7 @@ impl Tenant {
 
     /// Every consumed resource with its finalizers.
     pub(crate) fn resources(&self) -> impl Iterator<Item = &Consumed> {
-        let f = &self.facts;
-        f.identity
-            .iter()
-            .map(|i| &i.resource)
-            .chain(f.networks.iter())
-            .chain(f.security_groups.iter())
-            .chain(f.ssh_certificate_authorities.iter().map(|c| &c.resource))
+        self.facts.consumed.values().flatten()
     }
 }
 
