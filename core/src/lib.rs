@@ -30,6 +30,7 @@ pub mod monitor;
 pub mod pass;
 pub mod port;
 pub mod predicate;
+pub mod provider_metadata;
 pub mod reconcile;
 pub mod status_patch;
 pub mod user_data;
