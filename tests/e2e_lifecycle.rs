@@ -306,7 +306,7 @@ async fn identity_not_ready_waits_then_proceeds(kind: CloudKind) {
     env.start();
     let server = env
         .wait_server("waiting", "waiting for the identity", |s| {
-            available_message(s).contains("Waiting for the identity")
+            available_message(s) == server_core::Wait::IdentityNotReady.message()
         })
         .await;
     assert_eq!(available_reason(&server), "Provisioning");

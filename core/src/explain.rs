@@ -176,8 +176,8 @@ fn describe(action: &Action) -> String {
 fn outcome(outcome: &Outcome) -> String {
     match outcome {
         Outcome::Done => "wait for the next change (nothing is requeued)".into(),
-        Outcome::Yield(reason) => format!("check again after the yield interval: {reason}"),
-        Outcome::Terminal(reason) => format!("stay parked until a person acts: {reason}"),
-        Outcome::Error(reason) => format!("retry after the yield interval: {reason}"),
+        Outcome::Yield(wait) => format!("check again after the yield interval: {}", wait.message()),
+        Outcome::Terminal(park) => format!("stay parked until a person acts: {}", park.message()),
+        Outcome::Error(error) => format!("retry after the yield interval: {error}"),
     }
 }

@@ -49,6 +49,8 @@ pub enum Park {
         message: String,
     },
     MissingAfterBoot,
+    /// The Server cannot be acted on as written (a repeated ID; a field an
+    /// adapter cannot read); `message` says what to change.
     InvalidSpec {
         message: String,
     },
@@ -84,10 +86,15 @@ const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server; c
 pub fn park(server: &Server, options: &Options) -> Option<Park> {
     Some(match lifecycle(server, options).park()? {
         ParkKind::AtCap => Park::AtCap { max: options.max_attempts() },
-        ParkKind::Refused => Park::Refused { message: refusal_message(server) },
+        ParkKind::Refused => refused_park(server),
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
         ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
     })
+}
+
+/// The park of a Server whose create of this generation is refused.
+pub(crate) fn refused_park(server: &Server) -> Park {
+    Park::Refused { message: refusal_message(server) }
 }
 
 /// Why this generation's create is refused: the recorded words; for a record

@@ -23,7 +23,7 @@
 use jiff::Timestamp;
 
 use crate::model::{SERVER_FINALIZER, Server, ServerStatus};
-use crate::reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, action_failed, reconcile};
+use crate::reconcile::{Action, ActionFailure, Decision, Facts, Options, Outcome, PassError, action_failed, reconcile};
 
 /// The rule that judges a failed action: [`action_failed`] unless a test
 /// swaps in another (the simulator checks its checker with broken rules).
@@ -133,7 +133,7 @@ impl Pass {
     /// so it is an error and requeues: the next pass finishes the work.
     pub fn into_outcome(self) -> Outcome {
         if self.outcome().is_none() {
-            return Outcome::Error("the pass stopped before its actions ran".into());
+            return Outcome::Error(PassError::Interrupted);
         }
         match self.stage {
             Stage::Ended(outcome) => outcome,

@@ -118,7 +118,8 @@ fn a_refusal_outlives_a_status_write_lost_to_a_concurrent_writer() {
         let pass = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(t));
         assert_eq!(creates(&pass), 0, "the refused create was sent again at {t}s");
         assert_eq!(event_reasons(&pass), Vec::<&str>::new());
-        let Outcome::Terminal(message) = &pass.outcome else { panic!("not parked at {t}s: {:?}", pass.outcome) };
+        let Outcome::Terminal(park) = &pass.outcome else { panic!("not parked at {t}s: {:?}", pass.outcome) };
+        let message = park.message();
         assert!(message.contains("Quota exceeded for instances"), "the provider's words were lost: {message}");
         persist(&mut server, &pass);
         assert_eq!(server_core::park(&server, &options).map(|p| p.kind()), Some(ParkKind::Refused));

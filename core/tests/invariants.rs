@@ -143,7 +143,7 @@ fn watch_and_retry_agree(rules: Rules) -> Result<(), String> {
             let facts = facts_with(&server, ProviderView::Present(record));
             let decision = (rules.reconcile)(&server, &facts, &Options::with_max_attempts(max), at(2_000));
             let parked_before = server.status.provider_create_failures == max
-                && matches!(&decision.outcome, Outcome::Terminal(m) if m.contains("create failed after"));
+                && matches!(&decision.outcome, Outcome::Terminal(server_core::Park::AtCap { .. }));
             let retry_acts = decision
                 .events()
                 .any(|e| matches!(e.reason, EventReason::ProviderCreateRetrying | EventReason::ProviderCreateFailed))
@@ -175,8 +175,8 @@ fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
         let created = creates(&decision) == 1;
         // Refused user data parks (Terminal), a bad CA key requeues (Error);
         // either way with a bounded message.
-        match &decision.outcome {
-            Outcome::Error(message) | Outcome::Terminal(message) => {
+        match (&decision.outcome, decision.outcome.message()) {
+            (Outcome::Error(_) | Outcome::Terminal(_), Some(message)) => {
                 prop_assert!(!created);
                 prop_assert!(message.len() <= 1100, "{} bytes", message.len());
             }
@@ -716,7 +716,7 @@ fn records_after_the_status_write(
 fn unparks_during_an_outage(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
     let mut decision = reconcile(server, facts, options, now);
     if !facts.provider.is_known() && matches!(decision.outcome, Outcome::Terminal(_)) {
-        decision.outcome = Outcome::Yield("Waiting for the provider to answer".into());
+        decision.outcome = Outcome::Yield(server_core::Wait::ProviderUnknown { reason: "outage".into() });
     }
     decision
 }

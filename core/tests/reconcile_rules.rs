@@ -3,13 +3,16 @@
 
 mod support;
 
+use server_core::Park;
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, Detail, IDENTITY_LABEL,
     ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
     reference_finalizer,
 };
 use server_core::port::CloudError;
-use server_core::reconcile::{Action, ActionFailure, Options, Outcome, ProviderView, action_failed, reconcile};
+use server_core::reconcile::{
+    Action, ActionFailure, Options, Outcome, PassError, ProviderView, Wait, action_failed, reconcile,
+};
 use support::*;
 
 const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
@@ -156,8 +159,11 @@ fn missing_labels_are_a_clear_error_that_touches_nothing() {
         let mut server = server();
         server.meta.labels.remove(label);
         let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-        let Outcome::Error(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
-        assert!(message.contains(label), "{message}");
+        let Outcome::Error(PassError::MissingLabel { label: missing }) = &decision.outcome else {
+            panic!("{:?}", decision.outcome)
+        };
+        assert_eq!(*missing, label);
+        assert!(available(&decision).message.contains(label), "{}", available(&decision).message);
         assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))), "{:?}", decision.actions);
         assert_eq!(available(&decision).reason, ConditionReason::Errored);
     }
@@ -168,7 +174,7 @@ fn duplicate_ids_are_rejected_before_anything_is_touched() {
     let mut server = server();
     server.spec.security_groups.push(SecurityGroupRef { id: "sg-a".into() });
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    let Outcome::Terminal(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    let Outcome::Terminal(Park::InvalidSpec { message }) = &decision.outcome else { panic!("{:?}", decision.outcome) };
     assert!(message.contains("sg-a") && message.contains("more than once"), "{message}");
     assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))));
 }
@@ -178,14 +184,18 @@ fn unknown_reference_ids_are_a_clear_error() {
     let mut server = server();
     server.spec.networks[0].id = "net-missing".into();
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    let Outcome::Error(message) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    let Outcome::Error(error @ PassError::UnknownReference { id, .. }) = &decision.outcome else {
+        panic!("{:?}", decision.outcome)
+    };
+    assert_eq!(id, "net-missing");
+    let message = error.to_string();
     assert!(message.contains("attempt to reference unknown resource ID net-missing"), "{message}");
     assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))));
 
     let mut server = server_with_ca("ca-missing");
     server.meta.generation = 2;
     let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
-    assert!(matches!(&decision.outcome, Outcome::Error(m) if m.contains("ca-missing")));
+    assert!(matches!(&decision.outcome, Outcome::Error(PassError::UnknownReference { id, .. }) if id == "ca-missing"));
 }
 
 fn server_with_ca(id: &str) -> server_core::Server {
@@ -199,7 +209,7 @@ fn an_identity_that_is_not_ready_yields_before_any_provider_call() {
     let mut facts = facts();
     support::identity_conditions(&mut facts).clear();
     let decision = reconcile(&server(), &facts, &OPTIONS, at(10));
-    assert!(matches!(&decision.outcome, Outcome::Yield(m) if m.contains("identity")));
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::IdentityNotReady));
     assert_eq!(creates(&decision) + deletes(&decision), 0);
     assert!(decision.actions.iter().any(|a| matches!(a, Action::AddReference(_))), "references come first");
 }
@@ -235,7 +245,8 @@ fn first_failure_starts_a_retry_deletes_and_emits_once() {
     assert!(decision.events().next().unwrap().note.contains("(attempt 2/3)"));
     assert_eq!(deletes(&decision), 1);
     assert_eq!(creates(&decision), 0);
-    assert_eq!(decision.outcome, Outcome::Yield("Deleting failed provider server before retrying create".into()));
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::DeletingFailedServer));
+    assert_eq!(available(&decision).message, "Deleting failed provider server before retrying create");
     // The counter is persisted before the delete runs.
     let write = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_))).unwrap();
     let delete = decision.actions.iter().position(|a| matches!(a, Action::DeleteProviderServer(_))).unwrap();
@@ -288,7 +299,8 @@ fn the_last_allowed_failure_parks_the_server_terminally() {
     let mut facts = referenced_facts(&server);
     facts.provider = present();
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
-    assert_eq!(decision.outcome, Outcome::Terminal("Provider server create failed after 3 attempts".into()));
+    assert_eq!(decision.outcome, Outcome::Terminal(Park::AtCap { max: 3 }));
+    assert_eq!(available(&decision).message, "Provider server create failed after 3 attempts");
     assert_eq!(decision.status.provider_create_failures, 3);
     assert!(!decision.status.provider_create_retrying);
     assert_eq!(event_reasons(&decision), ["ProviderCreateFailed"]);
@@ -343,7 +355,7 @@ fn max_attempts_below_one_means_one() {
         let mut facts = referenced_facts(&server);
         facts.provider = present();
         let decision = reconcile(&server, &facts, &Options::with_max_attempts(max), at(10));
-        assert_eq!(decision.outcome, Outcome::Terminal("Provider server create failed after 1 attempts".into()));
+        assert_eq!(decision.outcome, Outcome::Terminal(Park::AtCap { max: 1 }));
         assert_eq!(decision.status.provider_create_failures, 1);
         assert_eq!(deletes(&decision), 0);
     }
@@ -398,7 +410,7 @@ fn a_booted_server_whose_record_vanished_is_reported_once_and_never_recreated() 
     let first = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(creates(&first), 0);
     assert_eq!(event_reasons(&first), ["ProviderServerMissing"]);
-    assert!(matches!(&first.outcome, Outcome::Terminal(m) if m.contains("disappeared")));
+    assert_eq!(first.outcome, Outcome::Terminal(Park::MissingAfterBoot));
     persist(&mut server, &first);
     let second = reconcile(&server, &facts, &OPTIONS, at(20));
     assert_eq!(second.actions, vec![]);
@@ -414,7 +426,9 @@ fn a_refused_create_parks_until_the_spec_changes() {
     let create = decision.actions.iter().find(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
     let refusal = ActionFailure::Cloud(CloudError::Refused { status: 403, message: "Quota exceeded for cores".into() });
     let parked = action_failed(&server, create, &refusal, at(11));
-    assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded for cores")));
+    assert!(
+        matches!(&parked.outcome, Outcome::Terminal(Park::Refused { message }) if message.contains("Quota exceeded for cores"))
+    );
     assert_eq!(event_reasons(&parked), ["ProviderCreateRefused"]);
     let recorded = parked.actions.iter().flat_map(Action::annotation_changes).collect::<Vec<_>>();
     assert!(recorded.contains(&(CREATE_REFUSED_ANNOTATION, Some("1"))), "{recorded:?}");
@@ -423,7 +437,9 @@ fn a_refused_create_parks_until_the_spec_changes() {
     // Restarts and resyncs do not create again.
     let again = reconcile(&server, &facts, &OPTIONS, at(20));
     assert_eq!(creates(&again), 0);
-    assert!(matches!(&again.outcome, Outcome::Terminal(m) if m.contains("Quota exceeded")));
+    assert!(
+        matches!(&again.outcome, Outcome::Terminal(Park::Refused { message }) if message.contains("Quota exceeded"))
+    );
     assert_eq!(again.actions, vec![]);
 
     // A spec change re-arms it.
@@ -443,7 +459,9 @@ fn refused_user_data_parks_before_any_create_until_the_spec_changes() {
         server.spec.user_data = Some(UserData(user_data.into_bytes()));
         let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
         assert_eq!(creates(&decision), 0, "{reason}");
-        let Outcome::Terminal(message) = &decision.outcome else { panic!("{reason}: {:?}", decision.outcome) };
+        let Outcome::Terminal(Park::Refused { message }) = &decision.outcome else {
+            panic!("{reason}: {:?}", decision.outcome)
+        };
         assert!(message.starts_with(&format!("user data refused ({reason}): ")), "{message}");
         assert!(!message.contains(secret), "{message}");
         assert_eq!(available(&decision).message, *message);
@@ -470,7 +488,9 @@ fn an_unusable_ca_key_is_an_error_that_requeues() {
         Detail::SshCertificateAuthority { public_key: "not a key".into() };
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(creates(&decision), 0);
-    assert!(matches!(&decision.outcome, Outcome::Error(m) if m.contains("SSH certificate authority public key")));
+    assert!(
+        matches!(&decision.outcome, Outcome::Error(PassError::UserData(e)) if e.to_string().contains("SSH certificate authority public key"))
+    );
     assert!(decision.outcome.requeues());
 }
 
@@ -560,7 +580,7 @@ fn a_server_lost_before_it_was_seen_to_launch_spends_an_attempt() {
     let again = reconcile(&server, &facts, &OPTIONS, at(210));
     persist(&mut server, &again);
     let parked = reconcile(&server, &facts, &OPTIONS, at(300));
-    assert!(matches!(&parked.outcome, Outcome::Terminal(m) if m.contains("after 3 attempts")), "{:?}", parked.outcome);
+    assert_eq!(parked.outcome, Outcome::Terminal(Park::AtCap { max: 3 }));
     assert_eq!(creates(&parked), 0);
     persist(&mut server, &parked);
     assert_eq!(creates(&reconcile(&server, &facts, &OPTIONS, at(400))), 0, "the cap is sticky");

@@ -73,9 +73,14 @@ async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<R
             let (name, namespace) = (server.name_any(), server.namespace().unwrap_or_default());
             match &outcome {
                 Outcome::Done => debug!(server = %name, %namespace, ?elapsed, "reconciled: done"),
-                Outcome::Yield(reason) => debug!(server = %name, %namespace, %reason, "reconciled: yield"),
-                Outcome::Terminal(reason) => info!(server = %name, %namespace, %reason, "reconciled: parked"),
-                Outcome::Error(reason) => warn!(server = %name, %namespace, %reason, "reconciled: error"),
+                Outcome::Yield(wait) => {
+                    debug!(server = %name, %namespace, reason = %wait.message(), "reconciled: yield")
+                }
+                Outcome::Terminal(park) => {
+                    let (park, reason) = (park.kind().as_str(), park.message());
+                    info!(server = %name, %namespace, park, %reason, "reconciled: parked")
+                }
+                Outcome::Error(error) => warn!(server = %name, %namespace, reason = %error, "reconciled: error"),
             }
             Ok(match requeue_for(&outcome, &executor.config) {
                 Some(after) => Requeue::requeue(after),
@@ -209,9 +214,11 @@ mod tests {
     #[test]
     fn only_yield_and_error_requeue_and_always_at_the_fixed_interval() {
         let config = ControllerConfig { yield_interval: Duration::from_millis(250), ..Default::default() };
-        assert_eq!(requeue_for(&Outcome::Yield("x".into()), &config), Some(Duration::from_millis(250)));
-        assert_eq!(requeue_for(&Outcome::Error("x".into()), &config), Some(Duration::from_millis(250)));
+        let conflict = Outcome::Yield(server_core::Wait::Conflict { message: "x".into() });
+        assert_eq!(requeue_for(&conflict, &config), Some(Duration::from_millis(250)));
+        let api = Outcome::Error(server_core::PassError::Api { message: "x".into() });
+        assert_eq!(requeue_for(&api, &config), Some(Duration::from_millis(250)));
         assert_eq!(requeue_for(&Outcome::Done, &config), None);
-        assert_eq!(requeue_for(&Outcome::Terminal("x".into()), &config), None);
+        assert_eq!(requeue_for(&Outcome::Terminal(server_core::Park::MissingAfterBoot), &config), None);
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Decision, Outcome, Pass, needs_facts, reconcile};
+use server_core::{Action, ActionFailure, Decision, Outcome, Park, Pass, Wait, needs_facts, reconcile};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -64,7 +64,7 @@ impl Executor {
             // The cache leaves user data out: read it for the create alone.
             match self.live_user_data(&server).await? {
                 Some(user_data) => server.spec.user_data = Some(user_data),
-                None => return Ok(Outcome::Yield("the Server changed since it was read; deciding again".into())),
+                None => return Ok(Outcome::Yield(Wait::ServerChanged)),
             }
             decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
         }
@@ -121,7 +121,8 @@ impl Executor {
         if let Err(error) = self.events.publish_unreadable(note, &object.object_ref(&())).await {
             warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
         }
-        Outcome::Terminal(format!("the Server cannot be read: {problem}"))
+        // Only a change to the Server can fix it: parked as an invalid spec.
+        Outcome::Terminal(Park::InvalidSpec { message: format!("the Server cannot be read: {problem}") })
     }
 }
 

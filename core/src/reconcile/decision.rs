@@ -1,7 +1,9 @@
 use serde_json::Value;
 
+use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
-use crate::port::{CreateRequest, ServerRef};
+use crate::port::{CloudError, CreateRequest, ServerRef};
+use crate::user_data::UserDataError;
 
 /// The result of one pass: the status the Server should have, the ordered
 /// idempotent actions that get it there, and what to do next. An adapter runs
@@ -82,16 +84,18 @@ pub struct Reference {
     pub finalizer: String,
 }
 
+/// What a pass ends in. Each carries a typed reason; its message (the
+/// Available condition's, on the wire) is built from it, never parsed back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Converged; wake again only on a watch trigger.
     Done,
     /// Waiting on something outside; requeue after the fixed interval.
-    Yield(String),
+    Yield(Wait),
     /// Parked; not requeued until a watch trigger (spec change, reset).
-    Terminal(String),
+    Terminal(Park),
     /// Failed; requeue after the fixed interval.
-    Error(String),
+    Error(PassError),
 }
 
 impl Outcome {
@@ -107,6 +111,101 @@ impl Outcome {
             Outcome::Error(_) => "error",
         }
     }
+
+    /// What the outcome says (the Available message of a pass that ends in
+    /// it); `None` for Done, whose message depends on the direction.
+    pub fn message(&self) -> Option<String> {
+        match self {
+            Outcome::Done => None,
+            Outcome::Yield(wait) => Some(wait.message()),
+            Outcome::Terminal(park) => Some(park.message()),
+            Outcome::Error(error) => Some(error.to_string()),
+        }
+    }
+}
+
+/// What a yielding pass waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// The Server's Identity is not ready yet.
+    IdentityNotReady,
+    /// The provider could not be asked about the server (`reason` says why).
+    ProviderUnknown { reason: String },
+    /// There is no cloud account to ask as (the identity is gone).
+    NoCloudAccount,
+    /// Deleting: the provider could not be asked whether the server exists.
+    ProviderUnknownBeforeDelete { reason: String },
+    /// A create was sent; its server is expected to appear.
+    Creating,
+    /// The last create's server has not appeared, within its grace.
+    IssuedCreate,
+    /// Deleting: a create of unknown fate may still land.
+    IssuedCreateBeforeRelease,
+    /// The failed provider server is being deleted before the retry.
+    DeletingFailedServer,
+    /// The failed server is gone; the next pass creates again.
+    RetryReady,
+    /// Deleting: the provider server's deletion is under way.
+    DeletingProviderServer,
+    /// A provider call failed in a way that passes (busy, rate limited,
+    /// unavailable, a create answer that proves nothing landed).
+    Provider(CloudError),
+    /// A write met a concurrent writer (409).
+    Conflict { message: String },
+    /// The Server changed between the pass's read and its create (an
+    /// adapter's re-read found a new generation).
+    ServerChanged,
+}
+
+impl Wait {
+    pub fn message(&self) -> String {
+        match self {
+            Wait::IdentityNotReady => "Waiting for the identity to become ready".into(),
+            Wait::ProviderUnknown { reason } => format!("Waiting for the provider to answer: {reason}"),
+            Wait::NoCloudAccount => "Waiting for the identity's cloud account to act on the provider".into(),
+            Wait::ProviderUnknownBeforeDelete { reason } => {
+                format!("Waiting for the provider to answer before deleting: {reason}")
+            }
+            Wait::Creating => CREATING_MESSAGE.into(),
+            Wait::IssuedCreate => AWAITING_CREATE_MESSAGE.into(),
+            Wait::IssuedCreateBeforeRelease => AWAITING_CREATE_BEFORE_RELEASE_MESSAGE.into(),
+            Wait::DeletingFailedServer => DELETING_FAILED_MESSAGE.into(),
+            Wait::RetryReady => RETRY_READY_MESSAGE.into(),
+            Wait::DeletingProviderServer => "Deleting provider server".into(),
+            Wait::Provider(error) => format!("Waiting for the provider: {error}"),
+            Wait::Conflict { message } => format!("Conflicting write, retrying: {message}"),
+            Wait::ServerChanged => "the Server changed since it was read; deciding again".into(),
+        }
+    }
+}
+
+pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
+pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
+pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
+const AWAITING_CREATE_MESSAGE: &str =
+    "Waiting for the provider server of the last create to appear (its answer may have been lost)";
+const AWAITING_CREATE_BEFORE_RELEASE_MESSAGE: &str =
+    "Waiting for the fate of the last create before releasing the server (a late create would be orphaned)";
+
+/// Why a pass failed (it is requeued); the message says what to fix.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PassError {
+    #[error("server is missing required label {label}; set it to add the server")]
+    MissingLabel { label: &'static str },
+    #[error("attempt to reference unknown resource ID {id} ({})", kind.as_str())]
+    UnknownReference { kind: ResourceKind, id: String },
+    /// The user data cannot be built for a reason that can pass without a
+    /// spec change (the SSH CA's key).
+    #[error("cannot build user data: {0}")]
+    UserData(UserDataError),
+    /// The provider refused the credentials or a call in a way that does not pass.
+    #[error("{0}")]
+    Cloud(CloudError),
+    #[error("Kubernetes API request failed: {message}")]
+    Api { message: String },
+    /// The adapter stopped driving the pass before its actions all ran.
+    #[error("the pass stopped before its actions ran")]
+    Interrupted,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //! once the provider confirms it absent (and no create of unknown fate can
 //! still land), then the Server's finalizer goes.
 
-use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
+use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, Wait};
 use super::facts::{Facts, ProviderView};
 use super::issued::IssuedCreate;
 use super::options::Options;
@@ -11,13 +11,10 @@ use super::provision::server_ref;
 use super::references;
 use crate::model::{SERVER_FINALIZER, Server};
 
-pub(crate) const AWAITING_CREATE_MESSAGE: &str =
-    "Waiting for the fate of the last create before releasing the server (a late create would be orphaned)";
-
 pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> Decision {
     match &facts.provider {
         ProviderView::Unknown(reason) => {
-            plan.finish(Outcome::Yield(format!("Waiting for the provider to answer before deleting: {reason}")))
+            plan.finish(Outcome::Yield(Wait::ProviderUnknownBeforeDelete { reason: reason.clone() }))
         }
         // No identity, no project that could hold a provider server: nothing
         // to delete, so the Server is released, and a person is told.
@@ -34,7 +31,7 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
         }
         ProviderView::Present(_) => {
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
-            plan.finish(Outcome::Yield("Deleting provider server".into()))
+            plan.finish(Outcome::Yield(Wait::DeletingProviderServer))
         }
         // A create of unknown fate may still land after this read: absence
         // is confirmed once its grace is over. A create whose record the
@@ -44,7 +41,7 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
             if server.status.scheduled_at.is_none()
                 && IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
         {
-            plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
+            plan.finish(Outcome::Yield(Wait::IssuedCreateBeforeRelease))
         }
         ProviderView::Absent => release(server, facts, plan),
     }

@@ -3,8 +3,9 @@
 
 use jiff::Timestamp;
 
-use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome};
+use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Wait};
 use super::plan::Plan;
+use crate::lifecycle::Park;
 use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, Server};
 use crate::port::{CallEffect, CloudError};
 
@@ -41,21 +42,17 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
                 plan.record(CREATE_ISSUED_ANNOTATION, None);
             }
             let outcome = match error {
-                CloudError::Auth { .. } => Outcome::Error(error.to_string()),
-                _ => Outcome::Yield(format!("Waiting for the provider: {error}")),
+                CloudError::Auth { .. } => Outcome::Error(PassError::Cloud(error.clone())),
+                _ => Outcome::Yield(Wait::Provider(error.clone())),
             };
             plan.finish(outcome)
         }
         (_, ActionFailure::Cloud(error)) if error.is_transient() => {
-            unchanged(Outcome::Yield(format!("Waiting for the provider: {error}")))
+            unchanged(Outcome::Yield(Wait::Provider(error.clone())))
         }
-        (_, ActionFailure::Conflict(message)) => {
-            unchanged(Outcome::Yield(format!("Conflicting write, retrying: {message}")))
-        }
-        (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(error.to_string())),
-        (_, ActionFailure::Api(message)) => {
-            unchanged(Outcome::Error(format!("Kubernetes API request failed: {message}")))
-        }
+        (_, ActionFailure::Conflict(message)) => unchanged(Outcome::Yield(Wait::Conflict { message: message.clone() })),
+        (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(PassError::Cloud(error.clone()))),
+        (_, ActionFailure::Api(message)) => unchanged(Outcome::Error(PassError::Api { message: message.clone() })),
     }
 }
 
@@ -85,7 +82,7 @@ fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) 
             note: format!("Provider refused to create the server: {provider_message}"),
         });
     }
-    plan.finish(Outcome::Terminal(message))
+    plan.finish(Outcome::Terminal(Park::Refused { message }))
 }
 
 /// The Available message of a refused create.

@@ -12,7 +12,7 @@ mod references;
 mod retry;
 pub(crate) mod validate;
 
-pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, Reference};
+pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
 pub use facts::{Facts, ProviderView};
 pub use failure::{ActionFailure, action_failed};
 pub use options::Options;
@@ -83,7 +83,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         plan.lead(action);
     }
     if !facts.identity().is_some_and(Consumed::is_ready_identity) {
-        return plan.finish(Outcome::Yield("Waiting for the identity to become ready".into()));
+        return plan.finish(Outcome::Yield(Wait::IdentityNotReady));
     }
     provision::provision(server, facts, options, plan)
 }

@@ -128,10 +128,9 @@ fn available_for(outcome: &Outcome, deleting: bool) -> (ConditionStatus, Conditi
     match (outcome, deleting) {
         (Outcome::Done, false) => (ConditionStatus::True, ConditionReason::Provisioned, "Provisioned".into()),
         (Outcome::Done, true) => (ConditionStatus::False, ConditionReason::Deprovisioned, "Deprovisioned".into()),
-        (Outcome::Yield(message), false) => (ConditionStatus::False, ConditionReason::Provisioning, message.clone()),
-        (Outcome::Yield(message), true) => (ConditionStatus::False, ConditionReason::Deprovisioning, message.clone()),
-        (Outcome::Terminal(message) | Outcome::Error(message), _) => {
-            (ConditionStatus::False, ConditionReason::Errored, message.clone())
-        }
+        (Outcome::Yield(wait), false) => (ConditionStatus::False, ConditionReason::Provisioning, wait.message()),
+        (Outcome::Yield(wait), true) => (ConditionStatus::False, ConditionReason::Deprovisioning, wait.message()),
+        (Outcome::Terminal(park), _) => (ConditionStatus::False, ConditionReason::Errored, park.message()),
+        (Outcome::Error(error), _) => (ConditionStatus::False, ConditionReason::Errored, error.to_string()),
     }
 }

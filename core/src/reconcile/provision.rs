@@ -2,13 +2,15 @@
 //! bounded delete-and-retry machine (DESIGN §7) and ensuring the provider
 //! server exists.
 
-use super::decision::{Action, Event, EventReason, EventType, Outcome};
+use super::decision::{
+    Action, DELETING_FAILED_MESSAGE, Event, EventReason, EventType, Outcome, PassError, RETRY_READY_MESSAGE, Wait,
+};
 use super::facts::{Facts, ProviderView};
 use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
 use super::references;
-use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_this_generation};
+use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park, refused_this_generation};
 use crate::model::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
     ConditionReason, ConditionStatus, ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
@@ -19,12 +21,6 @@ use crate::port::{CreateRequest, Owner, ServerRef};
 use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
 use crate::provider_metadata::provider_tags;
 use crate::user_data::{UserDataError, render_user_data};
-
-pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
-pub(crate) const RETRY_READY_MESSAGE: &str = "Retrying provider server create";
-pub(crate) const DELETING_FAILED_MESSAGE: &str = "Deleting failed provider server before retrying create";
-pub(crate) const AWAITING_CREATE_MESSAGE: &str =
-    "Waiting for the provider server of the last create to appear (its answer may have been lost)";
 
 pub(crate) fn server_ref(server: &Server) -> ServerRef {
     ServerRef { namespace: server.meta.namespace.clone(), name: server.meta.name.clone(), uid: server.meta.uid.clone() }
@@ -61,9 +57,9 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
         // An outage says nothing new about a park: it stays as it is.
         unknown => {
             if let Some(park) = park(server, options) {
-                return plan.finish(Outcome::Terminal(park.message()));
+                return plan.finish(Outcome::Terminal(park));
             }
-            return plan.finish(Outcome::Yield(waiting_message(unknown)));
+            return plan.finish(Outcome::Yield(waiting_for(unknown)));
         }
     };
 
@@ -98,10 +94,10 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     ensure_exists(server, facts, view, options, plan)
 }
 
-pub(crate) fn waiting_message(view: &ProviderView) -> String {
+fn waiting_for(view: &ProviderView) -> Wait {
     match view {
-        ProviderView::Unknown(reason) => format!("Waiting for the provider to answer: {reason}"),
-        _ => "Waiting for the identity's cloud account to act on the provider".into(),
+        ProviderView::Unknown(reason) => Wait::ProviderUnknown { reason: reason.clone() },
+        _ => Wait::NoCloudAccount,
     }
 }
 
@@ -137,7 +133,7 @@ fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bo
 /// restart never advance it, and the event fires once, on entry.
 fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Decision {
     let max = options.max_attempts();
-    let message = Park::AtCap { max }.message();
+    let park = Park::AtCap { max };
     let already_parked = lifecycle(server, options) == Lifecycle::Parked(ParkKind::AtCap);
     plan.status.provider_create_failures = max;
     plan.status.provider_create_retrying = false;
@@ -150,10 +146,10 @@ fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Dec
             type_: EventType::Warning,
             reason: EventReason::ProviderCreateFailed,
             action: "ParkServer",
-            note: message.clone(),
+            note: park.message(),
         });
     }
-    plan.finish(Outcome::Terminal(message))
+    plan.finish(Outcome::Terminal(park))
 }
 
 /// Deletes the failed provider server; once the provider says it is gone,
@@ -163,7 +159,7 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
         ProviderView::Present(_) => {
             reset_runtime_status(&mut plan, DELETING_FAILED_MESSAGE);
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
-            plan.finish(Outcome::Yield(DELETING_FAILED_MESSAGE.into()))
+            plan.finish(Outcome::Yield(Wait::DeletingFailedServer))
         }
         _ => {
             plan.status.provider_create_retrying = false;
@@ -174,7 +170,7 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
                 action: "RetryProviderCreate",
                 note: "Failed provider server deleted; the create will be retried".into(),
             });
-            plan.finish(Outcome::Yield(RETRY_READY_MESSAGE.into()))
+            plan.finish(Outcome::Yield(Wait::RetryReady))
         }
     }
 }
@@ -227,17 +223,12 @@ fn ensure_exists(
                     note: "Provider server disappeared after it booted; not recreating it".into(),
                 });
             }
-            plan.finish(Outcome::Terminal(Park::MissingAfterBoot.message()))
+            plan.finish(Outcome::Terminal(Park::MissingAfterBoot))
         }
         // Every attempt is spent: the cap is sticky until an operator reset.
         _ if plan.status.provider_create_failures >= options.max_attempts() => park_at_cap(server, options, plan),
-        _ if refused_this_generation(server) => {
-            let message = park(server, options).map(|park| park.message()).unwrap_or_default();
-            plan.finish(Outcome::Terminal(message))
-        }
-        _ if awaiting_issued_create(server, options, &plan) => {
-            plan.finish(Outcome::Yield(AWAITING_CREATE_MESSAGE.into()))
-        }
+        _ if refused_this_generation(server) => plan.finish(Outcome::Terminal(refused_park(server))),
+        _ if awaiting_issued_create(server, options, &plan) => plan.finish(Outcome::Yield(Wait::IssuedCreate)),
         _ => create(server, facts, plan),
     }
 }
@@ -257,7 +248,7 @@ fn park_refused_user_data(server: &Server, error: &UserDataError, mut plan: Plan
         action: "CreateProviderServer",
         note: message.clone(),
     });
-    plan.finish(Outcome::Terminal(message))
+    plan.finish(Outcome::Terminal(Park::Refused { message }))
 }
 
 fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
@@ -271,7 +262,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         Ok(rendered) => rendered,
         // The CA key may be fixed without a spec change: requeue, not park.
         Err(error) if error.reason().is_ssh_key() => {
-            return plan.finish(Outcome::Error(format!("cannot build user data: {error}")));
+            return plan.finish(Outcome::Error(PassError::UserData(error)));
         }
         // The user data itself is refused: only a spec change can fix it.
         Err(error) => return park_refused_user_data(server, &error, plan),
@@ -325,7 +316,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
     for action in references::to_prune(server, facts) {
         plan.trail(action);
     }
-    plan.finish(Outcome::Yield(CREATING_MESSAGE.into()))
+    plan.finish(Outcome::Yield(Wait::Creating))
 }
 
 /// The event note for tags left out of a create: their names (spec keys, not

@@ -2,15 +2,16 @@
 
 use std::collections::BTreeSet;
 
-use super::decision::Outcome;
+use super::decision::{Outcome, PassError};
 use super::facts::Facts;
+use crate::lifecycle::Park;
 use crate::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
 
 /// The labels every Server needs to find its cloud and identity.
 pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
     for label in [REGION_LABEL, IDENTITY_LABEL] {
         if server.meta.label(label).is_none() {
-            return Err(Outcome::Error(format!("server is missing required label {label}; set it to add the server")));
+            return Err(Outcome::Error(PassError::MissingLabel { label }));
         }
     }
     Ok(())
@@ -18,7 +19,7 @@ pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
 
 /// Repeated IDs in the spec: a spec error, parked until the spec changes.
 pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
-    duplicate_id(server).map_or(Ok(()), |message| Err(Outcome::Terminal(message)))
+    duplicate_id(server).map_or(Ok(()), |message| Err(Outcome::Terminal(Park::InvalidSpec { message })))
 }
 
 /// What is repeated in the spec, as the park's message.
@@ -41,7 +42,7 @@ pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
 pub(crate) fn references_exist(server: &Server, facts: &Facts) -> Result<(), Outcome> {
     for kind in ResourceKind::ALL {
         if let Some(id) = kind.named(server).into_iter().find(|id| facts.find(kind, id).is_none()) {
-            return Err(Outcome::Error(format!("attempt to reference unknown resource ID {id} ({})", kind.as_str())));
+            return Err(Outcome::Error(PassError::UnknownReference { kind, id: id.to_owned() }));
         }
     }
     Ok(())
