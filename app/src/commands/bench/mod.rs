@@ -55,7 +55,8 @@ pub(crate) struct Args {
     timeout: Duration,
 
     /// The size whose converged world the steady-state window measures
-    /// (0: none; skipped when it is not among --servers or did not settle).
+    /// (0: none; skipped when it is not among --servers; the report says
+    /// whether every Server had settled).
     #[arg(long, default_value_t = 1000)]
     steady_servers: usize,
 
@@ -204,8 +205,9 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         rss_operator_bytes: process.peak_rss,
         unsettled,
     };
-    let steady = if settled && servers == args.steady_servers {
-        Some(steady_window(args, &world, &mut operator, servers).await?)
+    // Measured even when a few Servers did not settle: the report says so.
+    let steady = if servers == args.steady_servers {
+        Some(steady_window(args, &world, &mut operator, servers, settled).await?)
     } else {
         None
     };
@@ -256,6 +258,7 @@ async fn steady_window(
     world: &BenchWorld,
     operator: &mut OperatorProcess,
     servers: usize,
+    converged: bool,
 ) -> anyhow::Result<SteadyState> {
     eprintln!("bench: {servers} Servers: steady-state window of {}", humantime::format_duration(args.steady_window));
     // Let the last passes and the monitor's follow-up settle before counting.
@@ -276,6 +279,7 @@ async fn steady_window(
     let cloud_server_lists = cloud_after.server_lists - cloud_before.server_lists;
     Ok(SteadyState {
         servers,
+        converged,
         window_seconds: window.as_secs_f64(),
         api_writes: report::writes(&api_after) - report::writes(&api_before),
         api_requests: api_after.total() - api_before.total(),

@@ -82,6 +82,8 @@ pub(crate) struct CloudCounts {
 #[derive(Debug, Serialize)]
 pub(crate) struct SteadyState {
     pub(crate) servers: usize,
+    /// Whether every Server had settled before the window.
+    pub(crate) converged: bool,
     pub(crate) window_seconds: f64,
     pub(crate) api_writes: u64,
     pub(crate) api_requests: u64,
@@ -214,8 +216,9 @@ impl fmt::Display for BenchReport {
         match &self.steady_state {
             Some(s) => writeln!(
                 f,
-                "\nsteady state, {} converged Servers over {:.0} s: {} API writes, {} API requests, {} passes, {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
+                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes, {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
                 s.servers,
+                if s.converged { ", converged," } else { " (NOT all settled)" },
                 s.window_seconds,
                 s.api_writes,
                 s.api_requests,
@@ -226,7 +229,7 @@ impl fmt::Display for BenchReport {
                 s.cloud_requests,
                 megabytes(s.rss_operator_bytes),
             )?,
-            None => writeln!(f, "\nsteady state: not measured (no settled size matched --steady-servers)")?,
+            None => writeln!(f, "\nsteady state: not measured (no size matched --steady-servers)")?,
         }
         writeln!(f, "bench took {:.0} s", self.duration_seconds)
     }
