@@ -323,7 +323,10 @@ mod tests {
     fn the_steady_window_is_three_minutes_unless_shortened() {
         let parse = |extra: &[&str]| Command::try_parse_from(["bench"].iter().chain(extra));
         assert_eq!(parse(&[]).map(|c| c.args.steady_window).ok(), Some(Duration::from_secs(180)));
-        assert_eq!(parse(&["--steady-window", "20s"]).map(|c| c.args.steady_window).ok(), Some(Duration::from_secs(20)));
+        assert_eq!(
+            parse(&["--steady-window", "20s"]).map(|c| c.args.steady_window).ok(),
+            Some(Duration::from_secs(20))
+        );
         assert!(parse(&["--steady-window", "0s"]).is_err());
     }
 }

@@ -36,12 +36,7 @@ pub(crate) struct OperatorProcess {
 impl OperatorProcess {
     /// Starts `server-controller run` against the kubeconfig and region
     /// file, logging (JSON, its default level) to `log`.
-    pub(crate) fn spawn(
-        kubeconfig: &Path,
-        region: &Path,
-        flags: &OperatorFlags,
-        log: &Path,
-    ) -> anyhow::Result<Self> {
+    pub(crate) fn spawn(kubeconfig: &Path, region: &Path, flags: &OperatorFlags, log: &Path) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("cannot find this executable to run the operator")?;
         let metrics = free_loopback_port()?;
         let log = std::fs::File::create(log).with_context(|| format!("cannot write {}", log.display()))?;
@@ -81,7 +76,6 @@ impl OperatorProcess {
         let text = http_get(self.metrics, "/metrics").await?;
         Ok(OperatorMetrics::parse(&text))
     }
-
 }
 
 /// Stops it, however the bench ends (how it exits is not measured).
@@ -134,7 +128,8 @@ impl ProcessSample {
     /// `pid`, or `None` for this process.
     pub(crate) fn read(pid: Option<u32>) -> anyhow::Result<Self> {
         let dir = pid.map_or_else(|| "/proc/self".to_owned(), |pid| format!("/proc/{pid}"));
-        let status = std::fs::read_to_string(format!("{dir}/status")).with_context(|| format!("cannot read {dir}/status"))?;
+        let status =
+            std::fs::read_to_string(format!("{dir}/status")).with_context(|| format!("cannot read {dir}/status"))?;
         let stat = std::fs::read_to_string(format!("{dir}/stat")).with_context(|| format!("cannot read {dir}/stat"))?;
         Ok(ProcessSample {
             peak_rss: status_kib(&status, "VmHWM").unwrap_or(0) * 1024,

@@ -187,7 +187,8 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for s in &self.sizes {
-            let settled = if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
+            let settled =
+                if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
             writeln!(
                 f,
                 "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {:.1} KB | {} | {} |",
