@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use server_core::model::{
-    ConditionReason, ConditionType, Server, ServerStatus, SshCertificateAuthority, UserData, set_condition,
+    ConditionReason, ConditionType, Detail, ResourceKind, Server, ServerStatus, UserData, set_condition,
 };
 use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{
@@ -167,9 +167,9 @@ fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
         let mut facts = referenced_facts(&server);
         if let Some(key) = key {
             server.spec.ssh_certificate_authority_id = Some("ca-x".into());
-            facts
-                .ssh_certificate_authorities
-                .push(SshCertificateAuthority { resource: server_core::model::Consumed::new("ca-x"), public_key: key });
+            let ca =
+                server_core::model::Consumed::new("ca-x").with(Detail::SshCertificateAuthority { public_key: key });
+            facts.insert(ResourceKind::SshCertificateAuthority, ca);
         }
         let decision = (rules.reconcile)(&server, &facts, &Options::default(), at(10));
         let created = creates(&decision) == 1;
@@ -709,6 +709,51 @@ fn records_after_the_status_write(
     let mut decision = action_failed(server, action, failure, now);
     decision.actions.sort_by_key(|a| matches!(a, Action::Record(_)));
     decision
+}
+
+/// A reconcile that, with no provider view, yields before it looks at the
+/// parks: a parked Server reads as provisioning during every outage.
+fn unparks_during_an_outage(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    if !facts.provider.is_known() && matches!(decision.outcome, Outcome::Terminal(_)) {
+        decision.outcome = Outcome::Yield("Waiting for the provider to answer".into());
+    }
+    decision
+}
+
+/// A reconcile whose status patch leaves out the conditions it changed.
+fn patch_without_conditions(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    for action in &mut decision.actions {
+        if let Action::WriteStatus(serde_json::Value::Object(fields)) = action {
+            fields.remove("conditions");
+        }
+    }
+    decision
+}
+
+/// A follow-up that sends the create again at once after an error answer.
+fn creates_again_at_once(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
+    let mut decision = action_failed(server, action, failure, now);
+    if matches!(action, Action::CreateProviderServer(_)) {
+        decision.actions.push(action.clone());
+    }
+    decision
+}
+
+#[test]
+fn the_sequences_catch_a_park_lifted_by_an_outage() {
+    must_catch(sequences_keep_the_invariants(Rules { reconcile: unparks_during_an_outage, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_a_status_patch_that_loses_a_change() {
+    must_catch(sequences_keep_the_invariants(Rules { reconcile: patch_without_conditions, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_a_follow_up_that_creates_again() {
+    must_catch(sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
 }
 
 #[test]

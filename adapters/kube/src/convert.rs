@@ -1,9 +1,9 @@
 //! Kubernetes objects → the core model. Plain data mapping, no rules.
 
 use kube::api::ObjectMeta as KubeMeta;
-use server_core::model::{self as core_model, Consumed};
+use server_core::model as core_model;
 
-use crate::crd::{Identity, SSHCertificateAuthority, Server};
+use crate::crd::Server;
 
 /// The Server as the core sees it.
 pub fn core_server(server: &Server) -> core_model::Server {
@@ -26,22 +26,6 @@ pub fn core_meta(meta: &KubeMeta) -> core_model::ObjectMeta {
         finalizers: meta.finalizers.clone().unwrap_or_default(),
         deleting: meta.deletion_timestamp.is_some(),
     }
-}
-
-/// A consumed resource's name and finalizers.
-pub(crate) fn consumed(meta: &KubeMeta) -> Consumed {
-    Consumed { name: meta.name.clone().unwrap_or_default(), finalizers: meta.finalizers.clone().unwrap_or_default() }
-}
-
-pub(crate) fn core_identity(identity: &Identity) -> core_model::Identity {
-    core_model::Identity {
-        resource: consumed(&identity.metadata),
-        conditions: identity.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
-    }
-}
-
-pub(crate) fn core_ssh_ca(ca: &SSHCertificateAuthority) -> core_model::SshCertificateAuthority {
-    core_model::SshCertificateAuthority { resource: consumed(&ca.metadata), public_key: ca.spec.public_key.clone() }
 }
 
 #[cfg(test)]

@@ -1,22 +1,21 @@
-//! Gathers the facts of one pass: the Identity, the consumed resources with
-//! the Server's identity label, the SSH CAs of its namespace (from the caches,
-//! confirmed live where a lagging cache could mislead), and the provider's
-//! view through the cloud port, read on every pass. Reads only; it decides
-//! nothing.
+//! Gathers the facts of one pass: each consumed kind as the core's
+//! `ResourceKind::scope` says (from the caches, confirmed live where a
+//! lagging cache could mislead), and the provider's view through the cloud
+//! port, read on every pass. Reads only; it decides nothing.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
-use kube::{Api, Client, Resource};
-use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server, reference_finalizer};
+use kube::{Api, Client};
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
 use server_core::{Facts, ProviderView};
 
-use crate::cache::{Caches, ConsumedKind};
+use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry};
-use crate::convert::{consumed, core_identity, core_ssh_ca};
-use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
+use crate::consumed::{CONSUMED_KINDS, Found};
+use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 
 /// A consumed resource as last read: its resourceVersion (the precondition of
@@ -86,11 +85,16 @@ pub(crate) async fn identity_gone(client: &Client, server: &Server, facts: &Fact
     let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
         return Ok(false);
     };
-    if facts.identity.is_none() {
+    if facts.identity().is_none() {
         return Ok(true);
     }
-    let all = list::<OpenstackIdentity>(client, &server.meta.namespace, &ListParams::default()).await?;
-    Ok(!all.iter().any(|identity| identity.metadata.name.as_deref() == Some(identity_id)))
+    let namespace = &server.meta.namespace;
+    let api: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
+    let all = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("listing openstackidentities in namespace {namespace}"), e))?;
+    Ok(!all.items.iter().any(|identity| identity.metadata.name.as_deref() == Some(identity_id)))
 }
 
 /// Whether the cached consumed resources must be confirmed by live reads.
@@ -108,15 +112,7 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
     if server.meta.label(IDENTITY_LABEL).is_none() {
         return false;
     }
-    let spec = &server.spec;
-    let lacks = |found: &[Consumed], id: &str| !found.iter().any(|c| c.name == id);
-    facts.identity.is_none()
-        || spec.networks.iter().any(|n| lacks(&facts.networks, &n.id))
-        || spec.security_groups.iter().any(|g| lacks(&facts.security_groups, &g.id))
-        || spec
-            .ssh_certificate_authority_id
-            .as_deref()
-            .is_some_and(|id| !facts.ssh_certificate_authorities.iter().any(|ca| ca.resource.name == id))
+    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).into_iter().any(|id| facts.find(kind, id).is_none()))
 }
 
 impl Gathered {
@@ -130,128 +126,111 @@ impl Gathered {
 
     /// The consumed resources as the caches hold them.
     fn cached(caches: &Caches, server: &Server) -> Self {
-        let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
-        if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
-            for network in caches.networks(namespace, identity_id) {
-                gathered.add_network(&network);
+        let sort = Sorting::of(server);
+        for ops in CONSUMED_KINDS {
+            let kind = ops.kind();
+            if sort.reads(kind) {
+                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta));
+                gathered.add_all(kind, &sort, found);
             }
-            for group in caches.security_groups(namespace, identity_id) {
-                gathered.add_security_group(&group);
-            }
-            if let Some(identity) = caches.identity(namespace, identity_id) {
-                gathered.add_identity(&identity);
-            }
-            let finalizer = reference_finalizer(&server.meta.name);
-            for (kind, meta) in caches.held_under_other_identities(namespace, identity_id, &finalizer) {
-                gathered.add_other_identity(kind, &meta);
-            }
-        }
-        for ca in caches.ssh_certificate_authorities(namespace) {
-            gathered.add_ssh_certificate_authority(&ca);
         }
         gathered
     }
 
-    /// The consumed resources as the API server has them now.
+    /// The consumed resources as the API server has them now. Each kind is
+    /// listed over the whole namespace, so references held under another
+    /// identity (from before a label change) are found and released too.
     pub(crate) async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
-        let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
-        if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
-            // The whole namespace, so references held under another identity
-            // (from before a label change) are found and released too.
-            let all = ListParams::default();
-            let finalizer = reference_finalizer(&server.meta.name);
-            let ours = |meta: &ObjectMeta| {
-                meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) == Some(identity_id)
-            };
-            let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.contains(&finalizer));
-            for network in list::<Network>(client, namespace, &all).await? {
-                if ours(&network.metadata) {
-                    gathered.add_network(&network);
-                } else if held(&network.metadata) {
-                    gathered.add_other_identity(ResourceKind::Network, &network.metadata);
-                }
+        let sort = Sorting::of(server);
+        for ops in CONSUMED_KINDS {
+            let kind = ops.kind();
+            if sort.reads(kind) {
+                let found = ops.list(client, &server.meta.namespace).await?;
+                gathered.add_all(kind, &sort, found);
             }
-            for group in list::<SecurityGroup>(client, namespace, &all).await? {
-                if ours(&group.metadata) {
-                    gathered.add_security_group(&group);
-                } else if held(&group.metadata) {
-                    gathered.add_other_identity(ResourceKind::SecurityGroup, &group.metadata);
-                }
-            }
-            for identity in list::<Identity>(client, namespace, &all).await? {
-                if identity.metadata.name.as_deref() == Some(identity_id) {
-                    gathered.add_identity(&identity);
-                } else if held(&identity.metadata) {
-                    gathered.add_other_identity(ResourceKind::Identity, &identity.metadata);
-                }
-            }
-        }
-        for ca in list::<SSHCertificateAuthority>(client, namespace, &ListParams::default()).await? {
-            gathered.add_ssh_certificate_authority(&ca);
         }
         Ok(gathered)
     }
 
-    fn add_network(&mut self, network: &Network) {
-        self.remember(ResourceKind::Network, network);
-        self.facts.networks.push(consumed(&network.metadata));
-        let neutron_id = network.status.as_ref().and_then(|s| s.openstack.as_ref()).and_then(|o| o.network_id.clone());
-        if let (Some(name), Some(id)) = (network.metadata.name.clone(), neutron_id.filter(|id| !id.is_empty())) {
-            self.facts.network_provider_ids.insert(name, id);
+    fn add_all(&mut self, kind: ResourceKind, sort: &Sorting<'_>, found: Vec<Found>) {
+        for found in found {
+            match sort.place(kind, &found) {
+                Place::Ours => self.add(kind, found, false),
+                Place::OtherIdentity => self.add(kind, found, true),
+                Place::None => {}
+            }
         }
     }
 
-    fn add_security_group(&mut self, group: &SecurityGroup) {
-        self.remember(ResourceKind::SecurityGroup, group);
-        self.facts.security_groups.push(consumed(&group.metadata));
-    }
-
-    fn add_identity(&mut self, identity: &Identity) {
-        self.remember(ResourceKind::Identity, identity);
-        self.facts.identity = Some(core_identity(identity));
-    }
-
-    fn add_ssh_certificate_authority(&mut self, ca: &SSHCertificateAuthority) {
-        self.remember(ResourceKind::SshCertificateAuthority, ca);
-        self.facts.ssh_certificate_authorities.push(core_ssh_ca(ca));
-    }
-
-    /// A resource of another identity that holds this Server's reference.
-    fn add_other_identity(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
-        self.remember_meta(kind, meta);
-        let resource = Consumed {
-            name: meta.name.clone().unwrap_or_default(),
-            finalizers: meta.finalizers.clone().unwrap_or_default(),
-        };
-        self.facts.other_identity_references.push((kind, resource));
-    }
-
-    fn remember<K: Resource>(&mut self, kind: ResourceKind, object: &K) {
-        self.remember_meta(kind, object.meta());
-    }
-
-    fn remember_meta(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
-        let read = ReadResource {
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
-            finalizers: meta.finalizers.clone().unwrap_or_default(),
-        };
-        self.resources.insert((kind, meta.name.clone().unwrap_or_default()), read);
+    fn add(&mut self, kind: ResourceKind, found: Found, other_identity: bool) {
+        let read =
+            ReadResource { resource_version: found.resource_version, finalizers: found.resource.finalizers.clone() };
+        self.resources.insert((kind, found.resource.name.clone()), read);
+        if other_identity {
+            self.facts.other_identity_references.push((kind, found.resource));
+        } else {
+            self.facts.insert(kind, found.resource);
+        }
     }
 }
 
-async fn list<K: ConsumedKind>(client: &Client, namespace: &str, params: &ListParams) -> Result<Vec<K>, Error> {
-    let api: Api<K> = Api::namespaced(client.clone(), namespace);
-    match api.list(params).await {
-        Ok(list) => Ok(list.items),
-        Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
+/// How a pass sorts the consumed resources of its namespace, by the kind's
+/// scope: its own (into the facts), another identity's that hold its
+/// reference (to be released), or none of its business.
+struct Sorting<'a> {
+    identity_id: Option<&'a str>,
+    finalizer: String,
+}
+
+enum Place {
+    Ours,
+    OtherIdentity,
+    None,
+}
+
+impl<'a> Sorting<'a> {
+    fn of(server: &'a Server) -> Self {
+        Sorting { identity_id: server.meta.label(IDENTITY_LABEL), finalizer: reference_finalizer(&server.meta.name) }
+    }
+
+    /// Whether a pass reads `kind` at all: without an identity label, only
+    /// the kinds that do not depend on it (the core refuses the Server
+    /// before any reference).
+    fn reads(&self, kind: ResourceKind) -> bool {
+        self.identity_id.is_some() || kind.scope() == Scope::Namespace
+    }
+
+    fn place_of(&self, kind: ResourceKind, name: Option<&str>, identity_label: Option<&str>, held: bool) -> Place {
+        let ours = match kind.scope() {
+            Scope::Namespace => true,
+            Scope::IdentityLabelled => identity_label.is_some() && identity_label == self.identity_id,
+            Scope::TheIdentity => name.is_some() && name == self.identity_id,
+        };
+        match (ours, held) {
+            (true, _) => Place::Ours,
+            (false, true) => Place::OtherIdentity,
+            (false, false) => Place::None,
+        }
+    }
+
+    fn place(&self, kind: ResourceKind, found: &Found) -> Place {
+        let held = found.resource.has_finalizer(&self.finalizer);
+        self.place_of(kind, Some(&found.resource.name), found.identity_label.as_deref(), held)
+    }
+
+    /// Whether a cached object is worth converting (cheap, on metadata).
+    fn keeps(&self, kind: ResourceKind, meta: &ObjectMeta) -> bool {
+        let held = meta.finalizers.as_ref().is_some_and(|f| f.contains(&self.finalizer));
+        let label = meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str);
+        !matches!(self.place_of(kind, meta.name.as_deref(), label, held), Place::None)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use server_core::model::{Identity as CoreIdentity, NetworkAttachment, SecurityGroupRef, SshCertificateAuthority};
+    use server_core::model::{Consumed, NetworkAttachment, SecurityGroupRef};
 
     use super::*;
 
@@ -262,17 +241,12 @@ mod tests {
         server.spec.networks.push(NetworkAttachment { id: "n1".into(), ..Default::default() });
         server.spec.security_groups.push(SecurityGroupRef { id: "g1".into() });
         server.spec.ssh_certificate_authority_id = Some("ca1".into());
-        let facts = Facts {
-            identity: Some(CoreIdentity { resource: Consumed::new("id1"), ..Default::default() }),
-            networks: vec![Consumed::new("n0"), Consumed::new("n1")],
-            network_provider_ids: Default::default(),
-            security_groups: vec![Consumed::new("g1")],
-            ssh_certificate_authorities: vec![SshCertificateAuthority {
-                resource: Consumed::new("ca1"),
-                ..Default::default()
-            }],
-            ..Facts::default()
-        };
+        let facts = Facts::default()
+            .with(ResourceKind::Identity, Consumed::new("id1"))
+            .with(ResourceKind::Network, Consumed::new("n0"))
+            .with(ResourceKind::Network, Consumed::new("n1"))
+            .with(ResourceKind::SecurityGroup, Consumed::new("g1"))
+            .with(ResourceKind::SshCertificateAuthority, Consumed::new("ca1"));
         (server, facts)
     }
 
@@ -286,10 +260,10 @@ mod tests {
     fn whatever_the_spec_names_and_the_cache_lacks_is_confirmed() {
         let (server, facts) = named_and_found();
         let lacking: [fn(&mut Facts); 4] = [
-            |f| f.identity = None,
-            |f| f.networks.retain(|n| n.name != "n1"),
-            |f| f.security_groups.clear(),
-            |f| f.ssh_certificate_authorities.clear(),
+            |f| f.remove(ResourceKind::Identity),
+            |f| f.consumed.entry(ResourceKind::Network).or_default().retain(|n| n.name != "n1"),
+            |f| f.remove(ResourceKind::SecurityGroup),
+            |f| f.remove(ResourceKind::SshCertificateAuthority),
         ];
         for (i, lack) in lacking.iter().enumerate() {
             let mut facts = facts.clone();
@@ -309,6 +283,8 @@ mod tests {
     fn without_an_identity_label_nothing_is_confirmed() {
         let (mut server, facts) = named_and_found();
         server.meta.labels.clear();
-        assert!(!must_confirm(&server, &Facts { networks: Vec::new(), ..facts }));
+        let mut facts = facts;
+        facts.remove(ResourceKind::Network);
+        assert!(!must_confirm(&server, &facts));
     }
 }
