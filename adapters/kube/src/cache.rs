@@ -170,26 +170,24 @@ impl Caches {
         namespace: &str,
         identity_id: &str,
         finalizer: &str,
-    ) -> Vec<(ResourceKind, ObjectMeta)> {
+    ) -> Vec<(ResourceKind, String)> {
         let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer));
         let foreign = |meta: &ObjectMeta| {
             meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) != Some(identity_id)
         };
-        let networks =
-            select(&self.networks, namespace, None).into_iter().map(|n| (ResourceKind::Network, n.metadata.clone()));
+        let networks = select(&self.networks, namespace, None)
+            .into_iter()
+            .filter(|n| foreign(&n.metadata) && held(&n.metadata))
+            .map(|n| (ResourceKind::Network, n.name_any()));
         let groups = select(&self.security_groups, namespace, None)
             .into_iter()
-            .map(|g| (ResourceKind::SecurityGroup, g.metadata.clone()));
+            .filter(|g| foreign(&g.metadata) && held(&g.metadata))
+            .map(|g| (ResourceKind::SecurityGroup, g.name_any()));
         let identities = select(&self.identities, namespace, None)
             .into_iter()
-            .filter(|i| i.metadata.name.as_deref() != Some(identity_id))
-            .map(|i| (ResourceKind::Identity, i.metadata.clone()));
-        networks
-            .chain(groups)
-            .filter(|(_, meta)| foreign(meta))
-            .chain(identities)
-            .filter(|(_, meta)| held(meta))
-            .collect()
+            .filter(|i| i.metadata.name.as_deref() != Some(identity_id) && held(&i.metadata))
+            .map(|i| (ResourceKind::Identity, i.name_any()));
+        networks.chain(groups).chain(identities).collect()
     }
 
     /// Every SSH certificate authority of `namespace`, by name.

@@ -28,43 +28,28 @@ pub fn core_meta(meta: &KubeMeta) -> core_model::ObjectMeta {
     }
 }
 
-/// A consumed resource's name and finalizers.
-pub(crate) fn consumed(meta: &KubeMeta) -> Consumed {
-    Consumed { name: meta.name.clone().unwrap_or_default(), finalizers: meta.finalizers.clone().unwrap_or_default() }
+/// A consumed resource as the core needs it: its name, and whether it holds
+/// this Server's reference `finalizer` (the rest of its finalizers, one per
+/// Server that shares it, are none of this pass's business and not copied).
+pub(crate) fn consumed(meta: &KubeMeta, finalizer: &str) -> Consumed {
+    let name = meta.name.clone().unwrap_or_default();
+    if meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer)) {
+        Consumed::referenced(name, finalizer)
+    } else {
+        Consumed::new(name)
+    }
 }
 
-pub(crate) fn core_identity(identity: &Identity) -> core_model::Identity {
+pub(crate) fn core_identity(identity: &Identity, finalizer: &str) -> core_model::Identity {
     core_model::Identity {
-        resource: consumed(&identity.metadata),
+        resource: consumed(&identity.metadata, finalizer),
         conditions: identity.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
     }
 }
 
-pub(crate) fn core_ssh_ca(ca: &SSHCertificateAuthority) -> core_model::SshCertificateAuthority {
-    core_model::SshCertificateAuthority { resource: consumed(&ca.metadata), public_key: ca.spec.public_key.clone() }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crd::ServerResourceSpec;
-
-    #[test]
-    fn metadata_maps_onto_the_core_view() {
-        let mut server = Server::new("s1", ServerResourceSpec::default());
-        server.metadata.namespace = Some("ns".into());
-        server.metadata.uid = Some("u1".into());
-        server.metadata.generation = Some(3);
-        server.metadata.finalizers = Some(vec!["unikorn".into()]);
-        server.metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
-        let core = core_server(&server);
-        assert_eq!(core.meta.name, "s1");
-        assert_eq!(core.meta.namespace, "ns");
-        assert_eq!(core.meta.uid, "u1");
-        assert_eq!(core.meta.generation, 3);
-        assert!(core.meta.deleting);
-        assert!(core.meta.has_finalizer("unikorn"));
-        assert_eq!(core.status, Default::default());
+pub(crate) fn core_ssh_ca(ca: &SSHCertificateAuthority, finalizer: &str) -> core_model::SshCertificateAuthority {
+    core_model::SshCertificateAuthority {
+        resource: consumed(&ca.metadata, finalizer),
+        public_key: ca.spec.public_key.clone(),
     }
 }

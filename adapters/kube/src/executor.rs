@@ -2,7 +2,6 @@
 //! order, stop at the first failure and run the core's follow-up decision.
 //! Every rule lives in server-core; this module only performs I/O.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -10,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer, UserData};
+use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
@@ -19,16 +18,19 @@ use tracing::{debug, info, warn};
 use crate::cache::Caches;
 use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
-use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
+use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
-use crate::facts::{CloudHandle, Gathered, ReadResource, gather};
+use crate::facts::{CloudHandle, Gathered, gather};
 use crate::metrics::Metrics;
+use crate::references::{ReferenceWriter, Target};
 use crate::registry::CloudRegistry;
 
 /// Everything a pass needs, shared by all passes of a controller.
 pub(crate) struct Executor {
     pub(crate) client: Client,
+    /// Writes the reference finalizers on consumed objects, coalesced per object.
+    pub(crate) references: Arc<ReferenceWriter>,
     pub(crate) clouds: CloudRegistry,
     pub(crate) events: EventPublisher,
     pub(crate) config: ControllerConfig,
@@ -59,7 +61,7 @@ impl Executor {
             return Ok(self.report_unreadable(object).await);
         };
         let gathered = if needs_facts(&server) {
-            gather(&self.client, caches, &self.clouds, self.config.cloud_timeout, &server).await?
+            gather(&self.client, caches, &self.references, &self.clouds, self.config.cloud_timeout, &server).await?
         } else {
             Gathered::skipped()
         };
@@ -85,7 +87,6 @@ impl Executor {
             regarding: object.object_ref(&()),
             resource_version: object.resource_version().unwrap_or_default(),
             server,
-            resources: gathered.resources,
             cloud: gathered.cloud,
         };
         Ok(pass.execute(decision, now).await)
@@ -132,7 +133,6 @@ struct Pass<'a> {
     regarding: ObjectReference,
     resource_version: String,
     server: CoreServer,
-    resources: BTreeMap<(ResourceKind, String), ReadResource>,
     cloud: Result<CloudHandle, String>,
 }
 
@@ -313,61 +313,16 @@ impl Pass<'_> {
     }
 
     /// Adds or removes the Server's reference finalizer on a consumed
-    /// resource, guarded by the resourceVersion read this pass (from a cache
-    /// that may lag: an outdated one makes the write a Conflict, never a
-    /// write over a change it did not see).
+    /// resource through the reference writer, which coalesces the writes of
+    /// every pass to one object; returns once the change is written.
     async fn set_reference(&mut self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
-        let key = (reference.kind, reference.name.clone());
-        let Some(read) = self.resources.get(&key).cloned() else {
-            return Err(ActionFailure::Api(format!(
-                "{} {} was not read this pass",
-                reference.kind.as_str(),
-                reference.name
-            )));
+        let target = Target {
+            kind: reference.kind,
+            namespace: self.server.meta.namespace.clone(),
+            name: reference.name.clone(),
         };
-        let mut finalizers: Vec<String> =
-            read.finalizers.iter().filter(|f| **f != reference.finalizer).cloned().collect();
-        if add {
-            finalizers.push(reference.finalizer.clone());
-        }
-        let body = json!({ "metadata": { "resourceVersion": read.resource_version, "finalizers": finalizers } });
-        let context =
-            format!("{} {} reference", if add { "adding the" } else { "removing the" }, reference.kind.as_str());
-        let client = self.executor.client.clone();
-        let namespace = self.server.meta.namespace.as_str();
-        let result = match reference.kind {
-            ResourceKind::Network => patch_metadata::<Network>(client, namespace, &reference.name, &body).await,
-            ResourceKind::SecurityGroup => {
-                patch_metadata::<SecurityGroup>(client, namespace, &reference.name, &body).await
-            }
-            ResourceKind::SshCertificateAuthority => {
-                patch_metadata::<SSHCertificateAuthority>(client, namespace, &reference.name, &body).await
-            }
-            ResourceKind::Identity => patch_metadata::<Identity>(client, namespace, &reference.name, &body).await,
-        };
-        match result {
-            Ok(resource_version) => {
-                self.resources.insert(key, ReadResource { resource_version, finalizers });
-                Ok(())
-            }
-            // Removal from a resource that is already gone is done.
-            Err(error) if !add && is_not_found(&error) => Ok(()),
-            Err(error) => Err(action_failure(&context, &error)),
-        }
+        self.executor.references.set(target, &reference.finalizer, add).await
     }
-}
-
-/// Merge-patches a consumed resource; returns its new resourceVersion.
-async fn patch_metadata<K>(client: Client, namespace: &str, name: &str, body: &Value) -> Result<String, kube::Error>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client, namespace);
-    let patched = api.patch(name, &PatchParams::default(), &Patch::Merge(body)).await?;
-    Ok(patched.resource_version().unwrap_or_default())
 }
 
 /// A failed Server write: not found is told apart so removals can be idempotent.

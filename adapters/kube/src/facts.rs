@@ -4,13 +4,12 @@
 //! view through the cloud port, read on every pass. Reads only; it decides
 //! nothing.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
-use kube::{Api, Client, Resource};
+use kube::{Api, Client};
 use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server, reference_finalizer};
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 use server_core::{Facts, ProviderView};
@@ -20,6 +19,7 @@ use crate::convert::{consumed, core_identity, core_ssh_ca};
 use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
 use crate::error::Error;
 use crate::identity::identity_context;
+use crate::references::{ReferenceWriter, Target};
 use crate::registry::CloudRegistry;
 
 /// The cloud of a Server's region, with the identity to call it as.
@@ -50,20 +50,10 @@ impl CloudHandle {
     }
 }
 
-/// A consumed resource as last read: its resourceVersion (the precondition of
-/// a finalizer write) and its finalizers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ReadResource {
-    pub(crate) resource_version: String,
-    pub(crate) finalizers: Vec<String>,
-}
-
 /// What one pass found.
 #[derive(Debug)]
 pub(crate) struct Gathered {
     pub(crate) facts: Facts,
-    /// Consumed resources by kind and name, for write preconditions.
-    pub(crate) resources: BTreeMap<(ResourceKind, String), ReadResource>,
     /// The cloud to act on, or why there is none (the view is then unknown).
     pub(crate) cloud: Result<CloudHandle, String>,
 }
@@ -73,18 +63,19 @@ impl Gathered {
     pub(crate) fn skipped() -> Self {
         Gathered {
             facts: Facts { provider: ProviderView::Unknown("not read".into()), ..Facts::default() },
-            resources: BTreeMap::new(),
             cloud: Err("not read".into()),
         }
     }
 }
 
 /// Reads everything the core needs about `server`: the consumed resources
-/// from the caches (live when they must be confirmed), the provider's view
-/// from its cloud, always live.
+/// from the caches (live when they must be confirmed), whether each holds
+/// this Server's reference as the reference writer last wrote it (fresher
+/// than a cache), the provider's view from its cloud, always live.
 pub(crate) async fn gather(
     client: &Client,
     caches: &Caches,
+    references: &ReferenceWriter,
     clouds: &CloudRegistry,
     cloud_timeout: Duration,
     server: &Server,
@@ -92,6 +83,8 @@ pub(crate) async fn gather(
     let mut gathered = Gathered::cached(caches, server);
     if must_confirm(server, &gathered.facts) {
         gathered = Gathered::live(client, server).await?;
+    } else {
+        prefer_written(&mut gathered.facts, references, server);
     }
 
     let namespace = server.meta.namespace.as_str();
@@ -167,34 +160,30 @@ pub(crate) fn server_ref(server: &Server) -> ServerRef {
 
 impl Gathered {
     fn empty() -> Self {
-        Gathered {
-            facts: Facts::default(),
-            resources: BTreeMap::new(),
-            cloud: Err("the server has no region or identity label".into()),
-        }
+        Gathered { facts: Facts::default(), cloud: Err("the server has no region or identity label".into()) }
     }
 
     /// The consumed resources as the caches hold them.
     fn cached(caches: &Caches, server: &Server) -> Self {
         let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
+        let finalizer = reference_finalizer(&server.meta.name);
         if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
             for network in caches.networks(namespace, identity_id) {
-                gathered.add_network(&network);
+                gathered.add_network(&network, &finalizer);
             }
             for group in caches.security_groups(namespace, identity_id) {
-                gathered.add_security_group(&group);
+                gathered.add_security_group(&group, &finalizer);
             }
             if let Some(identity) = caches.identity(namespace, identity_id) {
-                gathered.add_identity(&identity);
+                gathered.add_identity(&identity, &finalizer);
             }
-            let finalizer = reference_finalizer(&server.meta.name);
-            for (kind, meta) in caches.held_under_other_identities(namespace, identity_id, &finalizer) {
-                gathered.add_other_identity(kind, &meta);
+            for (kind, name) in caches.held_under_other_identities(namespace, identity_id, &finalizer) {
+                gathered.add_other_identity(kind, name, &finalizer);
             }
         }
         for ca in caches.ssh_certificate_authorities(namespace) {
-            gathered.add_ssh_certificate_authority(&ca);
+            gathered.add_ssh_certificate_authority(&ca, &finalizer);
         }
         gathered
     }
@@ -203,87 +192,106 @@ impl Gathered {
     pub(crate) async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
         let namespace = server.meta.namespace.as_str();
         let mut gathered = Gathered::empty();
+        let finalizer = reference_finalizer(&server.meta.name);
         if let Some(identity_id) = server.meta.label(IDENTITY_LABEL) {
             // The whole namespace, so references held under another identity
             // (from before a label change) are found and released too.
             let all = ListParams::default();
-            let finalizer = reference_finalizer(&server.meta.name);
             let ours = |meta: &ObjectMeta| {
                 meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) == Some(identity_id)
             };
             let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.contains(&finalizer));
             for network in list::<Network>(client, namespace, &all).await? {
                 if ours(&network.metadata) {
-                    gathered.add_network(&network);
+                    gathered.add_network(&network, &finalizer);
                 } else if held(&network.metadata) {
-                    gathered.add_other_identity(ResourceKind::Network, &network.metadata);
+                    gathered.add_other_identity(ResourceKind::Network, name_of(&network.metadata), &finalizer);
                 }
             }
             for group in list::<SecurityGroup>(client, namespace, &all).await? {
                 if ours(&group.metadata) {
-                    gathered.add_security_group(&group);
+                    gathered.add_security_group(&group, &finalizer);
                 } else if held(&group.metadata) {
-                    gathered.add_other_identity(ResourceKind::SecurityGroup, &group.metadata);
+                    gathered.add_other_identity(ResourceKind::SecurityGroup, name_of(&group.metadata), &finalizer);
                 }
             }
             for identity in list::<Identity>(client, namespace, &all).await? {
                 if identity.metadata.name.as_deref() == Some(identity_id) {
-                    gathered.add_identity(&identity);
+                    gathered.add_identity(&identity, &finalizer);
                 } else if held(&identity.metadata) {
-                    gathered.add_other_identity(ResourceKind::Identity, &identity.metadata);
+                    gathered.add_other_identity(ResourceKind::Identity, name_of(&identity.metadata), &finalizer);
                 }
             }
         }
         for ca in list::<SSHCertificateAuthority>(client, namespace, &ListParams::default()).await? {
-            gathered.add_ssh_certificate_authority(&ca);
+            gathered.add_ssh_certificate_authority(&ca, &finalizer);
         }
         Ok(gathered)
     }
 
-    fn add_network(&mut self, network: &Network) {
-        self.remember(ResourceKind::Network, network);
-        self.facts.networks.push(consumed(&network.metadata));
+    fn add_network(&mut self, network: &Network, finalizer: &str) {
+        self.facts.networks.push(consumed(&network.metadata, finalizer));
         let neutron_id = network.status.as_ref().and_then(|s| s.openstack.as_ref()).and_then(|o| o.network_id.clone());
         if let (Some(name), Some(id)) = (network.metadata.name.clone(), neutron_id.filter(|id| !id.is_empty())) {
             self.facts.network_provider_ids.insert(name, id);
         }
     }
 
-    fn add_security_group(&mut self, group: &SecurityGroup) {
-        self.remember(ResourceKind::SecurityGroup, group);
-        self.facts.security_groups.push(consumed(&group.metadata));
+    fn add_security_group(&mut self, group: &SecurityGroup, finalizer: &str) {
+        self.facts.security_groups.push(consumed(&group.metadata, finalizer));
     }
 
-    fn add_identity(&mut self, identity: &Identity) {
-        self.remember(ResourceKind::Identity, identity);
-        self.facts.identity = Some(core_identity(identity));
+    fn add_identity(&mut self, identity: &Identity, finalizer: &str) {
+        self.facts.identity = Some(core_identity(identity, finalizer));
     }
 
-    fn add_ssh_certificate_authority(&mut self, ca: &SSHCertificateAuthority) {
-        self.remember(ResourceKind::SshCertificateAuthority, ca);
-        self.facts.ssh_certificate_authorities.push(core_ssh_ca(ca));
+    fn add_ssh_certificate_authority(&mut self, ca: &SSHCertificateAuthority, finalizer: &str) {
+        self.facts.ssh_certificate_authorities.push(core_ssh_ca(ca, finalizer));
     }
 
     /// A resource of another identity that holds this Server's reference.
-    fn add_other_identity(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
-        self.remember_meta(kind, meta);
-        let resource = Consumed {
-            name: meta.name.clone().unwrap_or_default(),
-            finalizers: meta.finalizers.clone().unwrap_or_default(),
-        };
-        self.facts.other_identity_references.push((kind, resource));
+    fn add_other_identity(&mut self, kind: ResourceKind, name: String, finalizer: &str) {
+        self.facts.other_identity_references.push((kind, Consumed::referenced(name, finalizer)));
     }
+}
 
-    fn remember<K: Resource>(&mut self, kind: ResourceKind, object: &K) {
-        self.remember_meta(kind, object.meta());
-    }
+fn name_of(meta: &ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
 
-    fn remember_meta(&mut self, kind: ResourceKind, meta: &ObjectMeta) {
-        let read = ReadResource {
-            resource_version: meta.resource_version.clone().unwrap_or_default(),
-            finalizers: meta.finalizers.clone().unwrap_or_default(),
+/// Where the reference writer has written or read an object since the
+/// cache did, its word on whether this Server's reference is held wins: a
+/// cache that has not yet seen the writer's last batch would have the pass
+/// add a reference again (a write for nothing) or miss one to remove.
+fn prefer_written(facts: &mut Facts, references: &ReferenceWriter, server: &Server) {
+    {
+        let finalizer = reference_finalizer(&server.meta.name);
+        let namespace = &server.meta.namespace;
+        let settle = |kind: ResourceKind, resource: &mut Consumed| {
+            let target = Target { kind, namespace: namespace.clone(), name: resource.name.clone() };
+            if let Some(held) = references.holds(&target, &finalizer) {
+                *resource = if held {
+                    Consumed::referenced(resource.name.clone(), &finalizer)
+                } else {
+                    Consumed::new(resource.name.clone())
+                };
+            }
         };
-        self.resources.insert((kind, meta.name.clone().unwrap_or_default()), read);
+        for network in &mut facts.networks {
+            settle(ResourceKind::Network, network);
+        }
+        for group in &mut facts.security_groups {
+            settle(ResourceKind::SecurityGroup, group);
+        }
+        for ca in &mut facts.ssh_certificate_authorities {
+            settle(ResourceKind::SshCertificateAuthority, &mut ca.resource);
+        }
+        if let Some(identity) = &mut facts.identity {
+            settle(ResourceKind::Identity, &mut identity.resource);
+        }
+        for (kind, resource) in &mut facts.other_identity_references {
+            settle(*kind, resource);
+        }
     }
 }
 

@@ -30,6 +30,7 @@ mod identity;
 mod leader;
 mod metrics;
 mod monitor;
+mod references;
 mod registry;
 mod shutdown;
 pub mod wake;
@@ -49,6 +50,7 @@ pub use health::Health;
 pub use leader::LeaseConfig;
 pub use metrics::{Metrics, NoMetrics};
 pub use monitor::PollReport;
+pub use references::ReferencePatch;
 pub use registry::CloudRegistry;
 pub use server_core::Outcome;
 
@@ -113,7 +115,9 @@ impl Operator {
             metrics: metrics.clone(),
             fence: fence.clone(),
         };
+        let references = references::ReferenceWriter::new(acting.clone(), config.reference_patch, metrics.clone());
         let executor = Executor {
+            references,
             client: acting,
             clouds,
             events,

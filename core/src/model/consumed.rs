@@ -25,6 +25,9 @@ impl ResourceKind {
 }
 
 /// A consumed resource: its name (= the ID a spec uses) and finalizers.
+/// The rules read only whether the Server's own reference is among them, so
+/// an adapter need not copy the rest (a shared Network holds one per Server
+/// on it): [`Consumed::referenced`] gives that alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Consumed {
     pub name: String,
@@ -34,6 +37,12 @@ pub struct Consumed {
 impl Consumed {
     pub fn new(name: impl Into<String>) -> Self {
         Consumed { name: name.into(), finalizers: Vec::new() }
+    }
+
+    /// A resource known to hold this reference `finalizer` (and whatever
+    /// else, which the rules do not read).
+    pub fn referenced(name: impl Into<String>, finalizer: &str) -> Self {
+        Consumed { name: name.into(), finalizers: vec![finalizer.to_owned()] }
     }
 
     pub fn has_finalizer(&self, finalizer: &str) -> bool {
