@@ -711,6 +711,51 @@ fn records_after_the_status_write(
     decision
 }
 
+/// A reconcile that, with no provider view, yields before it looks at the
+/// parks: a parked Server reads as provisioning during every outage.
+fn unparks_during_an_outage(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    if !facts.provider.is_known() && matches!(decision.outcome, Outcome::Terminal(_)) {
+        decision.outcome = Outcome::Yield("Waiting for the provider to answer".into());
+    }
+    decision
+}
+
+/// A reconcile whose status patch leaves out the conditions it changed.
+fn patch_without_conditions(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    for action in &mut decision.actions {
+        if let Action::WriteStatus(serde_json::Value::Object(fields)) = action {
+            fields.remove("conditions");
+        }
+    }
+    decision
+}
+
+/// A follow-up that sends the create again at once after an error answer.
+fn creates_again_at_once(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
+    let mut decision = action_failed(server, action, failure, now);
+    if matches!(action, Action::CreateProviderServer(_)) {
+        decision.actions.push(action.clone());
+    }
+    decision
+}
+
+#[test]
+fn the_sequences_catch_a_park_lifted_by_an_outage() {
+    must_catch(sequences_keep_the_invariants(Rules { reconcile: unparks_during_an_outage, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_a_status_patch_that_loses_a_change() {
+    must_catch(sequences_keep_the_invariants(Rules { reconcile: patch_without_conditions, ..CORE }));
+}
+
+#[test]
+fn the_sequences_catch_a_follow_up_that_creates_again() {
+    must_catch(sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
+}
+
 #[test]
 fn invariant_4_catches_a_gateway_error_read_as_not_landed() {
     must_catch(sequences_keep_the_invariants(Rules { action_failed: five_xx_as_not_landed, ..CORE }));

@@ -13,24 +13,23 @@
 //! absence would be wrong (see `facts`).
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use server_core::model::{IDENTITY_LABEL, ResourceKind};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tracing::{info, warn};
 
 use crate::cached::CachedServer;
-use crate::controller::FixedBackoff;
 use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
 use crate::error::{Error, watch_error_summary};
+use crate::kube_api::{FixedBackoff, scoped_api};
 use crate::shutdown::Shutdown;
 use crate::wake::wake_stream;
 
@@ -72,13 +71,14 @@ impl WatchSettings {
     }
 }
 
+/// The Servers the wake rule lets through, for the controller.
+pub(crate) type Wakes = UnboundedReceiver<Arc<CachedServer>>;
+
 /// Read handles on the caches; cloning shares them.
 #[derive(Clone, Debug)]
 pub(crate) struct Caches {
     /// The Servers in scope, trimmed (see [`CachedServer`]).
     pub(crate) servers: Store<CachedServer>,
-    /// The Servers the wake rule lets through, for the controller to take.
-    wakes: Arc<Mutex<Option<UnboundedReceiver<Arc<CachedServer>>>>>,
     identities: Store<Identity>,
     networks: Store<Network>,
     security_groups: Store<SecurityGroup>,
@@ -87,42 +87,27 @@ pub(crate) struct Caches {
 }
 
 impl Caches {
-    /// The caches of `namespace` (all namespaces when `None`), and the
-    /// future that fills them: it lists and watches each kind, retrying a
-    /// failed watch as `watch` says, and never ends on its own.
+    /// The caches of `namespace` (all namespaces when `None`), the wakes of
+    /// the Server watch, and the future that fills them: it lists and
+    /// watches each kind, retrying a failed watch as `watch` says, and never
+    /// ends on its own.
     pub(crate) fn start(
         client: &Client,
         namespace: Option<&str>,
         watch: &WatchSettings,
         healthy: Arc<tokio::sync::watch::Sender<bool>>,
-    ) -> (Caches, impl Future<Output = ()> + Send + 'static) {
+    ) -> (Caches, Wakes, impl Future<Output = ()> + Send + 'static) {
         let mut reflectors = Vec::new();
         let (servers, wakes) = watch_servers(client, namespace, watch, healthy, &mut reflectors);
         let caches = Caches {
             servers,
-            wakes: Arc::new(Mutex::new(Some(wakes))),
             identities: reflect(client, namespace, watch, &mut reflectors),
             networks: reflect(client, namespace, watch, &mut reflectors),
             security_groups: reflect(client, namespace, watch, &mut reflectors),
             ssh_certificate_authorities: reflect(client, namespace, watch, &mut reflectors),
             openstack_identities: reflect(client, namespace, watch, &mut reflectors),
         };
-        (caches, future::join_all(reflectors).map(|_| ()))
-    }
-
-    /// Caches filled by one list of each kind and never updated: for a pass
-    /// or a poll outside the running operator, where they are as fresh as
-    /// the reads they replace.
-    pub(crate) async fn load(client: &Client, namespace: Option<&str>) -> Result<Caches, Error> {
-        Ok(Caches {
-            servers: loaded(client, namespace).await?,
-            wakes: Arc::default(),
-            identities: loaded(client, namespace).await?,
-            networks: loaded(client, namespace).await?,
-            security_groups: loaded(client, namespace).await?,
-            ssh_certificate_authorities: loaded(client, namespace).await?,
-            openstack_identities: loaded(client, namespace).await?,
-        })
+        (caches, wakes, future::join_all(reflectors).map(|_| ()))
     }
 
     /// Resolves once every cache holds its initial list.
@@ -136,12 +121,6 @@ impl Caches {
             self.openstack_identities.wait_until_ready(),
         )?;
         Ok(())
-    }
-
-    /// The Servers to reconcile, as the wake rule lets them through; only
-    /// the first caller gets them.
-    pub(crate) fn take_wakes(&self) -> Option<UnboundedReceiver<Arc<CachedServer>>> {
-        self.wakes.lock().ok().and_then(|mut wakes| wakes.take())
     }
 
     pub(crate) fn identity(&self, namespace: &str, name: &str) -> Option<Arc<Identity>> {
@@ -205,7 +184,7 @@ fn watch_servers(
     watch: &WatchSettings,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
-) -> (Store<CachedServer>, UnboundedReceiver<Arc<CachedServer>>) {
+) -> (Store<CachedServer>, Wakes) {
     let config = watcher::Config::default().page_size(watch.page_size);
     let events =
         watcher(scoped_api::<CachedServer>(client.clone(), namespace), config).backoff(FixedBackoff(watch.retry));
@@ -254,7 +233,7 @@ where
     (store, woken)
 }
 
-/// Runs `work` over filled caches of `namespace`: starts the reflectors,
+/// Runs `work` over filled caches of `namespace` and the Server wakes: starts the reflectors,
 /// waits until every cache holds its initial list (or for `shutdown`, then
 /// returns without running `work`), runs `work` and stops the reflectors once
 /// it returns, so they live exactly as long as the loops reading them.
@@ -267,29 +246,22 @@ pub(crate) async fn with_caches<W, F>(
     work: W,
 ) -> Result<(), Error>
 where
-    W: FnOnce(Caches) -> F,
+    W: FnOnce(Caches, Wakes) -> F,
     F: Future<Output = Result<(), Error>>,
 {
-    let (caches, reflectors) = Caches::start(client, namespace, watch, healthy);
+    let (caches, wakes, reflectors) = Caches::start(client, namespace, watch, healthy);
     let work = async {
         tokio::select! {
             ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,
             () = shutdown => return Ok(()),
         }
         info!(namespace = namespace.unwrap_or("<all>"), "caches of consumed resources ready");
-        work(caches.clone()).await
+        work(caches.clone(), wakes).await
     };
     tokio::select! {
         result = work => result,
         // Watchers retry forever; this only guards against a future change.
         () = reflectors => Err(Error::Cache("the watches of consumed resources ended".into())),
-    }
-}
-
-pub(crate) fn scoped_api<K: ConsumedKind>(client: Client, namespace: Option<&str>) -> Api<K> {
-    match namespace {
-        Some(namespace) => Api::namespaced(client, namespace),
-        None => Api::all(client),
     }
 }
 
@@ -318,21 +290,6 @@ fn reflect<K: ConsumedKind>(
             .boxed(),
     );
     store
-}
-
-/// A cache holding the result of one list.
-async fn loaded<K: ConsumedKind>(client: &Client, namespace: Option<&str>) -> Result<Store<K>, Error> {
-    let list = scoped_api::<K>(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube(format!("listing {}", K::plural(&())), e))?;
-    let (store, mut writer) = reflector::store();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    for object in list.items {
-        writer.apply_watcher_event(&watcher::Event::InitApply(object));
-    }
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    Ok(store)
 }
 
 /// The cached objects of `namespace` (with identity label `identity_id` if

@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 use futures_util::{StreamExt, stream};
 use kube::ResourceExt;
 use kube::runtime::controller::{Action as Requeue, Config as RuntimeConfig, Controller};
-use kube::runtime::utils::Backoff;
 use server_core::Outcome;
 use tracing::{debug, info, warn};
 
-use crate::cache::Caches;
+use crate::cache::{Caches, Wakes};
 use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
 use crate::error::Error;
@@ -33,11 +32,8 @@ struct Context {
 
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
 /// Its triggers are the wakes of the Server watch the caches run.
-pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutdown) -> Result<(), Error> {
+pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, mut wakes: Wakes, shutdown: Shutdown) {
     let config = executor.config.clone();
-    let Some(mut wakes) = caches.take_wakes() else {
-        return Err(Error::Watch("the Server wakes are already taken by another controller".into()));
-    };
     let trigger = stream::poll_fn(move |cx| wakes.poll_recv(cx));
     let mut controller = Controller::for_shared_stream(trigger, caches.servers.clone())
         .with_config(RuntimeConfig::default().concurrency(config.concurrency))
@@ -59,7 +55,6 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, shutdown: Shutd
         })
         .await;
     info!("server controller stopped");
-    Ok(())
 }
 
 async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
@@ -107,22 +102,6 @@ fn resync_ticks(interval: Duration) -> impl futures_util::Stream<Item = ()> + Se
         tokio::time::sleep(interval).await;
         Some(((), ()))
     })
-}
-
-/// A constant delay between watch retries.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct FixedBackoff(pub(crate) Duration);
-
-impl Iterator for FixedBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.0)
-    }
-}
-
-impl Backoff for FixedBackoff {
-    fn reset(&mut self) {}
 }
 
 #[cfg(test)]

@@ -12,18 +12,12 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// The controller's watch stream ended with an error.
-    #[error("watching Servers failed: {0}")]
-    Watch(String),
     /// The caches of consumed resources could not be filled or kept.
     #[error("caching consumed resources failed: {0}")]
     Cache(String),
     /// The leader election is configured so that two replicas could act at once.
     #[error("leader election: {0}")]
     LeaderElection(String),
-    /// A Server object could not be read into the core model.
-    #[error("Server {name} is malformed: {message}")]
-    Malformed { name: String, message: String },
 }
 
 impl Error {

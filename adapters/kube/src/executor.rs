@@ -17,14 +17,15 @@ use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::cached::CachedServer;
+use crate::cloud::{CloudHandle, CloudRegistry};
 use crate::config::ControllerConfig;
 use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
-use crate::facts::{CloudHandle, Gathered, gather};
+use crate::facts::{Gathered, gather};
+use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::{ReferenceWriter, Target};
-use crate::registry::CloudRegistry;
 
 /// Everything a pass needs, shared by all passes of a controller.
 pub(crate) struct Executor {
@@ -44,12 +45,6 @@ impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Executor").field("clouds", &self.clouds).field("config", &self.config).finish_non_exhaustive()
     }
-}
-
-/// The wall clock, to the second as Kubernetes timestamps are.
-pub(crate) fn now() -> Timestamp {
-    let now = Timestamp::now();
-    Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
 impl Executor {

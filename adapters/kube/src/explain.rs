@@ -8,14 +8,13 @@ use server_core::ProviderView;
 use server_core::explain::Explanation;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 
+use crate::cloud::{CloudRegistry, NoCloud};
 use crate::config::ControllerConfig;
 use crate::convert::core_server;
 use crate::crd::{OpenstackIdentity, Server};
 use crate::error::Error;
-use crate::executor::now;
-use crate::facts::{CloudHandle, Gathered, identity_gone, provider_view, server_ref};
-use crate::identity::context_from;
-use crate::registry::CloudRegistry;
+use crate::facts::{Gathered, identity_gone};
+use crate::kube_api::now;
 
 /// What the controller would decide for `namespace/name` now, and why.
 pub async fn explain(
@@ -33,32 +32,25 @@ pub async fn explain(
 
     let labels = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL));
     gathered.facts.provider = match labels {
-        (Some(region_id), Some(identity_id)) => match clouds.get(region_id) {
-            None => ProviderView::Unknown(format!(
-                "no cloud is configured for region {region_id} in this command; give it as `run` is given it"
-            )),
-            Some(cloud) => {
-                let identities: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
-                let identity = identities
-                    .get_opt(identity_id)
-                    .await
-                    .map_err(|e| Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e))?;
-                match identity {
-                    Some(identity) => {
-                        let handle = CloudHandle {
-                            cloud: cloud.clone(),
-                            identity: context_from(&identity, region_id, identity_id),
-                            timeout: config.cloud_timeout,
-                        };
-                        provider_view(&handle, &server_ref(&server)).await
-                    }
-                    None if server.meta.deleting && identity_gone(client, &server, &gathered.facts).await? => {
-                        ProviderView::NoIdentity
-                    }
-                    None => ProviderView::Unknown(format!("no OpenstackIdentity {namespace}/{identity_id}")),
+        (Some(region_id), Some(identity_id)) => {
+            let identities: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
+            let identity = identities
+                .get_opt(identity_id)
+                .await
+                .map_err(|e| Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e))?;
+            match clouds.handle(namespace, region_id, identity_id, identity.as_ref(), config.cloud_timeout) {
+                Ok(handle) => handle.provider_view(&server).await,
+                Err(NoCloud::NoRegion { .. }) => ProviderView::Unknown(format!(
+                    "no cloud is configured for region {region_id} in this command; give it as `run` is given it"
+                )),
+                Err(NoCloud::NoIdentity { .. })
+                    if server.meta.deleting && identity_gone(client, &server, &gathered.facts).await? =>
+                {
+                    ProviderView::NoIdentity
                 }
+                Err(error) => ProviderView::Unknown(error.to_string()),
             }
-        },
+        }
         _ => ProviderView::Unknown("the server has no region or identity label".into()),
     };
     Ok(server_core::explain::explain(server, gathered.facts, config.rule_options(), now()))

@@ -4,51 +4,20 @@
 //! view through the cloud port, read on every pass. Reads only; it decides
 //! nothing.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use server_core::model::{Consumed, IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server, reference_finalizer};
-use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 use server_core::{Facts, ProviderView};
 
 use crate::cache::{Caches, ConsumedKind};
+use crate::cloud::{CloudHandle, CloudRegistry};
 use crate::convert::{consumed, core_identity, core_ssh_ca};
 use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
 use crate::error::Error;
-use crate::identity::identity_context;
 use crate::references::{ReferenceWriter, Target};
-use crate::registry::CloudRegistry;
-
-/// The cloud of a Server's region, with the identity to call it as.
-#[derive(Clone)]
-pub(crate) struct CloudHandle {
-    pub(crate) cloud: Arc<dyn CloudPort>,
-    pub(crate) identity: IdentityContext,
-    pub(crate) timeout: Duration,
-}
-
-impl std::fmt::Debug for CloudHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CloudHandle").field("identity", &self.identity).finish_non_exhaustive()
-    }
-}
-
-impl CloudHandle {
-    /// Runs one cloud call under the configured timeout; an expired call is
-    /// a provider timeout, whose outcome is unknown.
-    pub(crate) async fn call<'a, T>(
-        &'a self,
-        call: impl FnOnce(&'a dyn CloudPort) -> PortFuture<'a, T>,
-    ) -> Result<T, CloudError> {
-        match tokio::time::timeout(self.timeout, call(self.cloud.as_ref())).await {
-            Ok(result) => result,
-            Err(_) => Err(CloudError::Timeout { message: format!("no answer within {:?}", self.timeout) }),
-        }
-    }
-}
 
 /// What one pass found.
 #[derive(Debug)]
@@ -89,19 +58,17 @@ pub(crate) async fn gather(
 
     let namespace = server.meta.namespace.as_str();
     if let (Some(region_id), Some(identity_id)) = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
-        gathered.cloud = match clouds.get(region_id) {
-            None => Err(format!("no cloud is configured for region {region_id}")),
-            Some(cloud) => identity_context(caches, namespace, region_id, identity_id)
-                .map(|identity| CloudHandle { cloud: cloud.clone(), identity, timeout: cloud_timeout })
-                .map_err(|e| e.to_string()),
-        };
+        let identity = caches.openstack_identity(namespace, identity_id);
+        gathered.cloud = clouds
+            .handle(namespace, region_id, identity_id, identity.as_deref(), cloud_timeout)
+            .map_err(|e| e.to_string());
     }
     gathered.facts.provider = match &gathered.cloud {
         Err(_) if server.meta.deleting && identity_gone(client, server, &gathered.facts).await? => {
             ProviderView::NoIdentity
         }
         Err(reason) => ProviderView::Unknown(reason.clone()),
-        Ok(handle) => provider_view(handle, &server_ref(server)).await,
+        Ok(handle) => handle.provider_view(server).await,
     };
     Ok(gathered)
 }
@@ -143,19 +110,6 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
             .ssh_certificate_authority_id
             .as_deref()
             .is_some_and(|id| !facts.ssh_certificate_authorities.iter().any(|ca| ca.resource.name == id))
-}
-
-/// The provider's view: a record, an authoritative absence, or unknown.
-pub(crate) async fn provider_view(handle: &CloudHandle, server: &ServerRef) -> ProviderView {
-    match handle.call(|cloud| cloud.get(&handle.identity, server)).await {
-        Ok(Some(record)) => ProviderView::Present(record),
-        Ok(None) => ProviderView::Absent,
-        Err(error) => ProviderView::Unknown(error.to_string()),
-    }
-}
-
-pub(crate) fn server_ref(server: &Server) -> ServerRef {
-    ServerRef { namespace: server.meta.namespace.clone(), name: server.meta.name.clone(), uid: server.meta.uid.clone() }
 }
 
 impl Gathered {

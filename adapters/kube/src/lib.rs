@@ -15,6 +15,7 @@
 
 mod cache;
 pub mod cached;
+mod cloud;
 mod config;
 mod controller;
 pub mod convert;
@@ -26,12 +27,11 @@ mod explain;
 mod facts;
 mod fence;
 mod health;
-mod identity;
+mod kube_api;
 mod leader;
 mod metrics;
 mod monitor;
 mod references;
-mod registry;
 mod shutdown;
 pub mod wake;
 
@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
+pub use cloud::CloudRegistry;
 pub use config::ControllerConfig;
 pub use controller::requeue_for;
 pub use error::Error;
@@ -49,13 +50,9 @@ pub use fence::Fence;
 pub use health::Health;
 pub use leader::LeaseConfig;
 pub use metrics::{Metrics, NoMetrics};
-pub use monitor::PollReport;
 pub use references::ReferencePatch;
-pub use registry::CloudRegistry;
-pub use server_core::Outcome;
 
 use cache::Caches;
-use cached::CachedServer;
 use executor::Executor;
 use health::Progress;
 use monitor::Monitor;
@@ -191,19 +188,20 @@ impl Operator {
             }
         };
         let stop = shutdown.clone();
-        let work = self.with_caches(shutdown.clone(), move |caches| async move {
+        let work = self.with_caches(shutdown.clone(), move |caches, wakes| async move {
             let shutdown = stop;
             match loops {
                 Loops::Both => {
-                    let (controller, monitor) = tokio::join!(
-                        controller::run(self.executor.clone(), caches.clone(), shutdown.clone()),
+                    tokio::join!(
+                        controller::run(self.executor.clone(), caches.clone(), wakes, shutdown.clone()),
                         self.monitor.run(&caches, shutdown.clone())
                     );
-                    controller.and(monitor)
                 }
-                Loops::Controller => controller::run(self.executor.clone(), caches, shutdown.clone()).await,
+                Loops::Controller => controller::run(self.executor.clone(), caches, wakes, shutdown.clone()).await,
+                // Nobody takes the wakes when only the monitor runs.
                 Loops::Monitor => self.monitor.run(&caches, shutdown.clone()).await,
             }
+            Ok(())
         });
         let result = drained(work, shutdown, self.config().drain_timeout).await;
         self.ready.send_replace(false);
@@ -215,25 +213,10 @@ impl Operator {
         result
     }
 
-    /// One reconcile pass over `server`, outside the controller (for the
-    /// simulator and tests). Returns the core's outcome. Without running
-    /// caches, it lists the consumed kinds of the Server's namespace first.
-    pub async fn reconcile_once(&self, server: &crd::Server) -> Result<Outcome, Error> {
-        let namespace = server.metadata.namespace.as_deref().unwrap_or_default();
-        let caches = Caches::load(&self.executor.client, Some(namespace)).await?;
-        self.executor.reconcile(&CachedServer::new(server.clone()), &caches).await
-    }
-
-    /// One monitor poll, outside the loop; it lists the consumed kinds first.
-    pub async fn poll_once(&self) -> Result<PollReport, Error> {
-        let caches = Caches::load(&self.executor.client, self.config().namespace.as_deref()).await?;
-        self.monitor.poll(&caches).await
-    }
-
     /// Runs `work` over filled caches of the configured namespace scope.
     async fn with_caches<W, F>(&self, shutdown: shutdown::Shutdown, work: W) -> Result<(), Error>
     where
-        W: FnOnce(Caches) -> F,
+        W: FnOnce(Caches, cache::Wakes) -> F,
         F: Future<Output = Result<(), Error>>,
     {
         let config = self.config();
@@ -246,9 +229,9 @@ impl Operator {
             &cache::WatchSettings::of(config),
             ready.clone(),
             shutdown,
-            |caches| {
+            |caches, wakes| {
                 ready.send_replace(true);
-                work(caches)
+                work(caches, wakes)
             },
         )
         .await;

@@ -19,19 +19,17 @@ use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
+use crate::cloud::CloudRegistry;
 use crate::config::ControllerConfig;
 use crate::crd::Server;
-use crate::error::{Error, api_code, short_message};
-use crate::executor::now;
-use crate::facts::CloudHandle;
-use crate::identity::identity_context;
+use crate::error::{api_code, short_message};
+use crate::kube_api::now;
 use crate::metrics::Metrics;
-use crate::registry::CloudRegistry;
 use crate::shutdown::Shutdown;
 
 /// What one poll did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PollReport {
+pub(crate) struct PollReport {
     /// Live (not deleting, not paused) Servers with region and identity labels.
     pub servers: usize,
     /// (namespace, region, identity) groups whose cloud was asked.
@@ -63,7 +61,7 @@ type GroupKey = (String, String, String);
 
 impl Monitor {
     /// Polls every interval until `shutdown` resolves.
-    pub(crate) async fn run(&self, caches: &Caches, shutdown: Shutdown) -> Result<(), Error> {
+    pub(crate) async fn run(&self, caches: &Caches, shutdown: Shutdown) {
         // The first poll waits one interval: at start-up the controller's
         // initial passes go first instead of racing the monitor's writes.
         let first = tokio::time::Instant::now() + self.config.monitor_interval;
@@ -80,16 +78,11 @@ impl Monitor {
                 continue;
             }
             let started = Instant::now();
-            match self.poll(caches).await {
-                Ok(report) => {
-                    self.metrics.monitor_poll_finished(started.elapsed(), report.patched);
-                    debug!(?report, elapsed = ?started.elapsed(), "monitor poll finished");
-                }
-                Err(error) => warn!(%error, "monitor poll failed"),
-            }
+            let report = self.poll(caches).await;
+            self.metrics.monitor_poll_finished(started.elapsed(), report.patched);
+            debug!(?report, elapsed = ?started.elapsed(), "monitor poll finished");
         }
         info!("monitor stopped");
-        Ok(())
     }
 
     /// One poll over the Servers of the cache. They are read before the
@@ -97,7 +90,7 @@ impl Monitor {
     /// the Server has not changed since (its resourceVersion guards the
     /// patch: a reconciler write in between makes it conflict, not regress).
     /// Patches go out concurrently, a bounded number at a time.
-    pub(crate) async fn poll(&self, caches: &Caches) -> Result<PollReport, Error> {
+    pub(crate) async fn poll(&self, caches: &Caches) -> PollReport {
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
         let mut groups: BTreeMap<GroupKey, Vec<(CoreServer, String)>> = BTreeMap::new();
         let mut report = PollReport::default();
@@ -149,7 +142,7 @@ impl Monitor {
                 PatchResult::Failed => {}
             }
         }
-        Ok(report)
+        report
     }
 
     /// The group's provider servers, or `None` (logged) when the group cannot
@@ -161,18 +154,15 @@ impl Monitor {
         region: &str,
         identity: &str,
     ) -> Option<Vec<ProviderServer>> {
-        let Some(cloud) = self.clouds.get(region) else {
-            warn!(%region, "monitor: no cloud is configured for the region");
-            return None;
-        };
-        let context = match identity_context(caches, namespace, region, identity) {
-            Ok(context) => context,
-            Err(error) => {
-                warn!(%region, %identity, %error, "monitor: no identity to ask the cloud as");
-                return None;
-            }
-        };
-        let handle = CloudHandle { cloud: cloud.clone(), identity: context, timeout: self.config.cloud_timeout };
+        let account = caches.openstack_identity(namespace, identity);
+        let handle =
+            match self.clouds.handle(namespace, region, identity, account.as_deref(), self.config.cloud_timeout) {
+                Ok(handle) => handle,
+                Err(error) => {
+                    warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
+                    return None;
+                }
+            };
         match handle.call(|c| c.list(&handle.identity)).await {
             Ok(records) => Some(records),
             Err(error) => {

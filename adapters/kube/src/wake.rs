@@ -162,6 +162,9 @@ where
 }
 
 #[cfg(test)]
+mod relist_model;
+
+#[cfg(test)]
 mod tests {
     use jiff::Timestamp;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

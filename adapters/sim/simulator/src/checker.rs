@@ -22,6 +22,9 @@ pub(crate) struct Pass {
     /// ... and its status already said so (Available Errored).
     pub(crate) park_reported: bool,
     pub(crate) provider: ProviderKind,
+    /// The provider record read shows a boot (which latches provisionedAt
+    /// in the same pass, whatever the status said: §7).
+    pub(crate) record_booted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +52,7 @@ impl Pass {
                 ProviderView::Absent => ProviderKind::Absent,
                 ProviderView::Unknown(_) | ProviderView::NoIdentity => ProviderKind::Unknown,
             },
+            record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
         }
     }
 
@@ -107,13 +111,14 @@ impl Engine {
                 found.push(("2", "an operator reset did not re-arm the retry".into()));
             }
         }
-        // Invariant 5: the watch's predicate and the retry machine agree.
+        // Invariant 5: the watch's predicate and the retry machine agree, on
+        // a record that shows no boot (one that does latches first).
         if decisive && !pass.retrying {
             if deletes && !pass.pcf {
                 found
                     .push(("5", "the retry machine deleted to retry while the watch predicate says no failure".into()));
             }
-            if pass.pcf && (creates || decision.outcome == Outcome::Done) {
+            if pass.pcf && !pass.record_booted && (creates || decision.outcome == Outcome::Done) {
                 found.push((
                     "5",
                     "the watch predicate says create failure, yet the retry machine treated the server as fine".into(),

@@ -32,6 +32,25 @@ pub struct SimConfig {
     /// Servers per shard (rounded up to whole tenants). Part of what a seed
     /// replays: the same seed with another shard size is another run.
     pub shard_size: usize,
+    /// When the wake filter decides the wakes of a relist. Production:
+    /// [`RelistWakes::AtInitDone`]; a test switches to the old rule to see
+    /// the checker catch it.
+    pub relist_wakes: RelistWakes,
+}
+
+/// When the wake filter (adapters/kube/src/wake.rs) decides the wakes of a
+/// relist whose pages arrive with API round trips between them, while the
+/// reflector's store keeps the copies from before the relist until its end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RelistWakes {
+    /// Production: once the last page is in (`InitDone`), against the
+    /// Servers as seen before the relist, when the store holds the relisted
+    /// copies.
+    AtInitDone,
+    /// The old rule (for a test): each relisted Server as its page arrives,
+    /// remembered as seen at once, so a pass it triggers reads the store's
+    /// copy from before the relist, or finds none for a new Server.
+    PerPage,
 }
 
 impl SimConfig {
@@ -58,6 +77,7 @@ impl SimConfig {
             explain: None,
             threads: 0,
             shard_size: SimConfig::DEFAULT_SHARD_SIZE,
+            relist_wakes: RelistWakes::AtInitDone,
         }
     }
 }
@@ -91,6 +111,17 @@ pub struct KubeFaults {
     pub refused_spec_fix: f64,
     /// Share of parked Servers an operator resets (providerCreateFailures).
     pub operator_reset: f64,
+    /// Times each controller replica's Server watch is cut and relisted
+    /// during the run (a dropped connection, then 410 Gone): the first while
+    /// Servers arrive, the others later.
+    pub relists: u32,
+    /// How long (ms) a cut watch stays down before its relist starts (the
+    /// watcher's 1 s retry interval, then a resumed watch refused with 410
+    /// Gone): what changes meanwhile reaches the cache only through the relist.
+    pub watch_gap: u64,
+    /// Servers per page of a relist (`limit`; kube-runtime's watcher asks for
+    /// 500). Pages are one API round trip apart.
+    pub list_page_size: usize,
 }
 
 impl KubeFaults {
@@ -106,6 +137,9 @@ impl KubeFaults {
             spec_edit: 0.05,
             refused_spec_fix: 0.5,
             operator_reset: 0.5,
+            relists: if rate > 0.0 { 2 } else { 0 },
+            watch_gap: 2_000,
+            list_page_size: 500,
         }
     }
 }

@@ -11,7 +11,7 @@ use super::queue::{EventKind, Queue};
 use super::report::{KubeStats, Violation, Violations};
 use super::rules::Rules;
 use super::trace::Trace;
-use super::world::{CheckState, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, new_server};
+use super::world::{CheckState, Lagging, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
 
@@ -67,6 +67,8 @@ pub(crate) struct Engine {
     /// The controller replicas (only the first `config.ha.replicas` run).
     pub(crate) replicas: [ReplicaState; REPLICAS],
     pub(crate) replica_count: usize,
+    /// Per replica, the epoch of its latest relist (see `relist`).
+    pub(crate) relist_epochs: [u16; REPLICAS],
     pub(crate) trace: Trace,
     pub(crate) violations: Violations,
     pub(crate) explain_log: Vec<String>,
@@ -131,6 +133,7 @@ impl Engine {
             rv_counter: RvCounter::default(),
             replicas: [up(), up()],
             replica_count,
+            relist_epochs: [0; REPLICAS],
             trace,
             stats: KubeStats::default(),
         }
@@ -185,6 +188,7 @@ impl Engine {
         if let Some(interval) = timing.resync_interval {
             self.queue.push(interval, EventKind::Resync, 0, 0);
         }
+        self.plan_relists();
     }
 
     /// Runs every event up to the horizon.
@@ -210,6 +214,8 @@ impl Engine {
                 EventKind::OperatorReset => self.operator_reset(target),
                 EventKind::Replica => self.replica_change(target, event.arg),
                 EventKind::Resync => self.resync(),
+                EventKind::WatchCut => self.watch_cut(target),
+                EventKind::RelistPage => self.relist_page(target, event.arg),
             };
             if counted {
                 self.trace.end_step(self.step);
@@ -238,15 +244,6 @@ impl Engine {
         });
     }
 
-    /// A wake: every replica that acts (and watches) gets a pass scheduled.
-    pub(crate) fn schedule_reconcile(&mut self, i: usize, at: u64) {
-        for r in 0..self.replica_count {
-            if self.replicas[r].acts() {
-                self.schedule_for(i, r, at);
-            }
-        }
-    }
-
     /// kube-runtime keeps one pending reconcile per object, the earliest.
     /// The event's argument is the ticket, with the replica in its top bit.
     pub(crate) fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
@@ -269,24 +266,49 @@ impl Engine {
         obj.exists = true;
         obj.rv = rv;
         self.note(i, || "created by the user".into());
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        // ADDED reaches the controller: creation always wakes it.
+        self.absent_from_cut_caches(i);
+        let Some(obj) = self.objs.get(i) else { return false };
+        // ADDED reaches each controller whose watch runs: creation always
+        // wakes it (a cut watch learns of it from its relist).
         if (self.rules.should_wake)(None, &obj.server) {
             let at = self.now + self.config.timing.wake_delay;
-            self.schedule_reconcile(i, at);
+            for r in 0..self.replica_count {
+                if self.replicas[r].acts() && !self.watch_is_cut(r) {
+                    self.owe_wake(i, rv);
+                    self.schedule_for(i, r, at);
+                }
+            }
         }
         true
+    }
+
+    /// A replica woke for Server `i` at resourceVersion `rv`: a pass must
+    /// read that version or a later one (checked at the end, see
+    /// `final_checks`). A wake whose pass reads an older copy, or finds none,
+    /// is lost: nothing wakes that Server again until a resync or a new
+    /// leader's term.
+    pub(crate) fn owe_wake(&mut self, i: usize, rv: u64) {
+        let now = self.now;
+        if let Some(obj) = self.objs.get_mut(i) {
+            obj.check.owed_wake = Some((rv, now));
+        }
     }
 
     /// A held-back watch delivery lands in replica `r`'s cache: it jumps to
     /// the latest copy, and the wake rule compares the two, as a relist would.
     fn catch_up(&mut self, i: usize, r: usize) -> bool {
+        // A cut watch delivers nothing: its relist brings the cache level.
+        if self.watch_is_cut(r) {
+            return false;
+        }
         let Some(obj) = self.objs.get_mut(i) else { return false };
         let Some(lagging) = obj.lagging.get_mut(r).and_then(Option::take) else { return false };
         self.note(i, || format!("replica {r}'s cache caught up"));
         let Some(obj) = self.objs.get_mut(i) else { return false };
-        let wake = obj.exists && (self.rules.should_wake)(Some(&lagging.0), &obj.server);
+        let wake = obj.exists && (self.rules.should_wake)(lagging.copy(), &obj.server);
+        let rv = obj.rv;
         if wake && self.replicas[r].acts() {
+            self.owe_wake(i, rv);
             let at = self.now + self.config.timing.wake_delay;
             self.schedule_for(i, r, at);
         }
@@ -355,17 +377,18 @@ impl Engine {
             let Some(lagging) = obj.lagging.get_mut(r) else { continue };
             if !replica.up || lagging.is_some() {
                 // Nobody watching (a restart relists), or already lagging
-                // (the catch-up will compare).
+                // (the catch-up or the relist will compare).
                 continue;
             }
-            if replica.frozen {
-                // Its watch is stopped: it catches up after it resumes.
-                *lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
+            if replica.frozen || replica.relist.is_some() {
+                // Its watch is stopped: it catches up after it resumes, or
+                // its relist brings the change.
+                *lagging = Some(Box::new(Lagging::Stale(obj.shadow.clone(), old_rv)));
                 continue;
             }
             if self.faults.chance(self.config.kube.stale_watch) {
                 let lag = self.faults.between(1, self.config.timing.max_watch_lag);
-                *lagging = Some(Box::new((obj.shadow.clone(), old_rv)));
+                *lagging = Some(Box::new(Lagging::Stale(obj.shadow.clone(), old_rv)));
                 self.stats.stale_watch_deliveries += 1;
                 self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, r as u32);
                 held_back = true;
@@ -380,8 +403,10 @@ impl Engine {
             let line = self.objs.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
             self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
+        let rv = self.objs.get(i).map_or(0, |o| o.rv);
         for (r, wake) in wakes.into_iter().enumerate() {
             if wake {
+                self.owe_wake(i, rv);
                 let at = self.now + self.config.timing.wake_delay;
                 self.schedule_for(i, r, at);
             }
@@ -493,8 +518,10 @@ impl Engine {
             Change::Down => {
                 self.replicas[r].up = false;
                 self.replicas[r].postponed.clear();
+                self.replicas[r].relist = None;
                 self.stats.controller_restarts += 1;
-                // Its in-flight passes die with it; its cache and queue go.
+                // Its in-flight passes die with it; its cache and queue go
+                // (the next leader's term passes over every Server).
                 for obj in &mut self.objs {
                     obj.in_flight[r] = None;
                     obj.lagging[r] = None;
@@ -591,6 +618,8 @@ pub(crate) struct ReplicaState {
     pub(crate) acting: bool,
     /// Its events that came due while it was frozen.
     pub(crate) postponed: Vec<(EventKind, usize, u32)>,
+    /// Its Server watch is cut and relisting (see `relist`).
+    pub(crate) relist: Option<super::relist::Relist>,
 }
 
 impl ReplicaState {

@@ -12,8 +12,8 @@ use super::checker::Pass;
 use super::engine::{Engine, Part, ticket_of};
 use super::explain;
 use super::queue::EventKind;
-use super::world::InFlight;
 use super::world::apply_status_patch;
+use super::world::{InFlight, Lagging};
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -43,6 +43,12 @@ impl Engine {
             if !acting {
                 // A follower's pass does nothing: the next term wakes everything.
                 return false;
+            }
+            let Some(view_rv) = obj.view(r).map(|(_, rv)| rv) else { return false };
+            // A pass that reads the version it was woken for (or a later
+            // one) pays that wake.
+            if obj.check.owed_wake.is_some_and(|(owed, _)| view_rv >= owed) {
+                obj.check.owed_wake = None;
             }
             let obj = &*obj;
             let Some((view, view_rv)) = obj.view(r) else { return false };
@@ -127,8 +133,8 @@ impl Engine {
                 let Some(obj) = self.objs.get(i) else { return decision.outcome };
                 // "As last persisted": with this pass's writes if any landed,
                 // else as the controller read it.
-                let base = match &obj.lagging[r] {
-                    Some(lagging) if !persisted => &lagging.0,
+                let base = match obj.lagging[r].as_deref().and_then(Lagging::copy) {
+                    Some(copy) if !persisted => copy,
                     _ => &obj.server,
                 };
                 (self.rules.action_failed)(base, action, &failure, self.now_ts)

@@ -21,6 +21,7 @@ mod executor;
 mod explain;
 mod ha;
 mod queue;
+mod relist;
 mod report;
 mod rules;
 mod trace;
@@ -31,7 +32,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-pub use config::{KubeFaults, SimConfig, SimTiming};
+pub use config::{KubeFaults, RelistWakes, SimConfig, SimTiming};
 pub use ha::HaConfig;
 pub use report::{KubeStats, Report, Violation};
 pub use rules::Rules;
@@ -169,6 +170,7 @@ impl Engine {
     /// Invariant 6 once more at the end: nothing of a removed Server remains,
     /// however late a stale pass acted.
     fn final_checks(&mut self) {
+        self.check_owed_wakes();
         for i in 0..self.objs.len() {
             let Some(obj) = self.objs.get(i) else { continue };
             if obj.exists || obj.rv == 0 {
@@ -181,6 +183,30 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// A wake no pass paid within [`WAKE_DEADLINE_MS`] is lost: the Server's
+    /// change (a deletion, a creation, a failure edge) went unread, and
+    /// nothing wakes it before a resync.
+    fn check_owed_wakes(&mut self) {
+        for i in 0..self.objs.len() {
+            let Some(obj) = self.objs.get(i) else { continue };
+            let Some((rv, at)) = obj.check.owed_wake else { continue };
+            if obj.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.now {
+                self.violation(
+                    "wake",
+                    i,
+                    format!("woken for resourceVersion {rv} at t={at}ms, and no pass read that version since"),
+                );
+            }
+        }
+    }
+}
+
+/// How long a wake may wait for its pass before it counts as lost: far
+/// beyond a pass's wake delay, a create in flight and a stalled leader (whose
+/// lease, and with it its wakes, passes on meanwhile).
+const WAKE_DEADLINE_MS: u64 = 60_000;
 
 fn merge(config: &SimConfig, results: Vec<ShardResult>, wall_seconds: f64) -> Report {
     let mut report = Report {

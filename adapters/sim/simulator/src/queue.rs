@@ -32,6 +32,12 @@ pub(crate) enum EventKind {
     Act,
     /// Every Server is reconciled again.
     Resync,
+    /// A replica's Server watch is cut (the target is the replica): it
+    /// relists after a gap.
+    WatchCut,
+    /// A page of a replica's relist arrives; the argument is the relist's
+    /// epoch and the page number.
+    RelistPage,
 }
 
 impl EventKind {

@@ -12,7 +12,9 @@ use server_simcloud::Counters;
 /// `server-controller simulate --servers N --seed SEED` stops at the same step.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
-    /// DESIGN §12 number ("1".."10"), or "patch" for an unappliable status patch.
+    /// DESIGN §12 number ("1".."13"), "patch" for an unappliable status
+    /// patch, "park" for a park changed during an outage, "wake" for a wake
+    /// no pass paid (the Server's change went unread).
     pub invariant: &'static str,
     pub seed: u64,
     /// The shard the Server was simulated in (fixed by the server count) and
@@ -68,6 +70,11 @@ pub struct KubeStats {
     pub fenced_actions: u64,
     /// Creates sent while a provider server of the Server existed (invariant 13: none).
     pub duplicate_creates: u64,
+    /// Watch cuts relisted (the run's: every shard sees the same), the pages
+    /// they fetched and the wakes they decided.
+    pub relists: u64,
+    pub relist_pages: u64,
+    pub relist_wakes: u64,
     /// Events emitted, by reason.
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
@@ -98,6 +105,9 @@ impl KubeStats {
             acting_overlap_ms,
             fenced_actions,
             duplicate_creates,
+            relists,
+            relist_pages,
+            relist_wakes,
             events,
             pass_outcomes,
         } = other;
@@ -123,6 +133,9 @@ impl KubeStats {
         self.acting_overlap_ms = self.acting_overlap_ms.max(*acting_overlap_ms);
         self.fenced_actions += fenced_actions;
         self.duplicate_creates += duplicate_creates;
+        self.relists = self.relists.max(*relists);
+        self.relist_pages += relist_pages;
+        self.relist_wakes += relist_wakes;
         merge_counts(&mut self.events, events);
         merge_counts(&mut self.pass_outcomes, pass_outcomes);
     }
@@ -218,6 +231,11 @@ impl fmt::Display for Report {
             f,
             "leadership: {} terms, {} leader stalls, {} ms with two replicas acting, {} actions fenced, {} duplicate creates",
             k.leader_terms, k.leader_stalls, k.acting_overlap_ms, k.fenced_actions, k.duplicate_creates
+        )?;
+        writeln!(
+            f,
+            "watch: {} relists on {} pages, {} wakes decided by them",
+            k.relists, k.relist_pages, k.relist_wakes
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;

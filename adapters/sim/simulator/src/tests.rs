@@ -209,3 +209,39 @@ fn without_the_fence_and_the_guard_a_server_is_created_twice() {
     assert_eq!(guarded.kube.duplicate_creates, 0, "{guarded}");
     assert!(guarded.violations.iter().all(|v| v.invariant == "11"), "{guarded}");
 }
+
+/// Relists on several pages (16 Servers a page, so each shard's relist
+/// takes six round trips, after a 10 s gap) while Servers arrive, fail and
+/// half of them get deleted.
+fn paged_relists(relist_wakes: RelistWakes) -> Report {
+    let mut config = config(800, 21);
+    config.kube.list_page_size = 16;
+    config.kube.relists = 4;
+    config.kube.watch_gap = 10_000;
+    config.kube.user_delete = 0.5;
+    config.relist_wakes = relist_wakes;
+    run(&config)
+}
+
+/// The wake filter decides a relist's wakes once its last page is in, when
+/// the store holds the relisted copies: every wake is paid by a pass that
+/// reads what woke it.
+#[test]
+fn relists_on_several_pages_lose_no_wake() {
+    let report = paged_relists(RelistWakes::AtInitDone);
+    assert!(report.passed(), "{report}");
+    let k = &report.kube;
+    assert!(k.relists >= 4, "{report}");
+    assert!(k.relist_pages >= 6 * k.relists, "several pages a relist: {report}");
+    assert!(k.relist_wakes > 0, "{report}");
+}
+
+/// The old rule wakes each Server as its page arrives, while the store still
+/// holds the copy from before the relist: a new Server's pass finds nothing
+/// and a deleting one's reads it not deleting, and nothing wakes them again.
+#[test]
+fn wakes_decided_per_page_are_caught() {
+    let report = paged_relists(RelistWakes::PerPage);
+    assert!(report.violations.iter().any(|v| v.invariant == "wake"), "{report}");
+    assert!(report.violations.iter().all(|v| v.invariant == "wake"), "{report}");
+}

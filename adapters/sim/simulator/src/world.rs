@@ -46,8 +46,9 @@ pub(crate) struct Obj {
     /// Created and not yet removed from the API server.
     pub(crate) exists: bool,
     /// Each replica's cache, when it lags: the older copy and its
-    /// resourceVersion. `None` means that cache is up to date.
-    pub(crate) lagging: [Option<Box<(Server, u64)>>; REPLICAS],
+    /// resourceVersion, or no copy at all (created while that replica's
+    /// watch was cut). `None` means that cache is up to date.
+    pub(crate) lagging: [Option<Box<Lagging>>; REPLICAS],
     pub(crate) tenant: usize,
     pub(crate) fate: FateKind,
     /// This Server's state in the cloud model.
@@ -80,6 +81,9 @@ pub(crate) struct CheckState {
     pub(crate) creates_at_reset: u32,
     /// An operator reset is already scheduled.
     pub(crate) reset_scheduled: bool,
+    /// The latest wake for this Server: (the resourceVersion that woke a
+    /// replica, when), until a pass reads that version or a later one.
+    pub(crate) owed_wake: Option<(u64, u64)>,
     /// ProviderServerMissing was emitted.
     pub(crate) reported_missing: bool,
 }
@@ -93,12 +97,34 @@ pub(crate) struct InFlight {
     pub(crate) at: u64,
 }
 
+/// A cache that lags behind the API server for one Server.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant, reason = "always held boxed, in `Obj::lagging`")]
+pub(crate) enum Lagging {
+    /// It holds an older copy, with its resourceVersion.
+    Stale(Server, u64),
+    /// It holds none: the Server was created while the watch was cut (a pass
+    /// triggered now finds it "not in the local store").
+    Absent,
+}
+
+impl Lagging {
+    /// The copy the cache holds, if any.
+    pub(crate) fn copy(&self) -> Option<&Server> {
+        match self {
+            Lagging::Stale(server, _) => Some(server),
+            Lagging::Absent => None,
+        }
+    }
+}
+
 impl Obj {
     /// The Server as replica `r`'s cache holds it, with its resourceVersion;
-    /// `None` once that cache has seen it removed.
+    /// `None` when that cache does not hold it (removed, or not listed yet).
     pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
-        match self.lagging.get(r).and_then(Option::as_ref) {
-            Some(lagging) => Some((&lagging.0, lagging.1)),
+        match self.lagging.get(r).and_then(Option::as_deref) {
+            Some(Lagging::Stale(server, rv)) => Some((server, *rv)),
+            Some(Lagging::Absent) => None,
             None if self.exists => Some((&self.server, self.rv)),
             None => None,
         }

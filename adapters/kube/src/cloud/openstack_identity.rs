@@ -1,36 +1,13 @@
-//! The identity context of cloud calls, read from the cached OpenstackIdentity
-//! of a Server's identity (same namespace, name = identity ID). Credentials
-//! are passed to the cloud port and never logged.
+//! The OpenStack identity of cloud calls: a Server's identity ID names an
+//! OpenstackIdentity of its namespace, whose spec holds the project and the
+//! credentials. Credentials are passed to the cloud port and never logged.
 
 use server_core::port::{Credentials, IdentityContext};
 
-use crate::cache::Caches;
 use crate::crd::OpenstackIdentity;
 
-/// No OpenstackIdentity to call the cloud as; the provider's view is then
-/// unknown and the pass yields (so one too new for the cache only delays it).
-#[derive(Debug, thiserror::Error)]
-#[error("OpenstackIdentity {namespace}/{name} not found")]
-pub(crate) struct MissingIdentity {
-    namespace: String,
-    name: String,
-}
-
-/// The cached OpenstackIdentity `identity_id` in `namespace` as a context.
-/// Outdated credentials make the cloud refuse the call: the provider's view
-/// is unknown and the pass retries.
-pub(crate) fn identity_context(
-    caches: &Caches,
-    namespace: &str,
-    region_id: &str,
-    identity_id: &str,
-) -> Result<IdentityContext, MissingIdentity> {
-    match caches.openstack_identity(namespace, identity_id) {
-        Some(identity) => Ok(context_from(&identity, region_id, identity_id)),
-        None => Err(MissingIdentity { namespace: namespace.into(), name: identity_id.into() }),
-    }
-}
-
+/// The context of calls as `identity` (the OpenstackIdentity named
+/// `identity_id`) in region `region_id`.
 pub(crate) fn context_from(identity: &OpenstackIdentity, region_id: &str, identity_id: &str) -> IdentityContext {
     let spec = &identity.spec;
     // An application credential is preferred: it is scoped to the project.

@@ -1,0 +1,42 @@
+//! Small helpers every loop of the operator shares, importing nothing of
+//! this crate: the Api of a namespace scope, the watches' fixed retry delay,
+//! and the wall clock as Kubernetes stamps it.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use kube::runtime::utils::Backoff;
+use kube::{Api, Client, Resource};
+
+/// The Api of `namespace`, or of every namespace when `None`.
+pub(crate) fn scoped_api<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(namespace) => Api::namespaced(client, namespace),
+        None => Api::all(client),
+    }
+}
+
+/// A constant delay between watch retries (never exponential).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FixedBackoff(pub(crate) Duration);
+
+impl Iterator for FixedBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.0)
+    }
+}
+
+impl Backoff for FixedBackoff {
+    fn reset(&mut self) {}
+}
+
+/// The wall clock, to the second as Kubernetes timestamps are.
+pub(crate) fn now() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
