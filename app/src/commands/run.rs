@@ -452,7 +452,8 @@ mod tests {
         assert_eq!(parse(&[]).ok(), Some(ControllerConfig::DEFAULT_CONCURRENCY));
         assert_eq!(parse(&["--concurrency", "64"]).ok(), Some(64));
         for refused in ["0", "1025", "-3", "many"] {
-            let error = parse(&["--concurrency", refused]).err().map(|e| e.to_string()).unwrap_or_default();
+            let flag = format!("--concurrency={refused}");
+            let error = parse(&[flag.as_str()]).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--concurrency"), "{refused}: {error}");
         }
     }
