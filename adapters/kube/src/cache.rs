@@ -123,6 +123,19 @@ impl Caches {
         Ok(())
     }
 
+    /// The cached metadata of one consumed object a reference is held on.
+    pub(crate) fn consumed_meta(&self, kind: ResourceKind, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        fn meta<K: ConsumedKind>(store: &Store<K>, namespace: &str, name: &str) -> Option<ObjectMeta> {
+            store.get(&ObjectRef::new(name).within(namespace)).map(|object| object.meta().clone())
+        }
+        match kind {
+            ResourceKind::Network => meta(&self.networks, namespace, name),
+            ResourceKind::SecurityGroup => meta(&self.security_groups, namespace, name),
+            ResourceKind::SshCertificateAuthority => meta(&self.ssh_certificate_authorities, namespace, name),
+            ResourceKind::Identity => meta(&self.identities, namespace, name),
+        }
+    }
+
     pub(crate) fn identity(&self, namespace: &str, name: &str) -> Option<Arc<Identity>> {
         self.identities.get(&ObjectRef::new(name).within(namespace))
     }

@@ -79,6 +79,7 @@ impl Executor {
         );
         let mut pass = Pass {
             executor: self,
+            caches,
             regarding: object.object_ref(&()),
             resource_version: object.resource_version().unwrap_or_default(),
             server,
@@ -125,6 +126,7 @@ fn creates(decision: &Decision) -> bool {
 /// guard the next write.
 struct Pass<'a> {
     executor: &'a Executor,
+    caches: &'a Caches,
     regarding: ObjectReference,
     resource_version: String,
     server: CoreServer,
@@ -316,7 +318,10 @@ impl Pass<'_> {
             namespace: self.server.meta.namespace.clone(),
             name: reference.name.clone(),
         };
-        self.executor.references.set(target, &reference.finalizer, add).await
+        // The cache's copy seeds the writer's first write to an object (a
+        // stale one costs a retry, never a wrong write).
+        let cached = || self.caches.consumed_meta(reference.kind, &target.namespace, &target.name);
+        self.executor.references.set(target.clone(), &reference.finalizer, add, cached).await
     }
 }
 

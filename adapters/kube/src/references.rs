@@ -43,15 +43,15 @@
 //! measured there honestly.)
 //!
 //! The writer remembers each object's finalizers as its last write or read
-//! left them, so a batch needs no read; the first write to an object, and
-//! any after a failed one, read it live first (a cache may not yet hold the
-//! writer's own last write, and a stale index only costs a retry).
+//! left them, so a batch needs no read: the first write to an object starts
+//! from the cache's copy, and any after a lost race or a failure from a
+//! live read (a list of one by name, which the operator's grants allow).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams};
 
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
@@ -150,11 +150,26 @@ impl ReferenceWriter {
     }
 
     /// Adds (`add`) or removes this finalizer on `target`; returns once the
-    /// change is written, or failed.
-    pub(crate) async fn set(self: &Arc<Self>, target: Target, finalizer: &str, add: bool) -> Result<(), ActionFailure> {
+    /// change is written, or failed. `cached` is the object's metadata as a
+    /// cache holds it: the first write to an object starts from it instead
+    /// of a read (a stale copy fails a `test` or the resourceVersion and is
+    /// read again).
+    pub(crate) async fn set(
+        self: &Arc<Self>,
+        target: Target,
+        finalizer: &str,
+        add: bool,
+        cached: impl FnOnce() -> Option<ObjectMeta>,
+    ) -> Result<(), ActionFailure> {
         let (done, result) = oneshot::channel();
         let start_flush = self.with_queues(|queues| {
-            let queue = queues.entry(target.clone()).or_default();
+            let queue = queues.entry(target.clone()).or_insert_with(|| Queue {
+                known: cached().map(|meta| Known {
+                    resource_version: meta.resource_version.unwrap_or_default(),
+                    finalizers: meta.finalizers,
+                }),
+                ..Queue::default()
+            });
             queue.pending.push(Request { finalizer: finalizer.to_owned(), add, done });
             !std::mem::replace(&mut queue.flushing, true)
         });
@@ -227,14 +242,20 @@ impl ReferenceWriter {
         for attempt in 0..ATTEMPTS {
             let current = match known.take() {
                 Some(current) => current,
-                None => match api.get_opt(&target.name).await {
-                    Ok(Some(object)) => known_of(&object),
-                    Ok(None) => return (BatchResult::Gone, None),
-                    Err(error) => {
-                        let message = format!("reading {what} {}: {}", target.name, short_message(&error));
-                        return (BatchResult::Failed(ActionFailure::Api(message)), None);
+                // A list of one by name: the operator may list these kinds
+                // (it caches them), so a re-read needs no other grant.
+                None => {
+                    match api.list(&ListParams::default().fields(&format!("metadata.name={}", target.name))).await {
+                        Ok(list) => match list.items.first() {
+                            Some(object) => known_of(object),
+                            None => return (BatchResult::Gone, None),
+                        },
+                        Err(error) => {
+                            let message = format!("reading {what} {}: {}", target.name, short_message(&error));
+                            return (BatchResult::Failed(ActionFailure::Api(message)), None);
+                        }
                     }
-                },
+                }
             };
             let Some(patch) = self.encode(&current, &wanted) else {
                 return (BatchResult::Written, Some(current));
@@ -356,10 +377,8 @@ mod tests {
     }
 
     fn apply(current: &Known, patch: &json_patch::Patch) -> Result<Value, json_patch::PatchError> {
-        let mut document = json!({ "metadata": { "name": "n" } });
-        if let Some(finalizers) = &current.finalizers {
-            document["metadata"]["finalizers"] = json!(finalizers);
-        }
+        // A missing list reads as null, as the API server's JSON Patch tests it.
+        let mut document = json!({ "metadata": { "name": "n", "finalizers": current.finalizers } });
         json_patch::patch(&mut document, patch).map(|()| document["metadata"]["finalizers"].clone())
     }
 
