@@ -95,7 +95,7 @@ mod tests {
     /// listing them makes kube-client log the whole list response at WARN.
     fn world() -> SimKube {
         let sim = SimKube::new();
-        for crd in server_kube::crd::all_crds() {
+        for crd in server_kube::all_crds() {
             sim.install_crd(serde_json::to_value(crd).expect("CRDs serialize")).expect("CRDs install");
         }
         let user_data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, MARKER);

@@ -128,3 +128,23 @@ fn dockerfile_builds_without_the_simulators() {
         builds[0]
     );
 }
+
+/// Every base image of the production image is pinned by digest, so a
+/// rebuild cannot pick up different bytes under the same tag.
+#[test]
+fn dockerfile_base_images_are_pinned_by_digest() {
+    let dockerfile = std::fs::read_to_string(deploy_file("../Dockerfile")).unwrap();
+    let images: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|line| line.strip_prefix("FROM "))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    assert_eq!(images.len(), 2, "a builder and a runtime image: {images:?}");
+    for image in images {
+        let digest = image.split_once("@sha256:").map(|(_, digest)| digest).unwrap_or_default();
+        assert!(
+            digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+            "deploy/Dockerfile's base image {image} is not pinned by a sha256 digest"
+        );
+    }
+}

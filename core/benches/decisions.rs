@@ -5,8 +5,9 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use jiff::Timestamp;
 use server_core::model::{
-    ConditionReason, ConditionStatus, ConditionType, Consumed, IDENTITY_LABEL, Identity, ImageSpec, NetworkAttachment,
-    REGION_LABEL, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec, reference_finalizer, set_condition,
+    ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec, NetworkAttachment,
+    REGION_LABEL, ResourceKind, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec, reference_finalizer,
+    set_condition,
 };
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{Facts, Options, ProviderView};
@@ -33,26 +34,21 @@ fn server() -> Server {
 
 fn facts(server: &Server, provider: ProviderView) -> Facts {
     let finalizer = reference_finalizer(&server.meta.name);
-    let referenced = |name: &str| Consumed { name: name.into(), finalizers: vec![finalizer.clone()] };
-    let mut identity = Identity { resource: referenced("i"), conditions: vec![] };
+    let referenced = |name: &str| Consumed { finalizers: vec![finalizer.clone()], ..Consumed::new(name) };
+    let mut conditions = vec![];
     let t = Timestamp::UNIX_EPOCH;
     set_condition(
-        &mut identity.conditions,
+        &mut conditions,
         ConditionType::Available,
         ConditionStatus::True,
         ConditionReason::Provisioned,
         "",
         t,
     );
-    Facts {
-        identity: Some(identity),
-        networks: vec![referenced("net")],
-        network_provider_ids: Default::default(),
-        security_groups: vec![referenced("sg")],
-        ssh_certificate_authorities: vec![],
-        other_identity_references: vec![],
-        provider,
-    }
+    Facts { provider, ..Facts::default() }
+        .with(ResourceKind::Identity, referenced("i").with(Detail::Identity { conditions }))
+        .with(ResourceKind::Network, referenced("net"))
+        .with(ResourceKind::SecurityGroup, referenced("sg"))
 }
 
 fn benches(c: &mut Criterion) {

@@ -3,8 +3,8 @@
 
 use jiff::Timestamp;
 use server_core::model::{
-    ConditionReason, ConditionStatus, ConditionType, Consumed, IDENTITY_LABEL, Identity, ImageSpec, NetworkAttachment,
-    REGION_LABEL, SERVER_FINALIZER, Server, ServerSpec, ServerStatus, reference_finalizer, set_condition,
+    ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec, NetworkAttachment,
+    REGION_LABEL, ResourceKind, SERVER_FINALIZER, Server, ServerSpec, ServerStatus, reference_finalizer, set_condition,
 };
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{Action, Decision, Facts, Options, ProviderView};
@@ -40,11 +40,8 @@ impl Walkthrough {
             match action {
                 Action::AddFinalizer => self.server.meta.finalizers.push(SERVER_FINALIZER.into()),
                 Action::AddReference(r) => {
-                    for consumed in self.facts.networks.iter_mut().filter(|n| n.name == r.name) {
+                    if let Some(consumed) = self.facts.find_mut(r.kind, &r.name) {
                         consumed.finalizers.push(finalizer.clone());
-                    }
-                    if let Some(identity) = self.facts.identity.as_mut().filter(|i| i.resource.name == r.name) {
-                        identity.resource.finalizers.push(finalizer.clone());
                     }
                 }
                 Action::WriteStatus(_) => self.server.status = decision.status.clone(),
@@ -122,16 +119,18 @@ fn main() {
         networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: vec![] }],
         ..Default::default()
     };
-    let mut identity = Identity { resource: Consumed::new("identity-a"), conditions: vec![] };
+    let mut conditions = vec![];
     set_condition(
-        &mut identity.conditions,
+        &mut conditions,
         ConditionType::Available,
         ConditionStatus::True,
         ConditionReason::Provisioned,
         "Provisioned",
         Timestamp::UNIX_EPOCH,
     );
-    let facts = Facts { identity: Some(identity), networks: vec![Consumed::new("net-a")], ..Facts::default() };
+    let facts = Facts::default()
+        .with(ResourceKind::Identity, Consumed::new("identity-a").with(Detail::Identity { conditions }))
+        .with(ResourceKind::Network, Consumed::new("net-a"));
     let mut walk = Walkthrough { server, vm: None, facts, clock: 0, pass: 0 };
 
     println!("== a new Server: finalizer, references, create");

@@ -94,11 +94,11 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
 }
 
 fn identity(facts: &Facts) -> String {
-    match &facts.identity {
+    match facts.identity() {
         None => "not found (the identity label names no Identity in this namespace)".into(),
-        Some(identity) if identity.is_ready() => format!("{} (ready)", identity.resource.name),
+        Some(identity) if identity.is_ready_identity() => format!("{} (ready)", identity.name),
         Some(identity) => {
-            format!("{} (not ready yet: its Available condition is not Provisioned)", identity.resource.name)
+            format!("{} (not ready yet: its Available condition is not Provisioned)", identity.name)
         }
     }
 }

@@ -11,7 +11,7 @@ use jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 use server_core::model::{
-    ConditionReason, ConditionType, Server, ServerStatus, SshCertificateAuthority, UserData, set_condition,
+    ConditionReason, ConditionType, Detail, ResourceKind, Server, ServerStatus, UserData, set_condition,
 };
 use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{
@@ -167,9 +167,9 @@ fn any_user_data_is_handled(rules: Rules) -> Result<(), String> {
         let mut facts = referenced_facts(&server);
         if let Some(key) = key {
             server.spec.ssh_certificate_authority_id = Some("ca-x".into());
-            facts
-                .ssh_certificate_authorities
-                .push(SshCertificateAuthority { resource: server_core::model::Consumed::new("ca-x"), public_key: key });
+            let ca =
+                server_core::model::Consumed::new("ca-x").with(Detail::SshCertificateAuthority { public_key: key });
+            facts.insert(ResourceKind::SshCertificateAuthority, ca);
         }
         let decision = (rules.reconcile)(&server, &facts, &Options::default(), at(10));
         let created = creates(&decision) == 1;

@@ -4,7 +4,7 @@
 mod support;
 
 use server_core::model::{
-    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, IDENTITY_LABEL,
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, Detail, IDENTITY_LABEL,
     ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
     reference_finalizer,
 };
@@ -60,8 +60,10 @@ fn a_new_server_gets_its_finalizer_references_then_a_create() {
 fn a_networks_recorded_provider_id_goes_with_the_create() {
     let server = server();
     let mut facts = facts();
-    facts.network_provider_ids.insert("net-a".into(), "neutron-a".into());
-    facts.network_provider_ids.insert("net-old".into(), "neutron-old".into());
+    for (network, provider_id) in [("net-a", "neutron-a"), ("net-old", "neutron-old")] {
+        let network = facts.find_mut(ResourceKind::Network, network).unwrap();
+        network.detail = Detail::Network { provider_id: Some(provider_id.into()) };
+    }
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     let request = decision.actions.iter().find_map(|a| match a {
         Action::CreateProviderServer(request) => Some(request.clone()),
@@ -101,7 +103,7 @@ fn the_identity_keypair_is_asked_for_unless_the_server_uses_a_ca_or_asks_for_non
 fn a_present_provider_server_is_provisioned_and_stale_references_are_pruned() {
     let server = adopted();
     let mut facts = referenced_facts(&server);
-    facts.networks[1].finalizers.push(reference_finalizer("web")); // net-old, no longer named
+    facts.find_mut(ResourceKind::Network, "net-old").unwrap().finalizers.push(reference_finalizer("web")); // no longer named
     facts.provider = present();
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(decision.outcome, Outcome::Done);
@@ -195,7 +197,7 @@ fn server_with_ca(id: &str) -> server_core::Server {
 #[test]
 fn an_identity_that_is_not_ready_yields_before_any_provider_call() {
     let mut facts = facts();
-    facts.identity.as_mut().unwrap().conditions.clear();
+    support::identity_conditions(&mut facts).clear();
     let decision = reconcile(&server(), &facts, &OPTIONS, at(10));
     assert!(matches!(&decision.outcome, Outcome::Yield(m) if m.contains("identity")));
     assert_eq!(creates(&decision) + deletes(&decision), 0);
@@ -464,7 +466,8 @@ fn refused_user_data_parks_before_any_create_until_the_spec_changes() {
 fn an_unusable_ca_key_is_an_error_that_requeues() {
     let server = server_with_ca("ca-a");
     let mut facts = facts();
-    facts.ssh_certificate_authorities[0].public_key = "not a key".into();
+    facts.find_mut(ResourceKind::SshCertificateAuthority, "ca-a").unwrap().detail =
+        Detail::SshCertificateAuthority { public_key: "not a key".into() };
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(creates(&decision), 0);
     assert!(matches!(&decision.outcome, Outcome::Error(m) if m.contains("SSH certificate authority public key")));
@@ -511,13 +514,24 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
 }
 
 #[test]
-fn a_create_is_recorded_as_issued_with_its_time_before_it_runs() {
+fn a_create_is_recorded_as_issued_with_its_time_and_spec_before_it_runs() {
     let server = adopted();
     let decision = reconcile(&server, &referenced_facts(&server), &OPTIONS, at(10));
+    let expected = serde_json::json!({
+        "attempt": 0,
+        "at": at(10).to_string(),
+        "flavorID": server.spec.flavor_id,
+        "imageID": server.spec.image.id,
+    });
     let note = decision
         .actions
         .iter()
-        .position(|a| *a == Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some(format!("0@{}", at(10))) })
+        .position(|a| match a {
+            Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some(value) } => {
+                serde_json::from_str::<serde_json::Value>(value).ok() == Some(expected.clone())
+            }
+            _ => false,
+        })
         .unwrap();
     let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
     assert!(note < create);
@@ -597,7 +611,7 @@ fn deleting_a_server_whose_identity_is_gone_releases_it_with_a_warning() {
     let mut server = adopted();
     server.meta.deleting = true;
     let mut facts = referenced_facts(&server);
-    facts.identity = None;
+    facts.remove(ResourceKind::Identity);
     facts.provider = ProviderView::NoIdentity;
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(creates(&decision) + deletes(&decision), 0);

@@ -152,6 +152,17 @@ impl Env {
     }
 
     pub async fn build(kind: CloudKind, seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
+        Env::build_with(kind, seed, config, cloud, openstack::OpenStackSimConfig::default()).await
+    }
+
+    /// [`Env::build`] with the OpenStack simulator configured (OpenStack path only).
+    pub async fn build_with(
+        kind: CloudKind,
+        seed: u64,
+        config: ControllerConfig,
+        cloud: CloudConfig,
+        openstack_config: openstack::OpenStackSimConfig,
+    ) -> Env {
         init_tracing();
         let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
         let kube_bed = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE)
@@ -159,7 +170,8 @@ impl Env {
             .unwrap_or_else(|e| panic!("no test bed: {e}"));
         // Each HTTP call gets half the controller's cloud timeout, so a slow
         // call fails as the adapter's timeout (transient) before the controller's.
-        let cloud_bed = CloudBed::start(kind, SimCloud::new(cloud), &tenant(), Some(config.cloud_timeout / 2))
+        let timeout = Some(config.cloud_timeout / 2);
+        let cloud_bed = CloudBed::start_with(kind, SimCloud::new(cloud), &tenant(), timeout, openstack_config)
             .await
             .unwrap_or_else(|e| panic!("no cloud: {e}"));
         let env = Env {
@@ -582,22 +594,27 @@ pub fn writes(counters: &CounterSnapshot, resource: &str) -> u64 {
     [Verb::Patch, Verb::Create, Verb::Update, Verb::Delete].iter().map(|v| counters.count(*v, resource)).sum()
 }
 
-/// The kinds a pass consumes, which the operator caches: each is listed once
-/// when its cache fills and then only watched (a live list or get confirms
-/// what a cache lacks, and reads the references of a deleting Server).
-pub const CONSUMED_KINDS: [&str; 5] =
-    ["identities", "networks", "securitygroups", "sshcertificateauthorities", "openstackidentities"];
+/// The kinds a pass reads but the operator does not own, which it caches
+/// (server-kube's table of them): each is listed once when its cache fills
+/// and then only watched (a live list or get confirms what a cache lacks,
+/// and reads the references of a deleting Server).
+pub fn consumed_kinds() -> Vec<String> {
+    server_kube::read_kinds().into_iter().map(|kind| kind.plural).collect()
+}
 
 /// Lists and gets of the consumed kinds.
 pub fn consumed_reads(counters: &CounterSnapshot) -> u64 {
-    CONSUMED_KINDS.iter().map(|kind| counters.count(Verb::List, kind) + counters.count(Verb::Get, kind)).sum()
+    consumed_kinds().iter().map(|kind| counters.count(Verb::List, kind) + counters.count(Verb::Get, kind)).sum()
 }
 
-/// All writes to the Server and the kinds it references.
+/// All writes to the Server, the kinds it references, and Events.
 pub fn operator_writes(counters: &CounterSnapshot) -> u64 {
-    ["servers", "servers/status", "networks", "securitygroups", "sshcertificateauthorities", "identities", "events"]
-        .iter()
-        .map(|r| writes(counters, r))
+    let referenced = server_kube::read_kinds().into_iter().filter(|kind| kind.referenced).map(|kind| kind.plural);
+    ["servers", "servers/status", "events"]
+        .map(str::to_owned)
+        .into_iter()
+        .chain(referenced)
+        .map(|r| writes(counters, &r))
         .sum()
 }
 

@@ -1,8 +1,8 @@
 //! Reflector caches: the Servers in scope (trimmed, see `cached`), whose
-//! watch also feeds the wake rule, and the kinds a pass reads but does not own: Identities,
-//! Networks, SecurityGroups, SSHCertificateAuthorities and
-//! OpenstackIdentities, one list and one watch per kind over the controller's
-//! namespace scope for the operator's lifetime.
+//! watch also feeds the wake rule, and the kinds a pass reads but does not
+//! own: each consumed kind of `consumed::CONSUMED_KINDS` and the
+//! OpenstackIdentities, one list and one watch per kind over the
+//! controller's namespace scope for the operator's lifetime.
 //!
 //! They replace the reads every pass used to make (five requests, each list
 //! returning every object of the namespace: O(Servers) per pass, O(Servers²)
@@ -12,64 +12,27 @@
 //! a retry; the second is confirmed with a live read where acting on the
 //! absence would be wrong (see `facts`).
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
-use server_core::model::{IDENTITY_LABEL, ResourceKind};
+use server_core::model::ResourceKind;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::cached::CachedServer;
-use crate::crd::{Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup};
-use crate::error::{Error, watch_error_summary};
-use crate::kube_api::{FixedBackoff, scoped_api};
+use crate::consumed::{CONSUMED_KINDS, Found, KindCache, reflect};
+use crate::crd::OpenstackIdentity;
+use crate::error::Error;
+use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
 use crate::shutdown::Shutdown;
 use crate::wake::wake_stream;
-
-/// A namespaced kind the operator reads through the API or a cache.
-pub(crate) trait ConsumedKind:
-    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-    + Clone
-    + serde::de::DeserializeOwned
-    + std::fmt::Debug
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl<K> ConsumedKind for K where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static
-{
-}
-
-/// How the watches list and retry.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WatchSettings {
-    /// Delay before re-establishing a failed watch.
-    pub(crate) retry: Duration,
-    /// Objects per page of a (re)list.
-    pub(crate) page_size: u32,
-}
-
-impl WatchSettings {
-    pub(crate) fn of(config: &crate::config::ControllerConfig) -> Self {
-        WatchSettings { retry: config.watch_retry_interval, page_size: config.watch_page_size }
-    }
-}
 
 /// The Servers the wake rule lets through, for the controller.
 pub(crate) type Wakes = UnboundedReceiver<Arc<CachedServer>>;
@@ -79,10 +42,9 @@ pub(crate) type Wakes = UnboundedReceiver<Arc<CachedServer>>;
 pub(crate) struct Caches {
     /// The Servers in scope, trimmed (see [`CachedServer`]).
     pub(crate) servers: Store<CachedServer>,
-    identities: Store<Identity>,
-    networks: Store<Network>,
-    security_groups: Store<SecurityGroup>,
-    ssh_certificate_authorities: Store<SSHCertificateAuthority>,
+    /// The consumed kinds, one cache each (see [`CONSUMED_KINDS`]).
+    consumed: BTreeMap<ResourceKind, Arc<dyn KindCache>>,
+    /// The clouds' identity source, by identity ID.
     openstack_identities: Store<OpenstackIdentity>,
 }
 
@@ -101,10 +63,10 @@ impl Caches {
         let (servers, wakes) = watch_servers(client, namespace, watch, healthy, &mut reflectors);
         let caches = Caches {
             servers,
-            identities: reflect(client, namespace, watch, &mut reflectors),
-            networks: reflect(client, namespace, watch, &mut reflectors),
-            security_groups: reflect(client, namespace, watch, &mut reflectors),
-            ssh_certificate_authorities: reflect(client, namespace, watch, &mut reflectors),
+            consumed: CONSUMED_KINDS
+                .iter()
+                .map(|ops| (ops.kind(), ops.cache(client, namespace, watch, &mut reflectors)))
+                .collect(),
             openstack_identities: reflect(client, namespace, watch, &mut reflectors),
         };
         (caches, wakes, future::join_all(reflectors).map(|_| ()))
@@ -114,77 +76,25 @@ impl Caches {
     async fn ready(&self) -> Result<(), reflector::store::WriterDropped> {
         tokio::try_join!(
             self.servers.wait_until_ready(),
-            self.identities.wait_until_ready(),
-            self.networks.wait_until_ready(),
-            self.security_groups.wait_until_ready(),
-            self.ssh_certificate_authorities.wait_until_ready(),
             self.openstack_identities.wait_until_ready(),
+            future::try_join_all(self.consumed.values().map(|cache| cache.ready())),
         )?;
         Ok(())
-    }
-
-    /// The cached metadata of one consumed object a reference is held on.
-    pub(crate) fn consumed_meta(&self, kind: ResourceKind, namespace: &str, name: &str) -> Option<ObjectMeta> {
-        fn meta<K: ConsumedKind>(store: &Store<K>, namespace: &str, name: &str) -> Option<ObjectMeta> {
-            store.get(&ObjectRef::new(name).within(namespace)).map(|object| object.meta().clone())
-        }
-        match kind {
-            ResourceKind::Network => meta(&self.networks, namespace, name),
-            ResourceKind::SecurityGroup => meta(&self.security_groups, namespace, name),
-            ResourceKind::SshCertificateAuthority => meta(&self.ssh_certificate_authorities, namespace, name),
-            ResourceKind::Identity => meta(&self.identities, namespace, name),
-        }
-    }
-
-    pub(crate) fn identity(&self, namespace: &str, name: &str) -> Option<Arc<Identity>> {
-        self.identities.get(&ObjectRef::new(name).within(namespace))
     }
 
     pub(crate) fn openstack_identity(&self, namespace: &str, name: &str) -> Option<Arc<OpenstackIdentity>> {
         self.openstack_identities.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// Networks of `namespace` with the identity label `identity_id`, by name.
-    pub(crate) fn networks(&self, namespace: &str, identity_id: &str) -> Vec<Arc<Network>> {
-        select(&self.networks, namespace, Some(identity_id))
-    }
-
-    /// Security groups of `namespace` with the identity label `identity_id`, by name.
-    pub(crate) fn security_groups(&self, namespace: &str, identity_id: &str) -> Vec<Arc<SecurityGroup>> {
-        select(&self.security_groups, namespace, Some(identity_id))
-    }
-
-    /// Every Network, SecurityGroup and Identity of `namespace` whose
-    /// finalizers hold `finalizer` and whose identity is not `identity_id`:
-    /// references left from before a Server's identity label changed.
-    pub(crate) fn held_under_other_identities(
+    /// The cached objects of `kind` in `namespace` whose metadata `keep`
+    /// accepts, in name order.
+    pub(crate) fn consumed(
         &self,
+        kind: ResourceKind,
         namespace: &str,
-        identity_id: &str,
-        finalizer: &str,
-    ) -> Vec<(ResourceKind, String)> {
-        let held = |meta: &ObjectMeta| meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer));
-        let foreign = |meta: &ObjectMeta| {
-            meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str) != Some(identity_id)
-        };
-        let networks = select(&self.networks, namespace, None)
-            .into_iter()
-            .filter(|n| foreign(&n.metadata) && held(&n.metadata))
-            .map(|n| (ResourceKind::Network, n.name_any()));
-        let groups = select(&self.security_groups, namespace, None)
-            .into_iter()
-            .filter(|g| foreign(&g.metadata) && held(&g.metadata))
-            .map(|g| (ResourceKind::SecurityGroup, g.name_any()));
-        let identities = select(&self.identities, namespace, None)
-            .into_iter()
-            .filter(|i| i.metadata.name.as_deref() != Some(identity_id) && held(&i.metadata))
-            .map(|i| (ResourceKind::Identity, i.name_any()));
-        networks.chain(groups).chain(identities).collect()
-    }
-
-    /// Every SSH certificate authority of `namespace`, by name.
-    pub(crate) fn ssh_certificate_authorities(&self, namespace: &str) -> Vec<Arc<SSHCertificateAuthority>> {
-        select(&self.ssh_certificate_authorities, namespace, None)
+        keep: &dyn Fn(&ObjectMeta) -> bool,
+    ) -> Vec<Found> {
+        self.consumed.get(&kind).map(|cache| cache.select(namespace, keep)).unwrap_or_default()
     }
 }
 
@@ -275,75 +185,5 @@ where
         result = work => result,
         // Watchers retry forever; this only guards against a future change.
         () = reflectors => Err(Error::Cache("the watches of consumed resources ended".into())),
-    }
-}
-
-/// One kind's cache, and the future filling it pushed onto `reflectors`.
-fn reflect<K: ConsumedKind>(
-    client: &Client,
-    namespace: Option<&str>,
-    watch: &WatchSettings,
-    reflectors: &mut Vec<BoxFuture<'static, ()>>,
-) -> Store<K> {
-    let (store, writer) = reflector::store();
-    let config = watcher::Config::default().page_size(watch.page_size);
-    let events = watcher(scoped_api::<K>(client.clone(), namespace), config)
-        .backoff(FixedBackoff(watch.retry))
-        // Nothing reads managed fields; dropping them keeps the cache small.
-        .modify(|object: &mut K| object.managed_fields_mut().clear())
-        .reflect(writer);
-    reflectors.push(
-        events
-            .for_each(|event| async move {
-                if let Err(error) = event {
-                    let error = watch_error_summary(&error);
-                    warn!(kind = %K::kind(&()), %error, "watch of a consumed kind failed; the cache keeps its last state");
-                }
-            })
-            .boxed(),
-    );
-    store
-}
-
-/// The cached objects of `namespace` (with identity label `identity_id` if
-/// given), in name order as a list returns them, so passes are deterministic.
-fn select<K: ConsumedKind>(store: &Store<K>, namespace: &str, identity_id: Option<&str>) -> Vec<Arc<K>> {
-    let mut found = store.state_filter(|object| {
-        object.meta().namespace.as_deref() == Some(namespace)
-            && identity_id.is_none_or(|id| object.labels().get(IDENTITY_LABEL).is_some_and(|label| label == id))
-    });
-    found.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crd::NetworkSpec;
-
-    fn network(namespace: &str, name: &str, identity: &str) -> Network {
-        let mut network = Network::new(name, NetworkSpec::default());
-        network.metadata.namespace = Some(namespace.into());
-        network.metadata.labels = Some([(IDENTITY_LABEL.to_owned(), identity.to_owned())].into());
-        network
-    }
-
-    #[test]
-    fn selects_by_namespace_and_identity_in_name_order() {
-        let (store, mut writer) = reflector::store::<Network>();
-        writer.apply_watcher_event(&watcher::Event::Init);
-        for object in [
-            network("ns", "b", "id1"),
-            network("ns", "a", "id1"),
-            network("ns", "c", "id2"),
-            network("other", "d", "id1"),
-        ] {
-            writer.apply_watcher_event(&watcher::Event::InitApply(object));
-        }
-        writer.apply_watcher_event(&watcher::Event::InitDone);
-        let names = |found: Vec<Arc<Network>>| found.iter().map(|n| n.name_any()).collect::<Vec<_>>();
-        assert_eq!(names(select(&store, "ns", Some("id1"))), ["a", "b"]);
-        assert_eq!(names(select(&store, "ns", None)), ["a", "b", "c"]);
-        assert!(select(&store, "none", None).is_empty());
     }
 }

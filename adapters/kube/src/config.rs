@@ -32,6 +32,10 @@ pub struct ControllerConfig {
     pub reference_patch: crate::ReferencePatch,
     /// `reportingInstance` of emitted Events (e.g. the pod name); defaults to the controller name.
     pub reporting_instance: Option<String>,
+    /// Read each region's `Region` resource from this namespace (the region
+    /// controller's) and hand its settings to the region's cloud; `None`
+    /// reads no Region.
+    pub region_namespace: Option<String>,
     /// Act only while holding this Lease; `None` acts unconditionally (one replica).
     pub leader_election: Option<crate::LeaseConfig>,
     /// After shutdown is requested, how long in-flight passes may run before
@@ -79,6 +83,7 @@ impl Default for ControllerConfig {
             concurrency: Self::DEFAULT_CONCURRENCY,
             reference_patch: crate::ReferencePatch::default(),
             reporting_instance: None,
+            region_namespace: None,
             leader_election: None,
             drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
             stall_timeout: Self::DEFAULT_STALL_TIMEOUT,

@@ -1,9 +1,9 @@
 //! Kubernetes objects → the core model. Plain data mapping, no rules.
 
 use kube::api::ObjectMeta as KubeMeta;
-use server_core::model::{self as core_model, Consumed};
+use server_core::model as core_model;
 
-use crate::crd::{Identity, SSHCertificateAuthority, Server};
+use crate::crd::Server;
 
 /// The Server as the core sees it.
 pub fn core_server(server: &Server) -> core_model::Server {
@@ -28,28 +28,27 @@ pub fn core_meta(meta: &KubeMeta) -> core_model::ObjectMeta {
     }
 }
 
-/// A consumed resource as the core needs it: its name, and whether it holds
-/// this Server's reference `finalizer` (the rest of its finalizers, one per
-/// Server that shares it, are none of this pass's business and not copied).
-pub(crate) fn consumed(meta: &KubeMeta, finalizer: &str) -> Consumed {
-    let name = meta.name.clone().unwrap_or_default();
-    if meta.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == finalizer)) {
-        Consumed::referenced(name, finalizer)
-    } else {
-        Consumed::new(name)
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::ServerResourceSpec;
 
-pub(crate) fn core_identity(identity: &Identity, finalizer: &str) -> core_model::Identity {
-    core_model::Identity {
-        resource: consumed(&identity.metadata, finalizer),
-        conditions: identity.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
-    }
-}
-
-pub(crate) fn core_ssh_ca(ca: &SSHCertificateAuthority, finalizer: &str) -> core_model::SshCertificateAuthority {
-    core_model::SshCertificateAuthority {
-        resource: consumed(&ca.metadata, finalizer),
-        public_key: ca.spec.public_key.clone(),
+    #[test]
+    fn metadata_maps_onto_the_core_view() {
+        let mut server = Server::new("s1", ServerResourceSpec::default());
+        server.metadata.namespace = Some("ns".into());
+        server.metadata.uid = Some("u1".into());
+        server.metadata.generation = Some(3);
+        server.metadata.finalizers = Some(vec!["unikorn".into()]);
+        server.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH));
+        let core = core_server(&server);
+        assert_eq!(core.meta.name, "s1");
+        assert_eq!(core.meta.namespace, "ns");
+        assert_eq!(core.meta.uid, "u1");
+        assert_eq!(core.meta.generation, 3);
+        assert!(core.meta.deleting);
+        assert!(core.meta.has_finalizer("unikorn"));
+        assert_eq!(core.status, Default::default());
     }
 }

@@ -233,27 +233,69 @@ pub fn server_crd() -> CustomResourceDefinition {
     crd
 }
 
-/// The consumed kinds' CRDs, for serving them from a test or demo API server.
-/// They preserve unknown fields: the controller models only what it reads.
-pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![
-        Network::crd(),
-        SecurityGroup::crd(),
-        SSHCertificateAuthority::crd(),
-        Identity::crd(),
-        OpenstackIdentity::crd(),
-    ];
-    for crd in &mut crds {
-        preserve_unknown_fields(crd, &["spec", "status"]);
-    }
-    crds
+/// A consumed kind's CRD as a test or demo API server serves it: it
+/// preserves unknown fields, since the controller models only what it reads.
+pub(crate) fn served_consumed_crd(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    crd
 }
 
-/// Every CRD the controller touches: Server first, then the consumed kinds.
-pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    let mut crds = vec![server_crd()];
-    crds.extend(consumed_crds());
-    crds
+/// A region of the platform (uni-region's `Region`, named by the region ID,
+/// in the region controller's namespace). The controller reads only what
+/// its clouds act on: the floating-IP network selector.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "Region",
+    plural = "regions",
+    namespaced,
+    category = "unikorn",
+    derive = "Default"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openstack: Option<RegionOpenstackSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionOpenstackSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<RegionNetworkSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionNetworkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_networks: Option<RegionExternalNetworks>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionExternalNetworks {
+    /// In none is given, every external network is selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<RegionNetworkSelector>,
+}
+
+/// `ids`: an explicit list of network IDs; `tags`: networks with all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RegionNetworkSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
+/// The Region CRD for serving it from a test or demo API server; it
+/// preserves the many fields the controller does not read.
+pub fn region_crd() -> CustomResourceDefinition {
+    let mut crd = Region::crd();
+    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    crd
 }
 
 fn preserve_unknown_fields(crd: &mut CustomResourceDefinition, fields: &[&str]) {

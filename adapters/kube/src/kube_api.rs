@@ -1,6 +1,6 @@
 //! Small helpers every loop of the operator shares, importing nothing of
-//! this crate: the Api of a namespace scope, the watches' fixed retry delay,
-//! and the wall clock as Kubernetes stamps it.
+//! this crate but its configuration: the Api of a namespace scope, how
+//! watches list and retry, and the wall clock as Kubernetes stamps it.
 
 use std::time::Duration;
 
@@ -16,6 +16,21 @@ where
     match namespace {
         Some(namespace) => Api::namespaced(client, namespace),
         None => Api::all(client),
+    }
+}
+
+/// How the watches list and retry.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WatchSettings {
+    /// Delay before re-establishing a failed watch.
+    pub(crate) retry: Duration,
+    /// Objects per page of a (re)list.
+    pub(crate) page_size: u32,
+}
+
+impl WatchSettings {
+    pub(crate) fn of(config: &crate::config::ControllerConfig) -> Self {
+        WatchSettings { retry: config.watch_retry_interval, page_size: config.watch_page_size }
     }
 }
 

@@ -17,6 +17,7 @@ mod cache;
 pub mod cached;
 mod cloud;
 mod config;
+mod consumed;
 mod controller;
 pub mod convert;
 pub mod crd;
@@ -32,6 +33,7 @@ mod leader;
 mod metrics;
 mod monitor;
 mod references;
+mod region;
 mod shutdown;
 pub mod wake;
 
@@ -42,6 +44,7 @@ use kube::Client;
 
 pub use cloud::CloudRegistry;
 pub use config::ControllerConfig;
+pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;
 pub use error::Error;
 pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
@@ -187,6 +190,15 @@ impl Operator {
                 Some(tokio::spawn(leader::run(self.client.clone(), lease, self.fence.clone(), stopped)))
             }
         };
+        // Region settings before any pass: a create must not pick a floating
+        // IP network before its region's selector is known.
+        let region_watch = match &self.config().region_namespace {
+            Some(namespace) => {
+                let regions = region::load(&self.client, namespace, &self.executor.clouds).await?;
+                Some(tokio::spawn(regions.run(shutdown.clone())))
+            }
+            None => None,
+        };
         let stop = shutdown.clone();
         let work = self.with_caches(shutdown.clone(), move |caches, wakes| async move {
             let shutdown = stop;
@@ -205,6 +217,9 @@ impl Operator {
         });
         let result = drained(work, shutdown, self.config().drain_timeout).await;
         self.ready.send_replace(false);
+        if let Some(region_watch) = region_watch {
+            region_watch.abort();
+        }
         if let Some(election) = election {
             // The elector closes the fence before it releases the Lease.
             let _ = stop_election.send(());
@@ -226,7 +241,7 @@ impl Operator {
         let result = cache::with_caches(
             &self.client,
             config.namespace.as_deref(),
-            &cache::WatchSettings::of(config),
+            &kube_api::WatchSettings::of(config),
             ready.clone(),
             shutdown,
             |caches, wakes| {

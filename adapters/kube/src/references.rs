@@ -99,12 +99,6 @@ struct Known {
     finalizers: Option<Vec<String>>,
 }
 
-impl Known {
-    fn holds(&self, finalizer: &str) -> bool {
-        self.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == finalizer))
-    }
-}
-
 /// A caller's change, and where its result goes.
 struct Request {
     finalizer: String,
@@ -180,12 +174,6 @@ impl ReferenceWriter {
             tokio::spawn(async move { writer.flush(target).await });
         }
         result.await.unwrap_or_else(|_| Err(ActionFailure::Api("the reference writer stopped".into())))
-    }
-
-    /// Whether the writer knows `finalizer` to be held on `target`: `None`
-    /// when it has not written or read the object (ask the cache).
-    pub(crate) fn holds(&self, target: &Target, finalizer: &str) -> Option<bool> {
-        self.with_queues(|queues| queues.get(target).and_then(|q| q.known.as_ref()).map(|k| k.holds(finalizer)))
     }
 
     fn with_queues<R>(&self, f: impl FnOnce(&mut HashMap<Target, Queue>) -> R) -> R {

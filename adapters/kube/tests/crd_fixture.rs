@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 use server_core::model::{
-    ConditionReason, ConditionStatus, ConditionType, IDENTITY_LABEL, Identity, ImageSpec, NetworkAttachment,
-    REGION_LABEL, SERVER_FINALIZER, Server as CoreServer, ServerSpec, set_condition,
+    ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec, NetworkAttachment,
+    REGION_LABEL, ResourceKind, SERVER_FINALIZER, Server as CoreServer, ServerSpec, set_condition,
 };
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::Outcome;
@@ -207,7 +207,7 @@ fn consumed_crds_name_the_same_kinds() {
         "region.unikorn-cloud.org_identities.yaml",
         "region.unikorn-cloud.org_openstackidentities.yaml",
     ];
-    for (ours, file) in crd::consumed_crds().iter().zip(files) {
+    for (ours, file) in server_kube::consumed_crds().iter().zip(files) {
         let Some(theirs) = fixture(file) else {
             return;
         };
@@ -232,18 +232,17 @@ fn at(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap_or_default()
 }
 
-fn ready_identity() -> Identity {
-    let mut identity = Identity::default();
-    identity.resource.name = "identity-1".into();
+fn ready_identity() -> Consumed {
+    let mut conditions = Vec::new();
     set_condition(
-        &mut identity.conditions,
+        &mut conditions,
         ConditionType::Available,
         ConditionStatus::True,
         ConditionReason::Provisioned,
         "ok",
         at(1),
     );
-    identity
+    Consumed::new("identity-1").with(Detail::Identity { conditions })
 }
 
 fn core_server() -> CoreServer {
@@ -305,12 +304,9 @@ struct Harness {
 
 impl Harness {
     fn facts(provider: ProviderView) -> Facts {
-        Facts {
-            identity: Some(ready_identity()),
-            networks: vec![server_core::model::Consumed::new("a1f8c0a2-55a4-4f1b-8d59-0ad3b1b9d0c7")],
-            provider,
-            ..Facts::default()
-        }
+        Facts { provider, ..Facts::default() }
+            .with(ResourceKind::Identity, ready_identity())
+            .with(ResourceKind::Network, Consumed::new("a1f8c0a2-55a4-4f1b-8d59-0ad3b1b9d0c7"))
     }
 
     /// Persists a status as the operator does: a merge patch of what changed.

@@ -12,7 +12,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {
-    let crds = if args.all { server_kube::crd::all_crds() } else { vec![server_kube::crd::server_crd()] };
+    let crds = if args.all { server_kube::all_crds() } else { vec![server_kube::crd::server_crd()] };
     let mut out = String::new();
     for crd in &crds {
         match serde_saphyr::to_string(crd) {

@@ -1,10 +1,18 @@
-//! The resources a Server consumes, as facts the adapter gathers.
+//! The resources a Server consumes, as facts the adapter gathers, and the
+//! one table of consumed kinds: [`ResourceKind`] and its rules.
 
 use serde::{Deserialize, Serialize};
 
+use super::Server;
 use super::condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition};
+use super::meta::IDENTITY_LABEL;
 
 /// A kind a Server holds a reference finalizer on.
+///
+/// This enum and the `match`es in its `impl` are the core's table of
+/// consumed kinds: everything else (facts, references, validation) walks
+/// [`ResourceKind::ALL`]. Adding a kind is a variant here (the compiler then
+/// asks for its arm in each `match` below) and the spec field naming it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum ResourceKind {
     Network,
@@ -13,7 +21,28 @@ pub enum ResourceKind {
     Identity,
 }
 
+/// Which resources of a kind the adapter gathers for a Server (always of
+/// the Server's namespace).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Those whose identity label is the Server's.
+    IdentityLabelled,
+    /// The one named by the Server's identity label.
+    TheIdentity,
+    /// Every one of the namespace.
+    Namespace,
+}
+
 impl ResourceKind {
+    /// Every consumed kind, in the order a pass references and checks them.
+    pub const ALL: [ResourceKind; 4] = [
+        ResourceKind::Network,
+        ResourceKind::SecurityGroup,
+        ResourceKind::SshCertificateAuthority,
+        ResourceKind::Identity,
+    ];
+
+    /// The kind in words, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
             ResourceKind::Network => "network",
@@ -22,52 +51,94 @@ impl ResourceKind {
             ResourceKind::Identity => "identity",
         }
     }
+
+    /// Which resources of this kind the facts hold.
+    pub fn scope(self) -> Scope {
+        match self {
+            ResourceKind::Network | ResourceKind::SecurityGroup => Scope::IdentityLabelled,
+            ResourceKind::SshCertificateAuthority => Scope::Namespace,
+            ResourceKind::Identity => Scope::TheIdentity,
+        }
+    }
+
+    /// The IDs (= resource names) of this kind `server` names, in spec
+    /// order; the Identity is named by the identity label. Each must exist
+    /// and holds the Server's reference.
+    pub fn named(self, server: &Server) -> Vec<&str> {
+        let spec = &server.spec;
+        match self {
+            ResourceKind::Network => spec.networks.iter().map(|n| n.id.as_str()).collect(),
+            ResourceKind::SecurityGroup => spec.security_groups.iter().map(|g| g.id.as_str()).collect(),
+            ResourceKind::SshCertificateAuthority => {
+                spec.ssh_certificate_authority_id.iter().map(String::as_str).collect()
+            }
+            ResourceKind::Identity => server.meta.label(IDENTITY_LABEL).into_iter().collect(),
+        }
+    }
 }
 
-/// A consumed resource: its name (= the ID a spec uses) and finalizers.
-/// The rules read only whether the Server's own reference is among them, so
-/// an adapter need not copy the rest (a shared Network holds one per Server
-/// on it): [`Consumed::referenced`] gives that alone.
+/// A consumed resource: its name (= the ID a spec uses), its finalizers, and
+/// what else the core reads of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Consumed {
     pub name: String,
     pub finalizers: Vec<String>,
+    pub detail: Detail,
+}
+
+/// What the core reads of a consumed resource besides its name and
+/// finalizers; which one depends on the kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Detail {
+    /// Nothing else (security groups).
+    #[default]
+    None,
+    /// A Network's provider network ID (`status.openstack.networkID`), where
+    /// its status records one.
+    Network { provider_id: Option<String> },
+    /// An SSH certificate authority's `spec.publicKey`: what cloud-init trusts.
+    SshCertificateAuthority { public_key: String },
+    /// An Identity's conditions, which say whether it is ready.
+    Identity { conditions: Vec<Condition> },
 }
 
 impl Consumed {
     pub fn new(name: impl Into<String>) -> Self {
-        Consumed { name: name.into(), finalizers: Vec::new() }
+        Consumed { name: name.into(), finalizers: Vec::new(), detail: Detail::None }
     }
 
-    /// A resource known to hold this reference `finalizer` (and whatever
-    /// else, which the rules do not read).
-    pub fn referenced(name: impl Into<String>, finalizer: &str) -> Self {
-        Consumed { name: name.into(), finalizers: vec![finalizer.to_owned()] }
+    /// The same resource with `detail`.
+    pub fn with(self, detail: Detail) -> Self {
+        Consumed { detail, ..self }
     }
 
     pub fn has_finalizer(&self, finalizer: &str) -> bool {
         self.finalizers.iter().any(|f| f == finalizer)
     }
-}
 
-/// An SSH certificate authority: `spec.publicKey` is what cloud-init trusts.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SshCertificateAuthority {
-    pub resource: Consumed,
-    pub public_key: String,
-}
+    /// For an Identity: ready means Available with reason Provisioned, as the
+    /// Go controller checks. False for any other kind.
+    pub fn is_ready_identity(&self) -> bool {
+        match &self.detail {
+            Detail::Identity { conditions } => find_condition(conditions, ConditionType::Available)
+                .is_some_and(|c| c.status == ConditionStatus::True && c.reason == ConditionReason::Provisioned),
+            _ => false,
+        }
+    }
 
-/// The Identity a Server belongs to.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    pub resource: Consumed,
-    pub conditions: Vec<Condition>,
-}
+    /// For an SSH certificate authority: its public key.
+    pub fn public_key(&self) -> Option<&str> {
+        match &self.detail {
+            Detail::SshCertificateAuthority { public_key } => Some(public_key),
+            _ => None,
+        }
+    }
 
-impl Identity {
-    /// Ready means Available with reason Provisioned, as the Go controller checks.
-    pub fn is_ready(&self) -> bool {
-        find_condition(&self.conditions, ConditionType::Available)
-            .is_some_and(|c| c.status == ConditionStatus::True && c.reason == ConditionReason::Provisioned)
+    /// For a Network: the provider's network ID, if recorded.
+    pub fn provider_id(&self) -> Option<&str> {
+        match &self.detail {
+            Detail::Network { provider_id } => provider_id.as_deref(),
+            _ => None,
+        }
     }
 }

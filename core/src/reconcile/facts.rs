@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use crate::model::{Consumed, Identity, ResourceKind, SshCertificateAuthority};
+use crate::model::{Consumed, ResourceKind};
 use crate::port::ProviderServer;
 
 /// What the provider says about the Server's provider server. The three
@@ -30,17 +30,11 @@ impl ProviderView {
 /// Everything one reconcile pass needs to know besides the Server itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
-    /// The Identity named by the identity label, if it exists.
-    pub identity: Option<Identity>,
-    /// Networks in the Server's namespace carrying its identity label.
-    pub networks: Vec<Consumed>,
-    /// The provider's network ID of a Network, by name, where its status
-    /// records one (`status.openstack.networkID`).
-    pub network_provider_ids: BTreeMap<String, String>,
-    /// Security groups in the Server's namespace carrying its identity label.
-    pub security_groups: Vec<Consumed>,
-    /// SSH certificate authorities in the Server's namespace.
-    pub ssh_certificate_authorities: Vec<SshCertificateAuthority>,
+    /// The consumed resources found, by kind, each kind as its
+    /// [`ResourceKind::scope`] says (the Identity of the label, the Networks
+    /// and security groups carrying it, the namespace's SSH certificate
+    /// authorities). A kind with nothing found may be missing.
+    pub consumed: BTreeMap<ResourceKind, Vec<Consumed>>,
     /// Resources of the Server's namespace that carry its reference but
     /// belong to another identity than its label names (left from before an
     /// identity label change). Every one is released.
@@ -50,14 +44,45 @@ pub struct Facts {
 
 impl Default for Facts {
     fn default() -> Self {
-        Facts {
-            identity: None,
-            networks: Vec::new(),
-            network_provider_ids: BTreeMap::new(),
-            security_groups: Vec::new(),
-            ssh_certificate_authorities: Vec::new(),
-            other_identity_references: Vec::new(),
-            provider: ProviderView::Absent,
-        }
+        Facts { consumed: BTreeMap::new(), other_identity_references: Vec::new(), provider: ProviderView::Absent }
+    }
+}
+
+impl Facts {
+    /// The resources of `kind` found.
+    pub fn of(&self, kind: ResourceKind) -> &[Consumed] {
+        self.consumed.get(&kind).map_or(&[], Vec::as_slice)
+    }
+
+    /// The resource of `kind` named `name`, if found.
+    pub fn find(&self, kind: ResourceKind, name: &str) -> Option<&Consumed> {
+        self.of(kind).iter().find(|resource| resource.name == name)
+    }
+
+    /// The resource of `kind` named `name`, to change it (for fakes that
+    /// keep their world as facts).
+    pub fn find_mut(&mut self, kind: ResourceKind, name: &str) -> Option<&mut Consumed> {
+        self.consumed.get_mut(&kind)?.iter_mut().find(|resource| resource.name == name)
+    }
+
+    /// Adds a resource of `kind`.
+    pub fn insert(&mut self, kind: ResourceKind, resource: Consumed) {
+        self.consumed.entry(kind).or_default().push(resource);
+    }
+
+    /// Builder form of [`Facts::insert`].
+    pub fn with(mut self, kind: ResourceKind, resource: Consumed) -> Self {
+        self.insert(kind, resource);
+        self
+    }
+
+    /// The Identity named by the identity label, if it exists.
+    pub fn identity(&self) -> Option<&Consumed> {
+        self.of(ResourceKind::Identity).first()
+    }
+
+    /// Removes every resource of `kind`.
+    pub fn remove(&mut self, kind: ResourceKind) {
+        self.consumed.remove(&kind);
     }
 }

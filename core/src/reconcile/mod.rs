@@ -19,7 +19,9 @@ pub use options::Options;
 
 use jiff::Timestamp;
 
-use crate::model::{ConditionReason, ConditionStatus, ConditionType, SERVER_FINALIZER, Server, set_condition};
+use crate::model::{
+    ConditionReason, ConditionStatus, ConditionType, Consumed, SERVER_FINALIZER, Server, set_condition,
+};
 use crate::status_patch::status_merge_patch;
 use plan::Plan;
 
@@ -80,7 +82,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
     for action in references::to_add(server, facts) {
         plan.lead(action);
     }
-    if !facts.identity.as_ref().is_some_and(|i| i.is_ready()) {
+    if !facts.identity().is_some_and(Consumed::is_ready_identity) {
         return plan.finish(Outcome::Yield("Waiting for the identity to become ready".into()));
     }
     provision::provision(server, facts, options, plan)

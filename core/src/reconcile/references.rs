@@ -5,23 +5,16 @@ use super::decision::{Action, Reference};
 use super::facts::Facts;
 use crate::model::{Consumed, ResourceKind, Server, reference_finalizer};
 
-/// Each consumed resource the facts know, with its kind and whether the spec names it.
+/// Each consumed resource the facts know, with its kind and whether the
+/// Server names it (the spec, or the identity label for the Identity).
 fn consumed<'a>(server: &'a Server, facts: &'a Facts) -> impl Iterator<Item = (ResourceKind, &'a Consumed, bool)> {
-    let spec = &server.spec;
-    let networks =
-        facts.networks.iter().map(|n| (ResourceKind::Network, n, spec.networks.iter().any(|s| s.id == n.name)));
-    let groups = facts
-        .security_groups
-        .iter()
-        .map(|g| (ResourceKind::SecurityGroup, g, spec.security_groups.iter().any(|s| s.id == g.name)));
-    let cas = facts.ssh_certificate_authorities.iter().map(|ca| {
-        let named = spec.ssh_certificate_authority_id.as_deref() == Some(ca.resource.name.as_str());
-        (ResourceKind::SshCertificateAuthority, &ca.resource, named)
+    let named = ResourceKind::ALL.into_iter().flat_map(move |kind| {
+        let names = kind.named(server);
+        facts.of(kind).iter().map(move |resource| (kind, resource, names.contains(&resource.name.as_str())))
     });
-    let identity = facts.identity.iter().map(|i| (ResourceKind::Identity, &i.resource, true));
-    // Another identity's resources are never what the spec names now.
+    // Another identity's resources are never what the Server names now.
     let elsewhere = facts.other_identity_references.iter().map(|(kind, resource)| (*kind, resource, false));
-    networks.chain(groups).chain(cas).chain(identity).chain(elsewhere)
+    named.chain(elsewhere)
 }
 
 fn reference(kind: ResourceKind, resource: &Consumed, finalizer: &str) -> Reference {

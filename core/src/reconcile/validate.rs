@@ -23,14 +23,9 @@ pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
 
 /// What is repeated in the spec, as the park's message.
 pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
-    let networks = server.spec.networks.iter().map(|n| n.id.as_str());
-    let security_groups = server.spec.security_groups.iter().map(|g| g.id.as_str());
-    for (kind, ids) in [
-        (ResourceKind::Network, networks.collect::<Vec<_>>()),
-        (ResourceKind::SecurityGroup, security_groups.collect()),
-    ] {
+    for kind in ResourceKind::ALL {
         let mut seen = BTreeSet::new();
-        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
+        if let Some(repeated) = kind.named(server).into_iter().find(|id| !seen.insert(*id)) {
             return Some(format!(
                 "{} ID {repeated} appears more than once in the spec; list each {} once",
                 kind.as_str(),
@@ -41,30 +36,13 @@ pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
     None
 }
 
-/// Every ID the spec names must exist; the resource may appear later, so this
-/// is an error that requeues rather than a park.
+/// Every ID the Server names must exist; the resource may appear later, so
+/// this is an error that requeues rather than a park.
 pub(crate) fn references_exist(server: &Server, facts: &Facts) -> Result<(), Outcome> {
-    let unknown = |kind: ResourceKind, id: &str| {
-        Outcome::Error(format!("attempt to reference unknown resource ID {id} ({})", kind.as_str()))
-    };
-    for network in &server.spec.networks {
-        if !facts.networks.iter().any(|n| n.name == network.id) {
-            return Err(unknown(ResourceKind::Network, &network.id));
+    for kind in ResourceKind::ALL {
+        if let Some(id) = kind.named(server).into_iter().find(|id| facts.find(kind, id).is_none()) {
+            return Err(Outcome::Error(format!("attempt to reference unknown resource ID {id} ({})", kind.as_str())));
         }
-    }
-    for group in &server.spec.security_groups {
-        if !facts.security_groups.iter().any(|g| g.name == group.id) {
-            return Err(unknown(ResourceKind::SecurityGroup, &group.id));
-        }
-    }
-    if let Some(ca) = &server.spec.ssh_certificate_authority_id
-        && !facts.ssh_certificate_authorities.iter().any(|c| &c.resource.name == ca)
-    {
-        return Err(unknown(ResourceKind::SshCertificateAuthority, ca));
-    }
-    if facts.identity.is_none() {
-        let id = server.meta.label(IDENTITY_LABEL).unwrap_or_default();
-        return Err(unknown(ResourceKind::Identity, id));
     }
     Ok(())
 }

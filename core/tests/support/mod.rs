@@ -3,8 +3,8 @@
 
 use jiff::Timestamp;
 use server_core::model::{
-    Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, IDENTITY_LABEL, Identity, ImageSpec,
-    NetworkAttachment, REGION_LABEL, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec, SshCertificateAuthority,
+    Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec,
+    NetworkAttachment, REGION_LABEL, ResourceKind, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec,
     reference_finalizer, set_condition,
 };
 use server_core::port::ProviderServer;
@@ -37,26 +37,31 @@ pub fn server() -> Server {
 
 /// Facts with the resources `server()` names, a ready identity, provider absent.
 pub fn facts() -> Facts {
-    let mut identity = Identity { resource: Consumed::new("identity-a"), conditions: vec![] };
+    let mut conditions = vec![];
     set_condition(
-        &mut identity.conditions,
+        &mut conditions,
         ConditionType::Available,
         ConditionStatus::True,
         ConditionReason::Provisioned,
         "Provisioned",
         at(0),
     );
-    Facts {
-        identity: Some(identity),
-        networks: vec![Consumed::new("net-a"), Consumed::new("net-old")],
-        network_provider_ids: Default::default(),
-        security_groups: vec![Consumed::new("sg-a")],
-        ssh_certificate_authorities: vec![SshCertificateAuthority {
-            resource: Consumed::new("ca-a"),
-            public_key: CA_KEY.into(),
-        }],
-        other_identity_references: Vec::new(),
-        provider: ProviderView::Absent,
+    Facts::default()
+        .with(ResourceKind::Identity, Consumed::new("identity-a").with(Detail::Identity { conditions }))
+        .with(ResourceKind::Network, Consumed::new("net-a"))
+        .with(ResourceKind::Network, Consumed::new("net-old"))
+        .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
+        .with(
+            ResourceKind::SshCertificateAuthority,
+            Consumed::new("ca-a").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() }),
+        )
+}
+
+/// The Identity's conditions in `facts`, to change them.
+pub fn identity_conditions(facts: &mut Facts) -> &mut Vec<Condition> {
+    match facts.consumed.get_mut(&ResourceKind::Identity).and_then(|i| i.first_mut()).map(|i| &mut i.detail) {
+        Some(Detail::Identity { conditions }) => conditions,
+        _ => panic!("the facts hold an Identity"),
     }
 }
 
@@ -64,16 +69,13 @@ pub fn facts() -> Facts {
 pub fn referenced_facts(server: &Server) -> Facts {
     let mut facts = facts();
     let finalizer = reference_finalizer(&server.meta.name);
-    for n in &mut facts.networks {
-        if server.spec.networks.iter().any(|s| s.id == n.name) {
-            n.finalizers.push(finalizer.clone());
+    for kind in [ResourceKind::Network, ResourceKind::SecurityGroup, ResourceKind::Identity] {
+        let named: Vec<String> = kind.named(server).into_iter().map(str::to_owned).collect();
+        for resource in facts.consumed.get_mut(&kind).into_iter().flatten() {
+            if named.contains(&resource.name) {
+                resource.finalizers.push(finalizer.clone());
+            }
         }
-    }
-    for g in &mut facts.security_groups {
-        g.finalizers.push(finalizer.clone());
-    }
-    if let Some(identity) = &mut facts.identity {
-        identity.resource.finalizers.push(finalizer.clone());
     }
     facts
 }

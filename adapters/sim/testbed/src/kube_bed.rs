@@ -20,7 +20,7 @@ impl KubeBed {
     /// Installs the CRDs into `sim`, serves it on `addr` (port 0 picks a free
     /// port) and builds a client whose default namespace is `namespace`.
     pub async fn serve(sim: SimKube, addr: SocketAddr, namespace: &str) -> Result<Self, Error> {
-        for crd in server_kube::crd::all_crds() {
+        for crd in server_kube::all_crds() {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let crd = serde_json::to_value(&crd).map_err(Error::CrdEncoding)?;
             sim.install_crd(crd).map_err(|source| Error::Crd { name, source: Box::new(source) })?;

@@ -22,9 +22,10 @@ pub(crate) fn check(world: &World, cloud: &SimCloud, observer: &Observer, max_at
         violations.push(Violation { invariant, server: server.to_owned(), message });
     };
     let store = world.store();
-    let consumed: Vec<_> = ["networks", "securitygroups", "sshcertificateauthorities", "identities"]
-        .iter()
-        .flat_map(|resource| store.list(resource, Some(NAMESPACE)))
+    let consumed: Vec<_> = server_kube::read_kinds()
+        .into_iter()
+        .filter(|kind| kind.referenced)
+        .flat_map(|kind| store.list(&kind.plural, Some(NAMESPACE)))
         .collect();
 
     for (name, history) in &observer.servers {

@@ -1,0 +1,299 @@
+//! The kinds the operator reads but does not own, as one table.
+//!
+//! [`CONSUMED_KINDS`] lists every kind a Server references (the core's
+//! [`ResourceKind`]s), each through its [`ConsumedKind`] impl: the CRD type,
+//! its core kind and what the core reads of an object. The caches, the
+//! facts a pass gathers (cached and live), the CRDs a test API server serves and the RBAC grants ([`read_kinds`]) all come from
+//! it. [`OpenstackIdentity`] is read too, as the clouds' identity source, but
+//! never referenced.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::ListParams;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
+use server_core::model::{Consumed, Detail, IDENTITY_LABEL, ResourceKind};
+use tracing::warn;
+
+use crate::crd::{
+    Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup, served_consumed_crd, server_crd,
+};
+use crate::error::{Error, watch_error_summary};
+use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
+
+/// A namespaced kind the operator reads through the API or a cache.
+pub(crate) trait NamespacedKind:
+    Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> NamespacedKind for K where
+    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// A kind a Server references: its CRD type, with the core's kind and what
+/// the core reads of an object besides its name and finalizers.
+pub(crate) trait ConsumedKind: NamespacedKind + CustomResourceExt {
+    const KIND: ResourceKind;
+
+    fn detail(&self) -> Detail {
+        Detail::None
+    }
+}
+
+impl ConsumedKind for Network {
+    const KIND: ResourceKind = ResourceKind::Network;
+
+    fn detail(&self) -> Detail {
+        let provider_id = self.status.as_ref().and_then(|s| s.openstack.as_ref()).and_then(|o| o.network_id.clone());
+        Detail::Network { provider_id: provider_id.filter(|id| !id.is_empty()) }
+    }
+}
+
+impl ConsumedKind for SecurityGroup {
+    const KIND: ResourceKind = ResourceKind::SecurityGroup;
+}
+
+impl ConsumedKind for SSHCertificateAuthority {
+    const KIND: ResourceKind = ResourceKind::SshCertificateAuthority;
+
+    fn detail(&self) -> Detail {
+        Detail::SshCertificateAuthority { public_key: self.spec.public_key.clone() }
+    }
+}
+
+impl ConsumedKind for Identity {
+    const KIND: ResourceKind = ResourceKind::Identity;
+
+    fn detail(&self) -> Detail {
+        Detail::Identity { conditions: self.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default() }
+    }
+}
+
+/// Every kind a Server references. Adding one: its CRD type in `crd`, its
+/// [`ConsumedKind`] impl above, and an entry here.
+pub(crate) const CONSUMED_KINDS: [&dyn KindOps; 4] = [
+    &Ops::<Network>(PhantomData),
+    &Ops::<SecurityGroup>(PhantomData),
+    &Ops::<SSHCertificateAuthority>(PhantomData),
+    &Ops::<Identity>(PhantomData),
+];
+
+/// A consumed object as read: the core's view, the resourceVersion that
+/// guards a write to it, and its identity label.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Found {
+    pub(crate) resource: Consumed,
+    pub(crate) resource_version: String,
+    pub(crate) identity_label: Option<String>,
+}
+
+/// What the operator does with one consumed kind, without naming its type.
+pub(crate) trait KindOps: Send + Sync {
+    fn kind(&self) -> ResourceKind;
+    /// The kind's resource name in the API (`networks`).
+    fn plural(&self) -> String;
+    fn crd(&self) -> CustomResourceDefinition;
+    /// A cache of the kind over `namespace`, whose filling future is pushed
+    /// onto `reflectors`.
+    fn cache(
+        &self,
+        client: &Client,
+        namespace: Option<&str>,
+        watch: &WatchSettings,
+        reflectors: &mut Vec<BoxFuture<'static, ()>>,
+    ) -> Arc<dyn KindCache>;
+    /// Every object of `namespace`, read live.
+    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Vec<Found>, Error>>;
+}
+
+/// A cache of one consumed kind.
+pub(crate) trait KindCache: Send + Sync + std::fmt::Debug {
+    /// Resolves once the cache holds its initial list.
+    fn ready(&self) -> BoxFuture<'_, Result<(), reflector::store::WriterDropped>>;
+    /// The cached objects of `namespace` whose metadata `keep` accepts, in
+    /// name order as a list returns them (so passes are deterministic).
+    fn select(&self, namespace: &str, keep: &dyn Fn(&kube::api::ObjectMeta) -> bool) -> Vec<Found>;
+}
+
+struct Ops<K>(PhantomData<fn() -> K>);
+
+fn found<K: ConsumedKind>(object: &K) -> Found {
+    let meta = object.meta();
+    Found {
+        resource: Consumed {
+            name: meta.name.clone().unwrap_or_default(),
+            finalizers: meta.finalizers.clone().unwrap_or_default(),
+            detail: object.detail(),
+        },
+        resource_version: meta.resource_version.clone().unwrap_or_default(),
+        identity_label: object.labels().get(IDENTITY_LABEL).cloned(),
+    }
+}
+
+impl<K: ConsumedKind> KindOps for Ops<K> {
+    fn kind(&self) -> ResourceKind {
+        K::KIND
+    }
+
+    fn plural(&self) -> String {
+        K::plural(&()).into_owned()
+    }
+
+    fn crd(&self) -> CustomResourceDefinition {
+        K::crd()
+    }
+
+    fn cache(
+        &self,
+        client: &Client,
+        namespace: Option<&str>,
+        watch: &WatchSettings,
+        reflectors: &mut Vec<BoxFuture<'static, ()>>,
+    ) -> Arc<dyn KindCache> {
+        Arc::new(reflect::<K>(client, namespace, watch, reflectors))
+    }
+
+    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Vec<Found>, Error>> {
+        async move {
+            let api: Api<K> = Api::namespaced(client.clone(), namespace);
+            match api.list(&ListParams::default()).await {
+                Ok(list) => Ok(list.items.iter().map(found).collect()),
+                Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
+            }
+        }
+        .boxed()
+    }
+}
+
+impl<K: ConsumedKind> KindCache for Store<K> {
+    fn ready(&self) -> BoxFuture<'_, Result<(), reflector::store::WriterDropped>> {
+        self.wait_until_ready().boxed()
+    }
+
+    fn select(&self, namespace: &str, keep: &dyn Fn(&kube::api::ObjectMeta) -> bool) -> Vec<Found> {
+        let mut selected =
+            self.state_filter(|object| object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta()));
+        selected.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+        selected.iter().map(|object| found(object.as_ref())).collect()
+    }
+}
+
+/// One kind's cache, and the future filling it pushed onto `reflectors`.
+pub(crate) fn reflect<K: NamespacedKind>(
+    client: &Client,
+    namespace: Option<&str>,
+    watch: &WatchSettings,
+    reflectors: &mut Vec<BoxFuture<'static, ()>>,
+) -> Store<K> {
+    let (store, writer) = reflector::store();
+    let config = watcher::Config::default().page_size(watch.page_size);
+    let events = watcher(scoped_api::<K>(client.clone(), namespace), config)
+        .backoff(FixedBackoff(watch.retry))
+        // Nothing reads managed fields; dropping them keeps the cache small.
+        .modify(|object: &mut K| object.managed_fields_mut().clear())
+        .reflect(writer);
+    reflectors.push(
+        events
+            .for_each(|event| async move {
+                if let Err(error) = event {
+                    let error = watch_error_summary(&error);
+                    warn!(kind = %K::kind(&()), %error, "watch of a consumed kind failed; the cache keeps its last state");
+                }
+            })
+            .boxed(),
+    );
+    store
+}
+
+/// What the operator may do with a kind it reads but does not own: the
+/// ClusterRole's rules for it (`deploy/base/rbac.yaml`, checked against
+/// this list by the app's RBAC test).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadKind {
+    pub group: String,
+    /// The resource name in the API (`networks`).
+    pub plural: String,
+    /// Whether Servers reference it (a finalizer patch), or only read it.
+    pub referenced: bool,
+}
+
+impl ReadKind {
+    /// The verbs the operator uses on it: a cache lists and watches, a live
+    /// list confirms what a cache lacks, and a reference is a merge patch.
+    pub fn verbs(&self) -> &'static [&'static str] {
+        if self.referenced { &["list", "watch", "patch"] } else { &["list", "watch"] }
+    }
+}
+
+/// Every kind the operator reads but does not own: the consumed kinds, then
+/// the identity source (OpenstackIdentity).
+pub fn read_kinds() -> Vec<ReadKind> {
+    let group = |crd: &CustomResourceDefinition| crd.spec.group.clone();
+    let mut kinds: Vec<ReadKind> = CONSUMED_KINDS
+        .iter()
+        .map(|ops| ReadKind { group: group(&ops.crd()), plural: ops.plural(), referenced: true })
+        .collect();
+    kinds.push(ReadKind {
+        group: group(&OpenstackIdentity::crd()),
+        plural: OpenstackIdentity::plural(&()).into_owned(),
+        referenced: false,
+    });
+    kinds
+}
+
+/// The consumed kinds' CRDs and OpenstackIdentity's, for serving them from
+/// a test or demo API server.
+pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds: Vec<_> = CONSUMED_KINDS.iter().map(|ops| ops.crd()).collect();
+    crds.push(OpenstackIdentity::crd());
+    crds.into_iter().map(served_consumed_crd).collect()
+}
+
+/// Every CRD the controller touches: Server first, then the kinds it reads.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![server_crd()];
+    crds.extend(consumed_crds());
+    crds.push(crate::crd::region_crd());
+    crds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_kind_has_one_entry() {
+        for kind in ResourceKind::ALL {
+            assert_eq!(CONSUMED_KINDS.iter().filter(|ops| ops.kind() == kind).count(), 1, "{kind:?}");
+        }
+        assert_eq!(CONSUMED_KINDS.len(), ResourceKind::ALL.len());
+    }
+
+    #[test]
+    fn read_kinds_are_the_consumed_crds() {
+        let plurals: Vec<String> = read_kinds().into_iter().map(|kind| kind.plural).collect();
+        assert_eq!(
+            plurals,
+            ["networks", "securitygroups", "sshcertificateauthorities", "identities", "openstackidentities"]
+        );
+    }
+}
