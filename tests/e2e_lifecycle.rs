@@ -16,6 +16,7 @@ cloud_scenarios!(
     request_budget_of_one_retry,
     a_resync_of_many_servers_reads_no_consumed_kind,
     pause_stops_all_work_and_a_spec_change_wakes_it,
+    a_flavor_edit_on_a_running_server_is_reported_not_applied,
     identity_not_ready_waits_then_proceeds,
     unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_nothing,
 );
@@ -267,6 +268,33 @@ async fn pause_stops_all_work_and_a_spec_change_wakes_it(kind: CloudKind) {
     env.patch_spec("paused", json!({ "pause": false })).await;
     env.wait_server("paused", "Running after unpausing", |s| phase(s) == "Running").await;
     assert_eq!(env.truth(&uid).creates_accepted, 1);
+    env.assert_invariants();
+    env.stop().await;
+}
+
+/// The provider server keeps the flavor it was created with (as with the Go
+/// controller); the edit is said in Available's message and one event, and
+/// nothing is deleted or created.
+async fn a_flavor_edit_on_a_running_server_is_reported_not_applied(kind: CloudKind) {
+    let mut env = Env::new(kind, 6).await;
+    let uid = env.create_server("resized", fast(Fate::clean()), Env::spec());
+    env.start();
+    env.wait_server("resized", "Running", |s| phase(s) == "Running" && available_reason(s) == "Provisioned").await;
+
+    env.patch_spec("resized", json!({ "flavorID": "9b4d7f3e-1c2a-4e5b-8f6d-0a1b2c3d4e5f" })).await;
+    let server = env
+        .wait_server("resized", "the flavor edit reported", |s| available_message(s).contains("spec.flavorID"))
+        .await;
+    let message = available_message(&server);
+    assert!(
+        message.contains("\"9b4d7f3e-1c2a-4e5b-8f6d-0a1b2c3d4e5f\"") && message.contains("not applied"),
+        "{message}"
+    );
+    assert_eq!(available_reason(&server), "Provisioned", "still provisioned: the server runs");
+    env.idle(3).await;
+    assert_eq!(env.event_count("resized", "SpecChangeNotApplied"), 1, "{:?}", env.events("resized"));
+    let truth = env.truth(&uid);
+    assert_eq!((truth.create_calls, truth.delete_calls), (1, 0), "the server was not rebuilt");
     env.assert_invariants();
     env.stop().await;
 }

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use serde_json::json;
 use server_e2e::cloud::Fate;
-use server_e2e::openstack::{Fault, Op, OpenStackSim, SeededServer, Target};
+use server_e2e::openstack::{Fault, Op, OpenStackSim, OpenStackSimConfig, SeededServer, Target};
 use server_e2e::*;
+use server_kube::ControllerConfig;
 
 fn openstack(env: &Env) -> OpenStackSim {
     env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"))
@@ -159,7 +160,63 @@ async fn tags_in_the_unikorn_scheme_are_converted_and_unfit_ones_left_out() {
         assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
         assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
         assert!(!metadata.keys().any(|k| k.contains('@') || k.contains('/')), "{metadata:?}");
+        // The left-out tag is named in one event; its value is not.
+        let notes = env.event_notes("tagged", "ProviderTagsDropped");
+        assert!(
+            matches!(notes.as_slice(), [note] if note.contains("\"owner@example.com\"") && !note.contains("alice")),
+            "{notes:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
+        env.stop().await;
+    })
+    .await;
+}
+
+/// uni-region's rule, from the Region resource: floating IPs come from the
+/// first external network its selector picks, and an edit of the Region
+/// applies to the next create without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_floating_ip_network_is_the_one_the_region_resource_selects() {
+    within(async {
+        let sim_config = OpenStackSimConfig {
+            external_networks: vec!["ext-a".into(), "ext-b".into(), "ext-c".into()],
+            external_network_tags: [("ext-b".to_owned(), vec!["public".to_owned()])].into_iter().collect(),
+            ..Default::default()
+        };
+        let config = ControllerConfig { region_namespace: Some(NAMESPACE.into()), ..test_config() };
+        let mut env =
+            Env::build_with(CloudKind::OpenStack, 47, config, cloud::CloudConfig::reliable(47), sim_config).await;
+        let selector = |selector: serde_json::Value| {
+            json!({"provider": "openstack", "openstack": {"network": {"externalNetworks": {"selector": selector}}}})
+        };
+        env.seed("regions", REGION, selector(json!({"tags": ["public"]})));
+        let mut spec = Env::spec();
+        spec["publicIPAllocation"] = json!({ "enabled": true });
+        let first = env.create_server("first", fast(Fate::clean()), spec.clone());
+        env.start();
+        env.wait_server("first", "Running with a public IP", |s| phase(s) == "Running" && status(s).public_ip.is_some())
+            .await;
+        let network_of = |env: &Env, uid: &str| {
+            let sim = openstack(env);
+            let port = sim.ports().into_iter().find(|p| p.server_uid.as_deref() == Some(uid)).map(|p| p.id);
+            sim.floating_ips().into_iter().find(|ip| port.is_some() && ip.port_id == port).map(|ip| ip.network_id)
+        };
+        assert_eq!(network_of(&env, &first).as_deref(), Some("ext-b"));
+
+        env.sim
+            .store()
+            .modify("regions", Some(NAMESPACE), REGION, |region| {
+                region["spec"] = selector(json!({"ids": ["ext-c"]}));
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        // The watch delivers the edit; a create after it uses it.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let second = env.create_server("second", fast(Fate::clean()), spec);
+        env.wait_server("second", "Running with a public IP", |s| {
+            phase(s) == "Running" && status(s).public_ip.is_some()
+        })
+        .await;
+        assert_eq!(network_of(&env, &second).as_deref(), Some("ext-c"));
         env.stop().await;
     })
     .await;

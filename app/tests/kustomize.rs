@@ -106,7 +106,9 @@ fn base_and_example_overlay_build_into_objects_valid_against_their_schemas() {
                 object["kind"].as_str(),
                 Some("Namespace" | "ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition")
             );
-            if namespaced {
+            // Only the example's Region reader lives in the region controller's namespace.
+            let region_reader = object["metadata"]["name"] == "server-controller-regions";
+            if namespaced && !region_reader {
                 assert_eq!(object["metadata"]["namespace"], "server-controller", "{dir}: {name}");
             }
         }
@@ -154,6 +156,19 @@ fn the_example_overlay_configures_a_region_the_operator_can_read() {
     assert_eq!((kind.as_str(), role_namespace.as_str()), (Some("Role"), Some("server-controller")));
     assert_eq!(rule["resourceNames"], serde_json::json!([secret_name]));
     assert_eq!(rule["verbs"], serde_json::json!(["get"]));
+
+    // Regions are read in the namespace the flag names: list and watch, no more.
+    let region_namespace =
+        args.iter().find_map(|a| a.strip_prefix("--region-namespace=")).expect("a --region-namespace flag");
+    let role = find(&objects, "Role", "server-controller-regions");
+    assert_eq!(role["metadata"]["namespace"], region_namespace);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": ["region.unikorn-cloud.org"], "resources": ["regions"], "verbs": ["list", "watch"]}])
+    );
+    let binding = find(&objects, "RoleBinding", "server-controller-regions");
+    assert_eq!(binding["metadata"]["namespace"], region_namespace);
+    assert_eq!(binding["subjects"][0]["name"], deployment["spec"]["template"]["spec"]["serviceAccountName"]);
 
     // The overlay adds no other rule to what the base grants.
     let base = build("base");

@@ -13,7 +13,9 @@ use support::{ServedDemo, free_port, get, wait_for};
 
 #[test]
 fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
-    let demo = ServedDemo::start(3);
+    // An empty playground: `--cloud sim` refuses Servers another operator's
+    // cloud holds (below), so this one gets a Server of its own.
+    let demo = ServedDemo::start(0);
     let metrics = free_port();
     let mut operator = Command::new(env!("CARGO_BIN_EXE_server-controller"))
         .args(["run", "--cloud", "sim", "--sim-region", "region-a", "--namespace", "demo"])
@@ -36,8 +38,14 @@ fn run_serves_probes_and_metrics_and_exits_cleanly_on_sigterm() {
     wait_for("/readyz to turn ready", Duration::from_secs(60), || {
         get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
     });
-    // The demo's Servers are reconciled again by this operator (its own cloud
-    // has none of them, so they pass through the controller and the monitor).
+    let applied = Command::new("kubectl")
+        .arg("apply")
+        .arg("-f")
+        .arg(demo.dir.join("server-controller-demo-server.yaml"))
+        .env("KUBECONFIG", demo.kubeconfig())
+        .output()
+        .expect("kubectl runs");
+    assert!(applied.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&applied.stderr));
     wait_for("reconcile metrics", Duration::from_secs(60), || {
         get(metrics, "/metrics").is_some_and(|(_, body)| body.contains("server_controller_reconciles_total{"))
     });
@@ -68,4 +76,22 @@ fn an_unreadable_kubeconfig_is_a_startup_error_naming_the_file() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("cannot read the kubeconfig /nonexistent/server-controller.kubeconfig"), "{stderr}");
+}
+
+#[test]
+fn run_with_the_simulated_cloud_refuses_servers_whose_provider_servers_are_elsewhere() {
+    let demo = ServedDemo::start(2);
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--cloud", "sim", "--sim-region", "region-a", "--namespace", "demo"])
+        .args(["--leader-election-id", "run-test-refused"])
+        .arg("--metrics-addr")
+        .arg(free_port().to_string())
+        .arg("--kubeconfig")
+        .arg(demo.kubeconfig())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert!(!output.status.success(), "it started over the playground's Servers");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("2 Server(s) here already carry the controller's finalizer"), "{stderr}");
 }

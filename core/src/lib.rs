@@ -2,7 +2,8 @@
 //!
 //! Facts in, decision out: [`reconcile`] decides one pass, [`observe`]
 //! projects a provider record onto status, [`provider_create_failure`] is the
-//! one predicate the watch and the retry machine share. No I/O: time comes in
+//! one predicate the watch and the retry machine share, [`Pass`] drives a
+//! pass's actions for the adapter that performs them. No I/O: time comes in
 //! as an argument, and the [`port::CloudPort`] is defined here but never called.
 //!
 //! # Consumed kinds
@@ -26,8 +27,10 @@ pub mod explain;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;
+pub mod pass;
 pub mod port;
 pub mod predicate;
+pub mod provider_metadata;
 pub mod reconcile;
 pub mod status_patch;
 pub mod user_data;
@@ -35,8 +38,9 @@ pub mod user_data;
 pub use lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park};
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
+pub use pass::Pass;
 pub use predicate::{booted_server_unseen, ever_booted, provider_create_failure, record_shows_boot, should_wake};
 pub use reconcile::{
     Action, ActionFailure, Decision, Facts, Options, Outcome, ProviderView, action_failed, needs_facts, reconcile,
 };
-pub use status_patch::status_merge_patch;
+pub use status_patch::{StatusPatchError, apply_status_patch, status_merge_patch};

@@ -40,6 +40,39 @@ pub trait CloudPort: Send + Sync {
     /// Every server of the identity's project, in one call: the monitor asks
     /// once per (region, identity) per poll.
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>>;
+    /// What the region's Region resource says, each time it changes (a
+    /// cloud that needs none of it ignores it). Not a cloud call.
+    fn apply_region_settings(&self, settings: &RegionSettings) {
+        let _ = settings;
+    }
+}
+
+/// What a region's `Region` resource (region.unikorn-cloud.org) says that
+/// its cloud acts on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegionSettings {
+    /// `spec.openstack.network.externalNetworks.selector`: which external
+    /// networks floating IPs may come from.
+    pub external_networks: Option<NetworkSelector>,
+}
+
+/// uni-region's `NetworkSelector`: a network is selected when its ID is in
+/// `ids` (if given) and it carries every tag of `tags` (if given).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
+impl NetworkSelector {
+    /// Whether a network with this ID and these tags is selected.
+    pub fn selects(&self, id: &str, tags: &[String]) -> bool {
+        self.ids.as_ref().is_none_or(|ids| ids.iter().any(|wanted| wanted == id))
+            && self.tags.as_ref().is_none_or(|wanted| wanted.iter().all(|tag| tags.contains(tag)))
+    }
 }
 
 /// Which Server a provider server belongs to. The uid is the idempotency key.

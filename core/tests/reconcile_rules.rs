@@ -514,13 +514,24 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
 }
 
 #[test]
-fn a_create_is_recorded_as_issued_with_its_time_before_it_runs() {
+fn a_create_is_recorded_as_issued_with_its_time_and_spec_before_it_runs() {
     let server = adopted();
     let decision = reconcile(&server, &referenced_facts(&server), &OPTIONS, at(10));
+    let expected = serde_json::json!({
+        "attempt": 0,
+        "at": at(10).to_string(),
+        "flavorID": server.spec.flavor_id,
+        "imageID": server.spec.image.id,
+    });
     let note = decision
         .actions
         .iter()
-        .position(|a| *a == Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some(format!("0@{}", at(10))) })
+        .position(|a| match a {
+            Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: Some(value) } => {
+                serde_json::from_str::<serde_json::Value>(value).ok() == Some(expected.clone())
+            }
+            _ => false,
+        })
         .unwrap();
     let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
     assert!(note < create);

@@ -152,6 +152,17 @@ impl Env {
     }
 
     pub async fn build(kind: CloudKind, seed: u64, config: ControllerConfig, cloud: CloudConfig) -> Env {
+        Env::build_with(kind, seed, config, cloud, openstack::OpenStackSimConfig::default()).await
+    }
+
+    /// [`Env::build`] with the OpenStack simulator configured (OpenStack path only).
+    pub async fn build_with(
+        kind: CloudKind,
+        seed: u64,
+        config: ControllerConfig,
+        cloud: CloudConfig,
+        openstack_config: openstack::OpenStackSimConfig,
+    ) -> Env {
         init_tracing();
         let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
         let kube_bed = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE)
@@ -159,7 +170,8 @@ impl Env {
             .unwrap_or_else(|e| panic!("no test bed: {e}"));
         // Each HTTP call gets half the controller's cloud timeout, so a slow
         // call fails as the adapter's timeout (transient) before the controller's.
-        let cloud_bed = CloudBed::start(kind, SimCloud::new(cloud), &tenant(), Some(config.cloud_timeout / 2))
+        let timeout = Some(config.cloud_timeout / 2);
+        let cloud_bed = CloudBed::start_with(kind, SimCloud::new(cloud), &tenant(), timeout, openstack_config)
             .await
             .unwrap_or_else(|e| panic!("no cloud: {e}"));
         let env = Env {

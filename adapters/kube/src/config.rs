@@ -28,6 +28,10 @@ pub struct ControllerConfig {
     pub concurrency: u16,
     /// `reportingInstance` of emitted Events (e.g. the pod name); defaults to the controller name.
     pub reporting_instance: Option<String>,
+    /// Read each region's `Region` resource from this namespace (the region
+    /// controller's) and hand its settings to the region's cloud; `None`
+    /// reads no Region.
+    pub region_namespace: Option<String>,
     /// Act only while holding this Lease; `None` acts unconditionally (one replica).
     pub leader_election: Option<crate::LeaseConfig>,
     /// After shutdown is requested, how long in-flight passes may run before
@@ -70,6 +74,7 @@ impl Default for ControllerConfig {
             cloud_timeout: Duration::from_secs(60),
             concurrency: 8,
             reporting_instance: None,
+            region_namespace: None,
             leader_election: None,
             drain_timeout: Self::DEFAULT_DRAIN_TIMEOUT,
             stall_timeout: Self::DEFAULT_STALL_TIMEOUT,

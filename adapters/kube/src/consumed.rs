@@ -272,6 +272,7 @@ pub fn consumed_crds() -> Vec<CustomResourceDefinition> {
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
     let mut crds = vec![server_crd()];
     crds.extend(consumed_crds());
+    crds.push(crate::crd::region_crd());
     crds
 }
 

@@ -240,6 +240,64 @@ pub(crate) fn served_consumed_crd(mut crd: CustomResourceDefinition) -> CustomRe
     crd
 }
 
+/// A region of the platform (uni-region's `Region`, named by the region ID,
+/// in the region controller's namespace). The controller reads only what
+/// its clouds act on: the floating-IP network selector.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "region.unikorn-cloud.org",
+    version = "v1alpha1",
+    kind = "Region",
+    plural = "regions",
+    namespaced,
+    category = "unikorn",
+    derive = "Default"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openstack: Option<RegionOpenstackSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionOpenstackSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<RegionNetworkSpec>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionNetworkSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_networks: Option<RegionExternalNetworks>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RegionExternalNetworks {
+    /// In none is given, every external network is selected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<RegionNetworkSelector>,
+}
+
+/// `ids`: an explicit list of network IDs; `tags`: networks with all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RegionNetworkSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
+/// The Region CRD for serving it from a test or demo API server; it
+/// preserves the many fields the controller does not read.
+pub fn region_crd() -> CustomResourceDefinition {
+    let mut crd = Region::crd();
+    preserve_unknown_fields(&mut crd, &["spec", "status"]);
+    crd
+}
+
 fn preserve_unknown_fields(crd: &mut CustomResourceDefinition, fields: &[&str]) {
     for version in &mut crd.spec.versions {
         let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) else {

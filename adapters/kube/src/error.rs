@@ -18,6 +18,9 @@ pub enum Error {
     /// The leader election is configured so that two replicas could act at once.
     #[error("leader election: {0}")]
     LeaderElection(String),
+    /// `--region-namespace` is set and its Regions cannot be read.
+    #[error("{0}")]
+    Regions(String),
 }
 
 impl Error {

@@ -1,11 +1,11 @@
-//! Runs one reconcile pass: gather facts, ask the core, run its actions in
-//! order, stop at the first failure and run the core's follow-up decision.
-//! Every rule lives in server-core; this module only performs I/O.
+//! Runs one reconcile pass: gather facts, ask the core, and drive the core's
+//! [`Pass`] by performing each action it hands out. Which action runs next,
+//! the follow-up after a failure and the Server as last persisted are the
+//! core's; this module only performs I/O.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Decision, Outcome, ServerStatus, action_failed, needs_facts, reconcile};
+use server_core::{Action, ActionFailure, Decision, Outcome, Pass, needs_facts, reconcile};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -75,15 +75,26 @@ impl Executor {
             outcome = decision.outcome.label(),
             "decided"
         );
-        let mut pass = Pass {
+        let mut io = ActionIo {
             executor: self,
             regarding: object.object_ref(&()),
             resource_version: object.resource_version().unwrap_or_default(),
-            server,
+            name: server.meta.name.clone(),
+            namespace: server.meta.namespace.clone(),
             resources: gathered.resources,
             cloud: gathered.cloud,
         };
-        Ok(pass.execute(decision, now).await)
+        let mut pass = Pass::decided(server, decision, now);
+        while let Some(action) = pass.poll_action() {
+            match io.apply(action, pass.server()).await {
+                Ok(()) => pass.handle_done(),
+                Err(failure) => {
+                    io.report_failure(action, &failure);
+                    pass.handle_failed(failure);
+                }
+            }
+        }
+        Ok(pass.into_outcome())
     }
 
     /// The Server's user data, read live, if its spec is still the one the
@@ -119,97 +130,59 @@ fn creates(decision: &Decision) -> bool {
     decision.actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_)))
 }
 
-/// The state of one pass as its actions run: the Server as last persisted
-/// (what the core's follow-up decision needs) and the resourceVersions that
-/// guard the next write.
-struct Pass<'a> {
+/// The I/O side of one pass: the resourceVersions that guard its next
+/// writes, the consumed resources it read, and its cloud.
+struct ActionIo<'a> {
     executor: &'a Executor,
     regarding: ObjectReference,
     resource_version: String,
-    server: CoreServer,
+    name: String,
+    namespace: String,
     resources: BTreeMap<(ResourceKind, String), ReadResource>,
     cloud: Result<CloudHandle, String>,
 }
 
-impl Pass<'_> {
-    async fn execute(&mut self, decision: Decision, now: Timestamp) -> Outcome {
-        for action in &decision.actions {
-            if let Err(failure) = self.apply(action, &decision.status).await {
-                self.report_failure(action, &failure);
-                let follow_up = action_failed(&self.server, action, &failure, now);
-                return self.execute_follow_up(follow_up, now).await;
-            }
-        }
-        decision.outcome
-    }
-
-    /// Runs the core's decision after a failed action. If one of its own
-    /// actions fails, the rest waits for the next pass.
-    async fn execute_follow_up(&mut self, follow_up: Decision, now: Timestamp) -> Outcome {
-        for action in &follow_up.actions {
-            if let Err(failure) = self.apply(action, &follow_up.status).await {
-                self.report_failure(action, &failure);
-                return action_failed(&self.server, action, &failure, now).outcome;
-            }
-        }
-        follow_up.outcome
-    }
-
+impl ActionIo<'_> {
     fn report_failure(&self, action: &Action, failure: &ActionFailure) {
         self.executor.metrics.action_failed(action_name(action));
         warn!(
-            server = %self.server.meta.name,
-            namespace = %self.server.meta.namespace,
+            server = %self.name,
+            namespace = %self.namespace,
             action = action_name(action),
             failure = ?failure,
             "action failed"
         );
     }
 
-    async fn apply(&mut self, action: &Action, status: &ServerStatus) -> Result<(), ActionFailure> {
+    /// Performs one action. `persisted` is the Server as last persisted (the
+    /// finalizer list a merge patch replaces is built from it).
+    async fn apply(&mut self, action: &Action, persisted: &CoreServer) -> Result<(), ActionFailure> {
         match action {
             Action::AddFinalizer => {
-                let mut finalizers = self.server.meta.finalizers.clone();
+                let mut finalizers = persisted.meta.finalizers.clone();
                 finalizers.push(SERVER_FINALIZER.to_owned());
                 self.patch_server_metadata(json!({ "finalizers": finalizers }), "adding the finalizer").await?;
-                self.server.meta.finalizers = finalizers;
                 Ok(())
             }
             Action::RemoveFinalizer => {
                 let finalizers: Vec<String> =
-                    self.server.meta.finalizers.iter().filter(|f| *f != SERVER_FINALIZER).cloned().collect();
+                    persisted.meta.finalizers.iter().filter(|f| *f != SERVER_FINALIZER).cloned().collect();
                 match self.patch_server_metadata(json!({ "finalizers": finalizers }), "removing the finalizer").await {
                     // Removal from a Server that is already gone is done.
-                    Err(PatchError::NotFound) => {}
-                    other => other?,
+                    Err(PatchError::NotFound) => Ok(()),
+                    other => Ok(other?),
                 }
-                self.server.meta.finalizers = finalizers;
-                Ok(())
             }
-            Action::WriteStatus(patch) => {
-                self.write_status(patch).await?;
-                self.server.status = status.clone();
-                Ok(())
-            }
+            Action::WriteStatus(patch) => Ok(self.write_status(patch).await?),
             Action::Annotate { key, value } => {
                 let annotations = json!({ *key: value });
                 self.patch_server_metadata(json!({ "annotations": annotations }), "writing an annotation").await?;
-                match value {
-                    Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
-                    None => self.server.meta.annotations.remove(*key),
-                };
                 Ok(())
             }
             Action::Record(changes) => {
                 let annotations: serde_json::Map<String, Value> =
                     changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect();
                 self.record_annotations(json!({ "annotations": annotations })).await?;
-                for (key, value) in changes {
-                    match value {
-                        Some(value) => self.server.meta.annotations.insert((*key).to_owned(), value.clone()),
-                        None => self.server.meta.annotations.remove(*key),
-                    };
-                }
                 Ok(())
             }
             Action::AddReference(reference) => self.set_reference(reference, true).await,
@@ -217,7 +190,7 @@ impl Pass<'_> {
             Action::CreateProviderServer(request) => {
                 let cloud = self.cloud()?;
                 let created = cloud.call(|c| c.create(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
-                info!(server = %self.server.meta.name, namespace = %self.server.meta.namespace, provider_id = %created.id, "provider server created");
+                info!(server = %self.name, namespace = %self.namespace, provider_id = %created.id, "provider server created");
                 Ok(())
             }
             Action::DeleteProviderServer(server) => {
@@ -225,7 +198,7 @@ impl Pass<'_> {
                 let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
                 // Each pass re-sends the idempotent delete until the server is
                 // gone: one INFO line when it is, the repeats at DEBUG.
-                let (server, namespace) = (&self.server.meta.name, &self.server.meta.namespace);
+                let (server, namespace) = (&self.name, &self.namespace);
                 match progress {
                     DeleteProgress::Gone => info!(server = %server, namespace = %namespace, "provider server gone"),
                     DeleteProgress::InProgress => {
@@ -241,8 +214,8 @@ impl Pass<'_> {
                 match self.executor.events.publish(event, &self.regarding).await {
                     Ok(()) => self.executor.metrics.event_emitted(event.reason),
                     Err(error) => warn!(
-                        server = %self.server.meta.name,
-                        namespace = %self.server.meta.namespace,
+                        server = %self.name,
+                        namespace = %self.namespace,
                         reason = event.reason.as_str(),
                         error = %short_message(&error),
                         "emitting an event failed"
@@ -258,7 +231,7 @@ impl Pass<'_> {
     }
 
     fn servers(&self) -> Api<Server> {
-        Api::namespaced(self.executor.client.clone(), &self.server.meta.namespace)
+        Api::namespaced(self.executor.client.clone(), &self.namespace)
     }
 
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
@@ -267,7 +240,7 @@ impl Pass<'_> {
         let body = json!({ "metadata": metadata });
         let patched = self
             .servers()
-            .patch(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube(context, &e))?;
         self.resource_version = patched.resource_version().unwrap_or_default();
@@ -288,7 +261,7 @@ impl Pass<'_> {
         }
         let body = json!({ "metadata": metadata });
         self.servers()
-            .patch(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube(CONTEXT, &e))?;
         Ok(())
@@ -300,7 +273,7 @@ impl Pass<'_> {
         let body = json!({ "metadata": { "resourceVersion": self.resource_version }, "status": patch });
         let patched = self
             .servers()
-            .patch_status(&self.server.meta.name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube("writing the status", &e))?;
         self.resource_version = patched.resource_version().unwrap_or_default();
@@ -329,7 +302,7 @@ impl Pass<'_> {
         let context =
             format!("{} {} reference", if add { "adding the" } else { "removing the" }, reference.kind.as_str());
         let client = self.executor.client.clone();
-        let namespace = self.server.meta.namespace.as_str();
+        let namespace = self.namespace.as_str();
         let result = match reference.kind {
             ResourceKind::Network => patch_metadata::<Network>(client, namespace, &reference.name, &body).await,
             ResourceKind::SecurityGroup => {

@@ -194,6 +194,11 @@ impl CloudPort for FencedCloud {
         })
     }
 
+    /// Settings are not a cloud call: a follower keeps them current too.
+    fn apply_region_settings(&self, settings: &server_core::port::RegionSettings) {
+        self.cloud.apply_region_settings(settings);
+    }
+
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
         Box::pin(async move {
             self.check()?;

@@ -32,6 +32,7 @@ mod kube_api;
 mod leader;
 mod metrics;
 mod monitor;
+mod region;
 mod shutdown;
 pub mod wake;
 
@@ -185,6 +186,15 @@ impl Operator {
                 Some(tokio::spawn(leader::run(self.client.clone(), lease, self.fence.clone(), stopped)))
             }
         };
+        // Region settings before any pass: a create must not pick a floating
+        // IP network before its region's selector is known.
+        let region_watch = match &self.config().region_namespace {
+            Some(namespace) => {
+                let regions = region::load(&self.client, namespace, &self.executor.clouds).await?;
+                Some(tokio::spawn(regions.run(shutdown.clone())))
+            }
+            None => None,
+        };
         let stop = shutdown.clone();
         let work = self.with_caches(shutdown.clone(), move |caches, wakes| async move {
             let shutdown = stop;
@@ -203,6 +213,9 @@ impl Operator {
         });
         let result = drained(work, shutdown, self.config().drain_timeout).await;
         self.ready.send_replace(false);
+        if let Some(region_watch) = region_watch {
+            region_watch.abort();
+        }
         if let Some(election) = election {
             // The elector closes the fence before it releases the Lease.
             let _ = stop_election.send(());

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use server_core::port::{
-    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ProviderStatus,
-    ServerRef,
+    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, NetworkSelector, PortFuture, ProviderServer,
+    ProviderStatus, RegionSettings, ServerRef,
 };
 use tracing::{debug, info, warn};
 
@@ -33,6 +33,8 @@ struct Inner {
     index: ServerIndex,
     /// Neutron IDs of networks and security groups by name, per identity.
     names: NeutronNames,
+    /// What the region's Region resource says (see `apply_region_settings`).
+    region: std::sync::RwLock<RegionSettings>,
 }
 
 impl fmt::Debug for OpenStackCloud {
@@ -68,6 +70,7 @@ impl OpenStackCloud {
                 auth,
                 index: ServerIndex::default(),
                 names: NeutronNames::default(),
+                region: std::sync::RwLock::default(),
             }),
         })
     }
@@ -271,14 +274,6 @@ impl OpenStackCloud {
             }
             other => other?,
         };
-        let metadata = mapping::server_metadata(request);
-        if !metadata.dropped.is_empty() {
-            info!(
-                server_uid = uid,
-                dropped = ?metadata.dropped,
-                "tags left out of the Nova metadata: their names do not fit Nova's key schema"
-            );
-        }
         let project = self.inner.index.project(identity);
         project.mark_uncertain(uid, self.inner.index.tick());
         let id =
@@ -375,16 +370,26 @@ impl OpenStackCloud {
         Ok(())
     }
 
+    /// The external-network selector in force: the configuration's, else
+    /// the Region resource's.
+    fn external_network_selector(&self) -> Option<NetworkSelector> {
+        let configured = self.inner.config.external_networks.clone();
+        configured.or_else(|| {
+            let region = self.inner.region.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            region.external_networks.clone()
+        })
+    }
+
     /// The configured external network; else, with a selector (the
-    /// Region's), the first external network it selects, as the Go
-    /// controller picks; else the project's only one.
+    /// configuration's or the Region's), the first external network it
+    /// selects, as the Go controller picks; else the project's only one.
     async fn floating_network(&self, session: &Session<'_>) -> Result<String, CloudError> {
         let config = &self.inner.config;
         if let Some(id) = config.floating_network_id.as_deref().filter(|id| !id.is_empty()) {
             return Ok(id.to_owned());
         }
         let networks = neutron::external_networks(session).await?;
-        if let Some(selector) = &config.external_networks {
+        if let Some(selector) = &self.external_network_selector() {
             return match networks.into_iter().find(|n| selector.selects(&n.id, &n.tags)) {
                 Some(network) => Ok(network.id),
                 None => Err(CloudError::Refused {
@@ -403,7 +408,8 @@ impl OpenStackCloud {
             networks => Err(CloudError::Refused {
                 status: 400,
                 message: format!(
-                    "a public IP was requested but neither floatingNetworkID nor an externalNetworks selector is \
+                    "a public IP was requested but neither floatingNetworkID nor an externalNetworks selector (in the \
+                     configuration or the Region resource) is \
                      configured and the project sees {} external networks",
                     networks.len()
                 ),
@@ -495,6 +501,16 @@ impl CloudPort for OpenStackCloud {
         server: &'a ServerRef,
     ) -> PortFuture<'a, Option<ProviderServer>> {
         Box::pin(self.get_flow(identity, server))
+    }
+
+    fn apply_region_settings(&self, settings: &RegionSettings) {
+        let mut region = self.inner.region.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *region != *settings {
+            if self.inner.config.external_networks.is_some() && settings.external_networks.is_some() {
+                info!(region = %self.inner.config.region, "the configuration's externalNetworks overrides the Region's selector");
+            }
+            *region = settings.clone();
+        }
     }
 
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {

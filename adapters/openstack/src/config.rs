@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+pub use server_core::port::NetworkSelector;
 
 /// Configuration of one region's OpenStack.
 ///
@@ -49,35 +50,17 @@ pub struct OpenStackConfig {
     /// server asks for a public IP, the project's only external network is used.
     #[serde(default, rename = "floatingNetworkID", alias = "floatingNetworkId")]
     pub floating_network_id: Option<String>,
-    /// Which external networks floating IPs may come from, as the Region's
-    /// `spec.openstack.network.externalNetworks.selector` says: the first
+    /// Which external networks floating IPs may come from: the first
     /// external network Neutron lists that has every ID- and tag-condition
-    /// given is used, as the Go controller picks it.
+    /// given is used, as the Go controller picks it. Set here, it overrides
+    /// the Region resource's `spec.openstack.network.externalNetworks.selector`
+    /// (which the controller reads when given `--region-namespace`).
     #[serde(default)]
     pub external_networks: Option<NetworkSelector>,
     /// Extra PEM CA certificates trusted on top of the platform's roots
     /// (private clouds).
     #[serde(default)]
     pub ca_certificate: Option<String>,
-}
-
-/// uni-region's `NetworkSelector`: a network is selected when its ID is in
-/// `ids` (if given) and it carries every tag of `tags` (if given).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NetworkSelector {
-    #[serde(default)]
-    pub ids: Option<Vec<String>>,
-    #[serde(default)]
-    pub tags: Option<Vec<String>>,
-}
-
-impl NetworkSelector {
-    /// Whether a network with this ID and these tags is selected.
-    pub fn selects(&self, id: &str, tags: &[String]) -> bool {
-        self.ids.as_ref().is_none_or(|ids| ids.iter().any(|wanted| wanted == id))
-            && self.tags.as_ref().is_none_or(|wanted| wanted.iter().all(|tag| tags.contains(tag)))
-    }
 }
 
 mod defaults {

@@ -15,7 +15,9 @@ use server_core::port::{CreateRequest, Credentials, IdentityContext, Owner, Prov
 use crate::auth::{Auth, TokenBody, request_body};
 use crate::compute::{CreatedEnvelope, ServerEnvelope, ServerList};
 use crate::config::OpenStackConfig;
-use crate::mapping::{self, ResolvedNetworking, valid_metadata_key};
+use server_core::provider_metadata::valid_metadata_key;
+
+use crate::mapping::{self, ResolvedNetworking};
 use crate::network::{FloatingIpEnvelope, FloatingIps, Networks, PortEnvelope, Ports, SecurityGroups};
 
 type TestResult = Result<(), String>;
@@ -281,12 +283,14 @@ fn request() -> CreateRequest {
         network_ids: Default::default(),
         public_ip: true,
         user_data: Some(b"#cloud-config\n".to_vec()),
-        tags: vec![
+        // As the core hands them to the port: converted, unfit ones left out.
+        tags: server_core::provider_metadata::provider_tags(&[
             Tag { name: "compute.unikorn-cloud.org/workload".into(), value: "batch".into() },
             Tag { name: "team".into(), value: "blue".into() },
             Tag { name: "owner@example.com".into(), value: "dropped".into() },
             Tag { name: "clé".into(), value: "dropped".into() },
-        ],
+        ])
+        .tags,
         identity_ssh_key: true,
         owner: Owner { organization_id: "org".into(), project_id: "proj".into(), region_id: "region".into() },
     }

@@ -93,6 +93,5 @@ pub use auth::FailureStreakHook;
 pub use cloud::OpenStackCloud;
 pub use config::{ConfigError, Interface, NetworkSelector, OpenStackConfig};
 pub use mapping::{
-    METADATA_GO_SERVER_ID, METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, metadata_key,
-    port_name, valid_metadata_key,
+    METADATA_GO_SERVER_ID, METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, port_name,
 };

@@ -21,10 +21,6 @@ pub const METADATA_SERVER_NAMESPACE: &str = "unikorn:server-namespace";
 pub const METADATA_SERVER_NAME: &str = "unikorn:server-name";
 /// Written when this controller takes over a server another controller made.
 pub(crate) const METADATA_ADOPTED_FROM: &str = "unikorn:adopted-from";
-/// Keys with this prefix are the operator's; user tags cannot set them.
-const RESERVED_PREFIX: &str = "unikorn:";
-/// Nova's limit on metadata values (nova/api/validation/parameter_types.py).
-const METADATA_MAX: usize = 255;
 
 /// The system metadata the Go controller writes on every server it makes
 /// (its legacy camelCase keys and their namespaced copies); other tools read
@@ -39,31 +35,6 @@ const METADATA_GO_SERVER_ID_NAMESPACED: &str = "region:server_id";
 /// identity owns the project.
 pub fn port_name(server_name: &str) -> String {
     format!("server-{server_name}")
-}
-
-/// Whether Nova accepts `key` as a metadata key: `^[a-zA-Z0-9-_:. ]{1,255}$`
-/// (nova/api/validation/parameter_types.py, `metadata` property names);
-/// any other key fails the whole create with 400.
-pub fn valid_metadata_key(key: &str) -> bool {
-    (1..=METADATA_MAX).contains(&key.len())
-        && key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b':' | b'.' | b' '))
-}
-
-/// A tag name in the unikorn scheme `<service>.<domain>/<local-name>` as the
-/// Go controller writes it to Nova: `<service>:<local_name>` (its
-/// `metadataKey`). Other names are returned unchanged.
-pub fn metadata_key(tag: &str) -> String {
-    let Some((qualifier, local)) = tag.split_once('/') else { return tag.to_owned() };
-    let Some((service, domain)) = qualifier.split_once('.') else { return tag.to_owned() };
-    let label = |s: &str| {
-        s.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    };
-    if label(service) && !domain.is_empty() && label(local) {
-        format!("{service}:{}", local.replace('-', "_"))
-    } else {
-        tag.to_owned()
-    }
 }
 
 /// The subset of a Nova server record the port needs (API v2.1 fields).
@@ -212,31 +183,16 @@ pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
         .or_else(|| text.parse::<DateTime>().ok().and_then(|dt| dt.to_zoned(TimeZone::UTC).ok()).map(|z| z.timestamp()))
 }
 
-/// Nova metadata for the Server's provider server, and the tags left out.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub(crate) struct ServerMetadata {
-    pub(crate) metadata: BTreeMap<String, String>,
-    /// Tag names Nova would refuse even after conversion, or that claim an
-    /// operator key.
-    pub(crate) dropped: Vec<String>,
-}
-
-/// The user's tags (unikorn-scheme names converted as the Go controller
-/// does; names Nova would refuse dropped), then the keys tying the server to
-/// its Server, which no tag can override.
-pub(crate) fn server_metadata(request: &CreateRequest) -> ServerMetadata {
-    let mut out = ServerMetadata::default();
-    for tag in &request.tags {
-        let key = metadata_key(&tag.name);
-        if valid_metadata_key(&key) && tag.value.len() <= METADATA_MAX && !key.starts_with(RESERVED_PREFIX) {
-            out.metadata.insert(key, tag.value.clone());
-        } else {
-            out.dropped.push(tag.name.clone());
-        }
-    }
-    out.metadata.extend(system_metadata(request));
-    out.metadata.extend(ownership_metadata(&request.server));
-    out
+/// Nova metadata for the Server's provider server: the request's tags
+/// (already converted to keys Nova accepts by the core, see
+/// [`server_core::provider_metadata`]), then the keys tying the server to its
+/// Server, which no tag can override.
+pub(crate) fn server_metadata(request: &CreateRequest) -> BTreeMap<String, String> {
+    let mut metadata: BTreeMap<String, String> =
+        request.tags.iter().map(|tag| (tag.name.clone(), tag.value.clone())).collect();
+    metadata.extend(system_metadata(request));
+    metadata.extend(ownership_metadata(&request.server));
+    metadata
 }
 
 /// What the Go controller writes on every server it makes, over any tag of
@@ -306,7 +262,7 @@ pub(crate) fn server_body(request: &CreateRequest, port_id: &str, ssh_key_name: 
         "flavorRef": request.flavor_id,
         "imageRef": request.image_id,
         "networks": [{"port": port_id}],
-        "metadata": server_metadata(request).metadata,
+        "metadata": server_metadata(request),
     });
     if let Some(object) = server.as_object_mut() {
         if let Some(user_data) = &request.user_data {
@@ -461,34 +417,17 @@ mod tests {
     }
 
     #[test]
-    fn unikorn_tag_names_convert_as_the_go_controller_does() {
-        assert_eq!(metadata_key("compute.unikorn-cloud.org/workload"), "compute:workload");
-        assert_eq!(metadata_key("region.unikorn-cloud.org/server-pool"), "region:server_pool");
-        assert_eq!(metadata_key("team"), "team");
-        // Outside the scheme: unchanged (and then judged by Nova's schema).
-        assert_eq!(metadata_key("Compute.x/y"), "Compute.x/y");
-        assert_eq!(metadata_key("a/b/c"), "a/b/c");
-        assert_eq!(metadata_key("nodomain/x"), "nodomain/x");
-        assert!(valid_metadata_key("compute:workload") && valid_metadata_key("My Server Name"));
-        for bad in ["", "a/b", "user@example", "clé", &"k".repeat(256)] {
-            assert!(!valid_metadata_key(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn tags_nova_would_refuse_are_dropped_and_operator_keys_win() {
+    fn the_requests_tags_are_sent_and_operator_keys_win() {
         let mut request = request();
         request.tags = vec![
-            Tag { name: "compute.unikorn-cloud.org/workload".into(), value: "batch".into() },
-            Tag { name: "owner@example.com".into(), value: "x".into() },
-            Tag { name: "long".into(), value: "v".repeat(256) },
+            Tag { name: "compute:workload".into(), value: "batch".into() },
             Tag { name: "unikorn:server-uid".into(), value: "forged".into() },
+            Tag { name: "serverID".into(), value: "forged".into() },
         ];
-        let out = server_metadata(&request);
-        assert_eq!(out.metadata.get("compute:workload").map(String::as_str), Some("batch"));
-        assert_eq!(out.metadata.get("unikorn:server-uid").map(String::as_str), Some("uid-1"));
-        assert_eq!(out.dropped, ["owner@example.com", "long", "unikorn:server-uid"]);
-        assert!(out.metadata.keys().all(|k| valid_metadata_key(k)));
+        let metadata = server_metadata(&request);
+        assert_eq!(metadata.get("compute:workload").map(String::as_str), Some("batch"));
+        assert_eq!(metadata.get("unikorn:server-uid").map(String::as_str), Some("uid-1"));
+        assert_eq!(metadata.get("serverID"), Some(&request.server.name));
     }
 
     #[test]

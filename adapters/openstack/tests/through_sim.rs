@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
-    ServerRef,
+    RegionSettings, ServerRef,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -431,6 +431,21 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
     .await?;
     h.cloud.create(&h.identity, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-c"));
+    // The Region resource's selector, when the configuration gives none;
+    // the configuration's wins over it.
+    let from_region =
+        RegionSettings { external_networks: Some(NetworkSelector { ids: Some(vec!["ext-c".into()]), tags: None }) };
+    let h = Harness::with(sim_config.clone(), |_| {}).await?;
+    h.cloud.apply_region_settings(&from_region);
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-c"));
+    let h = Harness::with(sim_config.clone(), |c| {
+        c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["public".into()]) });
+    })
+    .await?;
+    h.cloud.apply_region_settings(&from_region);
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-b"));
     // Nothing selected: refused with the selector in the message.
     let h = Harness::with(sim_config, |c| {
         c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["private".into()]) });
@@ -847,15 +862,22 @@ async fn neutron_quota_and_a_full_subnet_are_refusals_with_the_providers_message
 #[tokio::test]
 async fn tags_in_the_unikorn_scheme_reach_nova_converted_and_unfit_ones_are_left_out() -> TestResult {
     let h = Harness::new().await?;
-    let mut req = request("uid-1", false);
-    req.tags = vec![
+    let tags = [
         Tag { name: "compute.unikorn-cloud.org/workload-class".into(), value: "batch".into() },
         Tag { name: "owner@example.com".into(), value: "x".into() },
         Tag { name: "team".into(), value: "blue".into() },
     ];
+    // A tag Nova's schema refuses fails the whole create, as on a real cloud.
+    let mut raw = request("uid-0", false);
+    raw.tags = tags.to_vec();
+    let refused = h.cloud.create(&h.identity, &raw).await.err();
+    assert!(matches!(refused, Some(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    // The core converts them first (and names the left-out ones in an event).
+    let mut req = request("uid-1", false);
+    req.tags = server_core::provider_metadata::provider_tags(&tags).tags;
     h.cloud.create(&h.identity, &req).await?;
     let servers = h.sim.servers();
-    let metadata = &servers.first().ok_or("no server")?.metadata;
+    let metadata = &servers.iter().find(|s| s.server_uid == "uid-1").ok_or("no server")?.metadata;
     assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
     assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
     assert!(!metadata.keys().any(|k| k.contains('@')));

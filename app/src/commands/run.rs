@@ -53,6 +53,15 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
 
+    /// Read each region's Region resource (uni-region's, named by the region
+    /// ID) from this namespace, usually the region controller's
+    /// (`unikorn-region`), for its floating-IP network selector
+    /// (`spec.openstack.network.externalNetworks.selector`); kept current by a
+    /// watch. Needs list and watch on regions there. A region configuration's
+    /// own `externalNetworks` overrides it.
+    #[arg(long, env = "SERVER_CONTROLLER_REGION_NAMESPACE")]
+    region_namespace: Option<String>,
+
     /// Act only while holding the leader Lease, so several replicas can run
     /// (`--leader-election=false` for a single replica that acts at once).
     #[arg(long, env = "SERVER_CONTROLLER_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -137,7 +146,9 @@ pub(crate) fn parse_region_source(value: &str) -> Result<(String, String), Strin
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum CloudKind {
     /// server-simcloud's in-process cloud: for trying the operator without a cloud.
-    /// Only in builds with the `sim` feature, never in the production image.
+    /// It starts empty, so it refuses an API server whose Servers an operator
+    /// already acted on (e.g. `demo --serve`'s). Only in builds with the `sim`
+    /// feature, never in the production image.
     #[cfg(feature = "sim")]
     Sim,
     /// OpenStack (Keystone, Nova, Neutron).
@@ -197,6 +208,7 @@ fn controller_config(args: &Args, leader_election: Option<LeaseConfig>) -> Contr
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
         reporting_instance: std::env::var("POD_NAME").ok(),
+        region_namespace: args.region_namespace.clone(),
         leader_election,
         drain_timeout: args.drain_timeout,
         stall_timeout: args.stall_timeout,
@@ -245,6 +257,7 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
     match args.cloud {
         #[cfg(feature = "sim")]
         CloudKind::Sim => {
+            refuse_servers_made_elsewhere(client, args.namespace.as_deref()).await?;
             let cloud = server_simcloud::SimCloud::new(server_simcloud::CloudConfig::new(args.sim_seed));
             let port = cloud.port();
             Ok(args
@@ -263,6 +276,37 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
             Ok(registry)
         }
     }
+}
+
+/// `--cloud sim` starts an empty cloud in this process: Servers some
+/// operator already acted on (they carry its finalizer) have their provider
+/// servers in another cloud — typically `demo --serve`'s, which lives in the
+/// demo's process — and this operator would report every one of them missing.
+#[cfg(feature = "sim")]
+async fn refuse_servers_made_elsewhere(client: &kube::Client, namespace: Option<&str>) -> anyhow::Result<()> {
+    use kube::ResourceExt as _;
+    let servers: kube::Api<server_kube::crd::Server> = match namespace {
+        Some(namespace) => kube::Api::namespaced(client.clone(), namespace),
+        None => kube::Api::all(client.clone()),
+    };
+    let listed = servers
+        .list_metadata(&kube::api::ListParams::default())
+        .await
+        .context("cannot list Servers to check that --cloud sim starts on an empty world")?;
+    let acted_on = listed
+        .items
+        .iter()
+        .filter(|server| server.finalizers().iter().any(|f| f == server_core::model::SERVER_FINALIZER))
+        .count();
+    if acted_on > 0 {
+        anyhow::bail!(
+            "--cloud sim starts an empty simulated cloud in this process, but {acted_on} Server(s) here already carry \
+             the controller's finalizer: their provider servers are in another cloud (`demo --serve` keeps its cloud \
+             in its own process), so this operator would report them missing. Point it at an API server without \
+             them, or use the playground's own operator."
+        );
+    }
+    Ok(())
 }
 
 /// One OpenStack cloud per region, from files or from Secrets. Credentials

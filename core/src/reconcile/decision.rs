@@ -136,6 +136,12 @@ pub enum EventReason {
     /// A provider server another controller made for the Server (the Go
     /// controller, before this one took the region over) is now its own.
     ProviderServerAdopted,
+    /// Tags the provider would refuse were left out of the create (this
+    /// controller's own; the Go controller sent them and the create failed).
+    ProviderTagsDropped,
+    /// A spec change the controller does not apply to an existing provider
+    /// server (flavor, image): the server keeps what it was created with.
+    SpecChangeNotApplied,
 }
 
 impl EventReason {
@@ -151,6 +157,8 @@ impl EventReason {
             EventReason::RetryRequested => "RetryRequested",
             EventReason::RetryRefused => "RetryRefused",
             EventReason::ProviderServerAdopted => "ProviderServerAdopted",
+            EventReason::ProviderTagsDropped => "ProviderTagsDropped",
+            EventReason::SpecChangeNotApplied => "SpecChangeNotApplied",
         }
     }
 }

@@ -1,39 +1,51 @@
-//! The create-issued note: which attempt a create was issued for, and when.
-//! Written (resourceVersion-guarded) before every create, so two actors
-//! racing on one Server cannot both create, and an attempt whose provider
-//! server later vanishes unbooted is counted against the cap.
+//! The create-issued note: which attempt a create was issued for, when, and
+//! with which flavor and image. Written (resourceVersion-guarded) before
+//! every create, so two actors racing on one Server cannot both create, an
+//! attempt whose provider server later vanishes unbooted is counted against
+//! the cap, and a later spec change that is not applied to the existing
+//! server can be reported.
 
 use std::time::Duration;
 
 use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 
 use crate::model::{CREATE_ISSUED_ANNOTATION, Server};
 
-/// The parsed `create-issued-attempt` annotation: `"<attempt>@<RFC 3339 time>"`,
-/// or `"<attempt>"` as written before the time was recorded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The parsed `create-issued-attempt` annotation. Written as JSON
+/// (`{"attempt":0,"at":"<RFC 3339>","flavorID":"..","imageID":".."}`); the
+/// earlier `"<attempt>@<time>"` and `"<attempt>"` forms are still read.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct IssuedCreate {
     /// `providerCreateFailures` when the create was issued.
     pub(crate) attempt: i32,
     /// When it was issued; `None` for a note without a time (its grace is over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) at: Option<Timestamp>,
+    /// The spec's flavor and image the create sent (`None` in older notes).
+    #[serde(default, rename = "flavorID", skip_serializing_if = "Option::is_none")]
+    pub(crate) flavor_id: Option<String>,
+    #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
+    pub(crate) image_id: Option<String>,
 }
 
 impl IssuedCreate {
     pub(crate) fn of(server: &Server) -> Option<Self> {
         let value = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION)?;
+        if value.trim_start().starts_with('{') {
+            return serde_json::from_str(value).ok();
+        }
         let (attempt, at) = match value.split_once('@') {
             Some((attempt, at)) => (attempt, at.parse().ok()),
             None => (value.as_str(), None),
         };
-        Some(IssuedCreate { attempt: attempt.trim().parse().ok()?, at })
+        Some(IssuedCreate { attempt: attempt.trim().parse().ok()?, at, ..IssuedCreate::default() })
     }
 
     pub(crate) fn value(&self) -> String {
-        match self.at {
-            Some(at) => format!("{}@{at}", self.attempt),
-            None => self.attempt.to_string(),
-        }
+        // Serializing these plain fields cannot fail; the fallback keeps the
+        // attempt readable if it ever did.
+        serde_json::to_string(self).unwrap_or_else(|_| self.attempt.to_string())
     }
 
     /// Whether the create may still be in flight at `now`: its provider
@@ -57,20 +69,26 @@ mod tests {
     #[test]
     fn round_trips_and_reads_the_old_format() {
         let at = Timestamp::from_second(1_700_000_000).ok();
-        let issued = IssuedCreate { attempt: 2, at };
+        let issued = IssuedCreate { attempt: 2, at, flavor_id: Some("f-1".into()), image_id: Some("i-1".into()) };
         assert_eq!(IssuedCreate::of(&with(&issued.value())), Some(issued));
-        assert_eq!(IssuedCreate::of(&with("1")), Some(IssuedCreate { attempt: 1, at: None }));
+        let bare = IssuedCreate { attempt: 1, ..IssuedCreate::default() };
+        assert_eq!(IssuedCreate::of(&with(&bare.value())), Some(bare.clone()));
+        assert_eq!(IssuedCreate::of(&with("1")), Some(bare));
+        let old = IssuedCreate::of(&with("3@2023-11-14T22:13:20Z"));
+        assert_eq!(old, Some(IssuedCreate { attempt: 3, at, ..IssuedCreate::default() }));
         assert_eq!(IssuedCreate::of(&with("x@y")), None);
+        assert_eq!(IssuedCreate::of(&with("{not json")), None);
         assert_eq!(IssuedCreate::of(&Server::default()), None);
     }
 
     #[test]
     fn grace_runs_from_the_issue_time() {
         let t = |s| Timestamp::from_second(s).unwrap_or_default();
-        let issued = IssuedCreate { attempt: 0, at: Some(t(100)) };
+        let issued = IssuedCreate { attempt: 0, at: Some(t(100)), ..IssuedCreate::default() };
         let grace = Duration::from_secs(50);
         assert!(issued.in_grace(t(100), grace) && issued.in_grace(t(149), grace));
         assert!(!issued.in_grace(t(150), grace));
-        assert!(!IssuedCreate { attempt: 0, at: None }.in_grace(t(100), grace), "an old note's grace is over");
+        let timeless = IssuedCreate { attempt: 0, ..IssuedCreate::default() };
+        assert!(!timeless.in_grace(t(100), grace), "an old note's grace is over");
     }
 }

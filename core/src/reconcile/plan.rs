@@ -21,6 +21,8 @@ pub(crate) struct Plan {
     provider: Vec<Action>,
     trailing: Vec<Action>,
     deleting: bool,
+    /// Said after "Provisioned" in Available's message of a finished pass.
+    provisioned_note: Option<String>,
 }
 
 impl Plan {
@@ -36,6 +38,7 @@ impl Plan {
             provider: Vec::new(),
             trailing: Vec::new(),
             deleting,
+            provisioned_note: None,
         }
     }
 
@@ -71,9 +74,28 @@ impl Plan {
         self.trailing.push(action);
     }
 
+    /// Something a person should know about a provisioned server (e.g. a
+    /// spec change it does not get): added to Available's message when the
+    /// pass finishes Done.
+    pub(crate) fn note_provisioned(&mut self, note: String) {
+        self.provisioned_note = Some(note);
+    }
+
+    /// Available's message this pass sets, were it to finish Done.
+    pub(crate) fn provisioned_message(&self) -> String {
+        let (_, _, message) = available_for(&Outcome::Done, self.deleting);
+        match &self.provisioned_note {
+            Some(note) if !self.deleting => format!("{message}; {note}"),
+            _ => message,
+        }
+    }
+
     /// Closes the pass: sets Available from the outcome and orders the actions.
     pub(crate) fn finish(mut self, outcome: Outcome) -> Decision {
-        let (status, reason, message) = available_for(&outcome, self.deleting);
+        let (status, reason, mut message) = available_for(&outcome, self.deleting);
+        if outcome == Outcome::Done {
+            message = self.provisioned_message();
+        }
         set_condition(&mut self.status.conditions, ConditionType::Available, status, reason, message, self.now);
 
         let mut actions = Vec::new();

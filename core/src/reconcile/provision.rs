@@ -17,6 +17,7 @@ use crate::model::{
 use crate::monitor::observe;
 use crate::port::{CreateRequest, Owner, ServerRef};
 use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
+use crate::provider_metadata::provider_tags;
 use crate::user_data::{UserDataError, render_user_data};
 
 pub(crate) const CREATING_MESSAGE: &str = "Creating provider server";
@@ -207,6 +208,7 @@ fn ensure_exists(
 ) -> super::Decision {
     match view {
         ProviderView::Present(_) => {
+            report_unapplied_spec_change(server, &mut plan);
             for action in references::to_prune(server, facts) {
                 plan.trail(action);
             }
@@ -275,6 +277,15 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         Err(error) => return park_refused_user_data(server, &error, plan),
     };
     let spec = &server.spec;
+    let tags = provider_tags(&spec.tags);
+    if !tags.dropped.is_empty() {
+        plan.emit(Event {
+            type_: EventType::Normal,
+            reason: EventReason::ProviderTagsDropped,
+            action: "CreateProviderServer",
+            note: dropped_tags_note(&tags.dropped),
+        });
+    }
     let label = |key: &str| server.meta.label(key).unwrap_or_default().to_owned();
     let request = CreateRequest {
         server: server_ref(server),
@@ -293,7 +304,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         security_group_ids: spec.security_groups.iter().map(|g| g.id.clone()).collect(),
         public_ip: spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled),
         user_data,
-        tags: spec.tags.clone(),
+        tags: tags.tags,
         identity_ssh_key: spec.resolved_ssh_injection() == SshInjection::IdentityKeypair,
         owner: Owner {
             organization_id: label(ORGANIZATION_LABEL),
@@ -303,11 +314,87 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
     };
     // Every create is preceded by a fresh note of its attempt and time: the
     // grace of its absence runs from here.
-    let issued = IssuedCreate { attempt: plan.status.provider_create_failures, at: Some(plan.now) };
+    let issued = IssuedCreate {
+        attempt: plan.status.provider_create_failures,
+        at: Some(plan.now),
+        flavor_id: Some(spec.flavor_id.clone()),
+        image_id: Some(spec.image.id.clone()),
+    };
     plan.annotate(CREATE_ISSUED_ANNOTATION, Some(issued.value()));
     plan.provider(Action::CreateProviderServer(Box::new(request)));
     for action in references::to_prune(server, facts) {
         plan.trail(action);
     }
     plan.finish(Outcome::Yield(CREATING_MESSAGE.into()))
+}
+
+/// The event note for tags left out of a create: their names (spec keys, not
+/// values), bounded.
+fn dropped_tags_note(dropped: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut names: Vec<String> = dropped.iter().take(SHOWN).map(|name| quoted_bounded(name)).collect();
+    if dropped.len() > SHOWN {
+        names.push(format!("and {} more", dropped.len() - SHOWN));
+    }
+    format!(
+        "{} tag(s) left out of the provider metadata: the provider accepts keys of letters, digits and -_:. \
+         (at most 255) and values of at most 255 characters: {}",
+        dropped.len(),
+        names.join(", ")
+    )
+}
+
+/// A spec value in a message: quoted, at most 64 characters.
+fn quoted_bounded(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.chars().count() <= MAX {
+        format!("{text:?}")
+    } else {
+        let head: String = text.chars().take(MAX).collect();
+        format!("{head:?}…")
+    }
+}
+
+/// A provider server is never rebuilt for a new flavor or image (as with
+/// the Go controller): the change is reported on Available's message and,
+/// when that message changes, in one event, so an edit is never silently
+/// ignored. Only a create this controller issued records what it sent.
+fn report_unapplied_spec_change(server: &Server, plan: &mut Plan) {
+    let Some(issued) = IssuedCreate::of(server) else { return };
+    let spec = &server.spec;
+    let changed = [
+        ("spec.flavorID", issued.flavor_id.as_deref(), spec.flavor_id.as_str()),
+        ("spec.image.id", issued.image_id.as_deref(), spec.image.id.as_str()),
+    ];
+    let changes: Vec<String> = changed
+        .iter()
+        .filter_map(|(field, created, now)| {
+            let created = (*created)?;
+            (created != *now).then(|| {
+                format!(
+                    "{field} is {} but the server was created with {}",
+                    quoted_bounded(now),
+                    quoted_bounded(created)
+                )
+            })
+        })
+        .collect();
+    if changes.is_empty() {
+        return;
+    }
+    let note = format!(
+        "{}: not applied to the existing provider server (delete and recreate the Server to apply it)",
+        changes.join("; ")
+    );
+    plan.note_provisioned(note.clone());
+    let message = plan.provisioned_message();
+    let reported = server.status.condition(ConditionType::Available).is_some_and(|c| c.message == message);
+    if !reported {
+        plan.emit(Event {
+            type_: EventType::Warning,
+            reason: EventReason::SpecChangeNotApplied,
+            action: "UpdateProviderServer",
+            note,
+        });
+    }
 }

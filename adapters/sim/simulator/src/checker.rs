@@ -9,7 +9,7 @@ use super::rules::Rules;
 
 /// What a pass read, kept for checking its decision after the view is gone.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Pass {
+pub(crate) struct PassRead {
     pub(crate) view_rv: u64,
     pub(crate) deleting: bool,
     pub(crate) retrying: bool,
@@ -34,9 +34,9 @@ pub(crate) enum ProviderKind {
     Unknown,
 }
 
-impl Pass {
+impl PassRead {
     pub(crate) fn new(rules: &Rules, options: &Options, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
-        Pass {
+        PassRead {
             view_rv,
             deleting: view.meta.deleting,
             retrying: view.status.provider_create_retrying,
@@ -63,7 +63,7 @@ impl Pass {
 
 impl Engine {
     /// Checks one decision (a pass's, or the follow-up after a failed action).
-    pub(crate) fn check_decision(&mut self, i: usize, pass: &Pass, decision: &Decision, first: bool) {
+    pub(crate) fn check_decision(&mut self, i: usize, pass: &PassRead, decision: &Decision, first: bool) {
         let max = self.options.max_attempts();
         let creates = decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_)));
         let deletes = decision.actions.iter().any(|a| matches!(a, Action::DeleteProviderServer(_)));

@@ -1,19 +1,19 @@
 //! A reconcile pass and a monitor poll, executed like the real adapters do:
-//! gather facts, decide, run the actions in order, stop at the first failure
-//! and ask the rules what it means, requeue at the fixed interval after Yield
-//! or Error. Writes carry the resourceVersion the controller last saw.
+//! gather facts, decide, drive server-core's [`Pass`] by performing each
+//! action it hands out (the same driver as server-kube's executor), requeue
+//! at the fixed interval after Yield or Error. Writes carry the
+//! resourceVersion the controller last saw.
 
 use server_core::model::SERVER_FINALIZER;
 use server_core::port::{CreateRequest, ServerRef};
 use server_core::reconcile::{EventReason, Reference};
-use server_core::{Action, ActionFailure, Decision, Outcome, ProviderView, Server, status_merge_patch};
+use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, apply_status_patch, status_merge_patch};
 
-use super::checker::Pass;
+use super::checker::PassRead;
 use super::engine::{Engine, Part, ticket_of};
 use super::explain;
 use super::queue::EventKind;
-use super::world::apply_status_patch;
-use super::world::{InFlight, Lagging};
+use super::world::InFlight;
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -28,7 +28,7 @@ impl Engine {
         }
         let now = self.now_ts;
         let acting = self.replicas.get(r).is_some_and(|replica| replica.up && replica.acting);
-        let (decision, pass) = {
+        let (pass, read) = {
             let Some(obj) = self.objs.get_mut(i) else { return false };
             if obj.ticket[r] != ticket || obj.pending_at[r] == super::world::NOT_PENDING {
                 return false;
@@ -59,7 +59,7 @@ impl Engine {
                 Err(error) => ProviderView::Unknown(error.to_string()),
             };
             let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
-            let pass = Pass::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
+            let read = PassRead::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
             if self.config.explain == Some(self.shard.first + i) {
                 let line = format!(
                     "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
@@ -71,20 +71,21 @@ impl Engine {
                 self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
             }
             tenant.facts.provider = ProviderView::Absent;
-            (decision, pass)
+            let pass = Pass::decided(view.clone(), decision, now).with_follow_up_rule(self.rules.action_failed);
+            (pass, read)
         };
         self.stats.reconcile_passes += 1;
-        self.trace.add(pass.provider_code());
-        self.check_decision(i, &pass, &decision, true);
-        if decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
+        self.trace.add(read.provider_code());
+        self.check_decision(i, &read, pass.decision(), true);
+        if pass.decision().actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
             let at = self.now + self.faults.between(1, self.config.ha.max_create_lag.max(1));
             if let Some(obj) = self.objs.get_mut(i) {
-                obj.in_flight[r] = Some(Box::new(InFlight { decision, pass, at }));
+                obj.in_flight[r] = Some(Box::new(InFlight { pass, read, at }));
             }
             self.queue.push(at, EventKind::Act, i, r as u32);
             return true;
         }
-        self.finish_pass(i, r, &pass, decision);
+        self.finish_pass(i, r, &read, pass);
         true
     }
 
@@ -98,13 +99,13 @@ impl Engine {
             // Its process died meanwhile.
             return false;
         };
-        let InFlight { decision, pass, .. } = *in_flight;
-        self.finish_pass(i, r, &pass, decision);
+        let InFlight { pass, read, .. } = *in_flight;
+        self.finish_pass(i, r, &read, pass);
         true
     }
 
-    fn finish_pass(&mut self, i: usize, r: usize, pass: &Pass, decision: Decision) {
-        let outcome = self.execute(i, r, pass, decision);
+    fn finish_pass(&mut self, i: usize, r: usize, read: &PassRead, pass: Pass) {
+        let outcome = self.execute(i, r, read, pass);
         self.trace.add(outcome_code(&outcome));
         *self.stats.pass_outcomes.entry(outcome.label()).or_insert(0) += 1;
         if outcome.requeues() {
@@ -113,56 +114,36 @@ impl Engine {
         }
     }
 
-    /// Runs the decision's actions in order; on the first failure, runs the
-    /// follow-up decision the rules give for it. Returns the pass's outcome.
-    fn execute(&mut self, i: usize, r: usize, pass: &Pass, decision: Decision) -> Outcome {
-        let mut rv = pass.view_rv;
-        let mut persisted = false;
-        for action in &decision.actions {
-            let result = self.run_action(i, r, action, &mut rv, pass);
+    /// Drives the pass: each action it hands out is performed here, and its
+    /// result handed back. Returns the pass's outcome.
+    fn execute(&mut self, i: usize, r: usize, read: &PassRead, mut pass: Pass) -> Outcome {
+        let mut rv = read.view_rv;
+        while let Some(action) = pass.poll_action() {
+            let result = self.run_action(i, r, action, &mut rv, read);
             self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
-            let failure = match result {
-                Ok(wrote) => {
-                    persisted |= wrote;
-                    continue;
-                }
-                Err(failure) => failure,
-            };
-            let follow_up = {
-                let Some(obj) = self.objs.get(i) else { return decision.outcome };
-                // "As last persisted": with this pass's writes if any landed,
-                // else as the controller read it.
-                let base = match obj.lagging[r].as_deref().and_then(Lagging::copy) {
-                    Some(copy) if !persisted => copy,
-                    _ => &obj.server,
-                };
-                (self.rules.action_failed)(base, action, &failure, self.now_ts)
-            };
-            self.check_decision(i, pass, &follow_up, false);
-            self.note(i, || format!("  follow-up: {}", explain::decision(&follow_up)));
-            for action in &follow_up.actions {
-                let result = self.run_action(i, r, action, &mut rv, pass);
-                self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
-                self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
-                if result.is_err() {
-                    break;
+            match result {
+                Ok(()) => pass.handle_done(),
+                Err(failure) if pass.is_following_up() => pass.handle_failed(failure),
+                Err(failure) => {
+                    pass.handle_failed(failure);
+                    self.check_decision(i, read, pass.decision(), false);
+                    self.note(i, || format!("  follow-up: {}", explain::decision(pass.decision())));
                 }
             }
-            return follow_up.outcome;
         }
-        decision.outcome
+        pass.into_outcome()
     }
 
-    /// Runs one action. `Ok(true)` when it wrote the Server.
+    /// Performs one action.
     fn run_action(
         &mut self,
         i: usize,
         r: usize,
         action: &Action,
         rv: &mut u64,
-        pass: &Pass,
-    ) -> Result<bool, ActionFailure> {
+        read: &PassRead,
+    ) -> Result<(), ActionFailure> {
         // The fence refuses every write and cloud call of a replica that may
         // not act (adapters/kube/src/fence.rs), whatever the pass decided.
         if !self.replicas.get(r).is_some_and(|replica| replica.acting) {
@@ -181,12 +162,11 @@ impl Engine {
                     }
                     Ok(())
                 })
-                .map(|()| true)
             }
             Action::RemoveFinalizer => {
                 // Removal from a Server that is already gone is done.
                 if self.objs.get(i).is_some_and(|o| !o.exists) {
-                    return Ok(false);
+                    return Ok(());
                 }
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
@@ -198,12 +178,13 @@ impl Engine {
                 if gone {
                     self.remove(i);
                 }
-                Ok(true)
+                Ok(())
             }
             Action::WriteStatus(patch) => {
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, Part::Status, &|s| apply_status_patch(&mut s.status, patch))
-                    .map(|()| true)
+                self.write_server(i, Some(expected), rv, Part::Status, &|s| {
+                    apply_status_patch(&mut s.status, patch).map_err(|e| e.to_string())
+                })
             }
             Action::Annotate { key, value } => {
                 let expected = *rv;
@@ -213,21 +194,17 @@ impl Engine {
                         None => s.meta.annotations.remove(*key),
                     };
                     Ok(())
-                })?;
-                Ok(true)
+                })
             }
-            Action::Record(changes) => {
-                self.write_server(i, None, rv, Part::Meta, &|s| {
-                    for (key, value) in changes {
-                        match value {
-                            Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
-                            None => s.meta.annotations.remove(*key),
-                        };
-                    }
-                    Ok(())
-                })?;
-                Ok(true)
-            }
+            Action::Record(changes) => self.write_server(i, None, rv, Part::Meta, &|s| {
+                for (key, value) in changes {
+                    match value {
+                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
+                        None => s.meta.annotations.remove(*key),
+                    };
+                }
+                Ok(())
+            }),
             Action::Emit(event) => {
                 *self.stats.events.entry(event.reason.as_str()).or_insert(0) += 1;
                 self.trace.add(event.reason as u64);
@@ -236,12 +213,12 @@ impl Engine {
                 {
                     obj.check.reported_missing = true;
                 }
-                Ok(false)
+                Ok(())
             }
-            Action::CreateProviderServer(request) => self.create_provider_server(i, request).map(|()| false),
-            Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, pass).map(|()| false),
-            Action::AddReference(reference) => self.write_reference(i, reference, true).map(|()| false),
-            Action::RemoveReference(reference) => self.write_reference(i, reference, false).map(|()| false),
+            Action::CreateProviderServer(request) => self.create_provider_server(i, request),
+            Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, read),
+            Action::AddReference(reference) => self.write_reference(i, reference, true),
+            Action::RemoveReference(reference) => self.write_reference(i, reference, false),
         }
     }
 
@@ -390,7 +367,7 @@ impl Engine {
 
     /// DeleteProviderServer against the cloud. On the retry path (the pass saw
     /// the Server not deleting), invariant 1: never a server that booted.
-    fn delete_provider_server(&mut self, i: usize, server: &ServerRef, pass: &Pass) -> Result<(), ActionFailure> {
+    fn delete_provider_server(&mut self, i: usize, server: &ServerRef, read: &PassRead) -> Result<(), ActionFailure> {
         // The pass's own Server (a ServerRef names it by uid, as the port does).
         let handle = match self.objs.get(i) {
             Some(obj) if obj.server.meta.uid == server.uid => obj.handle,
@@ -400,7 +377,7 @@ impl Engine {
         let result = self.cloud.delete_by(self.now_ts, Some(handle));
         let after = self.cloud.truth_of(handle, self.now_ts);
         self.note(i, || format!("  cloud delete: {result:?} truth {after:?}"));
-        if !pass.deleting {
+        if !read.deleting {
             if after.launched_deleted > before.launched_deleted {
                 self.violation("1", i, "the retry path deleted a provider server that had launched".into());
             }
@@ -463,8 +440,9 @@ impl Engine {
             };
             let Some((patch, view_rv)) = write else { continue };
             let mut rv = view_rv;
-            let result = self
-                .write_server(i, Some(view_rv), &mut rv, Part::Status, &|s| apply_status_patch(&mut s.status, &patch));
+            let result = self.write_server(i, Some(view_rv), &mut rv, Part::Status, &|s| {
+                apply_status_patch(&mut s.status, &patch).map_err(|e| e.to_string())
+            });
             self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  monitor write -> {result:?}"));
         }

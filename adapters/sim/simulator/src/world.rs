@@ -6,18 +6,16 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use serde::Deserialize;
-use serde_json::Value;
 use server_core::model::{
     Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec,
     NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, ResourceKind, SecurityGroupRef,
 };
 use server_core::port::IdentityContext;
-use server_core::{Decision, Facts, ProviderView, Server, ServerSpec, ServerStatus};
+use server_core::{Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
 
 use server_simcloud::{FateKind, ServerHandle};
 
-use super::checker::Pass;
+use super::checker::PassRead;
 
 /// Controller replicas the model has room for.
 pub(crate) const REPLICAS: usize = 2;
@@ -91,8 +89,8 @@ pub(crate) struct CheckState {
 /// A pass between reading its facts and its create call.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    pub(crate) decision: Decision,
     pub(crate) pass: Pass,
+    pub(crate) read: PassRead,
     /// When its actions run.
     pub(crate) at: u64,
 }
@@ -209,78 +207,9 @@ pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
     Server { meta, spec, status: ServerStatus::default() }
 }
 
-/// Applies a status merge patch (RFC 7386) the way the API server would, onto
-/// the typed status: each top-level field named is replaced, `null` clears it.
-/// Fields this model lacks are ignored (the real API server keeps them).
-pub(crate) fn apply_status_patch(status: &mut ServerStatus, patch: &Value) -> Result<(), String> {
-    let Value::Object(fields) = patch else {
-        return Err(format!("status patch is not an object: {patch}"));
-    };
-    for (key, value) in fields {
-        let applied = match key.as_str() {
-            "conditions" => set(&mut status.conditions, value),
-            "phase" => set(&mut status.phase, value),
-            "privateIP" => set(&mut status.private_ip, value),
-            "publicIP" => set(&mut status.public_ip, value),
-            "macAddress" => set(&mut status.mac_address, value),
-            "launchedAt" => set(&mut status.launched_at, value),
-            "scheduledAt" => set(&mut status.scheduled_at, value),
-            "provisionedAt" => set(&mut status.provisioned_at, value),
-            "providerCreateFailures" => set(&mut status.provider_create_failures, value),
-            "providerCreateRetrying" => set(&mut status.provider_create_retrying, value),
-            _ => Ok(()),
-        };
-        applied.map_err(|e| format!("status patch field {key}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// One field of a merge patch: `null` resets it to its default (absent).
-fn set<'a, T: Default + Deserialize<'a>>(field: &mut T, value: &'a Value) -> Result<(), serde_json::Error> {
-    *field = if value.is_null() { T::default() } else { T::deserialize(value)? };
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    use server_core::model::Phase;
-    use server_core::status_merge_patch;
-
     use super::*;
-
-    #[test]
-    fn typed_merge_patch_round_trips_core_patches() {
-        let t = Timestamp::from_second(1_700_000_000).unwrap_or_default();
-        let before = ServerStatus {
-            phase: Some(Phase::Running),
-            private_ip: Some("10.0.0.1".into()),
-            launched_at: Some(t),
-            provisioned_at: Some(t),
-            provider_create_failures: 2,
-            ..Default::default()
-        };
-        let after = ServerStatus {
-            phase: Some(Phase::Pending),
-            private_ip: None,
-            launched_at: None,
-            provider_create_failures: 0,
-            provider_create_retrying: true,
-            mac_address: Some("fa:16:3e:00:00:01".into()),
-            ..before.clone()
-        };
-        let patch = status_merge_patch(&before, &after).unwrap_or_default();
-        let mut applied = before.clone();
-        assert_eq!(apply_status_patch(&mut applied, &patch), Ok(()));
-        assert_eq!(applied, after);
-    }
-
-    #[test]
-    fn malformed_patches_are_errors_not_panics() {
-        let mut status = ServerStatus::default();
-        assert!(apply_status_patch(&mut status, &serde_json::json!({"phase": 7})).is_err());
-        assert!(apply_status_patch(&mut status, &serde_json::json!([1])).is_err());
-        assert_eq!(apply_status_patch(&mut status, &serde_json::json!({"volumes": []})), Ok(()));
-    }
 
     #[test]
     fn new_servers_reference_their_tenant() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use server_core::port::CloudPort;
 use server_openstack::{OpenStackCloud, OpenStackConfig};
-use server_sim_openstack::{KeystoneUrl, OpenStackSim, ServeHandle};
+use server_sim_openstack::{KeystoneUrl, OpenStackSim, OpenStackSimConfig, ServeHandle};
 use server_simcloud::SimCloud;
 
 use crate::{Error, Tenant};
@@ -47,10 +47,22 @@ impl CloudBed {
         tenant: &Tenant,
         call_timeout: Option<Duration>,
     ) -> Result<Self, Error> {
+        Self::start_with(path, cloud, tenant, call_timeout, OpenStackSimConfig::default()).await
+    }
+
+    /// [`CloudBed::start`] with the OpenStack simulator configured as
+    /// `sim_config` says (ignored on the direct path).
+    pub async fn start_with(
+        path: CloudPath,
+        cloud: SimCloud,
+        tenant: &Tenant,
+        call_timeout: Option<Duration>,
+        sim_config: OpenStackSimConfig,
+    ) -> Result<Self, Error> {
         let openstack = match path {
             CloudPath::Direct => None,
             CloudPath::OpenStack => {
-                let sim = OpenStackSim::new(cloud.clone());
+                let sim = OpenStackSim::with_config(cloud.clone(), sim_config);
                 sim.add_user(&tenant.openstack_user, &tenant.openstack_password);
                 let addr = ([127, 0, 0, 1], 0).into();
                 let served =

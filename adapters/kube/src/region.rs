@@ -1,0 +1,174 @@
+//! Region settings: each registered region's `Region` resource, read before
+//! the loops start and watched after, handed to that region's cloud port as
+//! [`RegionSettings`] (today: the floating-IP network selector).
+//!
+//! Opt-in (`ControllerConfig::region_namespace`): the Regions live in the
+//! region controller's namespace, which this operator reads only when told.
+
+use std::collections::BTreeMap;
+
+use futures_util::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use server_core::port::{NetworkSelector, RegionSettings};
+use tracing::{info, warn};
+
+use crate::cloud::CloudRegistry;
+use crate::crd::Region;
+use crate::error::Error;
+use crate::shutdown::Shutdown;
+
+/// What a Region says that its cloud acts on.
+pub(crate) fn settings_of(region: &Region) -> RegionSettings {
+    let selector = region
+        .spec
+        .openstack
+        .as_ref()
+        .and_then(|openstack| openstack.network.as_ref())
+        .and_then(|network| network.external_networks.as_ref())
+        .and_then(|external| external.selector.as_ref());
+    RegionSettings {
+        external_networks: selector
+            .map(|selector| NetworkSelector { ids: selector.ids.clone(), tags: selector.tags.clone() }),
+    }
+}
+
+/// Hands each registered region its settings, when they differ from what it
+/// was last handed. A region with no Region resource gets the defaults.
+struct Applier {
+    clouds: CloudRegistry,
+    applied: BTreeMap<String, RegionSettings>,
+}
+
+impl Applier {
+    fn apply(&mut self, regions: &BTreeMap<String, RegionSettings>) {
+        let names: Vec<String> = self.clouds.regions().map(str::to_owned).collect();
+        for name in names {
+            let settings = regions.get(&name).cloned().unwrap_or_default();
+            if self.applied.get(&name) == Some(&settings) {
+                continue;
+            }
+            if let Some(cloud) = self.clouds.get(&name) {
+                cloud.apply_region_settings(&settings);
+            }
+            let selector = settings.external_networks.as_ref();
+            info!(
+                region = %name,
+                external_network_ids = ?selector.and_then(|s| s.ids.as_ref()),
+                external_network_tags = ?selector.and_then(|s| s.tags.as_ref()),
+                "region settings applied"
+            );
+            self.applied.insert(name, settings);
+        }
+    }
+}
+
+/// Reads every Region of `namespace` once and applies them: the loops start
+/// only after this, so no create runs before its region's settings are known.
+pub(crate) async fn load(client: &Client, namespace: &str, clouds: &CloudRegistry) -> Result<RegionWatch, Error> {
+    let api: Api<Region> = Api::namespaced(client.clone(), namespace);
+    let listed = api.list(&Default::default()).await.map_err(|error| {
+        Error::Regions(format!(
+            "cannot list Regions in namespace {namespace} (--region-namespace): {}; grant list and watch on \
+             regions.region.unikorn-cloud.org there, or leave the flag out",
+            crate::error::short_message(&error)
+        ))
+    })?;
+    let regions = listed.items.iter().map(|region| (region.name_any(), settings_of(region))).collect();
+    let mut applier = Applier { clouds: clouds.clone(), applied: BTreeMap::new() };
+    applier.apply(&regions);
+    Ok(RegionWatch { api, applier, regions })
+}
+
+/// The Regions as last read, kept current by a watch.
+pub(crate) struct RegionWatch {
+    api: Api<Region>,
+    applier: Applier,
+    regions: BTreeMap<String, RegionSettings>,
+}
+
+impl RegionWatch {
+    /// Follows changes until `shutdown`; a failing watch is retried by the
+    /// watcher's backoff and logged, and the settings last read stay.
+    pub(crate) async fn run(mut self, shutdown: Shutdown) {
+        let events = watcher(self.api.clone(), watcher::Config::default()).default_backoff();
+        let mut events = std::pin::pin!(events.take_until(shutdown));
+        let mut relisted = BTreeMap::new();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Apply(region)) => {
+                    self.regions.insert(region.name_any(), settings_of(&region));
+                }
+                Ok(watcher::Event::Delete(region)) => {
+                    self.regions.remove(&region.name_any());
+                }
+                Ok(watcher::Event::Init) => relisted.clear(),
+                Ok(watcher::Event::InitApply(region)) => {
+                    relisted.insert(region.name_any(), settings_of(&region));
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => self.regions = std::mem::take(&mut relisted),
+                Err(error) => {
+                    warn!(error = %watch_failure(&error), "watching Regions failed; retrying");
+                    continue;
+                }
+            }
+            self.applier.apply(&self.regions);
+        }
+    }
+}
+
+/// A watch failure in one line, without the API server's whole Status.
+fn watch_failure(error: &watcher::Error) -> String {
+    match error {
+        watcher::Error::InitialListFailed(error)
+        | watcher::Error::WatchStartFailed(error)
+        | watcher::Error::WatchFailed(error) => crate::error::short_message(error),
+        watcher::Error::WatchError(status) => format!("{} ({})", status.message, status.code),
+        watcher::Error::NoResourceVersion => "the API server sent no resourceVersion".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{
+        RegionExternalNetworks, RegionNetworkSelector, RegionNetworkSpec, RegionOpenstackSpec, RegionSpec,
+    };
+
+    #[test]
+    fn the_selector_is_read_from_the_openstack_network_section() {
+        let mut region = Region::new("region-a", RegionSpec::default());
+        assert_eq!(settings_of(&region), RegionSettings::default());
+        region.spec.openstack = Some(RegionOpenstackSpec {
+            network: Some(RegionNetworkSpec {
+                external_networks: Some(RegionExternalNetworks {
+                    selector: Some(RegionNetworkSelector { ids: None, tags: Some(vec!["public".into()]) }),
+                }),
+            }),
+        });
+        let selector = settings_of(&region).external_networks.unwrap_or_default();
+        assert_eq!(selector.tags.as_deref(), Some(&["public".to_owned()][..]));
+        assert_eq!(selector.ids, None);
+    }
+
+    #[test]
+    fn the_upstream_regions_shape_parses() {
+        let region: Region = serde_json::from_value(serde_json::json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "kind": "Region",
+            "metadata": {"name": "region-a", "namespace": "unikorn-region"},
+            "spec": {
+                "provider": "openstack",
+                "openstack": {
+                    "endpoint": "https://keystone.example.com:5000",
+                    "serviceAccountSecret": {"namespace": "unikorn-region", "name": "secret"},
+                    "network": {"externalNetworks": {"selector": {"ids": ["n-1"], "tags": ["public"]}}}
+                }
+            }
+        }))
+        .unwrap_or_default();
+        let selector = settings_of(&region).external_networks.unwrap_or_default();
+        assert_eq!(selector.ids.as_deref(), Some(&["n-1".to_owned()][..]));
+    }
+}

@@ -1,0 +1,307 @@
+//! The pass driver against a scripted store: every action runs in order, a
+//! failure switches to the follow-up decided from the Server as last
+//! persisted, a follow-up's failure ends the pass, and a write whose answer
+//! was lost is neither folded nor counted twice by the next pass.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::VecDeque;
+
+use server_core::model::{
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, SERVER_FINALIZER, Server,
+};
+use server_core::port::CloudError;
+use server_core::reconcile::{Action, ActionFailure, EventReason, Facts, Options, Outcome};
+use server_core::{Lifecycle, ParkKind, Pass, apply_status_patch, lifecycle};
+use support::*;
+
+/// What the script does to the next action of a kind.
+#[derive(Clone, Debug)]
+enum Fault {
+    /// Applied and answered (to let an earlier action of a kind through).
+    Lands,
+    /// Not applied; the answer is this failure.
+    Fail(ActionFailure),
+    /// Applied, but its answer was lost (a timeout after the write landed).
+    AnswerLost,
+}
+
+/// The API server and the cloud as the pass's actions see them: the stored
+/// Server, what reached the cloud and the events sent, and a script of
+/// faults by action kind, each used once.
+#[derive(Debug)]
+struct Store {
+    server: Server,
+    creates: usize,
+    deletes: usize,
+    events: Vec<EventReason>,
+    script: VecDeque<(&'static str, Fault)>,
+    ran: Vec<&'static str>,
+}
+
+impl Store {
+    fn new(server: &Server) -> Self {
+        Store {
+            server: server.clone(),
+            creates: 0,
+            deletes: 0,
+            events: Vec::new(),
+            script: VecDeque::new(),
+            ran: Vec::new(),
+        }
+    }
+
+    fn fault(mut self, kind: &'static str, fault: Fault) -> Self {
+        self.script.push_back((kind, fault));
+        self
+    }
+
+    /// One action: the scripted fault for its kind, if any, else applied.
+    fn apply(&mut self, action: &Action) -> Result<(), ActionFailure> {
+        let kind = kind(action);
+        self.ran.push(kind);
+        let fault = self.script.iter().position(|(k, _)| *k == kind).and_then(|at| self.script.remove(at));
+        match fault {
+            Some((_, Fault::Fail(failure))) => Err(failure),
+            Some((_, Fault::Lands)) | None => {
+                self.land(action);
+                Ok(())
+            }
+            Some((_, Fault::AnswerLost)) => {
+                self.land(action);
+                Err(ActionFailure::Api("timed out; the write may have been applied".into()))
+            }
+        }
+    }
+
+    /// What the API server and the cloud do with an action, modelled apart
+    /// from the driver's fold: the status is the stored one with the patch
+    /// applied.
+    fn land(&mut self, action: &Action) {
+        let meta = &mut self.server.meta;
+        match action {
+            Action::AddFinalizer => meta.finalizers.push(SERVER_FINALIZER.into()),
+            Action::RemoveFinalizer => meta.finalizers.retain(|f| f != SERVER_FINALIZER),
+            Action::WriteStatus(patch) => apply_status_patch(&mut self.server.status, patch).unwrap(),
+            Action::Annotate { .. } | Action::Record(_) => apply_annotations(&mut self.server, action),
+            Action::CreateProviderServer(_) => self.creates += 1,
+            Action::DeleteProviderServer(_) => self.deletes += 1,
+            Action::Emit(event) => self.events.push(event.reason),
+            Action::AddReference(_) | Action::RemoveReference(_) => {}
+        }
+    }
+
+    /// Drives `pass` to its end, as an executor does.
+    fn drive(&mut self, mut pass: Pass) -> (Outcome, Server) {
+        while let Some(action) = pass.poll_action() {
+            match self.apply(action) {
+                Ok(()) => pass.handle_done(),
+                Err(failure) => pass.handle_failed(failure),
+            }
+        }
+        let persisted = pass.server().clone();
+        (pass.into_outcome(), persisted)
+    }
+
+    /// A pass over the stored Server.
+    fn pass(&mut self, facts: &Facts, t: i64) -> (Outcome, Server) {
+        let pass = Pass::start(self.server.clone(), facts, &Options::default(), at(t));
+        self.drive(pass)
+    }
+}
+
+fn kind(action: &Action) -> &'static str {
+    match action {
+        Action::AddFinalizer => "AddFinalizer",
+        Action::RemoveFinalizer => "RemoveFinalizer",
+        Action::AddReference(_) => "AddReference",
+        Action::RemoveReference(_) => "RemoveReference",
+        Action::WriteStatus(_) => "WriteStatus",
+        Action::Annotate { .. } => "Annotate",
+        Action::Record(_) => "Record",
+        Action::CreateProviderServer(_) => "Create",
+        Action::DeleteProviderServer(_) => "Delete",
+        Action::Emit(_) => "Emit",
+    }
+}
+
+fn refused() -> ActionFailure {
+    ActionFailure::Cloud(CloudError::Refused { status: 403, message: "Quota exceeded for instances".into() })
+}
+
+fn conflict() -> ActionFailure {
+    ActionFailure::Conflict("the object has been modified".into())
+}
+
+#[test]
+fn a_clean_pass_runs_every_action_in_order_and_knows_what_it_persisted() {
+    let server = server();
+    let mut store = Store::new(&server);
+    let pass = Pass::start(server.clone(), &facts(), &Options::default(), at(10));
+    let decided = pass.decision().clone();
+    let (outcome, persisted) = store.drive(pass);
+
+    assert_eq!(store.ran, decided.actions.iter().map(kind).collect::<Vec<_>>());
+    assert_eq!(outcome, decided.outcome);
+    assert_eq!(store.creates, 1);
+    // The fold agrees with the store: finalizer, the issued-create note and
+    // the status (the store applied the patch; the driver took the status).
+    assert_eq!(persisted, store.server);
+    assert!(persisted.meta.has_finalizer(SERVER_FINALIZER));
+    assert!(persisted.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION));
+}
+
+/// The refused create's follow-up releases the issued create that this same
+/// pass noted: the follow-up is decided from the Server with the pass's own
+/// writes, not as it was read (which had no note to release).
+#[test]
+fn a_failed_action_hands_over_to_a_follow_up_decided_from_the_server_as_last_persisted() {
+    let server = adopted();
+    let mut store = Store::new(&server).fault("Create", Fault::Fail(refused()));
+    let mut pass = Pass::start(server.clone(), &referenced_facts(&server), &Options::default(), at(10));
+    while let Some(action) = pass.poll_action() {
+        match store.apply(action) {
+            Ok(()) => pass.handle_done(),
+            Err(failure) => pass.handle_failed(failure),
+        }
+        if pass.is_following_up() {
+            break;
+        }
+    }
+    let Some(Action::Record(changes)) = pass.poll_action().cloned() else {
+        panic!("the follow-up starts with its record: {:?}", pass.decision().actions);
+    };
+    assert!(changes.contains(&(CREATE_ISSUED_ANNOTATION, None)), "{changes:?}");
+    let (outcome, persisted) = store.drive(pass);
+
+    assert!(matches!(outcome, Outcome::Terminal(_)), "{outcome:?}");
+    assert_eq!(persisted, store.server);
+    assert!(!store.server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION));
+    assert_eq!(lifecycle(&store.server, &Options::default()), Lifecycle::Parked(ParkKind::Refused));
+    assert_eq!(store.events, [EventReason::ProviderCreateRefused]);
+}
+
+/// A follow-up's failed write ends the pass with the judgement of that
+/// failure: a conflict on the park's status write yields (requeued), rather
+/// than parking with the park unwritten; the next pass parks from the record.
+#[test]
+fn a_failed_follow_up_action_ends_the_pass_with_what_its_failure_means() {
+    let server = adopted();
+    let facts = referenced_facts(&server);
+    // The pass's own status write lands; the follow-up's conflicts.
+    let mut store = Store::new(&server)
+        .fault("WriteStatus", Fault::Lands)
+        .fault("Create", Fault::Fail(refused()))
+        .fault("WriteStatus", Fault::Fail(conflict()));
+    let mut pass = Pass::start(server.clone(), &facts, &Options::default(), at(10));
+    while let Some(action) = pass.poll_action() {
+        match store.apply(action) {
+            Ok(()) => pass.handle_done(),
+            Err(failure) => pass.handle_failed(failure),
+        }
+    }
+    assert_eq!(store.ran.last(), Some(&"WriteStatus"), "{:?}", store.ran);
+    assert_eq!(pass.poll_action(), None);
+    let outcome = pass.into_outcome();
+    assert!(matches!(outcome, Outcome::Yield(_)), "a conflict requeues: {outcome:?}");
+    assert!(outcome.requeues());
+    assert_eq!(store.server.meta.annotations.get(CREATE_REFUSED_ANNOTATION).map(String::as_str), Some("1"));
+
+    let (next, _) = store.pass(&facts, 20);
+    assert!(matches!(next, Outcome::Terminal(_)), "{next:?}");
+    assert_eq!(store.creates, 0, "the refused create was not sent again");
+    assert_eq!(store.events, [EventReason::ProviderCreateRefused], "the refusal is announced once");
+    assert_eq!(lifecycle(&store.server, &Options::default()), Lifecycle::Parked(ParkKind::Refused));
+}
+
+/// An API error on the follow-up's record stops the follow-up there: its
+/// event is not sent and the pass errs (requeued).
+#[test]
+fn a_follow_up_stops_at_its_first_failure() {
+    let server = adopted();
+    let mut store = Store::new(&server)
+        .fault("Create", Fault::Fail(refused()))
+        .fault("Record", Fault::Fail(ActionFailure::Api("503".into())));
+    let (outcome, _) = store.pass(&referenced_facts(&server), 10);
+    assert!(matches!(outcome, Outcome::Error(_)), "{outcome:?}");
+    assert_eq!(store.ran.last(), Some(&"Record"));
+    assert!(store.events.is_empty(), "{:?}", store.events);
+}
+
+/// The retry pass counts the failed attempt in its status write; the answer
+/// to that write is lost after it landed. The pass stops (no delete on an
+/// unconfirmed count), does not fold the write, and requeues; the next pass
+/// reads the stored count and does not count the attempt again.
+#[test]
+fn a_write_that_landed_with_its_answer_lost_is_not_folded_and_not_counted_twice() {
+    let server = create_failed(1);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let mut store = Store::new(&server).fault("WriteStatus", Fault::AnswerLost);
+
+    let (outcome, persisted) = store.pass(&facts, 10);
+    assert!(outcome.requeues(), "{outcome:?}");
+    assert_eq!(store.deletes, 0, "nothing after the lost write ran");
+    assert_eq!(store.server.status.provider_create_failures, 2, "the write landed");
+    assert_eq!(persisted.status.provider_create_failures, 1, "the driver does not assume it did");
+
+    let (next, persisted) = store.pass(&facts, 20);
+    assert!(next.requeues(), "{next:?}");
+    assert_eq!(store.deletes, 1, "the next pass clears the failed server");
+    assert_eq!(store.server.status.provider_create_failures, 2, "counted once");
+    assert!(store.server.status.provider_create_retrying);
+    assert_eq!(persisted, store.server);
+}
+
+/// A successful pass's fold holds with a condition the monitor set, too: the
+/// status taken is the decision's whole status.
+#[test]
+fn the_fold_of_a_status_write_is_the_decisions_status() {
+    let mut server = adopted();
+    set_healthy(&mut server, ConditionStatus::True, ConditionReason::Healthy);
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let mut store = Store::new(&server);
+    let pass = Pass::start(server, &facts, &Options::default(), at(10));
+    let decided = pass.decision().status.clone();
+    let (outcome, persisted) = store.drive(pass);
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(persisted.status, decided);
+    assert_eq!(persisted, store.server);
+}
+
+#[test]
+fn handling_without_an_action_changes_nothing_and_an_abandoned_pass_requeues() {
+    let server = server();
+    let mut pass = Pass::start(server.clone(), &facts(), &Options::default(), at(10));
+    assert!(pass.outcome().is_none(), "actions are pending");
+    let abandoned = pass.clone().into_outcome();
+    assert!(matches!(abandoned, Outcome::Error(_)) && abandoned.requeues(), "{abandoned:?}");
+
+    let mut store = Store::new(&server);
+    while let Some(action) = pass.poll_action() {
+        store.apply(action).unwrap();
+        pass.handle_done();
+    }
+    let (before, outcome) = (pass.server().clone(), pass.outcome().cloned());
+    pass.handle_done();
+    pass.handle_failed(conflict());
+    assert_eq!(pass.server(), &before);
+    assert_eq!(pass.outcome().cloned(), outcome);
+    assert!(!pass.is_following_up());
+}
+
+/// A swapped follow-up rule is the one asked (the simulator checks its
+/// checker with deliberately broken rules).
+#[test]
+fn a_swapped_follow_up_rule_judges_failures() {
+    fn give_up(server: &Server, _: &Action, _: &ActionFailure, _: jiff::Timestamp) -> server_core::Decision {
+        server_core::Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done }
+    }
+    let server = server();
+    let mut store = Store::new(&server).fault("AddFinalizer", Fault::Fail(conflict()));
+    let pass = Pass::start(server, &facts(), &Options::default(), at(10)).with_follow_up_rule(give_up);
+    let (outcome, _) = store.drive(pass);
+    assert_eq!(outcome, Outcome::Done);
+}
