@@ -29,6 +29,9 @@ enum Command {
     /// Run the whole system in-process on an embedded default and check the invariants.
     #[cfg(feature = "sim")]
     Demo(commands::demo::Args),
+    /// Measure the operator's cost and scale (a separate operator process against SimKube and the OpenStack simulator).
+    #[cfg(feature = "sim")]
+    Bench(commands::bench::Args),
     /// Say what the controller would decide for one Server now, and why (reads only).
     Explain(commands::explain::Args),
     /// Print the CustomResourceDefinitions as YAML.
@@ -46,6 +49,8 @@ fn main() -> ExitCode {
         Command::Run(args) => commands::run::run(&args),
         #[cfg(feature = "sim")]
         Command::Demo(args) => commands::demo::run(&args),
+        #[cfg(feature = "sim")]
+        Command::Bench(args) => commands::bench::run(&args),
         Command::Explain(args) => commands::explain::run(&args),
         Command::Crd(args) => commands::crd::run(&args),
         Command::RenderUserData(args) => commands::render_user_data::run(&args),

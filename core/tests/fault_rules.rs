@@ -379,3 +379,34 @@ fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
     let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
     assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer));
 }
+
+/// An operator reset (providerCreateFailures back to 0) after a create
+/// whose server failed and then vanished: that one create is counted once.
+/// The create-issued note of the old window carries an attempt number the
+/// new window reaches again; were it kept after the failure was counted, the
+/// same create would be counted a second time as "lost" (found by the
+/// sequence model in invariants.rs).
+#[test]
+fn a_failed_create_is_counted_once_even_when_a_reset_brings_the_counter_back_to_its_attempt() {
+    let options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
+    let mut server = create_failed(0);
+    // The failed server's create was issued as attempt 1, long ago.
+    server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), format!("1@{}", at(1)));
+    let mut counted = Vec::new();
+    let mut creates = 0;
+    for t in [1_000, 1_010, 1_020, 1_030] {
+        let decision = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(t));
+        creates += creates_in(&decision);
+        persist(&mut server, &decision);
+        counted.push(server.status.provider_create_failures);
+        if creates > 0 {
+            break;
+        }
+    }
+    assert_eq!(creates, 1, "the retry creates again: {counted:?}");
+    assert_eq!(server.status.provider_create_failures, 1, "one failed create, counted once: {counted:?}");
+}
+
+fn creates_in(decision: &Decision) -> usize {
+    decision.actions.iter().filter(|a| matches!(a, Action::CreateProviderServer(_))).count()
+}

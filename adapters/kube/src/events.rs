@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
@@ -26,7 +27,7 @@ pub const UNREADABLE_REASON: &str = "ServerUnreadable";
 pub(crate) struct EventPublisher {
     client: Client,
     reporter: Reporter,
-    recorders: Arc<Mutex<HashMap<SeriesKey, (String, Recorder)>>>,
+    recorders: Arc<Mutex<SeriesCache<Recorder>>>,
 }
 
 /// What kube-runtime folds by (the reporter is the publisher's own).
@@ -40,6 +41,59 @@ struct SeriesKey {
 /// Past this many (regarding, reason, action) the map is cleared: a repeat
 /// then starts a new Event instead of a series, which loses nothing.
 const MAX_SERIES: usize = 50_000;
+
+/// kube-runtime's `CACHE_TTL`: a recorder that published nothing for this
+/// long starts a new Event at its next publish anyway, so keeping it only
+/// holds memory (a recorder and its last Event, per Server and reason: tens
+/// of MB at 10,000 Servers).
+const SERIES_IDLE: Duration = Duration::from_secs(6 * 60);
+
+/// Idle series are looked for once the map doubled since the last look
+/// (amortized O(1) per publish), and not below this size.
+const PRUNE_FLOOR: usize = 1024;
+
+/// The recorder of each series, with its note and when it last published.
+#[derive(Debug)]
+struct SeriesCache<R> {
+    series: HashMap<SeriesKey, (String, R, Instant)>,
+    /// The size after the last pruning.
+    pruned_to: usize,
+}
+
+impl<R> Default for SeriesCache<R> {
+    fn default() -> Self {
+        SeriesCache { series: HashMap::new(), pruned_to: 0 }
+    }
+}
+
+impl<R: Clone> SeriesCache<R> {
+    /// The recorder of `key`'s series if its note is `note`, else a new one
+    /// from `make` that starts a series.
+    fn recorder(&mut self, key: SeriesKey, note: String, now: Instant, make: impl FnOnce() -> R) -> R {
+        if let Some((series_note, recorder, last_used)) = self.series.get_mut(&key)
+            && *series_note == note
+        {
+            *last_used = now;
+            return recorder.clone();
+        }
+        if self.series.len() >= PRUNE_FLOOR.max(self.pruned_to * 2) {
+            self.series.retain(|_, (_, _, last_used)| now.saturating_duration_since(*last_used) < SERIES_IDLE);
+            self.pruned_to = self.series.len();
+        }
+        if self.series.len() >= MAX_SERIES {
+            self.series.clear();
+            self.pruned_to = 0;
+        }
+        let recorder = make();
+        self.series.insert(key, (note, recorder.clone(), now));
+        recorder
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.series.len()
+    }
+}
 
 impl std::fmt::Debug for EventPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -89,17 +143,7 @@ impl EventPublisher {
         };
         let note = event.note.clone().unwrap_or_default();
         let mut recorders = self.recorders.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((series_note, recorder)) = recorders.get(&key)
-            && *series_note == note
-        {
-            return recorder.clone();
-        }
-        if recorders.len() >= MAX_SERIES {
-            recorders.clear();
-        }
-        let recorder = Recorder::new(self.client.clone(), self.reporter.clone());
-        recorders.insert(key, (note, recorder.clone()));
-        recorder
+        recorders.recorder(key, note, Instant::now(), || Recorder::new(self.client.clone(), self.reporter.clone()))
     }
 }
 
@@ -113,5 +157,48 @@ fn to_kube(event: &Event) -> KubeEvent {
         note: Some(event.note.clone()),
         action: event.action.into(),
         secondary: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(regarding: usize) -> SeriesKey {
+        SeriesKey { regarding: format!("uid-{regarding}"), reason: "Created".into(), action: "Create".into() }
+    }
+
+    #[test]
+    fn a_repeated_note_continues_its_series_and_a_new_note_starts_one() {
+        let mut cache = SeriesCache::default();
+        let now = Instant::now();
+        let mut made = 0;
+        let mut make = || {
+            made += 1;
+            made
+        };
+        assert_eq!(cache.recorder(key(1), "attempt 1/3".into(), now, &mut make), 1);
+        assert_eq!(cache.recorder(key(1), "attempt 1/3".into(), now, &mut make), 1);
+        assert_eq!(cache.recorder(key(1), "attempt 2/3".into(), now, &mut make), 2);
+        assert_eq!(cache.len(), 1);
+    }
+
+    #[test]
+    fn series_idle_past_kubes_cache_ttl_are_dropped_as_the_map_grows() {
+        let mut cache = SeriesCache::default();
+        let start = Instant::now();
+        for i in 0..PRUNE_FLOOR {
+            cache.recorder(key(i), "note".into(), start, || i);
+        }
+        // One series stays in use; the rest go idle.
+        let later = start + SERIES_IDLE;
+        cache.recorder(key(0), "note".into(), later - Duration::from_secs(1), || usize::MAX);
+        cache.recorder(key(PRUNE_FLOOR), "note".into(), later, || PRUNE_FLOOR);
+        assert_eq!(cache.len(), 2, "the series in use and the new one");
+        // Growing again: no scan until the map doubles past the floor.
+        for i in PRUNE_FLOOR + 1..PRUNE_FLOOR + 100 {
+            cache.recorder(key(i), "note".into(), later, || i);
+        }
+        assert_eq!(cache.len(), 101);
     }
 }

@@ -1,5 +1,7 @@
-//! One module per subcommand. `demo` and `simulate` need the `sim` feature.
+//! One module per subcommand. `bench`, `demo` and `simulate` need the `sim` feature.
 
+#[cfg(feature = "sim")]
+pub(crate) mod bench;
 pub(crate) mod crd;
 #[cfg(feature = "sim")]
 pub(crate) mod demo;

@@ -82,6 +82,12 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
             }
             plan.status.provider_create_failures = attempt;
             plan.status.provider_create_retrying = true;
+            // The create the note records is accounted for now: kept, its
+            // attempt number could match the counter again after an
+            // operator's reset and count the same create twice.
+            if IssuedCreate::of(server).is_some() {
+                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+            }
             let what = if failed { "failed before launch" } else { "disappeared before it was seen to launch" };
             plan.emit(Event {
                 type_: EventType::Normal,

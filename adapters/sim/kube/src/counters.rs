@@ -16,6 +16,9 @@ pub struct CounterSnapshot {
     pub requests: BTreeMap<RequestKey, u64>,
     /// Requests answered with an injected fault, by verb and resource.
     pub injected_faults: BTreeMap<RequestKey, u64>,
+    /// Request body bytes received, by verb and resource: what clients wrote
+    /// (patch, update and create bodies; reads carry none).
+    pub body_bytes: BTreeMap<RequestKey, u64>,
     /// Responses sent, by HTTP status code (watch streams count once, as 200).
     pub responses_by_code: BTreeMap<u16, u64>,
     /// Watch streams cut by fault injection.
@@ -45,6 +48,11 @@ impl CounterSnapshot {
         self.requests.iter().filter(|((_, r), _)| r == resource).map(|(_, count)| count).sum()
     }
 
+    /// All request body bytes received, on any verb and resource.
+    pub fn total_body_bytes(&self) -> u64 {
+        self.body_bytes.values().sum()
+    }
+
     /// All injected faults.
     pub fn total_faults(&self) -> u64 {
         self.injected_faults.values().sum()
@@ -66,6 +74,13 @@ impl Counters {
 
     pub(crate) fn record_request(&self, verb: Verb, resource: &str) {
         self.with(|c| *c.requests.entry((verb, resource.to_string())).or_default() += 1);
+    }
+
+    pub(crate) fn record_body(&self, verb: Verb, resource: &str, bytes: usize) {
+        if bytes > 0 {
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            self.with(|c| *c.body_bytes.entry((verb, resource.to_string())).or_default() += bytes);
+        }
     }
 
     pub(crate) fn record_fault(&self, verb: Verb, resource: &str) {

@@ -100,6 +100,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
     let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|e| ApiError::bad_request(format!("unable to read the request body: {e}")))?;
+    shared.counters.record_body(verb, &label, body.len());
     let accept = parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     // core/v1 Events are the events.k8s.io ones, shown in the core shape.
     let core_events = event_view::is_core_events(&resource_path.rtype);

@@ -213,8 +213,8 @@ fn without_the_fence_and_the_guard_a_server_is_created_twice() {
 /// Relists on several pages (16 Servers a page, so each shard's relist
 /// takes six round trips, after a 10 s gap) while Servers arrive, fail and
 /// half of them get deleted.
-fn paged_relists(relist_wakes: RelistWakes) -> Report {
-    let mut config = config(800, 21);
+fn paged_relists(relist_wakes: RelistWakes, seed: u64) -> Report {
+    let mut config = config(800, seed);
     config.kube.list_page_size = 16;
     config.kube.relists = 4;
     config.kube.watch_gap = 10_000;
@@ -228,7 +228,7 @@ fn paged_relists(relist_wakes: RelistWakes) -> Report {
 /// reads what woke it.
 #[test]
 fn relists_on_several_pages_lose_no_wake() {
-    let report = paged_relists(RelistWakes::AtInitDone);
+    let report = paged_relists(RelistWakes::AtInitDone, 21);
     assert!(report.passed(), "{report}");
     let k = &report.kube;
     assert!(k.relists >= 4, "{report}");
@@ -241,7 +241,12 @@ fn relists_on_several_pages_lose_no_wake() {
 /// and a deleting one's reads it not deleting, and nothing wakes them again.
 #[test]
 fn wakes_decided_per_page_are_caught() {
-    let report = paged_relists(RelistWakes::PerPage);
-    assert!(report.violations.iter().any(|v| v.invariant == "wake"), "{report}");
-    assert!(report.violations.iter().all(|v| v.invariant == "wake"), "{report}");
+    // Whether a lost wake happens in one run depends on timing; over a few
+    // seeds the old rule always loses some, and loses nothing but wakes.
+    let reports: Vec<Report> = (21..=26).map(|seed| paged_relists(RelistWakes::PerPage, seed)).collect();
+    let caught = reports.iter().filter(|r| r.violations.iter().any(|v| v.invariant == "wake")).count();
+    assert!(caught > 0, "no seed caught the per-page rule: {}", reports[0]);
+    for report in &reports {
+        assert!(report.violations.iter().all(|v| v.invariant == "wake"), "{report}");
+    }
 }

@@ -112,6 +112,12 @@ impl CloudBed {
         }
     }
 
+    /// The configuration the OpenStack adapter is built from, on the OpenStack
+    /// path: what a separate operator process needs in its region file.
+    pub fn openstack_config(&self) -> Option<&OpenStackConfig> {
+        self.openstack.as_ref().map(|path| &path.config)
+    }
+
     /// The OpenStack simulator, on the OpenStack path.
     pub fn openstack(&self) -> Option<&OpenStackSim> {
         self.openstack.as_ref().map(|path| &path.sim)

@@ -31,6 +31,7 @@ mod tenant;
 
 pub use cloud::{CloudBed, CloudPath};
 pub use kube_bed::KubeBed;
+pub use server_sim_openstack::OpenStackCounters;
 pub use tenant::{API_VERSION, Tenant};
 
 /// Why the test bed could not be built.

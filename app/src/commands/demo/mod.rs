@@ -9,11 +9,11 @@
 //! operator, SimKube and the simulated cloud keep running until Ctrl-C or
 //! SIGTERM, and kubectl works against them with the kubeconfig it writes.
 
-mod observer;
+pub(crate) mod observer;
 mod report;
-mod scenario;
+pub(crate) mod scenario;
 mod verdict;
-mod world;
+pub(crate) mod world;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -141,11 +141,11 @@ fn print_report(args: &Args, report: &Report) -> anyhow::Result<bool> {
 }
 
 /// The per-Server bookkeeping of the driver.
-struct Tracked {
-    planned: Planned,
-    uid: String,
-    fate: Fate,
-    rearmed: bool,
+pub(crate) struct Tracked {
+    pub(crate) planned: Planned,
+    pub(crate) uid: String,
+    pub(crate) fate: Fate,
+    pub(crate) rearmed: bool,
 }
 
 async fn demo(args: &Args) -> anyhow::Result<bool> {
@@ -297,20 +297,32 @@ fn act_as_user(world: &World, tracked: &mut [Tracked], observer: &mut Observer, 
                 .map_err(|e| anyhow::anyhow!("cannot delete {}: {e:?}", t.planned.name))?;
             history.deleted_by_user = true;
         }
-        if !t.rearmed && server_core::lifecycle(server, &rule_options(max)).park() == Some(ParkKind::Refused) {
-            let patch =
-                Patch::Merge(PatchKind::Merge, json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}}));
-            store
-                .patch("servers", Some(NAMESPACE), &t.planned.name, &patch)
-                .map_err(|e| anyhow::anyhow!("cannot edit {}: {e:?}", t.planned.name))?;
-            t.rearmed = true;
-        }
+        rearm_if_refused(&store, t, server, max)?;
+    }
+    Ok(())
+}
+
+/// What a user does about a Server whose create the provider refused
+/// (quota): edits its spec (another flavor), which lets the operator try again.
+pub(crate) fn rearm_if_refused(
+    store: &server_simkube::StoreHandle,
+    t: &mut Tracked,
+    server: &server_core::Server,
+    max: i32,
+) -> anyhow::Result<()> {
+    if !t.rearmed && server_core::lifecycle(server, &rule_options(max)).park() == Some(ParkKind::Refused) {
+        let patch =
+            Patch::Merge(PatchKind::Merge, json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}}));
+        store
+            .patch("servers", Some(NAMESPACE), &t.planned.name, &patch)
+            .map_err(|e| anyhow::anyhow!("cannot edit {}: {e:?}", t.planned.name))?;
+        t.rearmed = true;
     }
     Ok(())
 }
 
 /// The rules' options as the demo's operator runs them.
-fn rule_options(max: i32) -> server_core::Options {
+pub(crate) fn rule_options(max: i32) -> server_core::Options {
     server_core::Options::with_max_attempts(max)
 }
 
@@ -324,7 +336,7 @@ fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
 }
 
 /// Whether a Server reached the end its fate leads to.
-fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
+pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     if history.gone {
         return true;
     }
@@ -347,7 +359,7 @@ fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     server.status.phase == Some(Phase::Running) && provisioned && healthy_is(server, ConditionStatus::True)
 }
 
-fn outcome(history: &History, max: i32) -> String {
+pub(crate) fn outcome(history: &History, max: i32) -> String {
     if history.gone {
         return "deleted by the user".into();
     }
@@ -378,7 +390,7 @@ fn outcome(history: &History, max: i32) -> String {
 }
 
 /// The fate the cloud gave a Server, in words.
-fn describe_fate(t: &Tracked) -> String {
+pub(crate) fn describe_fate(t: &Tracked) -> String {
     let fate = &t.fate;
     if t.planned.role == Role::DeletedMidway {
         return "boots; the user deletes it midway".into();

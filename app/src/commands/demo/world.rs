@@ -25,7 +25,7 @@ pub(crate) const SSH_CA: &str = "ca-ops";
 pub(crate) const OPENSTACK_USER: &str = "demo-user";
 pub(crate) const OPENSTACK_PASSWORD: &str = "demo-password";
 /// A throwaway ed25519 public key: the demo's SSH certificate authority.
-const SSH_CA_KEY: &str =
+pub(crate) const SSH_CA_KEY: &str =
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl demo-ca@unikorn";
 
 pub(crate) struct World {

@@ -729,3 +729,23 @@ async fn metadata_only_calls_and_await_condition() {
     widgets.delete("a", &DeleteParams::default()).await.expect("delete a");
     crate::common::within("a deleted", deleted).await.expect("task").expect("condition");
 }
+
+#[tokio::test]
+async fn request_bodies_are_counted_by_verb_and_resource() {
+    use server_simkube::Verb;
+
+    let sim = sim();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    widgets.create(&PostParams::default(), &widget("a", 1)).await.expect("create");
+    let patch = json!({"spec": {"size": 2, "color": "a colour long enough to be told apart"}});
+    widgets.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    widgets.get("a").await.expect("get");
+
+    let counters = sim.counters();
+    let sent = serde_json::to_vec(&patch).expect("encode").len() as u64;
+    assert_eq!(counters.body_bytes.get(&(Verb::Patch, "widgets".to_owned())), Some(&sent));
+    let created = counters.body_bytes.get(&(Verb::Create, "widgets".to_owned())).copied().unwrap_or(0);
+    assert!(created > 0, "the create's body is counted");
+    assert!(!counters.body_bytes.contains_key(&(Verb::Get, "widgets".to_owned())), "reads send no body");
+    assert_eq!(counters.total_body_bytes(), sent + created);
+}

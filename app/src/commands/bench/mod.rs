@@ -1,0 +1,332 @@
+//! `bench`: the cost and scale of the operator, measured. For each size N it
+//! builds a world (SimKube and the OpenStack simulator in this process, N
+//! Servers with the demo's fate mix, 32 KB of user data each, sharing 10
+//! Networks and 10 SecurityGroups), starts the real operator as a separate
+//! `server-controller run` process against it, and waits until every Server
+//! settled. API requests, conflicts and bytes written are counted by the API
+//! server, cloud calls by the cloud; memory and CPU of the operator alone
+//! come from /proc. On the size `--steady-servers`, once converged, a window
+//! with nothing changing counts what the operator still does.
+
+mod operator;
+mod report;
+mod world;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+use crate::commands::run::parse_duration;
+use crate::telemetry::{self, LogFormat};
+use operator::{OperatorFlags, OperatorMetrics, OperatorProcess, ProcessSample};
+use report::{ApiCounts, BenchReport, CloudCounts, SizeResult, SteadyState, per};
+use world::BenchWorld;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The sizes to measure, in order (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1000,3000,10000", value_parser = parse_size)]
+    servers: Vec<usize>,
+
+    /// Seed of every random choice in the sims.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// Share (0..=1) of Servers whose cloud fate is faulty, as in `demo`.
+    #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
+    create_failure_rate: f64,
+
+    /// `provider-create-max-attempts` of the operator (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=super::run::MAX_ATTEMPTS_BOUND))]
+    max_attempts: i32,
+
+    /// The operator's `--yield-interval`.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    yield_interval: Duration,
+
+    /// The operator's `--monitor-interval`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    monitor_interval: Duration,
+
+    /// Give up waiting for one size to settle after this long.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: Duration,
+
+    /// The size whose converged world the steady-state window measures
+    /// (0: none; skipped when it is not among --servers; the report says
+    /// whether every Server had settled).
+    #[arg(long, default_value_t = 1000)]
+    steady_servers: usize,
+
+    /// Length of the steady-state window.
+    #[arg(long, default_value = "3m", value_parser = parse_duration)]
+    steady_window: Duration,
+
+    /// Where the operator's logs and configuration go (default: a new
+    /// directory under the system's temporary directory, removed when every
+    /// size settled).
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// A Markdown table.
+    Text,
+    Json,
+}
+
+fn parse_size(value: &str) -> Result<usize, String> {
+    match value.trim().parse::<usize>() {
+        Ok(0) => Err("a size must be at least 1 Server".into()),
+        Ok(size) if size > 100_000 => Err(format!("{size} Servers is more than this bench is built for (100,000)")),
+        Ok(size) => Ok(size),
+        Err(_) => Err(format!("{value:?} is not a number of Servers")),
+    }
+}
+
+fn parse_rate(value: &str) -> Result<f64, String> {
+    let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
+    if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
+}
+
+pub(crate) fn run(args: &Args) -> ExitCode {
+    telemetry::init(LogFormat::Text, "error");
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(bench(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs every size; whether all settled.
+async fn bench(args: &Args) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let work_dir = match &args.work_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::temp_dir().join(format!("server-controller-bench-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&work_dir).with_context(|| format!("cannot create {}", work_dir.display()))?;
+    if args.steady_servers != 0 && !args.servers.contains(&args.steady_servers) {
+        eprintln!("note: no steady-state window: {} is not among --servers", args.steady_servers);
+    }
+    let mut sizes = Vec::new();
+    let mut steady_state = None;
+    for &servers in &args.servers {
+        let (size, steady) = measure(args, servers, &work_dir).await?;
+        sizes.push(size);
+        steady_state = steady_state.or(steady);
+    }
+    let all_settled = sizes.iter().all(|size| size.settled);
+    let report = BenchReport {
+        seed: args.seed,
+        create_failure_rate: args.create_failure_rate,
+        user_data_bytes: world::USER_DATA_BYTES,
+        shared_networks: world::SHARED_RESOURCES,
+        shared_security_groups: world::SHARED_RESOURCES,
+        yield_interval_seconds: args.yield_interval.as_secs_f64(),
+        monitor_interval_seconds: args.monitor_interval.as_secs_f64(),
+        sizes,
+        steady_state,
+        duration_seconds: started.elapsed().as_secs_f64(),
+    };
+    match args.output {
+        Output::Text => print!("{report}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report).context("cannot encode the report")?),
+    }
+    if all_settled && args.work_dir.is_none() {
+        // Best effort: a leftover temporary directory harms nothing.
+        let _ = std::fs::remove_dir_all(&work_dir);
+    } else if !all_settled {
+        eprintln!("the operator's logs are in {}", work_dir.display());
+    }
+    Ok(all_settled)
+}
+
+/// One size: the world, the operator, the wait, the counts.
+async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result<(SizeResult, Option<SteadyState>)> {
+    eprintln!("bench: {servers} Servers: seeding the world");
+    let mut world = BenchWorld::start(servers, args.seed, args.create_failure_rate).await?;
+    let dir = work_dir.join(format!("n{servers}"));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (kubeconfig, region) = world.write_configs(&dir)?;
+    let flags = OperatorFlags {
+        yield_interval: args.yield_interval,
+        monitor_interval: args.monitor_interval,
+        max_attempts: args.max_attempts,
+    };
+    let sims_peak_is_this_size = operator::reset_own_peak_rss();
+    let started = Instant::now();
+    let mut operator = OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?;
+    let (settled, wall) = settle(args, &mut world, &mut operator, started).await?;
+    let settled_servers = settled.iter().filter(|done| **done).count();
+    let unsettled = world.unsettled(&settled, UNSETTLED_SHOWN, args.max_attempts);
+    let settled = settled_servers == servers;
+    eprintln!(
+        "bench: {servers} Servers: {} in {:.0} s",
+        if settled { "settled".to_owned() } else { format!("{settled_servers} settled") },
+        wall.as_secs_f64()
+    );
+
+    let api = world.kube.sim.counters();
+    let cloud = openstack_counters(&world)?;
+    let metrics = operator.metrics().await.unwrap_or_default();
+    let process = ProcessSample::read(Some(operator.pid()))?;
+    let sims = ProcessSample::read(None)?;
+    let size = SizeResult {
+        servers,
+        settled,
+        settled_servers,
+        wall_seconds: wall.as_secs_f64(),
+        wall_ms_per_server: per(wall.as_secs_f64() * 1000.0, servers),
+        operator_cpu_seconds: process.cpu_seconds,
+        operator_cpu_ms_per_server: per(process.cpu_seconds * 1000.0, servers),
+        api: ApiCounts::from_counters(&api, servers),
+        cloud: CloudCounts::from_counters(cloud, servers),
+        passes: metrics.passes,
+        passes_per_server: per(metrics.passes, servers),
+        rss_sims_bytes: sims.peak_rss,
+        rss_sims_is_this_size: sims_peak_is_this_size,
+        rss_operator_bytes: process.peak_rss,
+        unsettled,
+    };
+    // Measured even when a few Servers did not settle: the report says so.
+    let steady = if servers == args.steady_servers {
+        Some(steady_window(args, &world, &mut operator, servers, settled).await?)
+    } else {
+        None
+    };
+    // The operator stops before the world it talks to.
+    drop(operator);
+    Ok((size, steady))
+}
+
+/// How many unsettled Servers a report names.
+const UNSETTLED_SHOWN: usize = 10;
+
+/// Waits until every Server settled or the timeout; which settled, and when.
+async fn settle(
+    args: &Args,
+    world: &mut BenchWorld,
+    operator: &mut OperatorProcess,
+    started: Instant,
+) -> anyhow::Result<(Vec<bool>, Duration)> {
+    let servers = world.tracked.len();
+    let mut settled = vec![false; servers];
+    let mut last_progress = Instant::now();
+    loop {
+        operator.check_running()?;
+        let mut done = world.observe(&mut settled, args.max_attempts)?;
+        if done == servers {
+            // Settled once is not settled now: look at every Server again.
+            let elapsed = started.elapsed();
+            settled.fill(false);
+            done = world.observe(&mut settled, args.max_attempts)?;
+            if done == servers {
+                return Ok((settled, elapsed));
+            }
+        }
+        if started.elapsed() >= args.timeout {
+            return Ok((settled, started.elapsed()));
+        }
+        if last_progress.elapsed() >= Duration::from_secs(15) {
+            eprintln!("bench: {servers} Servers: {done} settled after {:.0} s", started.elapsed().as_secs_f64());
+            last_progress = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// With a converged world and nothing changing: what the operator does in a window.
+async fn steady_window(
+    args: &Args,
+    world: &BenchWorld,
+    operator: &mut OperatorProcess,
+    servers: usize,
+    converged: bool,
+) -> anyhow::Result<SteadyState> {
+    eprintln!("bench: {servers} Servers: steady-state window of {}", humantime::format_duration(args.steady_window));
+    // Let the last passes and the monitor's follow-up settle before counting.
+    tokio::time::sleep(args.monitor_interval + args.yield_interval).await;
+    let api_before = world.kube.sim.counters();
+    let cloud_before = openstack_counters(world)?;
+    let metrics_before = operator.metrics().await?;
+    let started = Instant::now();
+    while started.elapsed() < args.steady_window {
+        operator.check_running()?;
+        tokio::time::sleep(Duration::from_millis(500).min(args.steady_window)).await;
+    }
+    let window = started.elapsed();
+    let api_after = world.kube.sim.counters();
+    let cloud_after = openstack_counters(world)?;
+    let metrics_after: OperatorMetrics = operator.metrics().await?;
+    let monitor_polls = metrics_after.monitor_polls - metrics_before.monitor_polls;
+    let cloud_server_lists = cloud_after.server_lists - cloud_before.server_lists;
+    Ok(SteadyState {
+        servers,
+        converged,
+        window_seconds: window.as_secs_f64(),
+        api_writes: report::writes(&api_after) - report::writes(&api_before),
+        api_requests: api_after.total() - api_before.total(),
+        passes: metrics_after.passes - metrics_before.passes,
+        monitor_polls,
+        cloud_server_lists,
+        cloud_requests: report::cloud_requests(&cloud_after) - report::cloud_requests(&cloud_before),
+        cloud_server_lists_per_poll: if monitor_polls > 0.0 { cloud_server_lists as f64 / monitor_polls } else { 0.0 },
+        rss_operator_bytes: ProcessSample::read(Some(operator.pid()))?.peak_rss,
+    })
+}
+
+fn openstack_counters(world: &BenchWorld) -> anyhow::Result<server_sim_testbed::OpenStackCounters> {
+    Ok(world.cloud.openstack().context("the bench's cloud is not on the OpenStack path")?.counters())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, clap::Parser)]
+    struct Command {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn sizes_default_to_the_issues_and_refuse_nonsense_clearly() {
+        let parse = |sizes: &[&str]| Command::try_parse_from(["bench"].iter().chain(sizes));
+        assert_eq!(parse(&[]).map(|c| c.args.servers).ok(), Some(vec![1000, 3000, 10000]));
+        assert_eq!(parse(&["--servers", "50,200"]).map(|c| c.args.servers).ok(), Some(vec![50, 200]));
+        for refused in ["0", "ten", "1000000", "10,-3"] {
+            let error = parse(&["--servers", refused]).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--servers"), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_steady_window_is_three_minutes_unless_shortened() {
+        let parse = |extra: &[&str]| Command::try_parse_from(["bench"].iter().chain(extra));
+        assert_eq!(parse(&[]).map(|c| c.args.steady_window).ok(), Some(Duration::from_secs(180)));
+        assert_eq!(
+            parse(&["--steady-window", "20s"]).map(|c| c.args.steady_window).ok(),
+            Some(Duration::from_secs(20))
+        );
+        assert!(parse(&["--steady-window", "0s"]).is_err());
+    }
+}

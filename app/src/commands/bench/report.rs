@@ -1,0 +1,237 @@
+//! What the bench measured: one row per size, the steady-state window, as
+//! JSON for machines and a Markdown table for people (the README's).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use server_sim_testbed::OpenStackCounters;
+use server_simkube::{CounterSnapshot, Verb};
+
+#[derive(Debug, Serialize)]
+pub(crate) struct BenchReport {
+    pub(crate) seed: u64,
+    pub(crate) create_failure_rate: f64,
+    pub(crate) user_data_bytes: usize,
+    pub(crate) shared_networks: usize,
+    pub(crate) shared_security_groups: usize,
+    pub(crate) yield_interval_seconds: f64,
+    pub(crate) monitor_interval_seconds: f64,
+    pub(crate) sizes: Vec<SizeResult>,
+    pub(crate) steady_state: Option<SteadyState>,
+    pub(crate) duration_seconds: f64,
+}
+
+/// One size, from the operator's start until every Server settled (or the timeout).
+#[derive(Debug, Serialize)]
+pub(crate) struct SizeResult {
+    pub(crate) servers: usize,
+    pub(crate) settled: bool,
+    pub(crate) settled_servers: usize,
+    pub(crate) wall_seconds: f64,
+    /// Wall time per Server: flat across sizes when growth is linear.
+    pub(crate) wall_ms_per_server: f64,
+    pub(crate) operator_cpu_seconds: f64,
+    pub(crate) operator_cpu_ms_per_server: f64,
+    pub(crate) api: ApiCounts,
+    pub(crate) cloud: CloudCounts,
+    pub(crate) passes: f64,
+    pub(crate) passes_per_server: f64,
+    /// Peak RSS of this process: SimKube, the OpenStack simulator, SimCloud
+    /// and the bench's own bookkeeping.
+    pub(crate) rss_sims_bytes: u64,
+    /// Whether that peak is this size's own (the kernel let it be reset);
+    /// otherwise it is the peak since the bench started.
+    pub(crate) rss_sims_is_this_size: bool,
+    /// Peak RSS (VmHWM) of the operator process alone.
+    pub(crate) rss_operator_bytes: u64,
+    /// The first few Servers that did not settle, and where they stand.
+    pub(crate) unsettled: Vec<super::world::Unsettled>,
+}
+
+/// Counted by the API server (SimKube), not by the operator.
+#[derive(Debug, Serialize)]
+pub(crate) struct ApiCounts {
+    pub(crate) requests: u64,
+    pub(crate) requests_per_server: f64,
+    /// Creates, updates, patches and deletes.
+    pub(crate) writes_per_server: f64,
+    pub(crate) status_patches_per_server: f64,
+    pub(crate) network_patches_per_server: f64,
+    /// Answers 409 Conflict.
+    pub(crate) conflicts: u64,
+    /// Request bodies received.
+    pub(crate) bytes_written: u64,
+    pub(crate) bytes_written_per_server: f64,
+    pub(crate) by_verb_and_resource: BTreeMap<String, u64>,
+}
+
+/// Counted by the OpenStack simulator (the cloud's HTTP API).
+#[derive(Debug, Serialize)]
+pub(crate) struct CloudCounts {
+    pub(crate) requests: u64,
+    pub(crate) requests_per_server: f64,
+    /// Nova `GET /servers/{id}`.
+    pub(crate) gets_per_server: f64,
+    /// Nova server lists (pages included).
+    pub(crate) server_lists: u64,
+    pub(crate) counters: OpenStackCounters,
+}
+
+/// A converged world left alone: what the operator still does.
+#[derive(Debug, Serialize)]
+pub(crate) struct SteadyState {
+    pub(crate) servers: usize,
+    /// Whether every Server had settled before the window.
+    pub(crate) converged: bool,
+    pub(crate) window_seconds: f64,
+    pub(crate) api_writes: u64,
+    pub(crate) api_requests: u64,
+    pub(crate) passes: f64,
+    pub(crate) monitor_polls: f64,
+    pub(crate) cloud_server_lists: u64,
+    pub(crate) cloud_requests: u64,
+    /// One (region, identity) in the bench's world: the target is 1.
+    pub(crate) cloud_server_lists_per_poll: f64,
+    pub(crate) rss_operator_bytes: u64,
+}
+
+/// Writes: every verb that changes the store.
+pub(crate) fn writes(counters: &CounterSnapshot) -> u64 {
+    [Verb::Create, Verb::Update, Verb::Patch, Verb::Delete, Verb::DeleteCollection]
+        .into_iter()
+        .map(|verb| counters.total_for_verb(verb))
+        .sum()
+}
+
+/// Requests the cloud answered or refused (tokens included).
+pub(crate) fn cloud_requests(c: &OpenStackCounters) -> u64 {
+    c.token_requests
+        + c.server_creates
+        + c.server_lists
+        + c.server_gets
+        + c.server_deletes
+        + c.server_actions
+        + c.server_metadata_updates
+        + c.port_lists
+        + c.port_creates
+        + c.port_updates
+        + c.port_deletes
+        + c.floating_ip_lists
+        + c.floating_ip_creates
+        + c.floating_ip_deletes
+        + c.network_lists
+        + c.security_group_lists
+}
+
+pub(crate) fn per(count: f64, servers: usize) -> f64 {
+    count / servers.max(1) as f64
+}
+
+impl ApiCounts {
+    pub(crate) fn from_counters(counters: &CounterSnapshot, servers: usize) -> Self {
+        let requests = counters.total();
+        let status = counters.count(Verb::Patch, "servers/status") + counters.count(Verb::Update, "servers/status");
+        let networks = counters.count(Verb::Patch, "networks") + counters.count(Verb::Update, "networks");
+        let bytes_written = counters.total_body_bytes();
+        ApiCounts {
+            requests,
+            requests_per_server: per(requests as f64, servers),
+            writes_per_server: per(writes(counters) as f64, servers),
+            status_patches_per_server: per(status as f64, servers),
+            network_patches_per_server: per(networks as f64, servers),
+            conflicts: counters.responses_by_code.get(&409).copied().unwrap_or(0),
+            bytes_written,
+            bytes_written_per_server: per(bytes_written as f64, servers),
+            by_verb_and_resource: counters
+                .requests
+                .iter()
+                .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
+                .collect(),
+        }
+    }
+}
+
+impl CloudCounts {
+    pub(crate) fn from_counters(counters: OpenStackCounters, servers: usize) -> Self {
+        let requests = cloud_requests(&counters);
+        CloudCounts {
+            requests,
+            requests_per_server: per(requests as f64, servers),
+            gets_per_server: per(counters.server_gets as f64, servers),
+            server_lists: counters.server_lists,
+            counters,
+        }
+    }
+}
+
+fn megabytes(bytes: u64) -> String {
+    format!("{:.0} MB", bytes as f64 / 1_000_000.0)
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "bench: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s\n",
+            self.create_failure_rate,
+            self.user_data_bytes / 1024,
+            self.shared_networks,
+            self.shared_security_groups,
+            self.yield_interval_seconds,
+            self.monitor_interval_seconds,
+        )?;
+        writeln!(
+            f,
+            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | cloud requests / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        for s in &self.sizes {
+            let settled =
+                if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
+            writeln!(
+                f,
+                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {:.1} KB | {} | {} |",
+                s.servers,
+                s.wall_seconds,
+                settled,
+                s.wall_ms_per_server,
+                s.operator_cpu_ms_per_server,
+                s.api.requests_per_server,
+                s.api.status_patches_per_server,
+                s.api.network_patches_per_server,
+                s.cloud.gets_per_server,
+                s.cloud.requests_per_server,
+                s.api.conflicts,
+                s.api.bytes_written_per_server / 1000.0,
+                megabytes(s.rss_sims_bytes),
+                megabytes(s.rss_operator_bytes),
+            )?;
+        }
+        for s in self.sizes.iter().filter(|s| !s.unsettled.is_empty()) {
+            writeln!(f, "\nnot settled at {} Servers (first {}):", s.servers, s.unsettled.len())?;
+            for u in &s.unsettled {
+                writeln!(f, "- {}: {}; {}", u.name, u.fate, u.outcome)?;
+            }
+        }
+        match &self.steady_state {
+            Some(s) => writeln!(
+                f,
+                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes, {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
+                s.servers,
+                if s.converged { ", converged," } else { " (NOT all settled)" },
+                s.window_seconds,
+                s.api_writes,
+                s.api_requests,
+                s.passes,
+                s.monitor_polls,
+                s.cloud_server_lists,
+                s.cloud_server_lists_per_poll,
+                s.cloud_requests,
+                megabytes(s.rss_operator_bytes),
+            )?,
+            None => writeln!(f, "\nsteady state: not measured (no size matched --steady-servers)")?,
+        }
+        writeln!(f, "bench took {:.0} s", self.duration_seconds)
+    }
+}

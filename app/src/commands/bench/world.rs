@@ -1,0 +1,239 @@
+//! The bench's world, one per size: SimKube serving the operator's CRDs on a
+//! loopback port, the OpenStack simulator over SimCloud with the demo's fate
+//! mix, the demo tenant with 10 Networks and 10 SecurityGroups (each shared
+//! by a tenth of the Servers) and an SSH CA, and N Servers carrying 32 KB of
+//! user data each. Everything is seeded through the stores, so every request
+//! the API server and the cloud count is the operator's.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use serde_json::{Value, json};
+use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
+use server_sim_testbed::{CloudBed, CloudPath, KubeBed};
+use server_simcloud::{CloudConfig, SimCloud};
+use server_simkube::SimKube;
+
+use crate::commands::demo::scenario::{self, Planned, Role};
+use crate::commands::demo::world::{IDENTITY, NAMESPACE, REGION, SSH_CA, SSH_CA_KEY, World};
+use crate::commands::demo::{self, Tracked};
+
+/// Shared consumed resources of each kind.
+pub(crate) const SHARED_RESOURCES: usize = 10;
+/// Size of each Server's user data, base64 as the API stores it.
+pub(crate) const USER_DATA_BYTES: usize = 32 * 1024;
+
+/// Network `i` (0-based), named by UUID as the region service names them.
+pub(crate) fn network(i: usize) -> String {
+    format!("2f1c0b6e-7d4a-4c1e-9a53-0d6f1b2c3b{:02}", i % SHARED_RESOURCES)
+}
+
+/// SecurityGroup `i` (0-based).
+pub(crate) fn security_group(i: usize) -> String {
+    format!("5b7e9d21-3c4f-4a8b-8e6d-1f2a3b4c5e{:02}", i % SHARED_RESOURCES)
+}
+
+/// A cloud-config of exactly [`USER_DATA_BYTES`] once base64-encoded: a file
+/// to write, padded with a comment so the operator carries real bulk.
+pub(crate) fn user_data() -> String {
+    let raw_len = USER_DATA_BYTES / 4 * 3;
+    let mut text = String::from("#cloud-config\nwrite_files:\n- path: /etc/bench\n  content: bench\n# ");
+    while text.len() < raw_len - 1 {
+        text.push('x');
+    }
+    text.push('\n');
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+pub(crate) struct BenchWorld {
+    pub(crate) kube: KubeBed,
+    pub(crate) cloud: CloudBed,
+    pub(crate) tracked: Vec<Tracked>,
+}
+
+impl BenchWorld {
+    /// SimKube and the OpenStack simulator on loopback ports, the tenant's
+    /// shared resources, and `servers` Servers whose fates come from the
+    /// demo's mix at `create_failure_rate`.
+    pub(crate) async fn start(servers: usize, seed: u64, create_failure_rate: f64) -> anyhow::Result<Self> {
+        let sim = SimKube::builder().seed(seed).strict_namespaces().build();
+        sim.store().ensure_namespace(NAMESPACE);
+        let kube = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE).await?;
+        let tenant = World::tenant();
+        kube.seed_tenant(&tenant, true)?;
+        kube.seed(&tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY}))?;
+
+        let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
+        config.mix = scenario::mix(create_failure_rate);
+        let cloud = CloudBed::start(CloudPath::OpenStack, SimCloud::new(config), &tenant, None).await?;
+        for i in 0..SHARED_RESOURCES {
+            kube.seed(&tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")}))?;
+            cloud.seed_neutron(&tenant, "networks", &network(i));
+            kube.seed(&tenant, "securitygroups", &security_group(i), json!({}))?;
+            cloud.seed_neutron(&tenant, "securitygroups", &security_group(i));
+        }
+
+        let user_data = user_data();
+        let mut tracked = Vec::with_capacity(servers);
+        for i in 0..servers {
+            let name = format!("server-{i:05}");
+            let created = kube
+                .store()
+                .create("servers", server(&name, i, &user_data))
+                .map_err(|e| anyhow::anyhow!("cannot create {name}: {e:?}"))?;
+            let uid = created["metadata"]["uid"].as_str().context("SimKube gave no uid")?.to_owned();
+            let fate = cloud.cloud.with_model(|model| model.fate(&uid));
+            let planned = Planned { name, role: Role::Drawn, unmodelled_fields: false };
+            tracked.push(Tracked { planned, uid, fate, rearmed: false });
+        }
+        kube.sim.reset_counters();
+        Ok(BenchWorld { kube, cloud, tracked })
+    }
+
+    /// Writes the kubeconfig and the region's OpenStack configuration a
+    /// separate operator process connects with; returns their paths.
+    pub(crate) fn write_configs(&self, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let kubeconfig = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {url}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n    namespace: {NAMESPACE}\ncurrent-context: bench\nusers:\n- name: bench\n  user: {{}}\n",
+            url = self.kube.served().url()
+        );
+        std::fs::write(&kubeconfig, text).with_context(|| format!("cannot write {}", kubeconfig.display()))?;
+        let openstack = self.cloud.openstack_config().context("the bench's cloud is not on the OpenStack path")?;
+        let region = dir.join("openstack-region.json");
+        let text = json!({"authURL": openstack.auth_url, "region": openstack.region}).to_string();
+        std::fs::write(&region, text).with_context(|| format!("cannot write {}", region.display()))?;
+        Ok((kubeconfig, region))
+    }
+
+    /// Looks at every Server not yet known settled, acts as its user would
+    /// (edits a Server the provider refused), and marks those that reached
+    /// the end their fate leads to. Returns how many are settled.
+    pub(crate) fn observe(&mut self, settled: &mut [bool], max_attempts: i32) -> anyhow::Result<usize> {
+        let store = self.kube.store();
+        for (t, done) in self.tracked.iter_mut().zip(settled.iter_mut()) {
+            if *done {
+                continue;
+            }
+            let Some(object) = store.get_shared("servers", Some(NAMESPACE), &t.planned.name) else {
+                continue;
+            };
+            let Some(server) = core_view(&object) else { continue };
+            demo::rearm_if_refused(&store, t, &server, max_attempts)?;
+            let history = demo::observer::History { latest: Some(server), ..Default::default() };
+            *done = demo::is_settled(t, &history, max_attempts);
+        }
+        Ok(settled.iter().filter(|done| **done).count())
+    }
+}
+
+impl BenchWorld {
+    /// The first `limit` Servers not settled, each with its fate and where it stands.
+    pub(crate) fn unsettled(&self, settled: &[bool], limit: usize, max_attempts: i32) -> Vec<Unsettled> {
+        let store = self.kube.store();
+        self.tracked
+            .iter()
+            .zip(settled)
+            .filter(|(_, done)| !**done)
+            .take(limit)
+            .map(|(t, _)| {
+                let object = store.get_shared("servers", Some(NAMESPACE), &t.planned.name);
+                let history = demo::observer::History {
+                    latest: object.as_ref().and_then(core_view),
+                    gone: object.is_none(),
+                    ..Default::default()
+                };
+                Unsettled {
+                    name: t.planned.name.clone(),
+                    fate: demo::describe_fate(t),
+                    outcome: demo::outcome(&history, max_attempts),
+                }
+            })
+            .collect()
+    }
+}
+
+/// A Server that did not reach the end its fate leads to.
+#[derive(Clone, Debug, serde::Serialize)]
+pub(crate) struct Unsettled {
+    pub(crate) name: String,
+    pub(crate) fate: String,
+    pub(crate) outcome: String,
+}
+
+/// The core view of a stored Server, read without copying its user data.
+fn core_view(object: &Arc<Value>) -> Option<server_core::Server> {
+    let spec: serde_json::Map<String, Value> = object
+        .get("spec")?
+        .as_object()?
+        .iter()
+        .filter(|(key, _)| *key != "userData")
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let view = json!({
+        "apiVersion": object.get("apiVersion"),
+        "kind": "Server",
+        "metadata": object.get("metadata"),
+        "spec": spec,
+        "status": object.get("status").cloned().unwrap_or(Value::Null),
+    });
+    let server = serde_json::from_value::<server_kube::crd::Server>(view).ok()?;
+    Some(server_kube::convert::core_server(&server))
+}
+
+/// Server `i`, as a user would create it: network and security group
+/// `i mod 10`, 32 KB of user data.
+fn server(name: &str, i: usize, user_data: &str) -> Value {
+    json!({
+        "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+        "kind": "Server",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                REGION_LABEL: REGION, IDENTITY_LABEL: IDENTITY, NAME_LABEL: name, ORGANIZATION_LABEL: "acme",
+            },
+        },
+        "spec": {
+            "flavorID": "6a2b1c3d-0000-4000-8000-000000000001",
+            "image": {"id": "0f1e2d3c-0000-4000-8000-000000000002"},
+            "networks": [{"id": network(i)}],
+            "securityGroups": [{"id": security_group(i)}],
+            "sshCertificateAuthorityID": SSH_CA,
+            "userData": user_data,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_is_32_kb_of_base64_cloud_config() {
+        let encoded = user_data();
+        assert_eq!(encoded.len(), USER_DATA_BYTES);
+        let decoded = base64::engine::general_purpose::STANDARD.decode(&encoded).expect("base64");
+        assert!(decoded.starts_with(b"#cloud-config\n"));
+    }
+
+    #[test]
+    fn servers_share_ten_networks_and_ten_security_groups() {
+        let networks: std::collections::BTreeSet<String> = (0..1000).map(network).collect();
+        let groups: std::collections::BTreeSet<String> = (0..1000).map(security_group).collect();
+        assert_eq!((networks.len(), groups.len()), (SHARED_RESOURCES, SHARED_RESOURCES));
+        let s = server("server-00007", 7, "dXNlcg==");
+        assert_eq!(s["spec"]["networks"][0]["id"], network(7));
+        assert_eq!(s["spec"]["securityGroups"][0]["id"], security_group(17));
+    }
+
+    #[test]
+    fn the_core_view_leaves_the_user_data_out() {
+        let object = Arc::new(server("server-00001", 1, &user_data()));
+        let view = core_view(&object).expect("a readable Server");
+        assert_eq!(view.meta.name, "server-00001");
+        assert!(view.spec.user_data.is_none());
+    }
+}

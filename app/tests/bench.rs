@@ -1,0 +1,63 @@
+//! `bench` as its user runs it: one small size with a short steady-state
+//! window, read back from its JSON report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn a_small_bench_settles_measures_the_operator_apart_and_finds_a_quiet_steady_state() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["bench", "--servers", "12", "--steady-servers", "12", "--steady-window", "6s"])
+        // A clean cloud: this is about the measurement, not the fates
+        // (the demo and the e2e suite cover those).
+        .args(["--create-failure-rate", "0", "--monitor-interval", "2s", "--timeout", "150s", "--output", "json"])
+        .output()
+        .expect("the server-controller binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert!(output.status.success(), "{report:#}\n{stderr}");
+
+    let size = &report["sizes"][0];
+    assert_eq!(size["servers"], 12);
+    assert_eq!(size["settled"], true, "{size:#}");
+    // Counted by SimKube: the operator read and wrote Servers, Networks, Events.
+    let api = &size["api"];
+    assert!(api["requests"].as_u64().unwrap() > 12, "{api:#}");
+    assert!(api["status_patches_per_server"].as_f64().unwrap() >= 1.0, "{api:#}");
+    assert!(api["network_patches_per_server"].as_f64().unwrap() > 0.0, "{api:#}");
+    assert!(api["bytes_written"].as_u64().unwrap() > 0, "{api:#}");
+    // Counted by the cloud: every Server was created there at least once.
+    assert!(size["cloud"]["counters"]["server_creates"].as_u64().unwrap() >= 12, "{size:#}");
+    // Two processes, two peaks, both plausible.
+    let operator = size["rss_operator_bytes"].as_u64().unwrap();
+    let sims = size["rss_sims_bytes"].as_u64().unwrap();
+    assert!((1_000_000..1_000_000_000).contains(&operator), "{operator}");
+    assert!(sims > 1_000_000, "{sims}");
+    assert!(size["operator_cpu_seconds"].as_f64().unwrap() > 0.0, "{size:#}");
+    assert!(size["passes"].as_f64().unwrap() >= 12.0, "{size:#}");
+
+    // Converged and left alone: no writes, no passes, one list per poll.
+    let steady = &report["steady_state"];
+    assert_eq!(steady["servers"], 12, "{report:#}");
+    assert_eq!(steady["converged"], true, "{report:#}");
+    assert_eq!(steady["api_writes"], 0, "{steady:#}");
+    assert_eq!(steady["passes"].as_f64(), Some(0.0), "{steady:#}");
+    let polls = steady["monitor_polls"].as_f64().unwrap();
+    let lists = steady["cloud_server_lists"].as_f64().unwrap();
+    assert!(polls >= 2.0, "{steady:#}");
+    // A poll in flight at either edge of the window may be counted on one side only.
+    assert!((lists - polls).abs() <= 1.0, "one cloud list per poll: {steady:#}");
+}
+
+#[test]
+fn bad_sizes_are_refused_before_anything_starts() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["bench", "--servers", "1000,zero"])
+        .output()
+        .expect("the server-controller binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("\"zero\" is not a number of Servers"), "{stderr}");
+}
