@@ -112,7 +112,7 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
     if server.meta.label(IDENTITY_LABEL).is_none() {
         return false;
     }
-    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).into_iter().any(|id| facts.find(kind, id).is_none()))
+    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).any(|id| facts.find(kind, id).is_none()))
 }
 
 impl Gathered {
