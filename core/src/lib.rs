@@ -39,7 +39,9 @@ pub use lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park};
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
 pub use pass::Pass;
-pub use predicate::{booted_server_unseen, ever_booted, provider_create_failure, record_shows_boot, should_wake};
+pub use predicate::{
+    booted_server_unseen, ever_booted, issued_create_unseen, provider_create_failure, record_shows_boot, should_wake,
+};
 pub use reconcile::{
     Action, ActionFailure, Decision, Facts, Options, Outcome, PassError, ProviderView, Wait, action_failed,
     needs_facts, reconcile,

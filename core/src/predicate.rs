@@ -4,6 +4,7 @@
 
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
+use crate::reconcile::issued::IssuedCreate;
 
 /// Whether the provider ever booted this server, as far as status tells.
 /// Fails closed: any one sign of a boot is enough.
@@ -49,6 +50,22 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
             .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
 }
 
+/// A create this controller issued for the current attempt whose provider
+/// server the latest record does not show (the monitor found none, or the
+/// provider reports UNKNOWN), with no sign it ever booted: the case of the
+/// lost-before-launch rule, e.g. a short-lived provider server that came and
+/// went between two monitor polls. Only a pass can count it lost (once the
+/// create's grace is over) and retry; a Server whose last pass ended Done is
+/// requeued by nothing else.
+pub fn issued_create_unseen(server: &Server) -> bool {
+    let status = &server.status;
+    !ever_booted(status)
+        && IssuedCreate::of(server).is_some_and(|issued| issued.attempt == status.provider_create_failures)
+        && status
+            .condition(ConditionType::Healthy)
+            .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
+}
+
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
 /// (generation, which deletion also bumps), the start of deletion, or a
 /// rising ProviderCreateFailure edge. Status writes that leave the predicate
@@ -61,6 +78,8 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
 ///   behind the operator's back is reported within one monitor poll rather
 ///   than at the next resync, and one reported missing that the provider
 ///   shows again is provisioned again;
+/// - [`issued_create_unseen`] rising: a create issued, never seen to boot,
+///   whose provider server the monitor no longer finds (lost before launch);
 /// - a first sign of a boot on a Server whose Available is Errored (a server
 ///   parked as failed whose slow create came up after all leaves its park);
 /// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]).
@@ -73,6 +92,7 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
         || (!provider_create_failure(old) && provider_create_failure(new))
         || new.status.provider_create_failures < old.status.provider_create_failures
         || booted_server_unseen(&old.status) != booted_server_unseen(&new.status)
+        || (!issued_create_unseen(old) && issued_create_unseen(new))
         || (!ever_booted(&old.status) && ever_booted(&new.status) && available_errored(&new.status))
         || (!retry_requested(&old.meta) && retry_requested(&new.meta))
 }

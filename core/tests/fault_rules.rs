@@ -332,6 +332,67 @@ fn a_missing_booted_server_that_reappears_wakes_the_reconciler() {
     assert_eq!(available(&pass).status, ConditionStatus::True);
 }
 
+/// A create whose short-lived provider server vanishes before the monitor
+/// ever sees it: the pass that saw it building ended Done, so only the
+/// monitor's "not found" can bring a pass back to count it lost.
+#[test]
+fn a_provider_server_that_vanishes_unseen_before_a_poll_wakes_the_reconciler() {
+    let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(60));
+    let mut server = adopted();
+    // The monitor polled before the create: no provider server yet.
+    server.status = observe(&server.status, None, at(1));
+    issue_create(&mut server, &options, 10);
+    let building = record(ProviderStatus::Build, PowerState::NoState, None);
+    let done = reconcile(&server, &with_view(&server, ProviderView::Present(building)), &options, at(12));
+    assert_eq!(done.outcome, Outcome::Done, "a building server is left to the monitor");
+    persist(&mut server, &done);
+    // Gone before the next poll: the poll writes "not found", and that write must wake.
+    let polled = observe(&server.status, None, at(20));
+    assert!(status_merge_patch(&server.status, &polled).is_some(), "the poll writes nothing, so nothing can wake");
+    let mut unseen = server.clone();
+    unseen.status = polled;
+    assert!(should_wake(Some(&server), &unseen), "nothing would wake the Server");
+    assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the edge");
+    // Past the grace, the woken pass counts the create lost and retries.
+    let pass = reconcile(&unseen, &with_view(&unseen, ProviderView::Absent), &options, at(100));
+    assert_eq!(pass.status.provider_create_failures, 1);
+    assert_eq!(event_reasons(&pass), ["ProviderCreateRetrying", "ProviderCreateRetryReady"]);
+}
+
+proptest::proptest! {
+    /// Whatever the status before it, a create whose pass then ended Done
+    /// (never booted) and whose provider server the monitor then does not
+    /// find is written and wakes a pass: never a Server stuck Provisioned
+    /// with no provider server.
+    #[test]
+    fn an_issued_create_the_monitor_loses_always_wakes_a_pass(
+        status in support::strategies::arb_status(),
+        seen_building in proptest::prelude::any::<bool>(),
+    ) {
+        let options = Options::with_max_attempts(100);
+        let mut server = adopted();
+        server.status = status;
+        // Never booted: no launch signal, no post-launch phase.
+        server.status.launched_at = None;
+        server.status.provisioned_at = None;
+        server.status.phase = server.status.phase.filter(|phase| !phase.is_post_launch());
+        let issued = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(10));
+        proptest::prop_assume!(creates(&issued) == 1);
+        persist(&mut server, &issued);
+        let building = record(ProviderStatus::Build, PowerState::NoState, None);
+        if seen_building {
+            server.status = observe(&server.status, Some(&building), at(11));
+        }
+        let done = reconcile(&server, &with_view(&server, ProviderView::Present(building)), &options, at(12));
+        proptest::prop_assume!(done.outcome == Outcome::Done);
+        persist(&mut server, &done);
+        let mut unseen = server.clone();
+        unseen.status = observe(&server.status, None, at(20));
+        proptest::prop_assert!(status_merge_patch(&server.status, &unseen.status).is_some());
+        proptest::prop_assert!(should_wake(Some(&server), &unseen));
+    }
+}
+
 // --- Arithmetic -------------------------------------------------------------
 
 #[test]

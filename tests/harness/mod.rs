@@ -200,11 +200,16 @@ impl Env {
     }
 
     pub fn start_loops(&mut self, loops: Loops) {
+        self.start_with_metrics(loops, Arc::new(server_kube::NoMetrics));
+    }
+
+    /// Starts the operator reporting to `metrics`.
+    pub fn start_with_metrics(&mut self, loops: Loops, metrics: Arc<dyn server_kube::Metrics>) {
         assert!(self.running.is_none(), "the operator is already running");
         let mut registry = CloudRegistry::new();
         registry.insert(REGION, self.cloud_port());
         self.starts += 1;
-        let operator = Operator::new(self.client.clone(), registry, self.config.clone());
+        let operator = Operator::with_metrics(self.client.clone(), registry, self.config.clone(), metrics);
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;

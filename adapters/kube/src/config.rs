@@ -26,6 +26,10 @@ pub struct ControllerConfig {
     pub cloud_timeout: Duration,
     /// Reconciles running at once (different Servers; one Server never runs twice at once).
     pub concurrency: u16,
+    /// How the reference writer encodes a batch of reference finalizer
+    /// changes on a shared object (see `references`); JSON Patch unless
+    /// measuring the alternative.
+    pub reference_patch: crate::ReferencePatch,
     /// `reportingInstance` of emitted Events (e.g. the pod name); defaults to the controller name.
     pub reporting_instance: Option<String>,
     /// Read each region's `Region` resource from this namespace (the region
@@ -50,6 +54,10 @@ impl ControllerConfig {
     pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
     /// Three cloud calls at the 60 s cloud timeout, plus the API's share.
     pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
+    /// Passes at once: enough to keep the API server and the cloud busy
+    /// while passes wait on them, few enough that a burst of creates does
+    /// not flood either (`--concurrency`).
+    pub const DEFAULT_CONCURRENCY: u16 = 8;
     /// kube-runtime's default page size.
     pub const DEFAULT_WATCH_PAGE_SIZE: u32 = 500;
 
@@ -72,7 +80,8 @@ impl Default for ControllerConfig {
             watch_retry_interval: Duration::from_secs(1),
             watch_page_size: Self::DEFAULT_WATCH_PAGE_SIZE,
             cloud_timeout: Duration::from_secs(60),
-            concurrency: 8,
+            concurrency: Self::DEFAULT_CONCURRENCY,
+            reference_patch: crate::ReferencePatch::default(),
             reporting_instance: None,
             region_namespace: None,
             leader_election: None,

@@ -3,14 +3,13 @@
 //! the follow-up after a failure and the Server as last persisted are the
 //! core's; this module only performs I/O.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{ResourceKind, SERVER_FINALIZER, Server as CoreServer, UserData};
+use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Decision, Outcome, Park, Pass, Wait, needs_facts, reconcile};
@@ -20,16 +19,19 @@ use crate::cache::Caches;
 use crate::cached::CachedServer;
 use crate::cloud::{CloudHandle, CloudRegistry};
 use crate::config::ControllerConfig;
-use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup, Server};
+use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
-use crate::facts::{Gathered, ReadResource, gather};
+use crate::facts::{Gathered, gather};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
+use crate::references::{ReferenceWriter, Target};
 
 /// Everything a pass needs, shared by all passes of a controller.
 pub(crate) struct Executor {
     pub(crate) client: Client,
+    /// Writes the reference finalizers on consumed objects, coalesced per object.
+    pub(crate) references: Arc<ReferenceWriter>,
     pub(crate) clouds: CloudRegistry,
     pub(crate) events: EventPublisher,
     pub(crate) config: ControllerConfig,
@@ -77,11 +79,11 @@ impl Executor {
         );
         let mut io = ActionIo {
             executor: self,
+            caches,
             regarding: object.object_ref(&()),
             resource_version: object.resource_version().unwrap_or_default(),
             name: server.meta.name.clone(),
             namespace: server.meta.namespace.clone(),
-            resources: gathered.resources,
             cloud: gathered.cloud,
         };
         let mut pass = Pass::decided(server, decision, now);
@@ -135,11 +137,11 @@ fn creates(decision: &Decision) -> bool {
 /// writes, the consumed resources it read, and its cloud.
 struct ActionIo<'a> {
     executor: &'a Executor,
+    caches: &'a Caches,
     regarding: ObjectReference,
     resource_version: String,
     name: String,
     namespace: String,
-    resources: BTreeMap<(ResourceKind, String), ReadResource>,
     cloud: Result<CloudHandle, String>,
 }
 
@@ -282,61 +284,25 @@ impl ActionIo<'_> {
     }
 
     /// Adds or removes the Server's reference finalizer on a consumed
-    /// resource, guarded by the resourceVersion read this pass (from a cache
-    /// that may lag: an outdated one makes the write a Conflict, never a
-    /// write over a change it did not see).
+    /// resource through the reference writer, which coalesces the writes of
+    /// every pass to one object; returns once the change is written.
     async fn set_reference(&mut self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
-        let key = (reference.kind, reference.name.clone());
-        let Some(read) = self.resources.get(&key).cloned() else {
-            return Err(ActionFailure::Api(format!(
-                "{} {} was not read this pass",
-                reference.kind.as_str(),
-                reference.name
-            )));
+        let target = Target { kind: reference.kind, namespace: self.namespace.clone(), name: reference.name.clone() };
+        // The cache's copy seeds the writer's first write to an object (a
+        // stale one costs a retry, never a wrong write).
+        let cached = || {
+            let name = Some(target.name.as_str());
+            let found = self.caches.consumed(reference.kind, &target.namespace, &|meta| meta.name.as_deref() == name);
+            found.into_iter().next().map(|found| kube::api::ObjectMeta {
+                resource_version: Some(found.resource_version),
+                // An empty list reads as none: if the object has `[]`, the
+                // writer's test fails and it reads the object again.
+                finalizers: Some(found.resource.finalizers).filter(|f| !f.is_empty()),
+                ..Default::default()
+            })
         };
-        let mut finalizers: Vec<String> =
-            read.finalizers.iter().filter(|f| **f != reference.finalizer).cloned().collect();
-        if add {
-            finalizers.push(reference.finalizer.clone());
-        }
-        let body = json!({ "metadata": { "resourceVersion": read.resource_version, "finalizers": finalizers } });
-        let context =
-            format!("{} {} reference", if add { "adding the" } else { "removing the" }, reference.kind.as_str());
-        let client = self.executor.client.clone();
-        let namespace = self.namespace.as_str();
-        let result = match reference.kind {
-            ResourceKind::Network => patch_metadata::<Network>(client, namespace, &reference.name, &body).await,
-            ResourceKind::SecurityGroup => {
-                patch_metadata::<SecurityGroup>(client, namespace, &reference.name, &body).await
-            }
-            ResourceKind::SshCertificateAuthority => {
-                patch_metadata::<SSHCertificateAuthority>(client, namespace, &reference.name, &body).await
-            }
-            ResourceKind::Identity => patch_metadata::<Identity>(client, namespace, &reference.name, &body).await,
-        };
-        match result {
-            Ok(resource_version) => {
-                self.resources.insert(key, ReadResource { resource_version, finalizers });
-                Ok(())
-            }
-            // Removal from a resource that is already gone is done.
-            Err(error) if !add && is_not_found(&error) => Ok(()),
-            Err(error) => Err(action_failure(&context, &error)),
-        }
+        self.executor.references.set(target.clone(), &reference.finalizer, add, cached).await
     }
-}
-
-/// Merge-patches a consumed resource; returns its new resourceVersion.
-async fn patch_metadata<K>(client: Client, namespace: &str, name: &str, body: &Value) -> Result<String, kube::Error>
-where
-    K: Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let api: Api<K> = Api::namespaced(client, namespace);
-    let patched = api.patch(name, &PatchParams::default(), &Patch::Merge(body)).await?;
-    Ok(patched.resource_version().unwrap_or_default())
 }
 
 /// A failed Server write: not found is told apart so removals can be idempotent.

@@ -3,7 +3,6 @@
 //! lagging cache could mislead), and the provider's view through the cloud
 //! port, read on every pass. Reads only; it decides nothing.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -18,20 +17,10 @@ use crate::consumed::{CONSUMED_KINDS, Found};
 use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 
-/// A consumed resource as last read: its resourceVersion (the precondition of
-/// a finalizer write) and its finalizers.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ReadResource {
-    pub(crate) resource_version: String,
-    pub(crate) finalizers: Vec<String>,
-}
-
 /// What one pass found.
 #[derive(Debug)]
 pub(crate) struct Gathered {
     pub(crate) facts: Facts,
-    /// Consumed resources by kind and name, for write preconditions.
-    pub(crate) resources: BTreeMap<(ResourceKind, String), ReadResource>,
     /// The cloud to act on, or why there is none (the view is then unknown).
     pub(crate) cloud: Result<CloudHandle, String>,
 }
@@ -41,7 +30,6 @@ impl Gathered {
     pub(crate) fn skipped() -> Self {
         Gathered {
             facts: Facts { provider: ProviderView::Unknown("not read".into()), ..Facts::default() },
-            resources: BTreeMap::new(),
             cloud: Err("not read".into()),
         }
     }
@@ -112,16 +100,12 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
     if server.meta.label(IDENTITY_LABEL).is_none() {
         return false;
     }
-    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).into_iter().any(|id| facts.find(kind, id).is_none()))
+    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).any(|id| facts.find(kind, id).is_none()))
 }
 
 impl Gathered {
     fn empty() -> Self {
-        Gathered {
-            facts: Facts::default(),
-            resources: BTreeMap::new(),
-            cloud: Err("the server has no region or identity label".into()),
-        }
+        Gathered { facts: Facts::default(), cloud: Err("the server has no region or identity label".into()) }
     }
 
     /// The consumed resources as the caches hold them.
@@ -165,9 +149,6 @@ impl Gathered {
     }
 
     fn add(&mut self, kind: ResourceKind, found: Found, other_identity: bool) {
-        let read =
-            ReadResource { resource_version: found.resource_version, finalizers: found.resource.finalizers.clone() };
-        self.resources.insert((kind, found.resource.name.clone()), read);
         if other_identity {
             self.facts.other_identity_references.push((kind, found.resource));
         } else {

@@ -32,6 +32,7 @@ mod kube_api;
 mod leader;
 mod metrics;
 mod monitor;
+mod references;
 mod region;
 mod shutdown;
 pub mod wake;
@@ -52,6 +53,7 @@ pub use fence::Fence;
 pub use health::Health;
 pub use leader::LeaseConfig;
 pub use metrics::{Metrics, NoMetrics};
+pub use references::ReferencePatch;
 
 use cache::Caches;
 use executor::Executor;
@@ -113,7 +115,9 @@ impl Operator {
             metrics: metrics.clone(),
             fence: fence.clone(),
         };
+        let references = references::ReferenceWriter::new(acting.clone(), config.reference_patch, metrics.clone());
         let executor = Executor {
+            references,
             client: acting,
             clouds,
             events,

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use server_core::model::ResourceKind;
 use server_core::reconcile::EventReason;
 
 /// What the controller and the monitor report. Implementations must be cheap
@@ -24,6 +25,13 @@ pub trait Metrics: Send + Sync {
     /// `ProviderCreateRetrying`, `ProviderCreateRetryReady` and `ProviderCreateFailed`.
     fn event_emitted(&self, reason: EventReason) {
         let _ = reason;
+    }
+
+    /// The reference writer wrote one batch of `changes` reference changes
+    /// to an object of `kind`, after `retries` lost races (each retried
+    /// against a fresh read).
+    fn reference_batch_written(&self, kind: ResourceKind, changes: usize, retries: usize) {
+        let _ = (kind, changes, retries);
     }
 
     /// One monitor poll finished: its duration and how many status patches it sent.

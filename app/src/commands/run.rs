@@ -49,6 +49,16 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_MONITOR_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     monitor_interval: Duration,
 
+    /// Reconcile passes running at once (different Servers; one Server never
+    /// runs twice at once), 1 to 1024.
+    #[arg(
+        long,
+        env = "SERVER_CONTROLLER_CONCURRENCY",
+        default_value_t = ControllerConfig::DEFAULT_CONCURRENCY,
+        value_parser = clap::value_parser!(u16).range(1..=1024)
+    )]
+    concurrency: u16,
+
     /// Do not run the monitor loop (the Servers' runtime status then goes stale).
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
@@ -207,6 +217,7 @@ fn controller_config(args: &Args, leader_election: Option<LeaseConfig>) -> Contr
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
+        concurrency: args.concurrency,
         reporting_instance: std::env::var("POD_NAME").ok(),
         region_namespace: args.region_namespace.clone(),
         leader_election,
@@ -476,6 +487,18 @@ mod tests {
         for refused in ["0", "-1", "101", "2147483647", "99999999999"] {
             let error = parse(refused).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--provider-create-max-attempts"), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn concurrency_defaults_and_is_bounded_at_parse_time() {
+        let parse = |args: &[&str]| Command::try_parse_from(["run"].iter().chain(args)).map(|c| c.args.concurrency);
+        assert_eq!(parse(&[]).ok(), Some(ControllerConfig::DEFAULT_CONCURRENCY));
+        assert_eq!(parse(&["--concurrency", "64"]).ok(), Some(64));
+        for refused in ["0", "1025", "-3", "many"] {
+            let flag = format!("--concurrency={refused}");
+            let error = parse(&[flag.as_str()]).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--concurrency"), "{refused}: {error}");
         }
     }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::Server;
 use super::condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition};
 use super::meta::IDENTITY_LABEL;
+use super::spec::{NetworkAttachment, SecurityGroupRef};
 
 /// A kind a Server holds a reference finalizer on.
 ///
@@ -64,18 +65,51 @@ impl ResourceKind {
     /// The IDs (= resource names) of this kind `server` names, in spec
     /// order; the Identity is named by the identity label. Each must exist
     /// and holds the Server's reference.
-    pub fn named(self, server: &Server) -> Vec<&str> {
+    pub fn named(self, server: &Server) -> Named<'_> {
         let spec = &server.spec;
-        match self {
-            ResourceKind::Network => spec.networks.iter().map(|n| n.id.as_str()).collect(),
-            ResourceKind::SecurityGroup => spec.security_groups.iter().map(|g| g.id.as_str()).collect(),
-            ResourceKind::SshCertificateAuthority => {
-                spec.ssh_certificate_authority_id.iter().map(String::as_str).collect()
-            }
-            ResourceKind::Identity => server.meta.label(IDENTITY_LABEL).into_iter().collect(),
-        }
+        Named(match self {
+            ResourceKind::Network => Ids::Networks(spec.networks.iter()),
+            ResourceKind::SecurityGroup => Ids::SecurityGroups(spec.security_groups.iter()),
+            ResourceKind::SshCertificateAuthority => Ids::One(spec.ssh_certificate_authority_id.as_deref()),
+            ResourceKind::Identity => Ids::One(server.meta.label(IDENTITY_LABEL)),
+        })
     }
 }
+
+/// The IDs a Server names of one kind ([`ResourceKind::named`]), borrowed
+/// from it: a pass walks them several times, so they are never collected.
+#[derive(Clone, Debug)]
+pub struct Named<'a>(Ids<'a>);
+
+#[derive(Clone, Debug)]
+enum Ids<'a> {
+    Networks(std::slice::Iter<'a, NetworkAttachment>),
+    SecurityGroups(std::slice::Iter<'a, SecurityGroupRef>),
+    One(Option<&'a str>),
+}
+
+impl<'a> Iterator for Named<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        match &mut self.0 {
+            Ids::Networks(networks) => networks.next().map(|n| n.id.as_str()),
+            Ids::SecurityGroups(groups) => groups.next().map(|g| g.id.as_str()),
+            Ids::One(id) => id.take(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let len = match &self.0 {
+            Ids::Networks(networks) => networks.len(),
+            Ids::SecurityGroups(groups) => groups.len(),
+            Ids::One(id) => usize::from(id.is_some()),
+        };
+        (len, Some(len))
+    }
+}
+
+impl ExactSizeIterator for Named<'_> {}
 
 /// A consumed resource: its name (= the ID a spec uses), its finalizers, and
 /// what else the core reads of it.

@@ -8,7 +8,7 @@ mod spec;
 mod status;
 
 pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, set_condition};
-pub use consumed::{Consumed, Detail, ResourceKind, Scope};
+pub use consumed::{Consumed, Detail, Named, ResourceKind, Scope};
 pub use meta::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
     IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, RETRY_ANNOTATION,

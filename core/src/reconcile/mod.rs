@@ -4,7 +4,7 @@ mod decision;
 mod deprovision;
 mod facts;
 mod failure;
-mod issued;
+pub(crate) mod issued;
 mod options;
 mod plan;
 mod provision;

@@ -3,7 +3,8 @@
 //! server exists.
 
 use super::decision::{
-    Action, DELETING_FAILED_MESSAGE, Event, EventReason, EventType, Outcome, PassError, RETRY_READY_MESSAGE, Wait,
+    Action, CREATING_MESSAGE, DELETING_FAILED_MESSAGE, Event, EventReason, EventType, Outcome, PassError,
+    RETRY_READY_MESSAGE, Wait,
 };
 use super::facts::{Facts, ProviderView};
 use super::issued::IssuedCreate;
@@ -309,6 +310,25 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
             region_id: label(REGION_LABEL),
         },
     };
+    // "Not found" observed before this create says nothing about it: the
+    // status says the server is being created, so the monitor's next
+    // "not found" is a change that wakes a pass (the lost-before-launch edge
+    // of `should_wake`) rather than a repeat it does not write.
+    if plan
+        .status
+        .condition(ConditionType::Healthy)
+        .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
+    {
+        let now = plan.now;
+        set_condition(
+            &mut plan.status.conditions,
+            ConditionType::Healthy,
+            ConditionStatus::Unknown,
+            ConditionReason::Provisioning,
+            CREATING_MESSAGE,
+            now,
+        );
+    }
     // Every create is preceded by a fresh note of its attempt and time: the
     // grace of its absence runs from here.
     let issued = IssuedCreate {

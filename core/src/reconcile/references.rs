@@ -9,8 +9,7 @@ use crate::model::{Consumed, ResourceKind, Server, reference_finalizer};
 /// Server names it (the spec, or the identity label for the Identity).
 fn consumed<'a>(server: &'a Server, facts: &'a Facts) -> impl Iterator<Item = (ResourceKind, &'a Consumed, bool)> {
     let named = ResourceKind::ALL.into_iter().flat_map(move |kind| {
-        let names = kind.named(server);
-        facts.of(kind).iter().map(move |resource| (kind, resource, names.contains(&resource.name.as_str())))
+        facts.of(kind).iter().map(move |resource| (kind, resource, kind.named(server).any(|id| id == resource.name)))
     });
     // Another identity's resources are never what the Server names now.
     let elsewhere = facts.other_identity_references.iter().map(|(kind, resource)| (*kind, resource, false));

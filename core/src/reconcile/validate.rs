@@ -25,8 +25,12 @@ pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
 /// What is repeated in the spec, as the park's message.
 pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
     for kind in ResourceKind::ALL {
+        let ids = kind.named(server);
+        if ids.len() < 2 {
+            continue;
+        }
         let mut seen = BTreeSet::new();
-        if let Some(repeated) = kind.named(server).into_iter().find(|id| !seen.insert(*id)) {
+        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
             return Some(format!(
                 "{} ID {repeated} appears more than once in the spec; list each {} once",
                 kind.as_str(),
@@ -41,7 +45,7 @@ pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
 /// this is an error that requeues rather than a park.
 pub(crate) fn references_exist(server: &Server, facts: &Facts) -> Result<(), Outcome> {
     for kind in ResourceKind::ALL {
-        if let Some(id) = kind.named(server).into_iter().find(|id| facts.find(kind, id).is_none()) {
+        if let Some(id) = kind.named(server).find(|id| facts.find(kind, id).is_none()) {
             return Err(Outcome::Error(PassError::UnknownReference { kind, id: id.to_owned() }));
         }
     }

@@ -70,7 +70,7 @@ pub fn referenced_facts(server: &Server) -> Facts {
     let mut facts = facts();
     let finalizer = reference_finalizer(&server.meta.name);
     for kind in [ResourceKind::Network, ResourceKind::SecurityGroup, ResourceKind::Identity] {
-        let named: Vec<String> = kind.named(server).into_iter().map(str::to_owned).collect();
+        let named: Vec<String> = kind.named(server).map(str::to_owned).collect();
         for resource in facts.consumed.get_mut(&kind).into_iter().flatten() {
             if named.contains(&resource.name) {
                 resource.finalizers.push(finalizer.clone());

@@ -21,6 +21,12 @@ pub struct CounterSnapshot {
     pub body_bytes: BTreeMap<RequestKey, u64>,
     /// Responses sent, by HTTP status code (watch streams count once, as 200).
     pub responses_by_code: BTreeMap<u16, u64>,
+    /// Requests handled (not faulted), by verb, resource and the HTTP status
+    /// they were answered with: 409 are lost optimistic-concurrency races,
+    /// 422 on a JSON patch a failed `test`.
+    pub answers: BTreeMap<(Verb, String, u16), u64>,
+    /// Request body bytes received, by verb and resource (handled requests).
+    pub bytes_received: BTreeMap<RequestKey, u64>,
     /// Watch streams cut by fault injection.
     pub watch_cuts: u64,
     /// Watch streams ended with a `410 Gone` ERROR event.
@@ -46,6 +52,21 @@ impl CounterSnapshot {
     /// All requests on one resource label, by any verb.
     pub fn total_for_resource(&self, resource: &str) -> u64 {
         self.requests.iter().filter(|((_, r), _)| r == resource).map(|(_, count)| count).sum()
+    }
+
+    /// Handled requests of `verb` on `resource` answered with `code`.
+    pub fn answered(&self, verb: Verb, resource: &str, code: u16) -> u64 {
+        self.answers.get(&(verb, resource.to_string(), code)).copied().unwrap_or(0)
+    }
+
+    /// Handled requests answered 409 Conflict, on any resource.
+    pub fn conflicts(&self) -> u64 {
+        self.answers.iter().filter(|((_, _, code), _)| *code == 409).map(|(_, count)| count).sum()
+    }
+
+    /// Request body bytes received for `verb` on `resource`.
+    pub fn bytes(&self, verb: Verb, resource: &str) -> u64 {
+        self.bytes_received.get(&(verb, resource.to_string())).copied().unwrap_or(0)
     }
 
     /// All request body bytes received, on any verb and resource.
@@ -85,6 +106,15 @@ impl Counters {
 
     pub(crate) fn record_fault(&self, verb: Verb, resource: &str) {
         self.with(|c| *c.injected_faults.entry((verb, resource.to_string())).or_default() += 1);
+    }
+
+    pub(crate) fn record_answer(&self, verb: Verb, resource: &str, code: u16, body_bytes: usize) {
+        self.with(|c| {
+            *c.answers.entry((verb, resource.to_string(), code)).or_default() += 1;
+            let bytes = u64::try_from(body_bytes).unwrap_or(u64::MAX);
+            let total = c.bytes_received.entry((verb, resource.to_string())).or_default();
+            *total = total.saturating_add(bytes);
+        });
     }
 
     pub(crate) fn record_response(&self, code: u16) {

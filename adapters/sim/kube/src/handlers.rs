@@ -123,7 +123,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         query: &query,
         table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
     };
-    let mut response = match verb {
+    let result = match verb {
         Verb::Get => operation.get(),
         Verb::List => operation.list(),
         Verb::Watch => operation.watch(),
@@ -132,7 +132,13 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         Verb::Patch => operation.patch(&parts.headers, &body),
         Verb::Delete => operation.delete(&body),
         Verb::DeleteCollection => operation.delete_collection(),
-    }?;
+    };
+    let code = match &result {
+        Ok(response) => response.status().as_u16(),
+        Err(error) => error.code,
+    };
+    shared.counters.record_answer(verb, &label, code, body.len());
+    let mut response = result?;
     for warning in &operation.write.borrow().warnings {
         // RFC 7234 warn-code 299, as the API server sends admission and validation warnings.
         let text = format!("299 - {}", serde_json::Value::String(warning.clone()));
