@@ -209,8 +209,9 @@ async fn the_floating_ip_network_is_the_one_the_region_resource_selects() {
                 region["spec"] = selector(json!({"ids": ["ext-c"]}));
             })
             .unwrap_or_else(|e| panic!("{e}"));
-        // The watch delivers the edit; a create after it uses it.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The watch delivers the edit (within a bookmark interval here; the
+        // margin is for a loaded machine); a create after it uses it.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let second = env.create_server("second", fast(Fate::clean()), spec);
         env.wait_server("second", "Running with a public IP", |s| {
             phase(s) == "Running" && status(s).public_ip.is_some()

@@ -24,7 +24,7 @@ pub(crate) struct Args {
 
     /// Share of Servers (0..=1) with a faulty cloud fate; every other fault
     /// (read failures, write conflicts, stale watches, ...) scales with it.
-    #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
+    #[arg(long, default_value_t = 0.3, value_parser = crate::commands::parse_rate)]
     fault_rate: f64,
 
     /// Controller replicas: 2 elect a leader on a Lease (the leader crashes
@@ -60,11 +60,6 @@ enum Output {
 fn parse_server(value: &str) -> Result<usize, String> {
     let index = value.strip_prefix("server-").unwrap_or(value);
     index.parse().map_err(|_| format!("{value:?} is not a server name (server-N) or index"))
-}
-
-fn parse_rate(value: &str) -> Result<f64, String> {
-    let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
-    if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
 }
 
 pub(crate) fn run(args: &Args) -> ExitCode {

@@ -182,15 +182,8 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
     }
 }
 
-/// Runtime status reset: what described the failed provider server goes;
-/// `macAddress` and the `provisionedAt` latch stay.
-fn reset_runtime_status(plan: &mut Plan, message: &str) {
-    let status = &mut plan.status;
-    status.phase = Some(Phase::Pending);
-    status.private_ip = None;
-    status.public_ip = None;
-    status.launched_at = None;
-    status.scheduled_at = None;
+/// Healthy is Unknown while the controller is (re)creating the server.
+fn healthy_provisioning(plan: &mut Plan, message: &str) {
     let now = plan.now;
     set_condition(
         &mut plan.status.conditions,
@@ -200,6 +193,18 @@ fn reset_runtime_status(plan: &mut Plan, message: &str) {
         message,
         now,
     );
+}
+
+/// Runtime status reset: what described the failed provider server goes;
+/// `macAddress` and the `provisionedAt` latch stay.
+fn reset_runtime_status(plan: &mut Plan, message: &str) {
+    let status = &mut plan.status;
+    status.phase = Some(Phase::Pending);
+    status.private_ip = None;
+    status.public_ip = None;
+    status.launched_at = None;
+    status.scheduled_at = None;
+    healthy_provisioning(plan, message);
 }
 
 fn ensure_exists(
@@ -319,15 +324,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         .condition(ConditionType::Healthy)
         .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
     {
-        let now = plan.now;
-        set_condition(
-            &mut plan.status.conditions,
-            ConditionType::Healthy,
-            ConditionStatus::Unknown,
-            ConditionReason::Provisioning,
-            CREATING_MESSAGE,
-            now,
-        );
+        healthy_provisioning(&mut plan, CREATING_MESSAGE);
     }
     // Every create is preceded by a fresh note of its attempt and time: the
     // grace of its absence runs from here.

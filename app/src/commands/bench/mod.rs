@@ -35,7 +35,7 @@ pub(crate) struct Args {
     seed: u64,
 
     /// Share (0..=1) of Servers whose cloud fate is faulty, as in `demo`.
-    #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
+    #[arg(long, default_value_t = 0.3, value_parser = crate::commands::parse_rate)]
     create_failure_rate: f64,
 
     /// `provider-create-max-attempts` of the operator (1 to 100).
@@ -90,28 +90,9 @@ fn parse_size(value: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_rate(value: &str) -> Result<f64, String> {
-    let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
-    if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
-}
-
 pub(crate) fn run(args: &Args) -> ExitCode {
     telemetry::init(LogFormat::Text, "error");
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(bench(args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::commands::block_on_verdict(bench(args))
 }
 
 /// Runs every size; whether all settled.

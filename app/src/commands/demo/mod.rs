@@ -51,19 +51,19 @@ pub(crate) struct Args {
     /// Share (0..=1) of the Servers beyond the showcase whose cloud fate is
     /// faulty; it also scales the cloud's call failures below unless they
     /// are given. 0 gives a clean cloud.
-    #[arg(long, default_value_t = 0.3, value_parser = parse_rate)]
+    #[arg(long, default_value_t = 0.3, value_parser = crate::commands::parse_rate)]
     create_failure_rate: f64,
 
     /// Share (0..=1) of the cloud's get and list calls that fail (default: create-failure-rate × 0.1).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = crate::commands::parse_rate)]
     read_failure_rate: Option<f64>,
 
     /// Share (0..=1) of the cloud's create and delete calls answered 503 (default: create-failure-rate × 0.03).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = crate::commands::parse_rate)]
     write_failure_rate: Option<f64>,
 
     /// Share (0..=1) of accepted creates whose answer is lost (default: create-failure-rate × 0.03).
-    #[arg(long, value_parser = parse_rate)]
+    #[arg(long, value_parser = crate::commands::parse_rate)]
     lost_create_rate: Option<f64>,
 
     /// `provider-create-max-attempts` of the operator (1 to 100).
@@ -105,28 +105,9 @@ enum Output {
     Json,
 }
 
-fn parse_rate(value: &str) -> Result<f64, String> {
-    let rate: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
-    if (0.0..=1.0).contains(&rate) { Ok(rate) } else { Err(format!("{rate} is not between 0 and 1")) }
-}
-
 pub(crate) fn run(args: &Args) -> ExitCode {
     telemetry::init(LogFormat::Text, "error");
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(demo(args)) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::commands::block_on_verdict(demo(args))
 }
 
 /// Prints the report; whether the run passed.
