@@ -142,6 +142,28 @@ fn a_provider_server_the_port_took_over_is_recorded_in_one_event() {
 }
 
 #[test]
+fn a_pass_from_a_copy_that_missed_the_adoption_note_announces_nothing_before_a_guarded_write() {
+    // Found flaky end to end: the adoption's status write reached the cache,
+    // its annotation write not yet; the next pass started from that copy,
+    // had no status to write and sent the event again before its annotation
+    // write failed on the resourceVersion.
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    let ProviderView::Present(mut record) = present() else { unreachable!() };
+    record.adopted = true;
+    facts.provider = ProviderView::Present(record);
+    let first = reconcile(&server, &facts, &OPTIONS, at(10));
+    let mut status_only = server.clone();
+    status_only.status = first.status.clone();
+    let stale = reconcile(&status_only, &facts, &OPTIONS, at(11));
+    let guarded = |a: &Action| matches!(a, Action::WriteStatus(_) | Action::Annotate { .. } | Action::AddFinalizer);
+    let first_guarded = stale.actions.iter().position(guarded);
+    let first_event = stale.actions.iter().position(|a| matches!(a, Action::Emit(_)));
+    assert!(first_event.is_some(), "the annotation is still missing, so the event is due: {:?}", stale.actions);
+    assert!(first_guarded < first_event, "an event before any guarded write: {:?}", stale.actions);
+}
+
+#[test]
 fn a_converged_server_writes_nothing() {
     let mut server = adopted();
     let mut facts = referenced_facts(&server);

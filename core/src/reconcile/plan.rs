@@ -1,7 +1,8 @@
 //! Assembles a Decision in the order the executor must run it: records of
 //! what already happened and the events that announce them, then finalizer
-//! and references, then the status write, then events and provider actions,
-//! then pruning and the finalizer's removal.
+//! and references, then the status write, annotations and events (events
+//! after the first guarded write of the Server), then provider actions, then
+//! pruning and the finalizer's removal.
 
 use jiff::Timestamp;
 
@@ -107,17 +108,25 @@ impl Plan {
             actions.extend(self.events.iter().cloned().map(Action::Emit));
         }
         actions.extend(self.leading);
-        if let Some(patch) = status_merge_patch(&self.before, &self.status) {
-            actions.push(Action::WriteStatus(patch));
-        }
-        // Events before annotations: an annotation may note that its event
-        // was sent, so a lost annotation write re-sends the event rather than
-        // a lost event staying lost. A pass that records sent its events with
-        // the record.
-        if !recording {
+        let status_write = status_merge_patch(&self.before, &self.status);
+        let writes_status = status_write.is_some();
+        actions.extend(status_write.map(Action::WriteStatus));
+        // Events follow the pass's first guarded write of the Server: a pass
+        // that started from a stale copy (a cache that has not yet seen the
+        // last pass's writes) fails that write with a conflict and announces
+        // nothing twice. With a status write they go before the annotations
+        // (an annotation may note that its event was sent, so a lost
+        // annotation write re-sends the event); without one, after them. A
+        // pass that records sent its events with the record.
+        if recording {
+            actions.extend(self.annotations);
+        } else if writes_status {
+            actions.extend(self.events.into_iter().map(Action::Emit));
+            actions.extend(self.annotations);
+        } else {
+            actions.extend(self.annotations);
             actions.extend(self.events.into_iter().map(Action::Emit));
         }
-        actions.extend(self.annotations);
         actions.extend(self.provider);
         actions.extend(self.trailing);
         Decision { status: self.status, actions, outcome }
