@@ -137,11 +137,7 @@ fn describe(action: &Action) -> String {
             format!("release {} {} (remove its reference finalizer)", reference.kind.as_str(), reference.name)
         }
         Action::WriteStatus(patch) => {
-            let fields: Vec<&str> = patch
-                .get("status")
-                .and_then(|s| s.as_object())
-                .map(|s| s.keys().map(String::as_str).collect())
-                .unwrap_or_default();
+            let fields: Vec<&str> = patch.keys().collect();
             format!("write status ({})", fields.join(", "))
         }
         Action::Annotate { key, value: Some(value) } => format!("note {key}={value}"),

@@ -46,4 +46,4 @@ pub use reconcile::{
     Action, ActionFailure, Decision, Facts, Options, Outcome, PassError, ProviderView, Wait, action_failed,
     needs_facts, reconcile,
 };
-pub use status_patch::{StatusPatchError, apply_status_patch, status_merge_patch};
+pub use status_patch::{StatusPatch, StatusPatchError, apply_status_patch, status_merge_patch};

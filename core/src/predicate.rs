@@ -59,11 +59,12 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
 /// requeued by nothing else.
 pub fn issued_create_unseen(server: &Server) -> bool {
     let status = &server.status;
+    // The note is parsed last: the watch asks this of every write.
     !ever_booted(status)
-        && IssuedCreate::of(server).is_some_and(|issued| issued.attempt == status.provider_create_failures)
         && status
             .condition(ConditionType::Healthy)
             .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
+        && IssuedCreate::of(server).is_some_and(|issued| issued.attempt == status.provider_create_failures)
 }
 
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
@@ -92,7 +93,7 @@ pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
         || (!provider_create_failure(old) && provider_create_failure(new))
         || new.status.provider_create_failures < old.status.provider_create_failures
         || booted_server_unseen(&old.status) != booted_server_unseen(&new.status)
-        || (!issued_create_unseen(old) && issued_create_unseen(new))
+        || (issued_create_unseen(new) && !issued_create_unseen(old))
         || (!ever_booted(&old.status) && ever_booted(&new.status) && available_errored(&new.status))
         || (!retry_requested(&old.meta) && retry_requested(&new.meta))
 }

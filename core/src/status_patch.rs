@@ -2,27 +2,42 @@
 //! fields that changed, so fields this operator does not model (volumes,
 //! rebuild, ...) survive every write.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::model::ServerStatus;
 
 /// The status fields this operator writes, once: the key in the document,
-/// how the typed diff names a change of it, and how a patch of it applies.
-/// `absent` mirrors the field's `skip_serializing_if`: an absent value is not
-/// in the document, so removing one is a `null`.
+/// when the field is absent from it, and how a change of it is found,
+/// copied, encoded and decoded. `absent` mirrors the field's
+/// `skip_serializing_if`: an absent value is not in the document, so
+/// removing one is a `null`.
 struct Field {
     key: &'static str,
-    diff: fn(&mut Map<String, Value>, &ServerStatus, &ServerStatus),
-    apply: fn(&mut ServerStatus, &Value) -> Result<(), serde_json::Error>,
+    absent: fn(&ServerStatus) -> bool,
+    changed: fn(&ServerStatus, &ServerStatus) -> bool,
+    /// Copies the field from the second status into the first.
+    copy: fn(&mut ServerStatus, &ServerStatus),
+    /// The field's value in the document (only asked of a present one).
+    encode: fn(&ServerStatus) -> Value,
+    /// Sets the field from a patch's value: `null` resets it to absent.
+    decode: fn(&mut ServerStatus, &Value) -> Result<(), serde_json::Error>,
 }
 
 macro_rules! fields {
     ($($key:literal => $field:ident, absent $absent:expr;)*) => {
         const FIELDS: &[Field] = &[$(Field {
             key: $key,
-            diff: |patch, before, after| diff(patch, $key, &before.$field, &after.$field, $absent),
-            apply: |status, value| set(&mut status.$field, value),
+            absent: |status| ($absent)(&status.$field),
+            changed: |before, after| before.$field != after.$field,
+            copy: |to, from| to.$field.clone_from(&from.$field),
+            // Plain data always serializes; `Null` would only drop the field.
+            encode: |status| serde_json::to_value(&status.$field).unwrap_or(Value::Null),
+            decode: |status, value| set(&mut status.$field, value),
         }),*];
     };
 }
@@ -40,43 +55,134 @@ fields! {
     "providerCreateRetrying" => provider_create_retrying, absent |r: &bool| !r;
 }
 
-/// The merge patch taking `before` to `after`, or `None` when nothing changed
-/// (no write at all). Removed fields become `null`, which deletes them.
-///
-/// Field by field on the typed status, serializing only what changed: the
-/// same patch as diffing the two JSON documents (typed equality and JSON
-/// equality coincide for these fields, and absence follows the
-/// `skip_serializing_if` of each), at a fraction of the cost on the hottest
-/// path of every pass. `tests/status_patch_equivalence.rs` holds it to the
-/// JSON diff, and the unit tests below to the field list.
-pub fn status_merge_patch(before: &ServerStatus, after: &ServerStatus) -> Option<Value> {
-    if before == after {
-        return None;
-    }
-    let mut patch = Map::new();
-    for field in FIELDS {
-        (field.diff)(&mut patch, before, after);
-    }
-    (!patch.is_empty()).then_some(Value::Object(patch))
+/// One bit per entry of [`FIELDS`].
+const _: () = assert!(FIELDS.len() <= u16::BITS as usize);
+
+/// A status merge patch (RFC 7386) of the fields this operator writes, kept
+/// typed: which fields it names and their new values. Executors that hold
+/// the typed status apply it as it is ([`StatusPatch::apply`]); its wire
+/// form, the JSON document, is built once, the first time it is asked for
+/// ([`StatusPatch::json`], or through `Deref`, which makes a patch usable
+/// wherever a JSON merge patch is).
+#[derive(Clone)]
+pub struct StatusPatch {
+    /// Bit `n` set: `FIELDS[n]` is named by the patch.
+    named: u16,
+    /// The new values of the named fields; the others stay at their default.
+    values: ServerStatus,
+    json: OnceLock<Value>,
 }
 
-/// One field of the patch.
-fn diff<T: PartialEq + Serialize>(
-    patch: &mut Map<String, Value>,
-    key: &str,
-    before: &T,
-    after: &T,
-    absent: fn(&T) -> bool,
-) {
-    if before == after {
-        return;
+impl StatusPatch {
+    /// The patch taking `before` to `after`, or `None` when nothing changed
+    /// (no write at all). Removed fields become `null`, which deletes them.
+    ///
+    /// Field by field on the typed status: the same patch as diffing the two
+    /// JSON documents (typed equality and JSON equality coincide for these
+    /// fields, and absence follows the `skip_serializing_if` of each), at a
+    /// fraction of the cost on the hottest path of every pass.
+    /// `tests/status_patch_equivalence.rs` holds it to the JSON diff, and the
+    /// unit tests below to the field list.
+    pub fn between(before: &ServerStatus, after: &ServerStatus) -> Option<StatusPatch> {
+        if before == after {
+            return None;
+        }
+        let mut patch = StatusPatch { named: 0, values: ServerStatus::default(), json: OnceLock::new() };
+        for (bit, field) in FIELDS.iter().enumerate() {
+            // A field absent on both sides is not in either document.
+            if (field.changed)(before, after) && !((field.absent)(before) && (field.absent)(after)) {
+                patch.named |= 1 << bit;
+                (field.copy)(&mut patch.values, after);
+            }
+        }
+        (patch.named != 0).then_some(patch)
     }
-    if !absent(after) {
-        // Plain data always serializes; `Null` would only drop the field.
-        patch.insert(key.to_owned(), serde_json::to_value(after).unwrap_or(Value::Null));
-    } else if !absent(before) {
-        patch.insert(key.to_owned(), Value::Null);
+
+    /// Reads a JSON merge patch of these fields. A key outside the field
+    /// table is an error, not ignored: the typed status could not hold it.
+    pub fn from_json(patch: &Value) -> Result<StatusPatch, StatusPatchError> {
+        let Value::Object(entries) = patch else {
+            return Err(StatusPatchError::NotAnObject { kind: json_kind(patch) });
+        };
+        let mut typed = StatusPatch { named: 0, values: ServerStatus::default(), json: OnceLock::new() };
+        for (key, value) in entries {
+            let Some(bit) = FIELDS.iter().position(|field| field.key == key) else {
+                return Err(StatusPatchError::UnknownField { key: key.clone() });
+            };
+            let field = &FIELDS[bit];
+            (field.decode)(&mut typed.values, value)
+                .map_err(|source| StatusPatchError::InvalidValue { key: field.key, source })?;
+            typed.named |= 1 << bit;
+        }
+        Ok(typed)
     }
+
+    /// Applies the patch to the typed status, as the API server applies it
+    /// to the document: each field named is replaced, a `null` clears it.
+    pub fn apply(&self, status: &mut ServerStatus) {
+        for field in self.fields() {
+            (field.copy)(status, &self.values);
+        }
+    }
+
+    /// The keys of the document the patch names, in the field table's order.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.fields().map(|field| field.key)
+    }
+
+    /// The patch as its JSON document, built on first use.
+    pub fn json(&self) -> &Value {
+        self.json.get_or_init(|| self.encode())
+    }
+
+    /// The patch as its JSON document, owned.
+    pub fn into_json(mut self) -> Value {
+        self.json.take().unwrap_or_else(|| self.encode())
+    }
+
+    fn fields(&self) -> impl Iterator<Item = &'static Field> + '_ {
+        FIELDS.iter().enumerate().filter(|(bit, _)| self.named & (1 << bit) != 0).map(|(_, field)| field)
+    }
+
+    fn encode(&self) -> Value {
+        let document = self.fields().map(|field| {
+            let value = if (field.absent)(&self.values) { Value::Null } else { (field.encode)(&self.values) };
+            (field.key.to_owned(), value)
+        });
+        Value::Object(document.collect())
+    }
+}
+
+impl PartialEq for StatusPatch {
+    fn eq(&self, other: &Self) -> bool {
+        self.named == other.named && self.values == other.values
+    }
+}
+
+impl fmt::Debug for StatusPatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("StatusPatch").field(self.json()).finish()
+    }
+}
+
+impl fmt::Display for StatusPatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.json().fmt(f)
+    }
+}
+
+impl Deref for StatusPatch {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.json()
+    }
+}
+
+/// The merge patch taking `before` to `after` as its JSON document, or
+/// `None` when nothing changed; see [`StatusPatch::between`].
+pub fn status_merge_patch(before: &ServerStatus, after: &ServerStatus) -> Option<Value> {
+    StatusPatch::between(before, after).map(StatusPatch::into_json)
 }
 
 /// Why a status merge patch cannot be applied to the typed status.
@@ -96,20 +202,13 @@ pub enum StatusPatchError {
     },
 }
 
-/// Applies a merge patch (RFC 7386) of [`status_merge_patch`]'s fields to
-/// the typed status, as the API server applies it to the document: each
+/// Applies a JSON merge patch (RFC 7386) of [`status_merge_patch`]'s fields
+/// to the typed status, as the API server applies it to the document: each
 /// field named is replaced, `null` clears it. A key outside the field table
-/// is an error, not ignored: the typed status could not hold it.
+/// is an error, not ignored: the typed status could not hold it. Nothing is
+/// applied unless the whole patch is valid.
 pub fn apply_status_patch(status: &mut ServerStatus, patch: &Value) -> Result<(), StatusPatchError> {
-    let Value::Object(entries) = patch else {
-        return Err(StatusPatchError::NotAnObject { kind: json_kind(patch) });
-    };
-    for (key, value) in entries {
-        let Some(field) = FIELDS.iter().find(|field| field.key == key) else {
-            return Err(StatusPatchError::UnknownField { key: key.clone() });
-        };
-        (field.apply)(status, value).map_err(|source| StatusPatchError::InvalidValue { key: field.key, source })?;
-    }
+    StatusPatch::from_json(patch)?.apply(status);
     Ok(())
 }
 

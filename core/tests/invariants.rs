@@ -18,7 +18,7 @@ use server_core::reconcile::{
     Action, ActionFailure, Decision, EventReason, Facts, Options, Outcome, ProviderView, action_failed,
 };
 use server_core::status_patch::apply_merge_patch;
-use server_core::{ever_booted, observe, provider_create_failure, reconcile, record_shows_boot};
+use server_core::{StatusPatch, ever_booted, observe, provider_create_failure, reconcile, record_shows_boot};
 use support::strategies::*;
 use support::*;
 
@@ -725,8 +725,12 @@ fn unparks_during_an_outage(server: &Server, facts: &Facts, options: &Options, n
 fn patch_without_conditions(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
     let mut decision = reconcile(server, facts, options, now);
     for action in &mut decision.actions {
-        if let Action::WriteStatus(serde_json::Value::Object(fields)) = action {
-            fields.remove("conditions");
+        if let Action::WriteStatus(patch) = action {
+            let mut fields = patch.json().clone();
+            if let Some(fields) = fields.as_object_mut() {
+                fields.remove("conditions");
+            }
+            *patch = StatusPatch::from_json(&fields).unwrap();
         }
     }
     decision

@@ -1,8 +1,7 @@
-use serde_json::Value;
-
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
 use crate::port::{CloudError, CreateRequest, ServerRef};
+use crate::status_patch::StatusPatch;
 use crate::user_data::UserDataError;
 
 /// The result of one pass: the status the Server should have, the ordered
@@ -38,10 +37,10 @@ pub enum Action {
     AddReference(Reference),
     /// Remove the Server's reference finalizer from a consumed resource.
     RemoveReference(Reference),
-    /// Persist the status as this JSON merge patch, with the Server's
+    /// Persist the status as this merge patch, with the Server's
     /// resourceVersion as precondition. Comes before any provider action it
     /// accounts for, so a crash never loses a counted attempt.
-    WriteStatus(Value),
+    WriteStatus(StatusPatch),
     /// Set (`Some`) or remove (`None`) one of the controller's own
     /// annotations on the Server: durable notes the status schema has no
     /// field for (a refused generation, an issued create).

@@ -22,7 +22,7 @@ use jiff::Timestamp;
 use crate::model::{
     ConditionReason, ConditionStatus, ConditionType, Consumed, SERVER_FINALIZER, Server, set_condition,
 };
-use crate::status_patch::status_merge_patch;
+use crate::status_patch::StatusPatch;
 use plan::Plan;
 
 /// Whether a pass over `server` reads its facts at all. A paused Server, or
@@ -101,7 +101,7 @@ fn paused(server: &Server, now: Timestamp) -> Decision {
         .condition(ConditionType::Available)
         .map_or((ConditionStatus::False, ConditionReason::Provisioning), |c| (c.status, c.reason));
     set_condition(&mut status.conditions, ConditionType::Available, condition_status, reason, PAUSED_MESSAGE, now);
-    let actions = status_merge_patch(&server.status, &status).map(Action::WriteStatus).into_iter().collect();
+    let actions = StatusPatch::between(&server.status, &status).map(Action::WriteStatus).into_iter().collect();
     Decision { status, actions, outcome: Outcome::Done }
 }
 

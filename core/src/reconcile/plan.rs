@@ -8,7 +8,7 @@ use jiff::Timestamp;
 
 use super::decision::{Action, Decision, Event, Outcome};
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, ServerStatus, set_condition};
-use crate::status_patch::status_merge_patch;
+use crate::status_patch::StatusPatch;
 
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -108,7 +108,7 @@ impl Plan {
             actions.extend(self.events.iter().cloned().map(Action::Emit));
         }
         actions.extend(self.leading);
-        let status_write = status_merge_patch(&self.before, &self.status);
+        let status_write = StatusPatch::between(&self.before, &self.status);
         let writes_status = status_write.is_some();
         actions.extend(status_write.map(Action::WriteStatus));
         // Events follow the pass's first guarded write of the Server: a pass

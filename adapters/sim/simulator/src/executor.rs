@@ -7,7 +7,7 @@
 use server_core::model::SERVER_FINALIZER;
 use server_core::port::{CreateRequest, ServerRef};
 use server_core::reconcile::{EventReason, Reference};
-use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, apply_status_patch, status_merge_patch};
+use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, StatusPatch};
 
 use super::checker::PassRead;
 use super::engine::{Engine, Part, ticket_of};
@@ -183,7 +183,8 @@ impl Engine {
             Action::WriteStatus(patch) => {
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, Part::Status, &|s| {
-                    apply_status_patch(&mut s.status, patch).map_err(|e| e.to_string())
+                    patch.apply(&mut s.status);
+                    Ok(())
                 })
             }
             Action::Annotate { key, value } => {
@@ -436,12 +437,13 @@ impl Engine {
                     }
                     continue;
                 }
-                status_merge_patch(&view.status, &observed).map(|patch| (patch, view_rv))
+                StatusPatch::between(&view.status, &observed).map(|patch| (patch, view_rv))
             };
             let Some((patch, view_rv)) = write else { continue };
             let mut rv = view_rv;
             let result = self.write_server(i, Some(view_rv), &mut rv, Part::Status, &|s| {
-                apply_status_patch(&mut s.status, &patch).map_err(|e| e.to_string())
+                patch.apply(&mut s.status);
+                Ok(())
             });
             self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  monitor write -> {result:?}"));

@@ -3,7 +3,7 @@
 use jiff::Timestamp;
 use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
 use server_core::port::ProviderServer;
-use server_core::{Action, Decision, Facts, Options, Server, ServerStatus, status_merge_patch};
+use server_core::{Action, Decision, Facts, Options, Server, ServerStatus, StatusPatch};
 
 use super::*;
 
@@ -93,7 +93,7 @@ fn reconcile_ignoring_boot(server: &Server, facts: &Facts, options: &Options, no
         status.phase = server.status.phase;
     }
     status.provisioned_at = server.status.provisioned_at;
-    let patch = status_merge_patch(&server.status, &decision.status);
+    let patch = StatusPatch::between(&server.status, &decision.status);
     let at = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_)));
     match (at, patch) {
         (Some(at), Some(patch)) => decision.actions[at] = Action::WriteStatus(patch),
