@@ -132,13 +132,20 @@ impl Pass {
     /// all ran (its adapter stopped driving it) did not do what it decided,
     /// so it is an error and requeues: the next pass finishes the work.
     pub fn into_outcome(self) -> Outcome {
-        if self.outcome().is_none() {
-            return Outcome::Error(PassError::Interrupted);
-        }
-        match self.stage {
+        self.finish().0
+    }
+
+    /// The pass's outcome (as [`Pass::into_outcome`]) and the Server as last
+    /// persisted, handed back: an executor that copies its Servers into a
+    /// pass can reuse that copy's allocations for the next one.
+    pub fn finish(self) -> (Outcome, Server) {
+        let over = self.outcome().is_some();
+        let outcome = match self.stage {
+            _ if !over => Outcome::Error(PassError::Interrupted),
             Stage::Ended(outcome) => outcome,
             Stage::Deciding | Stage::FollowingUp => self.decision.outcome,
-        }
+        };
+        (outcome, self.server)
     }
 
     /// The decision whose actions run: the pass's own, or after a failure

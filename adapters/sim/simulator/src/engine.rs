@@ -11,7 +11,9 @@ use super::queue::{EventKind, Queue};
 use super::report::{KubeStats, Violation, Violations};
 use super::rules::Rules;
 use super::trace::Trace;
-use super::world::{CheckState, Lagging, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, new_server};
+use super::world::{
+    CheckState, Lagging, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, copy_meta, copy_status, new_server,
+};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
 
@@ -73,6 +75,9 @@ pub(crate) struct Engine {
     pub(crate) violations: Violations,
     pub(crate) explain_log: Vec<String>,
     pub(crate) stats: KubeStats,
+    /// Copies of Servers handed back by finished passes, reused by the next
+    /// (see `world::copy_server`).
+    pub(crate) spare_servers: Vec<Server>,
 }
 
 impl Engine {
@@ -121,6 +126,7 @@ impl Engine {
             shard,
             violations: Violations::new(config.max_reported_violations),
             explain_log: Vec::new(),
+            spare_servers: Vec::new(),
             queue: Queue::with_capacity(count * 2),
             config,
             rules,
@@ -338,10 +344,10 @@ impl Engine {
         self.after_write(i, old_rv);
         if let Some(obj) = self.objs.get_mut(i) {
             match part {
-                Part::Status => obj.shadow.status = obj.server.status.clone(),
-                Part::Meta => obj.shadow.meta = obj.server.meta.clone(),
+                Part::Status => copy_status(&mut obj.shadow.status, &obj.server.status),
+                Part::Meta => copy_meta(&mut obj.shadow.meta, &obj.server.meta),
                 Part::MetaAndSpec => {
-                    obj.shadow.meta = obj.server.meta.clone();
+                    copy_meta(&mut obj.shadow.meta, &obj.server.meta);
                     obj.shadow.spec = obj.server.spec.clone();
                 }
             }

@@ -13,7 +13,7 @@ use super::checker::PassRead;
 use super::engine::{Engine, Part, ticket_of};
 use super::explain;
 use super::queue::EventKind;
-use super::world::InFlight;
+use super::world::{InFlight, copy_server};
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -71,7 +71,9 @@ impl Engine {
                 self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
             }
             tenant.facts.provider = ProviderView::Absent;
-            let pass = Pass::decided(view.clone(), decision, now).with_follow_up_rule(self.rules.action_failed);
+            let mut copy = self.spare_servers.pop().unwrap_or_default();
+            copy_server(&mut copy, view);
+            let pass = Pass::decided(copy, decision, now).with_follow_up_rule(self.rules.action_failed);
             (pass, read)
         };
         self.stats.reconcile_passes += 1;
@@ -132,7 +134,9 @@ impl Engine {
                 }
             }
         }
-        pass.into_outcome()
+        let (outcome, copy) = pass.finish();
+        self.spare_servers.push(copy);
+        outcome
     }
 
     /// Performs one action.
