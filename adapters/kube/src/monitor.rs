@@ -154,15 +154,13 @@ impl Monitor {
         region: &str,
         identity: &str,
     ) -> Option<Vec<ProviderServer>> {
-        let account = caches.openstack_identity(namespace, identity);
-        let handle =
-            match self.clouds.handle(namespace, region, identity, account.as_deref(), self.config.cloud_timeout) {
-                Ok(handle) => handle,
-                Err(error) => {
-                    warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
-                    return None;
-                }
-            };
+        let handle = match self.clouds.cached_handle(caches, namespace, region, identity, self.config.cloud_timeout) {
+            Ok(handle) => handle,
+            Err(error) => {
+                warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
+                return None;
+            }
+        };
         match handle.call(|c| c.list(&handle.identity)).await {
             Ok(records) => Some(records),
             Err(error) => {

@@ -1,10 +1,55 @@
-//! The OpenStack identity of cloud calls: a Server's identity ID names an
-//! OpenstackIdentity of its namespace, whose spec holds the project and the
-//! credentials. Credentials are passed to the cloud port and never logged.
+//! The OpenStack identity source: a Server's identity ID names an
+//! OpenstackIdentity of its namespace, whose spec holds the project, the
+//! credentials and the keypair. Only OpenStack regions register it.
 
+use futures_util::future::BoxFuture;
+use kube::api::ListParams;
+use kube::{Api, Client};
 use server_core::port::{Credentials, IdentityContext};
 
+use super::identity::IdentitySource;
+use crate::cache::Caches;
 use crate::crd::OpenstackIdentity;
+use crate::error::Error;
+
+/// Reads the OpenstackIdentity named like the Server's identity.
+#[derive(Debug, Default)]
+pub(crate) struct OpenstackIdentities;
+
+impl IdentitySource for OpenstackIdentities {
+    fn reads(&self) -> &'static str {
+        "OpenstackIdentity"
+    }
+
+    fn cached(&self, caches: &Caches, namespace: &str, region_id: &str, identity_id: &str) -> Option<IdentityContext> {
+        caches
+            .openstack_identity(namespace, identity_id)
+            .map(|identity| context_from(&identity, region_id, identity_id))
+    }
+
+    /// Listed, not fetched: the operator may only list and watch
+    /// OpenstackIdentities (deploy/base/rbac.yaml).
+    fn live<'a>(
+        &'a self,
+        client: &'a Client,
+        namespace: &'a str,
+        region_id: &'a str,
+        identity_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<IdentityContext>, Error>> {
+        Box::pin(async move {
+            let api: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
+            let all = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::kube(format!("listing openstackidentities in namespace {namespace}"), e))?;
+            Ok(all
+                .items
+                .iter()
+                .find(|identity| identity.metadata.name.as_deref() == Some(identity_id))
+                .map(|identity| context_from(identity, region_id, identity_id)))
+        })
+    }
+}
 
 /// The context of calls as `identity` (the OpenstackIdentity named
 /// `identity_id`) in region `region_id`.
@@ -28,7 +73,6 @@ pub(crate) fn context_from(identity: &OpenstackIdentity, region_id: &str, identi
         ssh_key_name: spec.ssh_key_name.clone().filter(|name| !name.is_empty()),
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
