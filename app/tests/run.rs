@@ -93,5 +93,5 @@ fn run_with_the_simulated_cloud_refuses_servers_whose_provider_servers_are_elsew
         .expect("the operator starts");
     assert!(!output.status.success(), "it started over the playground's Servers");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("2 Server(s) here already carry the controller's finalizer"), "{stderr}");
+    assert!(stderr.contains("2 Server(s) of its regions already carry the controller's finalizer"), "{stderr}");
 }

@@ -1,7 +1,7 @@
 //! The monitor loop (DESIGN §11): every interval, read the live Servers from
 //! the operator's cache (no list of the API), ask each (region, identity)'s
-//! cloud once for all its servers (with the credentials of the cached
-//! OpenstackIdentity), project each Server with `server_core::observe`, and
+//! cloud once for all its servers (as the identity the region's identity
+//! source finds in the caches), project each Server with `server_core::observe`, and
 //! patch only what changed, guarded by the resourceVersion the cache holds,
 //! a bounded number of patches at a time.
 

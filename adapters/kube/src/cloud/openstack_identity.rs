@@ -110,4 +110,31 @@ mod tests {
         let ctx = context_from(&identity, "r1", "id1");
         assert_eq!(ctx.credentials, Credentials::ApplicationCredential { id: "ac".into(), secret: "s".into() });
     }
+
+    #[test]
+    fn a_half_given_credential_is_none_and_an_empty_keypair_name_is_no_keypair() {
+        let identity = OpenstackIdentity::new(
+            "id1",
+            OpenstackIdentitySpec {
+                application_credential_id: Some("ac".into()),
+                user_id: Some("u".into()),
+                ssh_key_name: Some(String::new()),
+                ..Default::default()
+            },
+        );
+        let ctx = context_from(&identity, "r1", "id1");
+        assert_eq!(ctx.credentials, Credentials::None);
+        assert_eq!(ctx.ssh_key_name, None);
+        assert_eq!(ctx.project_id, "", "no project: the cloud refuses the call, nothing is guessed");
+        let keyed = OpenstackIdentity::new(
+            "id1",
+            OpenstackIdentitySpec { ssh_key_name: Some("identity-key".into()), ..Default::default() },
+        );
+        assert_eq!(context_from(&keyed, "r1", "id1").ssh_key_name.as_deref(), Some("identity-key"));
+    }
+
+    #[test]
+    fn the_source_names_what_it_reads_for_messages() {
+        assert_eq!(OpenstackIdentities.reads(), "OpenstackIdentity");
+    }
 }
