@@ -1,7 +1,9 @@
 //! Cloud access: the cloud port of each region, the identity a Server calls
-//! it as, and the provider's view of one Server through them. The pass's
-//! facts, the monitor and `explain` reach a cloud only through here.
+//! it as, the provider's view of one Server through them, and the latest
+//! lists the monitor took (`listings`). The pass's facts, the monitor and
+//! `explain` reach a cloud only through here.
 
+mod listings;
 mod openstack_identity;
 mod registry;
 
@@ -12,6 +14,7 @@ use server_core::ProviderView;
 use server_core::model::Server;
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 
+pub(crate) use listings::{GroupKey, ProviderListings};
 pub use registry::CloudRegistry;
 
 use crate::crd::OpenstackIdentity;
@@ -86,6 +89,14 @@ impl CloudRegistry {
             .ok_or_else(|| NoCloud::NoIdentity { namespace: namespace.to_owned(), name: identity_id.to_owned() })?;
         Ok(CloudHandle { cloud: cloud.clone(), identity, timeout })
     }
+}
+
+/// The monitor group a Server's provider server is listed in: its
+/// (namespace, region, identity), `None` without both labels.
+pub(crate) fn group_of(server: &Server) -> Option<GroupKey> {
+    let region = server.meta.label(server_core::model::REGION_LABEL)?;
+    let identity = server.meta.label(server_core::model::IDENTITY_LABEL)?;
+    Some((server.meta.namespace.clone(), region.to_owned(), identity.to_owned()))
 }
 
 /// How the cloud port names a Server.
