@@ -139,9 +139,13 @@ struct Vm {
 enum Step {
     /// A pass (woken, requeued or resynced). `answer_lost`: the create's
     /// answer times out although the create landed.
-    Pass { answer_lost: bool },
+    Pass {
+        answer_lost: bool,
+    },
     /// A monitor poll: a list of the provider's servers; it may fail.
-    List { fails: bool },
+    List {
+        fails: bool,
+    },
     Boot,
     FailBeforeLaunch,
     DroppedInBuild,
@@ -267,7 +271,10 @@ impl World {
                 }
                 Action::DeleteProviderServer(_) => {
                     // Invariant 1: a booted server is never deleted to retry.
-                    prop_assert!(!self.vm.as_ref().is_some_and(|vm| vm.launched_at.is_some()), "deleted a booted server");
+                    prop_assert!(
+                        !self.vm.as_ref().is_some_and(|vm| vm.launched_at.is_some()),
+                        "deleted a booted server"
+                    );
                     if let Some(vm) = &mut self.vm {
                         if vm.delete_polls == 0 {
                             self.vm = None;
@@ -410,7 +417,13 @@ fn ignores_what_the_controller_did(
 }
 
 /// Any age of list is fresh enough.
-fn ignores_age(server: &Server, facts: &Facts, decision: &Decision, options: &Options, now: Timestamp) -> Option<LiveRead> {
+fn ignores_age(
+    server: &Server,
+    facts: &Facts,
+    decision: &Decision,
+    options: &Options,
+    now: Timestamp,
+) -> Option<LiveRead> {
     let ageless = options.with_listed_view_max_age(Duration::from_secs(u32::MAX.into()));
     live_read_needed(server, facts, decision, &ageless, now)
 }
@@ -455,4 +468,3 @@ fn the_rule_catches_an_ageless_list() {
 fn the_rule_catches_a_list_from_the_notes_own_second() {
     must_catch(a_listed_view_decides_only_what_it_can(same_second_is_after));
 }
-

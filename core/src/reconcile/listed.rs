@@ -143,10 +143,7 @@ mod tests {
     #[test]
     fn a_live_view_is_always_enough() {
         let facts = Facts::default();
-        let creates = Decision {
-            actions: vec![Action::CreateProviderServer(Box::default())],
-            ..done()
-        };
+        let creates = Decision { actions: vec![Action::CreateProviderServer(Box::default())], ..done() };
         assert_eq!(live_read_needed(&Server::default(), &facts, &creates, &Options::default(), at(100)), None);
     }
 

@@ -44,10 +44,7 @@ impl ProviderListings {
     pub(crate) fn record_list(&self, key: GroupKey, at: Timestamp, records: Vec<ProviderServer>) {
         let mut listed: HashMap<String, Option<ProviderServer>> = HashMap::with_capacity(records.len());
         for record in records {
-            listed
-                .entry(record.server_uid.clone())
-                .and_modify(|several| *several = None)
-                .or_insert(Some(record));
+            listed.entry(record.server_uid.clone()).and_modify(|several| *several = None).or_insert(Some(record));
         }
         let mut groups = self.groups();
         let group = groups.entry(key).or_default();
