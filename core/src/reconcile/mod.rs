@@ -14,7 +14,7 @@ mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
-pub use facts::{Facts, ProviderRead, ProviderView};
+pub use facts::{Facts, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
 pub use options::Options;
