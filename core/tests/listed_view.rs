@@ -271,10 +271,7 @@ impl World {
                 }
                 Action::DeleteProviderServer(_) => {
                     // Invariant 1: a booted server is never deleted to retry.
-                    prop_assert!(
-                        self.vm.as_ref().is_none_or(|vm| vm.launched_at.is_none()),
-                        "deleted a booted server"
-                    );
+                    prop_assert!(self.vm.as_ref().is_none_or(|vm| vm.launched_at.is_none()), "deleted a booted server");
                     if let Some(vm) = &mut self.vm {
                         if vm.delete_polls == 0 {
                             self.vm = None;
