@@ -26,6 +26,8 @@ impl Options {
     pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(600);
     /// The oldest listed view that may decide a pass, in monitor intervals.
     pub const LISTS_PER_MAX_AGE: u32 = 2;
+    /// The least maximum age: list and pass times are whole seconds.
+    pub const MIN_LISTED_VIEW_MAX_AGE: Duration = Duration::from_secs(2);
     /// [`Options::LISTS_PER_MAX_AGE`] times the default 30 s monitor interval.
     pub const DEFAULT_LISTED_VIEW_MAX_AGE: Duration = Duration::from_secs(60);
 
@@ -43,9 +45,11 @@ impl Options {
         self
     }
 
-    /// The oldest listed view for a monitor polling every `interval`.
+    /// The oldest listed view for a monitor polling every `interval`: at
+    /// least [`Options::MIN_LISTED_VIEW_MAX_AGE`], since the times compared
+    /// are whole seconds.
     pub fn listed_view_max_age_for_interval(interval: Duration) -> Duration {
-        interval.saturating_mul(Self::LISTS_PER_MAX_AGE)
+        interval.saturating_mul(Self::LISTS_PER_MAX_AGE).max(Self::MIN_LISTED_VIEW_MAX_AGE)
     }
 
     pub fn with_listed_view_max_age(mut self, max_age: Duration) -> Self {
