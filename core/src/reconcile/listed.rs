@@ -5,7 +5,7 @@
 
 use jiff::{SignedDuration, Timestamp};
 
-use super::decision::Decision;
+use super::decision::{Action, Decision};
 use super::facts::{Facts, ProviderRead, ProviderView};
 use super::issued::IssuedCreate;
 use super::options::Options;
@@ -78,7 +78,11 @@ pub fn live_read_needed(
     let ProviderRead::Listed { at } = facts.provider_read else {
         return None;
     };
-    if decision.provider_actions().next().is_some() {
+    let changes_the_provider = decision
+        .actions
+        .iter()
+        .any(|action| matches!(action, Action::CreateProviderServer(_) | Action::DeleteProviderServer(_)));
+    if changes_the_provider {
         return Some(LiveRead::ChangesTheProvider);
     }
     if !matches!(facts.provider, ProviderView::Present(_)) {
@@ -115,7 +119,6 @@ mod tests {
     use crate::model::{CREATE_ISSUED_ANNOTATION, Phase};
     use crate::port::{ProviderServer, ProviderStatus};
     use crate::reconcile::Outcome;
-    use crate::reconcile::decision::Action;
 
     fn at(second: i64) -> Timestamp {
         Timestamp::from_second(second).unwrap_or_default()
