@@ -43,7 +43,7 @@ pub use predicate::{
     booted_server_unseen, ever_booted, issued_create_unseen, provider_create_failure, record_shows_boot, should_wake,
 };
 pub use reconcile::{
-    Action, ActionFailure, Decision, Facts, Options, Outcome, PassError, ProviderView, RegionUnserved, Wait,
-    action_failed, needs_facts, reconcile,
+    Action, ActionFailure, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead, ProviderView,
+    RegionUnserved, Wait, action_failed, live_read_needed, needs_facts, reconcile,
 };
 pub use status_patch::{StatusPatch, StatusPatchError, apply_status_patch, status_merge_patch};
