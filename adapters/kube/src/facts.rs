@@ -13,7 +13,7 @@ use server_core::{Facts, ProviderView};
 
 use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry};
-use crate::consumed::{CONSUMED_KINDS, Found};
+use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
 use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 
@@ -115,7 +115,8 @@ impl Gathered {
         for ops in CONSUMED_KINDS {
             let kind = ops.kind();
             if sort.reads(kind) {
-                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta));
+                let own = Finalizers::Only(&sort.finalizer);
+                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta), own);
                 gathered.add_all(kind, &sort, found);
             }
         }
@@ -139,7 +140,9 @@ impl Gathered {
     }
 
     fn add_all(&mut self, kind: ResourceKind, sort: &Sorting<'_>, found: Vec<Found>) {
-        for found in found {
+        for mut found in found {
+            // The core reads only the Server's own reference finalizer.
+            found.resource.finalizers.retain(|f| *f == sort.finalizer);
             match sort.place(kind, &found) {
                 Place::Ours => self.add(kind, found, false),
                 Place::OtherIdentity => self.add(kind, found, true),
