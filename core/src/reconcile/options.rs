@@ -15,10 +15,16 @@ pub struct Options {
 
 impl Options {
     pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
-    /// The grace of an issued create, in cloud request timeouts.
-    pub const GRACE_PER_TIMEOUT: u32 = 10;
+    /// The grace of an issued create, in cloud request timeouts: the
+    /// create's own request, then as long again for a Nova API worker still
+    /// processing it after the client gave up or a gateway answered 5xx
+    /// (Nova records the server before it answers 202, so a create that
+    /// landed is listed from then on). It was 10: every create answered
+    /// with a 5xx then kept its Server waiting 10 minutes at the default
+    /// timeout, yielding every interval.
+    pub const GRACE_PER_TIMEOUT: u32 = 2;
     /// [`Options::GRACE_PER_TIMEOUT`] times the default 60 s request timeout.
-    pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(600);
+    pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(120);
 
     pub fn with_max_attempts(max: i32) -> Self {
         Options { provider_create_max_attempts: max, ..Options::default() }
