@@ -213,6 +213,8 @@ struct Vm {
     launched_at: Option<Timestamp>,
     /// Polls a delete still takes.
     delete_polls: u8,
+    /// Made by another controller (the Go one) and taken over.
+    adopted: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -248,6 +250,8 @@ enum Step {
     Vanish,
     DroppedInBuild,
     OperatorReset,
+    /// A running server the Go controller made for this Server shows up.
+    GoMadeAppears,
 }
 
 /// A create's answer: each fault class the provider produces, by what it
@@ -323,6 +327,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Vanish),
         1 => Just(Step::DroppedInBuild),
         1 => Just(Step::OperatorReset),
+        1 => Just(Step::GoMadeAppears),
     ]
 }
 
@@ -372,6 +377,7 @@ impl World {
                 power_state,
                 launched_at: vm.launched_at,
                 created: Some(at(1)),
+                adopted: vm.adopted,
                 ..Default::default()
             }
         })
@@ -416,6 +422,11 @@ impl World {
         answer: CreateAnswer,
         now: Timestamp,
     ) -> Result<(), TestCaseError> {
+        prop_assert!(
+            events_follow_a_write(decision),
+            "an event before any write of the Server: {:?}",
+            decision.actions
+        );
         for action in decision.actions.iter().take(limit) {
             match action {
                 Action::WriteStatus(patch) => {
@@ -446,7 +457,8 @@ impl World {
                     }
                     if answer.lands() && self.vm.is_none() {
                         self.creates_since_reset += 1;
-                        self.vm = Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1 });
+                        self.vm =
+                            Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1, adopted: false });
                     }
                     // Invariant 4.
                     prop_assert!(self.creates_since_reset <= self.max, "more creates than max");
@@ -563,6 +575,14 @@ impl World {
                 status.phase = Some(server_core::model::Phase::Pending);
                 self.persist_status(status)?;
             }
+            // Only where no create of ours may be in flight: one server per uid.
+            Step::GoMadeAppears => {
+                let issued = self.server.meta.annotations.contains_key(server_core::model::CREATE_ISSUED_ANNOTATION);
+                if self.vm.is_none() && !issued {
+                    self.vm =
+                        Some(Vm { state: VmState::Active, launched_at: Some(now), delete_polls: 1, adopted: true });
+                }
+            }
             Step::OperatorReset => {
                 let mut status = self.server.status.clone();
                 status.provider_create_failures = 0;
@@ -575,6 +595,23 @@ impl World {
             }
         }
         Ok(())
+    }
+}
+
+/// A pass announces nothing before its first write of the Server: a pass
+/// that started from a stale copy fails that write (its resourceVersion is
+/// old) and must not repeat an event the last pass already sent. A record is
+/// sent whatever changed, so its events may go with it.
+fn events_follow_a_write(decision: &Decision) -> bool {
+    let writes = |a: &Action| {
+        matches!(a, Action::Record(_) | Action::WriteStatus(_) | Action::Annotate { .. } | Action::AddFinalizer)
+    };
+    let first_write = decision.actions.iter().position(writes);
+    let first_event = decision.actions.iter().position(|a| matches!(a, Action::Emit(_)));
+    match (first_event, first_write) {
+        (None, _) => true,
+        (Some(event), Some(write)) => write < event,
+        (Some(_), None) => false,
     }
 }
 
@@ -721,6 +758,14 @@ fn unparks_during_an_outage(server: &Server, facts: &Facts, options: &Options, n
     decision
 }
 
+/// A reconcile that sends its events first, as the plan once did when a
+/// pass had no status to write.
+fn events_first(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    decision.actions.sort_by_key(|a| !matches!(a, Action::Emit(_)));
+    decision
+}
+
 /// A reconcile whose status patch leaves out the conditions it changed.
 fn patch_without_conditions(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
     let mut decision = reconcile(server, facts, options, now);
@@ -739,6 +784,11 @@ fn creates_again_at_once(server: &Server, action: &Action, failure: &ActionFailu
         decision.actions.push(action.clone());
     }
     decision
+}
+
+#[test]
+fn the_sequences_catch_an_event_sent_before_any_write() {
+    must_catch(sequences_keep_the_invariants(Rules { reconcile: events_first, ..CORE }));
 }
 
 #[test]
