@@ -93,5 +93,52 @@ fn run_with_the_simulated_cloud_refuses_servers_whose_provider_servers_are_elsew
         .expect("the operator starts");
     assert!(!output.status.success(), "it started over the playground's Servers");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("2 Server(s) here already carry the controller's finalizer"), "{stderr}");
+    assert!(stderr.contains("2 Server(s) of its regions already carry the controller's finalizer"), "{stderr}");
+}
+
+#[test]
+fn run_serves_an_openstack_and_a_simulated_region_side_by_side_and_refuses_a_region_given_twice() {
+    let demo = ServedDemo::start(0);
+    // An OpenStack region's configuration; no call reaches it in this test.
+    let config = demo.dir.join("region-o.json");
+    std::fs::write(&config, r#"{"authURL": "http://127.0.0.1:9/v3", "region": "RegionOne"}"#).unwrap();
+    let run = |regions: &[&str], leader_id: &str, metrics: std::net::SocketAddr| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_server-controller"));
+        command
+            .args(["run", "--namespace", "demo", "--leader-election-id", leader_id])
+            .args(regions)
+            .arg("--metrics-addr")
+            .arg(metrics.to_string())
+            .arg("--kubeconfig")
+            .arg(demo.kubeconfig())
+            .stdin(Stdio::null());
+        command
+    };
+    let openstack = format!("region-o={}", config.display());
+
+    let twice = run(&["--openstack-config", &openstack, "--sim-region", "region-o"], "run-test-twice", free_port())
+        .output()
+        .expect("the operator starts");
+    assert!(!twice.status.success(), "it started with one region of two kinds");
+    let stderr = String::from_utf8_lossy(&twice.stderr);
+    assert!(
+        stderr.contains("region region-o is given both as an OpenStack region and as --sim-region; give it once"),
+        "{stderr}"
+    );
+
+    let metrics = free_port();
+    let both = run(&["--openstack-config", &openstack, "--sim-region", "region-a"], "run-test-both", metrics)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the operator starts");
+    wait_for("/readyz to turn ready", Duration::from_secs(60), || {
+        get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    let term = Command::new("kill").args(["-TERM", &both.id().to_string()]).status().expect("kill runs");
+    assert!(term.success());
+    let output = both.wait_with_output().expect("the operator can be waited on");
+    assert!(output.status.success(), "the operator exited with {} after SIGTERM", output.status);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("regions=region-a=simulated,region-o=openstack"), "{stderr}");
 }

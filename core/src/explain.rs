@@ -122,7 +122,10 @@ fn provider(view: &ProviderView) -> String {
         }
         ProviderView::Absent => "has no server for this Server".into(),
         ProviderView::Unknown(reason) => format!("could not be read ({reason}): nothing is created or deleted"),
-        ProviderView::NoIdentity => "no identity to ask as (Identity or OpenstackIdentity gone)".into(),
+        ProviderView::NoIdentity => "no identity to ask as (Identity or its region's identity source gone)".into(),
+        ProviderView::RegionUnserved(unserved) => {
+            format!("cannot be asked ({}): nothing is created or deleted", unserved.message())
+        }
     }
 }
 

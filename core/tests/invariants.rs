@@ -507,11 +507,15 @@ impl World {
                 let facts = facts_with(&self.server, view);
                 let options = self.options();
                 let park = server_core::lifecycle(&self.server, &options).park();
+                // Reported: Available already says this park (it may still
+                // say an earlier error, e.g. an auth failure before a taken-over
+                // server booted and vanished; writing the park then is right).
+                let said = server_core::park(&self.server, &options).map(|park| park.message());
                 let reported = self
                     .server
                     .status
                     .condition(ConditionType::Available)
-                    .is_some_and(|c| c.reason == ConditionReason::Errored);
+                    .is_some_and(|c| c.reason == ConditionReason::Errored && Some(&c.message) == said.as_ref());
                 let decision = (self.rules.reconcile)(&self.server, &facts, &options, now);
                 if *read_fails && park.is_some() {
                     // An outage during a park changes nothing about it: it
@@ -579,6 +583,9 @@ impl World {
             Step::GoMadeAppears => {
                 let issued = self.server.meta.annotations.contains_key(server_core::model::CREATE_ISSUED_ANNOTATION);
                 if self.vm.is_none() && !issued {
+                    // Not a create of ours (invariant 4 counts those), but a
+                    // server in place the retry machine may count as a failure.
+                    self.attempts_since_reset += 1;
                     self.vm =
                         Some(Vm { state: VmState::Active, launched_at: Some(now), delete_polls: 1, adopted: true });
                 }
@@ -590,7 +597,10 @@ impl World {
                 // What the new window may still count from the old one: the
                 // failed server in place, a create of unknown fate.
                 let issued = self.server.meta.annotations.contains_key(server_core::model::CREATE_ISSUED_ANNOTATION);
-                self.attempts_since_reset = i32::from(self.vm.is_some()) + i32::from(issued);
+                // A failure the status shows counts too, even with its server
+                // gone since (a taken-over server that errored and vanished).
+                let failed_in_place = self.vm.is_some() || provider_create_failure(&self.server);
+                self.attempts_since_reset = i32::from(failed_in_place) + i32::from(issued);
                 self.persist_status(status)?;
             }
         }

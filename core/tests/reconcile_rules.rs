@@ -11,7 +11,7 @@ use server_core::model::{
 };
 use server_core::port::CloudError;
 use server_core::reconcile::{
-    Action, ActionFailure, Options, Outcome, PassError, ProviderView, Wait, action_failed, reconcile,
+    Action, ActionFailure, Options, Outcome, PassError, ProviderView, RegionUnserved, Wait, action_failed, reconcile,
 };
 use support::*;
 
@@ -671,6 +671,49 @@ fn deleting_a_server_whose_identity_is_gone_releases_it_with_a_warning() {
     let decision = reconcile(&live, &facts, &OPTIONS, at(10));
     assert_eq!(creates(&decision) + deletes(&decision), 0);
     assert!(matches!(decision.outcome, Outcome::Yield(_)));
+}
+
+#[test]
+fn a_server_whose_region_is_not_served_waits_with_the_reason_and_is_never_released() {
+    let unserved = RegionUnserved::UnsupportedProvider { region: "region-k".into(), provider: "kubernetes".into() };
+    let fresh = server();
+    let mut facts = facts();
+    facts.provider = ProviderView::RegionUnserved(unserved.clone());
+    let decision = reconcile(&fresh, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::RegionUnserved(unserved.clone())));
+    assert!(decision.outcome.requeues(), "a Region or configuration fix is picked up by a later pass");
+    let message = available(&decision).message;
+    assert!(message.contains("\"kubernetes\"") && message.contains("region-k"), "{message}");
+
+    // Deleting: the provider server may live in a cloud this controller
+    // cannot reach, so the finalizer and the references stay.
+    let mut deleting = adopted();
+    deleting.meta.deleting = true;
+    let mut facts = referenced_facts(&deleting);
+    let mismatch = RegionUnserved::ProviderMismatch {
+        region: "region-a".into(),
+        declared: "simulated".into(),
+        configured: "openstack".into(),
+    };
+    facts.provider = ProviderView::RegionUnserved(mismatch.clone());
+    let decision = reconcile(&deleting, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(
+        !decision.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer | Action::RemoveReference(_))),
+        "{:?}",
+        decision.actions
+    );
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::RegionUnserved(mismatch)));
+
+    // A parked Server stays parked: an unserved region says nothing new.
+    let mut parked = adopted();
+    parked.status.provider_create_failures = 3;
+    parked.status.provider_create_retrying = false;
+    let mut facts = referenced_facts(&parked);
+    facts.provider = ProviderView::RegionUnserved(unserved);
+    let decision = reconcile(&parked, &facts, &OPTIONS, at(10));
+    assert!(matches!(decision.outcome, Outcome::Terminal(_)), "{:?}", decision.outcome);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use server_core::port::{
     CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
 };
-use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator};
+use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator, RegionCloud};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::{AbortHandle, JoinHandle};
@@ -120,7 +120,7 @@ impl Replica {
             reporting_instance: Some(name.into()),
             ..config.clone()
         };
-        let operator = Operator::new(client, CloudRegistry::new().with(REGION, cloud), config);
+        let operator = Operator::new(client, CloudRegistry::new().with(REGION, RegionCloud::openstack(cloud)), config);
         let fence = operator.fence().clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = runtime.spawn(async move {

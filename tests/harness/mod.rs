@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 use server_core::port::CloudPort;
 use server_kube::crd::Server;
-use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_kube::{CloudRegistry, ControllerConfig, Operator, RegionCloud};
 use server_openstack::port_name;
 use server_sim_openstack::{Op, OpenStackCounters, OpenStackSim};
 use server_sim_testbed::{CloudBed, KubeBed, Tenant};
@@ -131,6 +131,8 @@ pub struct Env {
     /// restarted process), so each may log in once.
     starts: u64,
     running: Option<Running>,
+    /// Regions served besides [`REGION`], each by its own cloud.
+    other_regions: Vec<(String, RegionCloud)>,
     invariant_violated: Arc<AtomicBool>,
     watched_uids: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -184,6 +186,7 @@ impl Env {
             cloud_bed,
             starts: 0,
             running: None,
+            other_regions: Vec::new(),
             invariant_violated: Arc::new(AtomicBool::new(false)),
             watched_uids: Arc::new(std::sync::Mutex::new(Vec::new())),
         };
@@ -207,7 +210,12 @@ impl Env {
     pub fn start_with_metrics(&mut self, loops: Loops, metrics: Arc<dyn server_kube::Metrics>) {
         assert!(self.running.is_none(), "the operator is already running");
         let mut registry = CloudRegistry::new();
-        registry.insert(REGION, self.cloud_port());
+        // Both paths stand in for an OpenStack region (the tenant has its
+        // OpenstackIdentity).
+        registry.insert(REGION, RegionCloud::openstack(self.cloud_port()));
+        for (region, cloud) in &self.other_regions {
+            registry.insert(region.clone(), cloud.clone());
+        }
         self.starts += 1;
         let operator = Operator::with_metrics(self.client.clone(), registry, self.config.clone(), metrics);
         let (stop, stopped) = oneshot::channel::<()>();
@@ -221,6 +229,11 @@ impl Env {
             }
         });
         self.running = Some(Running { stop, task });
+    }
+
+    /// Has the next start serve `region` with `cloud` too.
+    pub fn serve_region(&mut self, region: &str, cloud: RegionCloud) {
+        self.other_regions.push((region.to_owned(), cloud));
     }
 
     /// The port the controller is given: a new OpenStack adapter per start,

@@ -4,7 +4,7 @@
 //! [`ResourceKind`]s), each through its [`ConsumedKind`] impl: the CRD type,
 //! its core kind and what the core reads of an object. The caches, the
 //! facts a pass gathers (cached and live), the CRDs a test API server serves and the RBAC grants ([`read_kinds`]) all come from
-//! it. [`OpenstackIdentity`] is read too, as the clouds' identity source, but
+//! it. [`OpenstackIdentity`] is read too, as the OpenStack regions' identity source, but
 //! never referenced.
 
 use std::marker::PhantomData;

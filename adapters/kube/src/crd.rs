@@ -241,8 +241,9 @@ pub(crate) fn served_consumed_crd(mut crd: CustomResourceDefinition) -> CustomRe
 }
 
 /// A region of the platform (uni-region's `Region`, named by the region ID,
-/// in the region controller's namespace). The controller reads only what
-/// its clouds act on: the floating-IP network selector.
+/// in the region controller's namespace). The controller reads only which
+/// provider serves the region and what its clouds act on: the floating-IP
+/// network selector.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "region.unikorn-cloud.org",
@@ -255,6 +256,10 @@ pub(crate) fn served_consumed_crd(mut crd: CustomResourceDefinition) -> CustomRe
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RegionSpec {
+    /// Which provider serves the region: `openstack`, `kubernetes` or
+    /// `simulated` in uni-region's schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openstack: Option<RegionOpenstackSpec>,
 }

@@ -4,14 +4,14 @@
 //! facts behind it. Reads only; nothing is written, created or deleted.
 
 use kube::{Api, Client};
-use server_core::ProviderView;
 use server_core::explain::Explanation;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+use server_core::{ProviderView, RegionUnserved};
 
 use crate::cloud::{CloudRegistry, NoCloud};
 use crate::config::ControllerConfig;
 use crate::convert::core_server;
-use crate::crd::{OpenstackIdentity, Server};
+use crate::crd::Server;
 use crate::error::Error;
 use crate::facts::{Gathered, identity_gone};
 use crate::kube_api::now;
@@ -33,22 +33,17 @@ pub async fn explain(
     let labels = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL));
     gathered.facts.provider = match labels {
         (Some(region_id), Some(identity_id)) => {
-            let identities: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
-            let identity = identities
-                .get_opt(identity_id)
-                .await
-                .map_err(|e| Error::kube(format!("cannot read OpenstackIdentity {namespace}/{identity_id}"), e))?;
-            match clouds.handle(namespace, region_id, identity_id, identity.as_ref(), config.cloud_timeout) {
+            match clouds.live_handle(client, namespace, region_id, identity_id, config.cloud_timeout).await? {
                 Ok(handle) => handle.provider_view(&server).await,
-                Err(NoCloud::NoRegion { .. }) => ProviderView::Unknown(format!(
+                // This command has no Region watch: a region it has no cloud
+                // for is most likely one it was not given.
+                Err(NoCloud::Unserved(RegionUnserved::NotConfigured { .. })) => ProviderView::Unknown(format!(
                     "no cloud is configured for region {region_id} in this command; give it as `run` is given it"
                 )),
-                Err(NoCloud::NoIdentity { .. })
-                    if server.meta.deleting && identity_gone(client, &server, &gathered.facts).await? =>
-                {
-                    ProviderView::NoIdentity
+                Err(no_cloud) => {
+                    let gone = server.meta.deleting && identity_gone(client, clouds, &server, &gathered.facts).await?;
+                    no_cloud.view(gone)
                 }
-                Err(error) => ProviderView::Unknown(error.to_string()),
             }
         }
         _ => ProviderView::Unknown("the server has no region or identity label".into()),

@@ -6,15 +6,13 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::ListParams;
-use kube::{Api, Client};
+use kube::Client;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
 use server_core::{Facts, ProviderView};
 
 use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry};
 use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
-use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 
 /// What one pass found.
@@ -51,38 +49,50 @@ pub(crate) async fn gather(
     }
 
     let namespace = server.meta.namespace.as_str();
-    if let (Some(region_id), Some(identity_id)) = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
-        let identity = caches.openstack_identity(namespace, identity_id);
-        gathered.cloud = clouds
-            .handle(namespace, region_id, identity_id, identity.as_deref(), cloud_timeout)
-            .map_err(|e| e.to_string());
-    }
-    gathered.facts.provider = match &gathered.cloud {
-        Err(_) if server.meta.deleting && identity_gone(client, server, &gathered.facts).await? => {
+    let found = match (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
+        (Some(region_id), Some(identity_id)) => {
+            Some(clouds.cached_handle(caches, namespace, region_id, identity_id, cloud_timeout))
+        }
+        _ => None,
+    };
+    gathered.facts.provider = match &found {
+        Some(Ok(handle)) => handle.provider_view(server).await,
+        Some(Err(no_cloud)) => {
+            let gone = server.meta.deleting && identity_gone(client, clouds, server, &gathered.facts).await?;
+            no_cloud.view(gone)
+        }
+        None if server.meta.deleting && identity_gone(client, clouds, server, &gathered.facts).await? => {
             ProviderView::NoIdentity
         }
-        Err(reason) => ProviderView::Unknown(reason.clone()),
-        Ok(handle) => handle.provider_view(server).await,
+        None => ProviderView::Unknown(NO_LABELS.into()),
     };
+    if let Some(found) = found {
+        gathered.cloud = found.map_err(|e| e.to_string());
+    }
     Ok(gathered)
 }
 
-/// Whether a deleting Server's Identity or OpenstackIdentity is gone, read
-/// live (a cache too new to hold it must not release the Server).
-pub(crate) async fn identity_gone(client: &Client, server: &Server, facts: &Facts) -> Result<bool, Error> {
+const NO_LABELS: &str = "the server has no region or identity label";
+
+/// Whether a deleting Server's identity is gone: its Identity, or what its
+/// region's identity source reads (e.g. its OpenstackIdentity), read live
+/// (a cache too new to hold it must not release the Server).
+pub(crate) async fn identity_gone(
+    client: &Client,
+    clouds: &CloudRegistry,
+    server: &Server,
+    facts: &Facts,
+) -> Result<bool, Error> {
     let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
         return Ok(false);
     };
     if facts.identity().is_none() {
         return Ok(true);
     }
-    let namespace = &server.meta.namespace;
-    let api: Api<OpenstackIdentity> = Api::namespaced(client.clone(), namespace);
-    let all = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Error::kube(format!("listing openstackidentities in namespace {namespace}"), e))?;
-    Ok(!all.items.iter().any(|identity| identity.metadata.name.as_deref() == Some(identity_id)))
+    let Some(region_id) = server.meta.label(REGION_LABEL) else {
+        return Ok(false);
+    };
+    clouds.identity_gone_live(client, &server.meta.namespace, region_id, identity_id).await
 }
 
 /// Whether the cached consumed resources must be confirmed by live reads.
@@ -105,7 +115,7 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
 
 impl Gathered {
     fn empty() -> Self {
-        Gathered { facts: Facts::default(), cloud: Err("the server has no region or identity label".into()) }
+        Gathered { facts: Facts::default(), cloud: Err(NO_LABELS.into()) }
     }
 
     /// The consumed resources as the caches hold them.

@@ -42,7 +42,7 @@ use std::sync::Arc;
 
 use kube::Client;
 
-pub use cloud::CloudRegistry;
+pub use cloud::{CloudRegistry, ProviderKind, RegionCloud};
 pub use config::ControllerConfig;
 pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;

@@ -1,7 +1,7 @@
 //! The monitor loop (DESIGN §11): every interval, read the live Servers from
 //! the operator's cache (no list of the API), ask each (region, identity)'s
-//! cloud once for all its servers (with the credentials of the cached
-//! OpenstackIdentity), project each Server with `server_core::observe`, and
+//! cloud once for all its servers (as the identity the region's identity
+//! source finds in the caches), project each Server with `server_core::observe`, and
 //! patch only what changed, guarded by the resourceVersion the cache holds,
 //! a bounded number of patches at a time.
 
@@ -154,15 +154,13 @@ impl Monitor {
         region: &str,
         identity: &str,
     ) -> Option<Vec<ProviderServer>> {
-        let account = caches.openstack_identity(namespace, identity);
-        let handle =
-            match self.clouds.handle(namespace, region, identity, account.as_deref(), self.config.cloud_timeout) {
-                Ok(handle) => handle,
-                Err(error) => {
-                    warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
-                    return None;
-                }
-            };
+        let handle = match self.clouds.cached_handle(caches, namespace, region, identity, self.config.cloud_timeout) {
+            Ok(handle) => handle,
+            Err(error) => {
+                warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
+                return None;
+            }
+        };
         match handle.call(|c| c.list(&handle.identity)).await {
             Ok(records) => Some(records),
             Err(error) => {

@@ -1,6 +1,8 @@
-//! Region settings: each registered region's `Region` resource, read before
-//! the loops start and watched after, handed to that region's cloud port as
-//! [`RegionSettings`] (today: the floating-IP network selector).
+//! Region resources: read before the loops start and watched after. Each
+//! one's provider (`spec.provider`) goes to the cloud registry, which serves
+//! a region only with a cloud of that kind; each registered region's
+//! settings go to its cloud port as [`RegionSettings`] (today: the
+//! floating-IP network selector).
 //!
 //! Opt-in (`ControllerConfig::region_namespace`): the Regions live in the
 //! region controller's namespace, which this operator reads only when told.
@@ -13,7 +15,7 @@ use kube::{Api, Client, ResourceExt};
 use server_core::port::{NetworkSelector, RegionSettings};
 use tracing::{info, warn};
 
-use crate::cloud::CloudRegistry;
+use crate::cloud::{CloudRegistry, DeclaredProvider};
 use crate::crd::Region;
 use crate::error::Error;
 use crate::shutdown::Shutdown;
@@ -33,23 +35,41 @@ pub(crate) fn settings_of(region: &Region) -> RegionSettings {
     }
 }
 
-/// Hands each registered region its settings, when they differ from what it
-/// was last handed. A region with no Region resource gets the defaults.
+/// What the controller reads of one Region.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RegionRecord {
+    provider: Option<DeclaredProvider>,
+    settings: RegionSettings,
+}
+
+pub(crate) fn record_of(region: &Region) -> RegionRecord {
+    RegionRecord {
+        provider: region.spec.provider.as_deref().map(DeclaredProvider::parse),
+        settings: settings_of(region),
+    }
+}
+
+/// Hands the registry the providers the Regions name, and each registered
+/// region its settings when they differ from what it was last handed. A
+/// region with no Region resource gets the defaults.
 struct Applier {
     clouds: CloudRegistry,
     applied: BTreeMap<String, RegionSettings>,
 }
 
 impl Applier {
-    fn apply(&mut self, regions: &BTreeMap<String, RegionSettings>) {
+    fn apply(&mut self, regions: &BTreeMap<String, RegionRecord>) {
+        self.clouds.declare(
+            regions.iter().filter_map(|(name, record)| Some((name.clone(), record.provider.clone()?))).collect(),
+        );
         let names: Vec<String> = self.clouds.regions().map(str::to_owned).collect();
         for name in names {
-            let settings = regions.get(&name).cloned().unwrap_or_default();
+            let settings = regions.get(&name).map(|record| record.settings.clone()).unwrap_or_default();
             if self.applied.get(&name) == Some(&settings) {
                 continue;
             }
             if let Some(cloud) = self.clouds.get(&name) {
-                cloud.apply_region_settings(&settings);
+                cloud.port().apply_region_settings(&settings);
             }
             let selector = settings.external_networks.as_ref();
             info!(
@@ -59,6 +79,11 @@ impl Applier {
                 "region settings applied"
             );
             self.applied.insert(name, settings);
+        }
+        for name in self.clouds.regions() {
+            if let Err(unserved) = self.clouds.serving(name) {
+                warn!(region = %name, reason = %unserved.message(), "region not served: its Servers wait");
+            }
         }
     }
 }
@@ -74,7 +99,7 @@ pub(crate) async fn load(client: &Client, namespace: &str, clouds: &CloudRegistr
             crate::error::short_message(&error)
         ))
     })?;
-    let regions = listed.items.iter().map(|region| (region.name_any(), settings_of(region))).collect();
+    let regions = listed.items.iter().map(|region| (region.name_any(), record_of(region))).collect();
     let mut applier = Applier { clouds: clouds.clone(), applied: BTreeMap::new() };
     applier.apply(&regions);
     Ok(RegionWatch { api, applier, regions })
@@ -84,7 +109,7 @@ pub(crate) async fn load(client: &Client, namespace: &str, clouds: &CloudRegistr
 pub(crate) struct RegionWatch {
     api: Api<Region>,
     applier: Applier,
-    regions: BTreeMap<String, RegionSettings>,
+    regions: BTreeMap<String, RegionRecord>,
 }
 
 impl RegionWatch {
@@ -97,14 +122,14 @@ impl RegionWatch {
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Apply(region)) => {
-                    self.regions.insert(region.name_any(), settings_of(&region));
+                    self.regions.insert(region.name_any(), record_of(&region));
                 }
                 Ok(watcher::Event::Delete(region)) => {
                     self.regions.remove(&region.name_any());
                 }
                 Ok(watcher::Event::Init) => relisted.clear(),
                 Ok(watcher::Event::InitApply(region)) => {
-                    relisted.insert(region.name_any(), settings_of(&region));
+                    relisted.insert(region.name_any(), record_of(&region));
                     continue;
                 }
                 Ok(watcher::Event::InitDone) => self.regions = std::mem::take(&mut relisted),
@@ -170,5 +195,14 @@ mod tests {
         .unwrap_or_default();
         let selector = settings_of(&region).external_networks.unwrap_or_default();
         assert_eq!(selector.ids.as_deref(), Some(&["n-1".to_owned()][..]));
+        assert_eq!(record_of(&region).provider, Some(DeclaredProvider::Known(crate::ProviderKind::Openstack)));
+    }
+
+    #[test]
+    fn a_region_without_a_provider_declares_none() {
+        let region = Region::new("region-a", RegionSpec::default());
+        assert_eq!(record_of(&region).provider, None);
+        let region = Region::new("region-k", RegionSpec { provider: Some("kubernetes".into()), openstack: None });
+        assert_eq!(record_of(&region).provider, Some(DeclaredProvider::Other("kubernetes".into())));
     }
 }

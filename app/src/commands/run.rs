@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Secret;
 use prometheus_client::registry::Registry;
-use server_kube::{CloudRegistry, ControllerConfig, LeaseConfig, Operator};
+use server_kube::{CloudRegistry, ControllerConfig, LeaseConfig, Operator, ProviderKind, RegionCloud};
 use server_openstack::{OpenStackCloud, OpenStackConfig};
 use tokio::sync::watch;
 
@@ -114,28 +114,29 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
 
-    /// Which cloud serves the regions.
+    /// The kind of cloud started when no region flag gives one: `openstack`
+    /// needs an --openstack-config or --openstack-secret; `sim` serves
+    /// region-a from the in-process simulated cloud unless --sim-region names
+    /// others. Each region's kind is the flag that registers it, so one
+    /// operator can serve OpenStack and simulated regions side by side.
     #[arg(long, env = "SERVER_CONTROLLER_CLOUD", value_enum, default_value_t = CloudKind::Openstack)]
     cloud: CloudKind,
 
-    /// Regions the in-process simulated cloud serves (with --cloud sim).
+    /// A region the in-process simulated cloud serves (Region provider
+    /// `simulated`). Repeat for each region; with --cloud sim and none
+    /// given, region-a.
     #[cfg(feature = "sim")]
-    #[arg(
-        long = "sim-region",
-        env = "SERVER_CONTROLLER_SIM_REGIONS",
-        value_delimiter = ',',
-        default_value = "region-a"
-    )]
+    #[arg(long = "sim-region", env = "SERVER_CONTROLLER_SIM_REGIONS", value_delimiter = ',')]
     sim_regions: Vec<String>,
 
-    /// Seed of the simulated cloud (with --cloud sim).
+    /// Seed of the simulated cloud (with --sim-region or --cloud sim).
     #[cfg(feature = "sim")]
     #[arg(long, env = "SERVER_CONTROLLER_SIM_SEED", default_value_t = 1)]
     sim_seed: u64,
 
     /// An OpenStack region: `REGION_ID=FILE`, the region label value and a
     /// JSON file of its endpoint configuration (auth URL, region name, ...).
-    /// Repeat for each region (with --cloud openstack).
+    /// Repeat for each region.
     #[arg(long = "openstack-config", env = "SERVER_CONTROLLER_OPENSTACK_CONFIGS", value_delimiter = ',', value_parser = parse_region_source)]
     openstack_configs: Vec<(String, String)>,
 
@@ -264,37 +265,67 @@ fn identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// Each region's cloud, of the kind its flag gives: OpenStack from
+/// --openstack-config/--openstack-secret, simulated from --sim-region. A
+/// region given twice is refused.
 async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -> anyhow::Result<CloudRegistry> {
-    match args.cloud {
-        #[cfg(feature = "sim")]
-        CloudKind::Sim => {
-            refuse_servers_made_elsewhere(client, args.namespace.as_deref()).await?;
+    let hook = Some(metrics.login_failure_hook());
+    let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook).await?;
+    #[cfg(feature = "sim")]
+    let registry = {
+        let mut registry = registry.supporting(server_kube::ProviderKind::Simulated);
+        let sim_regions = sim_regions(args);
+        if !sim_regions.is_empty() {
+            refuse_servers_made_elsewhere(client, args.namespace.as_deref(), &sim_regions).await?;
             let cloud = server_simcloud::SimCloud::new(server_simcloud::CloudConfig::new(args.sim_seed));
-            let port = cloud.port();
-            Ok(args
-                .sim_regions
-                .iter()
-                .fold(CloudRegistry::new(), |registry, region| registry.with(region, port.clone())))
-        }
-        CloudKind::Openstack => {
-            let hook = Some(metrics.login_failure_hook());
-            let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook).await?;
-            if registry.regions().next().is_none() {
-                anyhow::bail!(
-                    "--cloud openstack needs at least one --openstack-config REGION_ID=FILE or --openstack-secret REGION_ID=NAMESPACE/NAME"
-                );
+            for region in sim_regions {
+                if registry.get(&region).is_some() {
+                    anyhow::bail!(
+                        "region {region} is given both as an OpenStack region and as --sim-region; give it once"
+                    );
+                }
+                registry.insert(region, RegionCloud::simulated(cloud.port()));
             }
-            Ok(registry)
         }
+        registry
+    };
+    if registry.regions().next().is_none() {
+        anyhow::bail!(match args.cloud {
+            CloudKind::Openstack => {
+                "no region to serve: give at least one --openstack-config REGION_ID=FILE or --openstack-secret \
+                 REGION_ID=NAMESPACE/NAME"
+            }
+            #[cfg(feature = "sim")]
+            CloudKind::Sim => "no region to serve: give at least one --sim-region",
+        });
+    }
+    Ok(registry)
+}
+
+/// The simulated regions: those given, else region-a with --cloud sim.
+#[cfg(feature = "sim")]
+fn sim_regions(args: &Args) -> Vec<String> {
+    match (args.cloud, args.sim_regions.is_empty()) {
+        (CloudKind::Sim, true) => vec![DEFAULT_SIM_REGION.to_owned()],
+        _ => args.sim_regions.clone(),
     }
 }
 
-/// `--cloud sim` starts an empty cloud in this process: Servers some
-/// operator already acted on (they carry its finalizer) have their provider
-/// servers in another cloud — typically `demo --serve`'s, which lives in the
-/// demo's process — and this operator would report every one of them missing.
+/// The region `--cloud sim` serves when no --sim-region is given.
 #[cfg(feature = "sim")]
-async fn refuse_servers_made_elsewhere(client: &kube::Client, namespace: Option<&str>) -> anyhow::Result<()> {
+const DEFAULT_SIM_REGION: &str = "region-a";
+
+/// The simulated cloud starts empty in this process: Servers of its regions
+/// some operator already acted on (they carry its finalizer) have their
+/// provider servers in another cloud — typically `demo --serve`'s, which
+/// lives in the demo's process — and this operator would report every one of
+/// them missing.
+#[cfg(feature = "sim")]
+async fn refuse_servers_made_elsewhere(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    sim_regions: &[String],
+) -> anyhow::Result<()> {
     use kube::ResourceExt as _;
     let servers: kube::Api<server_kube::crd::Server> = match namespace {
         Some(namespace) => kube::Api::namespaced(client.clone(), namespace),
@@ -303,15 +334,18 @@ async fn refuse_servers_made_elsewhere(client: &kube::Client, namespace: Option<
     let listed = servers
         .list_metadata(&kube::api::ListParams::default())
         .await
-        .context("cannot list Servers to check that --cloud sim starts on an empty world")?;
+        .context("cannot list Servers to check that the simulated cloud starts on an empty world")?;
     let acted_on = listed
         .items
         .iter()
+        .filter(|server| {
+            server.labels().get(server_core::model::REGION_LABEL).is_some_and(|region| sim_regions.contains(region))
+        })
         .filter(|server| server.finalizers().iter().any(|f| f == server_core::model::SERVER_FINALIZER))
         .count();
     if acted_on > 0 {
         anyhow::bail!(
-            "--cloud sim starts an empty simulated cloud in this process, but {acted_on} Server(s) here already carry \
+            "the simulated cloud starts empty in this process, but {acted_on} Server(s) of its regions already carry \
              the controller's finalizer: their provider servers are in another cloud (`demo --serve` keeps its cloud \
              in its own process), so this operator would report them missing. Point it at an API server without \
              them, or use the playground's own operator."
@@ -320,26 +354,28 @@ async fn refuse_servers_made_elsewhere(client: &kube::Client, namespace: Option<
     Ok(())
 }
 
-/// One OpenStack cloud per region, from files or from Secrets. Credentials
-/// are per identity (OpenstackIdentity), never in this configuration.
+/// One OpenStack cloud per region, from files or from Secrets, each with the
+/// OpenStack identity source. Credentials are per identity
+/// (OpenstackIdentity), never in this configuration.
 pub(crate) async fn openstack_clouds(
     configs: &[(String, String)],
     secrets: &[(String, String)],
     client: &kube::Client,
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
 ) -> anyhow::Result<CloudRegistry> {
-    let mut registry = CloudRegistry::new();
+    let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
     for (region, path) in configs {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
-        registry.insert(
-            region,
-            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
-                .with_context(|| format!("region {region}"))?
-                .port(),
-        );
+        let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
+            .with_context(|| format!("region {region}"))?
+            .port();
+        if registry.get(region).is_some() {
+            anyhow::bail!("region {region} is given twice; give each region once");
+        }
+        registry.insert(region, RegionCloud::openstack(port));
     }
     for (region, secret) in secrets {
         let (namespace, name) = secret
@@ -357,12 +393,13 @@ pub(crate) async fn openstack_clouds(
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
-        registry.insert(
-            region,
-            OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
-                .with_context(|| format!("region {region}"))?
-                .port(),
-        );
+        let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
+            .with_context(|| format!("region {region}"))?
+            .port();
+        if registry.get(region).is_some() {
+            anyhow::bail!("region {region} is given twice; give each region once");
+        }
+        registry.insert(region, RegionCloud::openstack(port));
     }
     Ok(registry)
 }
@@ -396,7 +433,11 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     let metrics = Arc::new(OperatorMetrics::register(&mut registry));
     let clouds = clouds(args, &client, &metrics).await?;
     let leader_election = lease_config(args, &client)?;
-    let regions = clouds.regions().collect::<Vec<_>>().join(",");
+    let regions = clouds
+        .regions()
+        .filter_map(|region| Some(format!("{region}={}", clouds.get(region)?.provider())))
+        .collect::<Vec<_>>()
+        .join(",");
     let leader_lease = match &leader_election {
         Some(lease) => format!("{}/{}", lease.namespace, lease.name),
         None => "off".to_owned(),
@@ -500,6 +541,22 @@ mod tests {
             let error = parse(&[flag.as_str()]).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--concurrency"), "{refused}: {error}");
         }
+    }
+
+    #[cfg(feature = "sim")]
+    #[test]
+    fn each_region_flag_gives_its_kind_and_cloud_sim_alone_serves_region_a() {
+        let parse = |args: &[&str]| Command::try_parse_from(["run"].iter().chain(args)).map(|c| c.args);
+        let sim_alone = parse(&["--cloud", "sim"]).map(|args| sim_regions(&args)).ok();
+        assert_eq!(sim_alone, Some(vec![DEFAULT_SIM_REGION.to_owned()]));
+        let named = parse(&["--cloud", "sim", "--sim-region", "region-x"]).map(|args| sim_regions(&args)).ok();
+        assert_eq!(named, Some(vec!["region-x".to_owned()]));
+        // OpenStack by default: no simulated region unless one is named.
+        let openstack = parse(&["--openstack-config", "region-o=o.json"]).map(|args| sim_regions(&args)).ok();
+        assert_eq!(openstack, Some(vec![]));
+        let mixed = parse(&["--openstack-config", "region-o=o.json", "--sim-region", "region-s"]).ok();
+        assert_eq!(mixed.as_ref().map(sim_regions), Some(vec!["region-s".to_owned()]));
+        assert_eq!(mixed.map(|args| args.openstack_configs), Some(vec![("region-o".into(), "o.json".into())]));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 use serde_json::Value;
 
+use super::facts::RegionUnserved;
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
 use crate::port::{CloudError, CreateRequest, ServerRef};
@@ -133,6 +134,10 @@ pub enum Wait {
     ProviderUnknown { reason: String },
     /// There is no cloud account to ask as (the identity is gone).
     NoCloudAccount,
+    /// This controller has no cloud for the Server's region; nothing is
+    /// created or deleted until one serves it (passes go on, so a Region or
+    /// configuration fix is picked up).
+    RegionUnserved(RegionUnserved),
     /// Deleting: the provider could not be asked whether the server exists.
     ProviderUnknownBeforeDelete { reason: String },
     /// A create was sent; its server is expected to appear.
@@ -163,6 +168,9 @@ impl Wait {
             Wait::IdentityNotReady => "Waiting for the identity to become ready".into(),
             Wait::ProviderUnknown { reason } => format!("Waiting for the provider to answer: {reason}"),
             Wait::NoCloudAccount => "Waiting for the identity's cloud account to act on the provider".into(),
+            Wait::RegionUnserved(unserved) => {
+                format!("Waiting for a cloud for region {}: {}", unserved.region(), unserved.message())
+            }
             Wait::ProviderUnknownBeforeDelete { reason } => {
                 format!("Waiting for the provider to answer before deleting: {reason}")
             }

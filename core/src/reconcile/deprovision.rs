@@ -16,6 +16,9 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
         ProviderView::Unknown(reason) => {
             plan.finish(Outcome::Yield(Wait::ProviderUnknownBeforeDelete { reason: reason.clone() }))
         }
+        // The provider server may exist in a cloud this controller cannot
+        // reach: the Server keeps its finalizer until one serves the region.
+        ProviderView::RegionUnserved(unserved) => plan.finish(Outcome::Yield(Wait::RegionUnserved(unserved.clone()))),
         // No identity, no project that could hold a provider server: nothing
         // to delete, so the Server is released, and a person is told.
         ProviderView::NoIdentity => {

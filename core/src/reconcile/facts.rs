@@ -13,11 +13,63 @@ pub enum ProviderView {
     Absent,
     /// The read failed or timed out; the reason is for logs and status.
     Unknown(String),
-    /// There is no cloud account to ask as: the Server's Identity (or its
-    /// OpenstackIdentity) is gone, so no provider project can hold a server
+    /// There is no cloud account to ask as: the Server's Identity (or what
+    /// its region's identity source reads, e.g. an OpenstackIdentity) is
+    /// gone, so no provider project can hold a server
     /// of it. Like `Unknown` it never leads to a create or a delete; a
     /// deleting Server is then released without one.
     NoIdentity,
+    /// This controller has no cloud for the Server's region (why is typed).
+    /// Like `Unknown` it never leads to a create or a delete, and a deleting
+    /// Server is not released: its provider server may live in a cloud this
+    /// controller cannot reach.
+    RegionUnserved(RegionUnserved),
+}
+
+/// Why this controller cannot ask the provider of a Server's region. The
+/// names come from the controller's configuration and the Region resource
+/// (`spec.provider`, at most 63 characters in uni-region's schema).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegionUnserved {
+    /// No cloud is configured for the region here; `provider` is what its
+    /// Region resource names, when one is known.
+    NotConfigured { region: String, provider: Option<String> },
+    /// The Region resource names a provider this controller cannot act on.
+    UnsupportedProvider { region: String, provider: String },
+    /// The Region resource names another provider than the cloud this
+    /// controller is configured with for the region.
+    ProviderMismatch { region: String, declared: String, configured: String },
+}
+
+impl RegionUnserved {
+    pub fn region(&self) -> &str {
+        match self {
+            RegionUnserved::NotConfigured { region, .. }
+            | RegionUnserved::UnsupportedProvider { region, .. }
+            | RegionUnserved::ProviderMismatch { region, .. } => region,
+        }
+    }
+
+    /// What is wrong and what to fix, in one sentence.
+    pub fn message(&self) -> String {
+        match self {
+            RegionUnserved::NotConfigured { region, provider: None } => {
+                format!("no cloud is configured for region {region} in this controller; configure one for it")
+            }
+            RegionUnserved::NotConfigured { region, provider: Some(provider) } => format!(
+                "region {region}'s Region resource names provider {provider:?}, but no cloud is configured for it in \
+                 this controller; configure one for it"
+            ),
+            RegionUnserved::UnsupportedProvider { region, provider } => format!(
+                "region {region}'s Region resource names provider {provider:?}, which this controller does not \
+                 support; a controller for that provider must serve it"
+            ),
+            RegionUnserved::ProviderMismatch { region, declared, configured } => format!(
+                "region {region}'s Region resource names provider {declared:?}, but this controller is configured \
+                 with a {configured} cloud for it; correct the Region or the controller's configuration"
+            ),
+        }
+    }
 }
 
 impl ProviderView {

@@ -13,7 +13,7 @@ mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
-pub use facts::{Facts, ProviderView};
+pub use facts::{Facts, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use options::Options;
 

@@ -104,6 +104,7 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
 fn waiting_for(view: &ProviderView) -> Wait {
     match view {
         ProviderView::Unknown(reason) => Wait::ProviderUnknown { reason: reason.clone() },
+        ProviderView::RegionUnserved(unserved) => Wait::RegionUnserved(unserved.clone()),
         _ => Wait::NoCloudAccount,
     }
 }

@@ -1,20 +1,28 @@
-//! Cloud access: the cloud port of each region, the identity a Server calls
-//! it as, and the provider's view of one Server through them. The pass's
-//! facts, the monitor and `explain` reach a cloud only through here.
+//! Cloud access: the cloud of each region (its port, its kind, its identity
+//! source), the identity a Server calls it as, and the provider's view of
+//! one Server through them. The pass's facts, the monitor and `explain`
+//! reach a cloud only through here, and nothing outside the identity sources
+//! knows what an identity is read from.
 
+mod identity;
 mod openstack_identity;
+mod provider;
 mod registry;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use server_core::ProviderView;
+use kube::Client;
 use server_core::model::Server;
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
+use server_core::{ProviderView, RegionUnserved};
 
-pub use registry::CloudRegistry;
+pub(crate) use provider::DeclaredProvider;
+pub use provider::ProviderKind;
+pub use registry::{CloudRegistry, RegionCloud};
 
-use crate::crd::OpenstackIdentity;
+use crate::cache::Caches;
+use crate::error::Error;
 
 /// The cloud of a Server's region, with the identity to call it as.
 #[derive(Clone)]
@@ -57,35 +65,92 @@ impl CloudHandle {
 
 /// Why a Server's cloud cannot be called; the provider's view is then
 /// unknown and the pass yields (so an identity too new for the cache only
-/// delays it).
+/// delays it), or, for a region this controller does not serve, the core's
+/// typed wait.
 #[derive(Clone, Debug, thiserror::Error)]
 pub(crate) enum NoCloud {
-    #[error("no cloud is configured for region {region}")]
-    NoRegion { region: String },
-    #[error("OpenstackIdentity {namespace}/{name} not found")]
-    NoIdentity { namespace: String, name: String },
+    #[error("{}", .0.message())]
+    Unserved(RegionUnserved),
+    #[error("{reads} {namespace}/{name} not found")]
+    NoIdentity { reads: &'static str, namespace: String, name: String },
+}
+
+impl NoCloud {
+    /// The provider's view when the cloud cannot be called; `identity_gone`
+    /// says (for a deleting Server) whether its identity is gone for good,
+    /// which releases it even in a region this controller does not serve.
+    pub(crate) fn view(&self, identity_gone: bool) -> ProviderView {
+        match self {
+            _ if identity_gone => ProviderView::NoIdentity,
+            NoCloud::Unserved(unserved) => ProviderView::RegionUnserved(unserved.clone()),
+            NoCloud::NoIdentity { .. } => ProviderView::Unknown(self.to_string()),
+        }
+    }
 }
 
 impl CloudRegistry {
     /// The cloud of `region_id`, called as the identity `identity_id` of
-    /// `namespace`, whose OpenstackIdentity (the cached or live copy the
-    /// caller read) is `identity`. Credentials go to the cloud port only,
-    /// never into logs; outdated ones make the cloud refuse the call, and
-    /// the provider's view is then unknown.
-    pub(crate) fn handle(
+    /// `namespace` as the region's identity source finds it in the caches.
+    pub(crate) fn cached_handle(
         &self,
+        caches: &Caches,
         namespace: &str,
         region_id: &str,
         identity_id: &str,
-        identity: Option<&OpenstackIdentity>,
         timeout: Duration,
     ) -> Result<CloudHandle, NoCloud> {
-        let cloud = self.get(region_id).ok_or_else(|| NoCloud::NoRegion { region: region_id.to_owned() })?;
-        let identity = identity
-            .map(|identity| openstack_identity::context_from(identity, region_id, identity_id))
-            .ok_or_else(|| NoCloud::NoIdentity { namespace: namespace.to_owned(), name: identity_id.to_owned() })?;
-        Ok(CloudHandle { cloud: cloud.clone(), identity, timeout })
+        let region = self.serving(region_id).map_err(NoCloud::Unserved)?;
+        let identity = region.identity.cached(caches, namespace, region_id, identity_id);
+        handle(region, namespace, identity_id, identity, timeout)
     }
+
+    /// [`CloudRegistry::cached_handle`] with the identity read live.
+    pub(crate) async fn live_handle(
+        &self,
+        client: &Client,
+        namespace: &str,
+        region_id: &str,
+        identity_id: &str,
+        timeout: Duration,
+    ) -> Result<Result<CloudHandle, NoCloud>, Error> {
+        let region = match self.serving(region_id) {
+            Ok(region) => region,
+            Err(unserved) => return Ok(Err(NoCloud::Unserved(unserved))),
+        };
+        let identity = region.identity.live(client, namespace, region_id, identity_id).await?;
+        Ok(handle(region, namespace, identity_id, identity, timeout))
+    }
+
+    /// Whether the identity source of `region_id` no longer finds
+    /// `identity_id`, read live (a cache too new to hold it must not release
+    /// a Server). `false` for a region this controller does not serve.
+    pub(crate) async fn identity_gone_live(
+        &self,
+        client: &Client,
+        namespace: &str,
+        region_id: &str,
+        identity_id: &str,
+    ) -> Result<bool, Error> {
+        match self.serving(region_id) {
+            Ok(region) => Ok(region.identity.live(client, namespace, region_id, identity_id).await?.is_none()),
+            Err(_) => Ok(false),
+        }
+    }
+}
+
+fn handle(
+    region: &RegionCloud,
+    namespace: &str,
+    identity_id: &str,
+    identity: Option<IdentityContext>,
+    timeout: Duration,
+) -> Result<CloudHandle, NoCloud> {
+    let identity = identity.ok_or_else(|| NoCloud::NoIdentity {
+        reads: region.identity.reads(),
+        namespace: namespace.to_owned(),
+        name: identity_id.to_owned(),
+    })?;
+    Ok(CloudHandle { cloud: region.port.clone(), identity, timeout })
 }
 
 /// How the cloud port names a Server.

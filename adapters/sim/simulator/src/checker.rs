@@ -50,7 +50,9 @@ impl PassRead {
             provider: match provider {
                 ProviderView::Present(_) => ProviderKind::Present,
                 ProviderView::Absent => ProviderKind::Absent,
-                ProviderView::Unknown(_) | ProviderView::NoIdentity => ProviderKind::Unknown,
+                ProviderView::Unknown(_) | ProviderView::NoIdentity | ProviderView::RegionUnserved(_) => {
+                    ProviderKind::Unknown
+                }
             },
             record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
         }

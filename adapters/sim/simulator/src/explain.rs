@@ -67,6 +67,7 @@ pub(crate) fn view(view: &ProviderView) -> String {
         ProviderView::Absent => "absent".into(),
         ProviderView::Unknown(reason) => format!("unknown({reason})"),
         ProviderView::NoIdentity => "no-identity".into(),
+        ProviderView::RegionUnserved(unserved) => format!("region-unserved({})", unserved.region()),
     }
 }
 

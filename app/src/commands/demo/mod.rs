@@ -25,7 +25,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase};
 use server_core::{Lifecycle, ParkKind};
-use server_kube::{CloudRegistry, ControllerConfig, Operator};
+use server_kube::{CloudRegistry, ControllerConfig, Operator, RegionCloud};
 use server_sim_testbed::{CloudBed, CloudPath};
 use server_simcloud::{CloudConfig, Fate, SimCloud};
 use server_simkube::{Patch, PatchKind};
@@ -247,7 +247,9 @@ async fn cloud_registry(kind: CloudKind, cloud: &SimCloud) -> anyhow::Result<(Cl
         bed.seed_neutron(&tenant, "networks", network);
     }
     bed.seed_neutron(&tenant, "securitygroups", world::SECURITY_GROUP);
-    Ok((CloudRegistry::new().with(REGION, bed.port()?), bed))
+    // Both paths stand in for an OpenStack region: the tenant has its
+    // OpenstackIdentity, and SimCloud models Nova.
+    Ok((CloudRegistry::new().with(REGION, RegionCloud::openstack(bed.port()?)), bed))
 }
 
 fn progress_bar(args: &Args) -> ProgressBar {
