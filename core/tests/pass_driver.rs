@@ -305,3 +305,19 @@ fn a_swapped_follow_up_rule_judges_failures() {
     let (outcome, _) = store.drive(pass);
     assert_eq!(outcome, Outcome::Done);
 }
+
+/// A deletion pass that releases the Server persists it without our
+/// finalizer, and with every other controller's finalizer kept.
+#[test]
+fn a_released_server_is_persisted_without_our_finalizer_and_with_the_others() {
+    let mut server = adopted();
+    server.meta.finalizers.push("backup.example.com/protect".into());
+    server.meta.deleting = true;
+    let facts = referenced_facts(&server);
+    let mut store = Store::new(&server);
+    let (outcome, persisted) = store.pass(&facts, 10);
+    assert_eq!(outcome, Outcome::Done);
+    assert_eq!(store.ran.last(), Some(&"RemoveFinalizer"), "{:?}", store.ran);
+    assert_eq!(persisted.meta.finalizers, ["backup.example.com/protect"]);
+    assert_eq!(persisted, store.server);
+}

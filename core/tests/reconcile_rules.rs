@@ -6,7 +6,7 @@ mod support;
 use server_core::Park;
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, Detail, IDENTITY_LABEL,
-    ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
+    NetworkAttachment, ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
     reference_finalizer,
 };
 use server_core::port::CloudError;
@@ -199,6 +199,23 @@ fn duplicate_ids_are_rejected_before_anything_is_touched() {
     let Outcome::Terminal(Park::InvalidSpec { message }) = &decision.outcome else { panic!("{:?}", decision.outcome) };
     assert!(message.contains("sg-a") && message.contains("more than once"), "{message}");
     assert!(decision.actions.iter().all(|a| matches!(a, Action::WriteStatus(_))));
+}
+
+/// Several distinct IDs of one kind are a valid spec; a repeat is found
+/// wherever it is, also among more than two.
+#[test]
+fn distinct_ids_pass_and_a_repeat_among_three_is_rejected() {
+    let mut server = server();
+    server.spec.networks.push(NetworkAttachment { id: "net-old".into(), allowed_address_pairs: vec![] });
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    assert!(!matches!(decision.outcome, Outcome::Terminal(_) | Outcome::Error(_)), "{:?}", decision.outcome);
+    assert_eq!(creates(&decision), 1);
+
+    server.spec.networks.push(NetworkAttachment { id: "net-a".into(), allowed_address_pairs: vec![] });
+    let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
+    let Outcome::Terminal(Park::InvalidSpec { message }) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    assert!(message.contains("net-a") && message.contains("more than once"), "{message}");
+    assert_eq!(creates(&decision), 0);
 }
 
 #[test]

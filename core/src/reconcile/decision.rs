@@ -17,10 +17,6 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub fn provider_actions(&self) -> impl Iterator<Item = &Action> {
-        self.actions.iter().filter(|a| matches!(a, Action::CreateProviderServer(_) | Action::DeleteProviderServer(_)))
-    }
-
     pub fn events(&self) -> impl Iterator<Item = &Event> {
         self.actions.iter().filter_map(|a| match a {
             Action::Emit(event) => Some(event),

@@ -51,3 +51,18 @@ impl Default for Options {
         Options { provider_create_max_attempts: Self::DEFAULT_MAX_ATTEMPTS, create_grace: Self::DEFAULT_CREATE_GRACE }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An issued create's grace is a fixed number of request timeouts (the
+    /// default timeout gives the default grace), and a huge timeout
+    /// saturates instead of overflowing.
+    #[test]
+    fn the_create_grace_is_ten_request_timeouts_and_saturates() {
+        assert_eq!(Options::grace_for_timeout(Duration::from_secs(60)), Options::DEFAULT_CREATE_GRACE);
+        assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(50));
+        assert_eq!(Options::grace_for_timeout(Duration::MAX), Duration::MAX);
+    }
+}

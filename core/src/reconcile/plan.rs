@@ -143,3 +143,22 @@ fn available_for(outcome: &Outcome, deleting: bool) -> (ConditionStatus, Conditi
         (Outcome::Error(error), _) => (ConditionStatus::False, ConditionReason::Errored, error.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A note about a provisioned server (e.g. a spec change not applied)
+    /// is never said of a Server being deleted: it is Deprovisioned.
+    #[test]
+    fn a_deleting_pass_says_deprovisioned_without_the_provisioned_note() {
+        let note = "spec.flavorID is \"b\" but the server was created with \"a\"";
+        for (deleting, expected) in [(false, format!("Provisioned; {note}")), (true, "Deprovisioned".to_owned())] {
+            let mut plan = Plan::new(&ServerStatus::default(), deleting, Timestamp::UNIX_EPOCH);
+            plan.note_provisioned(note.to_owned());
+            let decision = plan.finish(Outcome::Done);
+            let available = decision.status.condition(ConditionType::Available).map(|c| c.message.clone());
+            assert_eq!(available, Some(expected));
+        }
+    }
+}
