@@ -60,9 +60,9 @@ mod tests {
     /// default timeout gives the default grace), and a huge timeout
     /// saturates instead of overflowing.
     #[test]
-    fn the_create_grace_is_ten_request_timeouts_and_saturates() {
+    fn the_create_grace_is_two_request_timeouts_and_saturates() {
         assert_eq!(Options::grace_for_timeout(Duration::from_secs(60)), Options::DEFAULT_CREATE_GRACE);
-        assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(50));
+        assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(10));
         assert_eq!(Options::grace_for_timeout(Duration::MAX), Duration::MAX);
     }
 }
