@@ -33,6 +33,11 @@ struct ActionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReadLabel {
+    how: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PhaseLabel {
     phase: String,
 }
@@ -45,6 +50,7 @@ pub(crate) struct OperatorMetrics {
     retries: Family<StageLabel, Counter>,
     events: Family<ReasonLabel, Counter>,
     action_failures: Family<ActionLabel, Counter>,
+    provider_reads: Family<ReadLabel, Counter>,
     monitor_poll_duration: Histogram,
     monitor_patches: Counter,
     monitor_group_failures: Counter,
@@ -63,6 +69,7 @@ impl OperatorMetrics {
             retries: Family::default(),
             events: Family::default(),
             action_failures: Family::default(),
+            provider_reads: Family::default(),
             monitor_poll_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             monitor_patches: Counter::default(),
             monitor_group_failures: Counter::default(),
@@ -81,6 +88,12 @@ impl OperatorMetrics {
         );
         sub.register("events", "Kubernetes Events emitted by reason", metrics.events.clone());
         sub.register("action_failures", "Failed actions of a decision by kind", metrics.action_failures.clone());
+        sub.register(
+            "provider_reads",
+            "How passes came by the provider's view: listed (the monitor's latest list was enough), unlisted (none \
+             held), or why a live read was needed",
+            metrics.provider_reads.clone(),
+        );
         sub.register(
             "monitor_poll_duration_seconds",
             "Duration of one monitor poll of every Server",
@@ -151,6 +164,10 @@ impl server_kube::Metrics for OperatorMetrics {
         }
     }
 
+    fn provider_read(&self, how: &str) {
+        self.provider_reads.get_or_create(&ReadLabel { how: how.to_owned() }).inc();
+    }
+
     fn monitor_poll_finished(&self, duration: Duration, patched: usize) {
         self.monitor_poll_duration.observe(duration.as_secs_f64());
         self.monitor_patches.inc_by(patched as u64);
@@ -188,11 +205,16 @@ mod tests {
         metrics.event_emitted(EventReason::ProviderCreateFailed);
         metrics.reconcile_finished("done", Duration::from_millis(3));
         metrics.servers_by_phase(&BTreeMap::from([("Running".to_owned(), 4)]));
+        metrics.provider_read("listed");
+        metrics.provider_read("listed");
+        metrics.provider_read("changes_the_provider");
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
         assert!(text.contains("server_controller_provider_create_retries_total{stage=\"started\"} 2"), "{text}");
         assert!(text.contains("server_controller_provider_create_retries_total{stage=\"exhausted\"} 1"), "{text}");
         assert!(text.contains("server_controller_reconciles_total{outcome=\"done\"} 1"), "{text}");
         assert!(text.contains("server_controller_servers{phase=\"Running\"} 4"), "{text}");
+        assert!(text.contains("server_controller_provider_reads_total{how=\"listed\"} 2"), "{text}");
+        assert!(text.contains("server_controller_provider_reads_total{how=\"changes_the_provider\"} 1"), "{text}");
     }
 }

@@ -229,7 +229,11 @@ mod tests {
         server
     }
 
-    const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::ZERO };
+    const OPTIONS: Options = Options {
+        provider_create_max_attempts: 3,
+        create_grace: std::time::Duration::ZERO,
+        listed_view_max_age: Options::DEFAULT_LISTED_VIEW_MAX_AGE,
+    };
     const ERRORED: Option<(ConditionStatus, ConditionReason)> =
         Some((ConditionStatus::False, ConditionReason::Errored));
     const PROVISIONED: Option<(ConditionStatus, ConditionReason)> =

@@ -468,7 +468,11 @@ fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
 /// sequence model in invariants.rs).
 #[test]
 fn a_failed_create_is_counted_once_even_when_a_reset_brings_the_counter_back_to_its_attempt() {
-    let options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
+    let options = Options {
+        provider_create_max_attempts: 3,
+        create_grace: std::time::Duration::from_secs(60),
+        listed_view_max_age: Options::DEFAULT_LISTED_VIEW_MAX_AGE,
+    };
     let mut server = create_failed(0);
     // The failed server's create was issued as attempt 1, long ago.
     server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), format!("1@{}", at(1)));

@@ -15,7 +15,11 @@ use server_core::reconcile::{
 };
 use support::*;
 
-const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
+const OPTIONS: Options = Options {
+    provider_create_max_attempts: 3,
+    create_grace: std::time::Duration::from_secs(60),
+    listed_view_max_age: Options::DEFAULT_LISTED_VIEW_MAX_AGE,
+};
 
 #[test]
 fn a_new_server_gets_its_finalizer_references_then_a_create() {

@@ -8,7 +8,11 @@ use server_core::model::{ConditionReason, ConditionStatus, Tag};
 use server_core::reconcile::{Action, Options, Outcome, reconcile};
 use support::*;
 
-const OPTIONS: Options = Options { provider_create_max_attempts: 3, create_grace: std::time::Duration::from_secs(60) };
+const OPTIONS: Options = Options {
+    provider_create_max_attempts: 3,
+    create_grace: std::time::Duration::from_secs(60),
+    listed_view_max_age: Options::DEFAULT_LISTED_VIEW_MAX_AGE,
+};
 
 /// A Server whose create ran (the issued note recorded its spec) and whose
 /// provider server is now present.

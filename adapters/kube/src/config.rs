@@ -63,9 +63,14 @@ impl ControllerConfig {
 
     /// The options the rules run with: `options`, with the grace of an
     /// issued create set to its fixed multiple of `cloud_timeout` (a create
-    /// may be carried out after its call timed out).
+    /// may be carried out after its call timed out), and the oldest listed
+    /// provider view a pass may decide from to its fixed multiple of
+    /// `monitor_interval` (one missed poll).
     pub fn rule_options(&self) -> server_core::Options {
-        self.options.with_create_grace(server_core::Options::grace_for_timeout(self.cloud_timeout))
+        use server_core::Options;
+        self.options
+            .with_create_grace(Options::grace_for_timeout(self.cloud_timeout))
+            .with_listed_view_max_age(Options::listed_view_max_age_for_interval(self.monitor_interval))
     }
 }
 

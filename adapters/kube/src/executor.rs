@@ -12,12 +12,14 @@ use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Decision, Outcome, Park, Pass, Wait, needs_facts, reconcile};
+use server_core::{
+    Action, ActionFailure, Decision, Outcome, Park, Pass, ProviderRead, Wait, live_read_needed, needs_facts, reconcile,
+};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::cached::CachedServer;
-use crate::cloud::{CloudHandle, CloudRegistry};
+use crate::cloud::{CloudHandle, CloudRegistry, GroupKey, ProviderListings, group_of};
 use crate::config::ControllerConfig;
 use crate::consumed::Finalizers;
 use crate::crd::Server;
@@ -34,6 +36,9 @@ pub(crate) struct Executor {
     /// Writes the reference finalizers on consumed objects, coalesced per object.
     pub(crate) references: Arc<ReferenceWriter>,
     pub(crate) clouds: CloudRegistry,
+    /// The monitor's latest lists (and this controller's create answers):
+    /// where a pass takes its provider view from when the core allows.
+    pub(crate) listings: ProviderListings,
     pub(crate) events: EventPublisher,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
@@ -56,20 +61,34 @@ impl Executor {
         let Some(mut server) = object.core() else {
             return Ok(self.report_unreadable(object).await);
         };
-        let gathered = if needs_facts(&server) {
-            gather(&self.client, caches, &self.clouds, self.config.cloud_timeout, &server).await?
+        let mut gathered = if needs_facts(&server) {
+            gather(&self.client, caches, &self.clouds, &self.listings, self.config.cloud_timeout, &server).await?
         } else {
             Gathered::skipped()
         };
         let now = now();
-        let mut decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
+        let options = self.config.rule_options();
+        let mut decision = reconcile(&server, &gathered.facts, &options, now);
+        if let ProviderRead::Listed { .. } = gathered.facts.provider_read {
+            // The core says whether the listed view may decide this pass.
+            match live_read_needed(&server, &gathered.facts, &decision, &options, now) {
+                None => self.metrics.provider_read("listed"),
+                Some(why) => {
+                    self.metrics.provider_read(why.label());
+                    gathered.read_live(&server).await;
+                    decision = reconcile(&server, &gathered.facts, &options, now);
+                }
+            }
+        } else if gathered.cloud.is_ok() {
+            self.metrics.provider_read("unlisted");
+        }
         if creates(&decision) && object.content.as_ref().is_ok_and(|content| content.has_user_data) {
             // The cache leaves user data out: read it for the create alone.
             match self.live_user_data(&server).await? {
                 Some(user_data) => server.spec.user_data = Some(user_data),
                 None => return Ok(Outcome::Yield(Wait::ServerChanged)),
             }
-            decision = reconcile(&server, &gathered.facts, &self.config.rule_options(), now);
+            decision = reconcile(&server, &gathered.facts, &options, now);
         }
         debug!(
             server = %server.meta.name,
@@ -85,6 +104,8 @@ impl Executor {
             resource_version: object.resource_version().unwrap_or_default(),
             name: server.meta.name.clone(),
             namespace: server.meta.namespace.clone(),
+            uid: server.meta.uid.clone(),
+            group: group_of(&server),
             cloud: gathered.cloud,
         };
         let mut pass = Pass::decided(server, decision, now);
@@ -143,6 +164,9 @@ struct ActionIo<'a> {
     resource_version: String,
     name: String,
     namespace: String,
+    uid: String,
+    /// Where the Server's provider server is listed (create answers are kept there).
+    group: Option<GroupKey>,
     cloud: Result<CloudHandle, String>,
 }
 
@@ -195,10 +219,20 @@ impl ActionIo<'_> {
                 let cloud = self.cloud()?;
                 let created = cloud.call(|c| c.create(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
                 info!(server = %self.name, namespace = %self.namespace, provider_id = %created.id, "provider server created");
+                if let Some(group) = &self.group {
+                    // The answer shows the server exists now: the next pass
+                    // may decide from it (the core's rule says when).
+                    let at = jiff::Timestamp::now();
+                    self.executor.listings.record_answer(group.clone(), &self.uid, created, at);
+                }
                 Ok(())
             }
             Action::DeleteProviderServer(server) => {
                 let cloud = self.cloud()?;
+                if let Some(group) = &self.group {
+                    // What was listed or answered about it no longer stands.
+                    self.executor.listings.forget(group, &self.uid);
+                }
                 let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
                 // Each pass re-sends the idempotent delete until the server is
                 // gone: one INFO line when it is, the repeats at DEBUG.

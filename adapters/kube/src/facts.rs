@@ -1,17 +1,19 @@
 //! Gathers the facts of one pass: each consumed kind as the core's
 //! `ResourceKind::scope` says (from the caches, confirmed live where a
-//! lagging cache could mislead), and the provider's view through the cloud
-//! port, read on every pass. Reads only; it decides nothing.
+//! lagging cache could mislead), and the provider's view: from the
+//! monitor's latest list when one is held, else through the cloud port.
+//! Whether a listed view is enough is the core's `live_read_needed`; when it
+//! is not, [`Gathered::read_live`] asks the cloud. Reads only; it decides nothing.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
-use server_core::{Facts, ProviderView};
+use server_core::{Facts, ProviderRead, ProviderView};
 
 use crate::cache::Caches;
-use crate::cloud::{CloudHandle, CloudRegistry};
+use crate::cloud::{CloudHandle, CloudRegistry, ProviderListings, group_of};
 use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
 use crate::error::Error;
 
@@ -35,11 +37,13 @@ impl Gathered {
 
 /// Reads everything the core needs about `server`: the consumed resources
 /// from the caches (live when they must be confirmed), the provider's view
-/// from its cloud, always live.
+/// from the latest list of its group in `listings` when there is one, else
+/// from its cloud.
 pub(crate) async fn gather(
     client: &Client,
     caches: &Caches,
     clouds: &CloudRegistry,
+    listings: &ProviderListings,
     cloud_timeout: Duration,
     server: &Server,
 ) -> Result<Gathered, Error> {
@@ -56,7 +60,13 @@ pub(crate) async fn gather(
         _ => None,
     };
     gathered.facts.provider = match &found {
-        Some(Ok(handle)) => handle.provider_view(server).await,
+        Some(Ok(handle)) => match group_of(server).and_then(|group| listings.view(&group, &server.meta.uid)) {
+            Some((view, at)) => {
+                gathered.facts.provider_read = ProviderRead::Listed { at };
+                view
+            }
+            None => handle.provider_view(server).await,
+        },
         Some(Err(no_cloud)) => {
             let gone = server.meta.deleting && identity_gone(client, clouds, server, &gathered.facts).await?;
             no_cloud.view(gone)
@@ -114,6 +124,14 @@ fn must_confirm(server: &Server, facts: &Facts) -> bool {
 }
 
 impl Gathered {
+    /// Replaces a listed provider view by one read from the cloud now.
+    pub(crate) async fn read_live(&mut self, server: &Server) {
+        if let Ok(handle) = &self.cloud {
+            self.facts.provider = handle.provider_view(server).await;
+            self.facts.provider_read = ProviderRead::Live;
+        }
+    }
+
     fn empty() -> Self {
         Gathered { facts: Facts::default(), cloud: Err(NO_LABELS.into()) }
     }

@@ -108,11 +108,13 @@ impl Operator {
         };
         let progress = Progress::default();
         let events = events::EventPublisher::new(acting.clone(), config.reporting_instance.clone());
+        let listings = cloud::ProviderListings::default();
         let monitor = Monitor {
             client: acting.clone(),
             clouds: clouds.clone(),
             config: config.clone(),
             metrics: metrics.clone(),
+            listings: listings.clone(),
             fence: fence.clone(),
         };
         let references = references::ReferenceWriter::new(acting.clone(), config.reference_patch, metrics.clone());
@@ -120,6 +122,7 @@ impl Operator {
             references,
             client: acting,
             clouds,
+            listings,
             events,
             config,
             metrics,

@@ -34,6 +34,14 @@ pub trait Metrics: Send + Sync {
         let _ = (kind, changes, retries);
     }
 
+    /// How a pass came by the provider's view: `listed` (the monitor's
+    /// latest list, or a create answer, was enough), `unlisted` (no list
+    /// held: read live), or why the core wanted a live read instead of the
+    /// listed view (`LiveRead::label`, e.g. `changes_the_provider`).
+    fn provider_read(&self, how: &str) {
+        let _ = how;
+    }
+
     /// One monitor poll finished: its duration and how many status patches it sent.
     fn monitor_poll_finished(&self, duration: Duration, patched: usize) {
         let _ = (duration, patched);

@@ -3,7 +3,8 @@
 //! cloud once for all its servers (as the identity the region's identity
 //! source finds in the caches), project each Server with `server_core::observe`, and
 //! patch only what changed, guarded by the resourceVersion the cache holds,
-//! a bounded number of patches at a time.
+//! a bounded number of patches at a time. Each list is kept (`listings`) so
+//! passes can take their provider view from it instead of asking the cloud.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
-use crate::cloud::CloudRegistry;
+use crate::cloud::{CloudRegistry, GroupKey, ProviderListings};
 use crate::config::ControllerConfig;
 use crate::crd::Server;
 use crate::error::{api_code, short_message};
@@ -47,6 +48,8 @@ pub(crate) struct Monitor {
     pub(crate) clouds: CloudRegistry,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
+    /// Where each group's latest list is kept for the passes.
+    pub(crate) listings: ProviderListings,
     /// Only the leader polls; `client` and `clouds` enforce it too.
     pub(crate) fence: crate::Fence,
 }
@@ -56,8 +59,6 @@ impl std::fmt::Debug for Monitor {
         f.debug_struct("Monitor").field("clouds", &self.clouds).finish_non_exhaustive()
     }
 }
-
-type GroupKey = (String, String, String);
 
 impl Monitor {
     /// Polls every interval until `shutdown` resolves.
@@ -114,10 +115,13 @@ impl Monitor {
         self.metrics.servers_by_phase(&phases);
 
         let mut patches = Vec::new();
-        for ((namespace, region, identity), members) in groups {
-            let Some(records) = self.list_group(caches, &namespace, &region, &identity).await else {
+        for (key, members) in groups {
+            let (namespace, region, identity) = &key;
+            // Before the list is sent, in whole seconds: no later than its start.
+            let listed_at = now();
+            let Some(records) = self.list_group(caches, namespace, region, identity).await else {
                 report.groups_failed += 1;
-                self.metrics.monitor_group_failed(&region);
+                self.metrics.monitor_group_failed(region);
                 continue;
             };
             report.groups += 1;
@@ -129,6 +133,8 @@ impl Monitor {
                     patches.push((server.meta, resource_version, patch));
                 }
             }
+            drop(by_uid);
+            self.listings.record_list(key, listed_at, records);
         }
         let results: Vec<PatchResult> = stream::iter(patches)
             .map(|(meta, resource_version, patch)| self.patch(meta, resource_version, patch))

@@ -1,5 +1,7 @@
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
+
 use crate::model::{Consumed, ResourceKind};
 use crate::port::ProviderServer;
 
@@ -79,6 +81,23 @@ impl ProviderView {
     }
 }
 
+/// How the pass came by its [`ProviderView`]. A view read in the pass is
+/// live; a listed one is what the provider said earlier without being asked
+/// about this Server: the monitor's latest list of the Server's (region,
+/// identity), or this controller's own create answer since. Whether a
+/// listed view is enough to act on is the core's rule,
+/// [`live_read_needed`](super::live_read_needed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProviderRead {
+    /// Asked in this pass.
+    #[default]
+    Live,
+    /// Remembered from `at`: no later than the list started (what it shows
+    /// existed then or later; what it lacks did not exist then), in whole
+    /// seconds as create notes are; or when a create's answer arrived.
+    Listed { at: Timestamp },
+}
+
 /// Everything one reconcile pass needs to know besides the Server itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Facts {
@@ -92,11 +111,18 @@ pub struct Facts {
     /// identity label change). Every one is released.
     pub other_identity_references: Vec<(ResourceKind, Consumed)>,
     pub provider: ProviderView,
+    /// Where `provider` came from.
+    pub provider_read: ProviderRead,
 }
 
 impl Default for Facts {
     fn default() -> Self {
-        Facts { consumed: BTreeMap::new(), other_identity_references: Vec::new(), provider: ProviderView::Absent }
+        Facts {
+            consumed: BTreeMap::new(),
+            other_identity_references: Vec::new(),
+            provider: ProviderView::Absent,
+            provider_read: ProviderRead::Live,
+        }
     }
 }
 

@@ -5,6 +5,7 @@ mod deprovision;
 mod facts;
 mod failure;
 pub(crate) mod issued;
+mod listed;
 mod options;
 mod plan;
 mod provision;
@@ -13,8 +14,9 @@ mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
-pub use facts::{Facts, ProviderView, RegionUnserved};
+pub use facts::{Facts, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
+pub use listed::{LiveRead, live_read_needed};
 pub use options::Options;
 
 use jiff::Timestamp;

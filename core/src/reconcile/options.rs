@@ -11,6 +11,11 @@ pub struct Options {
     /// flight (a slow Nova answers after the client gave up). The binary sets
     /// it to [`Options::GRACE_PER_TIMEOUT`] times the cloud request timeout.
     pub create_grace: Duration,
+    /// How old a listed provider view may be and still decide a pass that
+    /// changes nothing at the provider (see
+    /// [`live_read_needed`](super::live_read_needed)). The binary sets it to
+    /// [`Options::LISTS_PER_MAX_AGE`] monitor intervals: one missed poll.
+    pub listed_view_max_age: Duration,
 }
 
 impl Options {
@@ -25,6 +30,12 @@ impl Options {
     pub const GRACE_PER_TIMEOUT: u32 = 2;
     /// [`Options::GRACE_PER_TIMEOUT`] times the default 60 s request timeout.
     pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(120);
+    /// The oldest listed view that may decide a pass, in monitor intervals.
+    pub const LISTS_PER_MAX_AGE: u32 = 2;
+    /// The least maximum age: list and pass times are whole seconds.
+    pub const MIN_LISTED_VIEW_MAX_AGE: Duration = Duration::from_secs(2);
+    /// [`Options::LISTS_PER_MAX_AGE`] times the default 30 s monitor interval.
+    pub const DEFAULT_LISTED_VIEW_MAX_AGE: Duration = Duration::from_secs(60);
 
     pub fn with_max_attempts(max: i32) -> Self {
         Options { provider_create_max_attempts: max, ..Options::default() }
@@ -40,6 +51,18 @@ impl Options {
         self
     }
 
+    /// The oldest listed view for a monitor polling every `interval`: at
+    /// least [`Options::MIN_LISTED_VIEW_MAX_AGE`], since the times compared
+    /// are whole seconds.
+    pub fn listed_view_max_age_for_interval(interval: Duration) -> Duration {
+        interval.saturating_mul(Self::LISTS_PER_MAX_AGE).max(Self::MIN_LISTED_VIEW_MAX_AGE)
+    }
+
+    pub fn with_listed_view_max_age(mut self, max_age: Duration) -> Self {
+        self.listed_view_max_age = max_age;
+        self
+    }
+
     /// The effective cap, never below one attempt.
     pub fn max_attempts(&self) -> i32 {
         self.provider_create_max_attempts.max(1)
@@ -48,7 +71,11 @@ impl Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { provider_create_max_attempts: Self::DEFAULT_MAX_ATTEMPTS, create_grace: Self::DEFAULT_CREATE_GRACE }
+        Options {
+            provider_create_max_attempts: Self::DEFAULT_MAX_ATTEMPTS,
+            create_grace: Self::DEFAULT_CREATE_GRACE,
+            listed_view_max_age: Self::DEFAULT_LISTED_VIEW_MAX_AGE,
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! Cloud access: the cloud of each region (its port, its kind, its identity
-//! source), the identity a Server calls it as, and the provider's view of
-//! one Server through them. The pass's facts, the monitor and `explain`
-//! reach a cloud only through here, and nothing outside the identity sources
-//! knows what an identity is read from.
+//! source), the identity a Server calls it as, the provider's view of one
+//! Server through them, and the latest lists the monitor took (`listings`).
+//! The pass's facts, the monitor and `explain` reach a cloud only through
+//! here, and nothing outside the identity sources knows what an identity is
+//! read from.
 
 mod identity;
+mod listings;
 mod openstack_identity;
 mod provider;
 mod registry;
@@ -17,6 +19,7 @@ use server_core::model::Server;
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
 use server_core::{ProviderView, RegionUnserved};
 
+pub(crate) use listings::{GroupKey, ProviderListings};
 pub(crate) use provider::DeclaredProvider;
 pub use provider::ProviderKind;
 pub use registry::{CloudRegistry, RegionCloud};
@@ -151,6 +154,14 @@ fn handle(
         name: identity_id.to_owned(),
     })?;
     Ok(CloudHandle { cloud: region.port.clone(), identity, timeout })
+}
+
+/// The monitor group a Server's provider server is listed in: its
+/// (namespace, region, identity), `None` without both labels.
+pub(crate) fn group_of(server: &Server) -> Option<GroupKey> {
+    let region = server.meta.label(server_core::model::REGION_LABEL)?;
+    let identity = server.meta.label(server_core::model::IDENTITY_LABEL)?;
+    Some((server.meta.namespace.clone(), region.to_owned(), identity.to_owned()))
 }
 
 /// How the cloud port names a Server.

@@ -93,6 +93,12 @@ pub(crate) struct OperatorMetrics {
     /// Reconcile passes, any outcome.
     pub(crate) passes: f64,
     pub(crate) monitor_polls: f64,
+    /// Passes that took the provider's view from the monitor's latest list
+    /// (or a create answer) and acted on it.
+    pub(crate) listed_reads: f64,
+    /// Passes that read the provider live: no list held, or the core asked
+    /// for a live read.
+    pub(crate) live_reads: f64,
 }
 
 impl OperatorMetrics {
@@ -106,6 +112,10 @@ impl OperatorMetrics {
             match name {
                 "server_controller_reconciles_total" => metrics.passes += value,
                 "server_controller_monitor_poll_duration_seconds_count" => metrics.monitor_polls += value,
+                "server_controller_provider_reads_total" if series.contains("how=\"listed\"") => {
+                    metrics.listed_reads += value;
+                }
+                "server_controller_provider_reads_total" => metrics.live_reads += value,
                 _ => {}
             }
         }
@@ -212,13 +222,17 @@ mod tests {
     }
 
     #[test]
-    fn sums_passes_of_every_outcome_and_counts_polls() {
+    fn sums_passes_of_every_outcome_counts_polls_and_provider_reads() {
         let text = "# HELP server_controller_reconciles Reconcile passes by outcome\n\
             server_controller_reconciles_total{outcome=\"done\"} 7\n\
             server_controller_reconciles_total{outcome=\"yield\"} 3\n\
             server_controller_monitor_poll_duration_seconds_sum 1.5\n\
             server_controller_monitor_poll_duration_seconds_count 4\n\
-            server_controller_reconcile_duration_seconds_count 10\n";
-        assert_eq!(OperatorMetrics::parse(text), OperatorMetrics { passes: 10.0, monitor_polls: 4.0 });
+            server_controller_reconcile_duration_seconds_count 10\n\
+            server_controller_provider_reads_total{how=\"listed\"} 6\n\
+            server_controller_provider_reads_total{how=\"unlisted\"} 2\n\
+            server_controller_provider_reads_total{how=\"changes_the_provider\"} 1\n";
+        let expected = OperatorMetrics { passes: 10.0, monitor_polls: 4.0, listed_reads: 6.0, live_reads: 3.0 };
+        assert_eq!(OperatorMetrics::parse(text), expected);
     }
 }

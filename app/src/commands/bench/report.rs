@@ -37,6 +37,11 @@ pub(crate) struct SizeResult {
     pub(crate) cloud: CloudCounts,
     pub(crate) passes: f64,
     pub(crate) passes_per_server: f64,
+    /// Passes that acted on the monitor's latest list (or a create answer),
+    /// per Server.
+    pub(crate) listed_reads_per_server: f64,
+    /// Passes that read the provider live, per Server.
+    pub(crate) live_reads_per_server: f64,
     /// Peak RSS of this process: SimKube, the OpenStack simulator, SimCloud
     /// and the bench's own bookkeeping.
     pub(crate) rss_sims_bytes: u64,
@@ -75,6 +80,10 @@ pub(crate) struct CloudCounts {
     pub(crate) gets_per_server: f64,
     /// Nova server lists (pages included).
     pub(crate) server_lists: u64,
+    /// Every Nova request (create, get, list page, delete, action,
+    /// metadata), per Server: the cloud calls a Server costs, amortized
+    /// lists included.
+    pub(crate) nova_requests_per_server: f64,
     pub(crate) counters: OpenStackCounters,
 }
 
@@ -88,6 +97,8 @@ pub(crate) struct SteadyState {
     pub(crate) api_writes: u64,
     pub(crate) api_requests: u64,
     pub(crate) passes: f64,
+    /// Passes that read the provider live.
+    pub(crate) live_reads: f64,
     pub(crate) monitor_polls: f64,
     pub(crate) cloud_server_lists: u64,
     pub(crate) cloud_requests: u64,
@@ -122,6 +133,11 @@ pub(crate) fn cloud_requests(c: &OpenStackCounters) -> u64 {
         + c.floating_ip_deletes
         + c.network_lists
         + c.security_group_lists
+}
+
+/// Nova requests of every kind.
+pub(crate) fn nova_requests(c: &OpenStackCounters) -> u64 {
+    c.server_creates + c.server_lists + c.server_gets + c.server_deletes + c.server_actions + c.server_metadata_updates
 }
 
 pub(crate) fn per(count: f64, servers: usize) -> f64 {
@@ -160,6 +176,7 @@ impl CloudCounts {
             requests_per_server: per(requests as f64, servers),
             gets_per_server: per(counters.server_gets as f64, servers),
             server_lists: counters.server_lists,
+            nova_requests_per_server: per(nova_requests(&counters) as f64, servers),
             counters,
         }
     }
@@ -183,15 +200,15 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | cloud requests / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator |"
+            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | Nova calls / Server | cloud requests / Server | live provider reads / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for s in &self.sizes {
             let settled =
                 if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
             writeln!(
                 f,
-                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {} | {:.1} KB | {} | {} |",
+                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} KB | {} | {} |",
                 s.servers,
                 s.wall_seconds,
                 settled,
@@ -201,7 +218,9 @@ impl fmt::Display for BenchReport {
                 s.api.status_patches_per_server,
                 s.api.network_patches_per_server,
                 s.cloud.gets_per_server,
+                s.cloud.nova_requests_per_server,
                 s.cloud.requests_per_server,
+                s.live_reads_per_server,
                 s.api.conflicts,
                 s.api.bytes_written_per_server / 1000.0,
                 megabytes(s.rss_sims_bytes),
@@ -217,13 +236,14 @@ impl fmt::Display for BenchReport {
         match &self.steady_state {
             Some(s) => writeln!(
                 f,
-                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes, {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
+                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes ({} live provider reads), {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
                 s.servers,
                 if s.converged { ", converged," } else { " (NOT all settled)" },
                 s.window_seconds,
                 s.api_writes,
                 s.api_requests,
                 s.passes,
+                s.live_reads,
                 s.monitor_polls,
                 s.cloud_server_lists,
                 s.cloud_server_lists_per_poll,

@@ -1,0 +1,151 @@
+//! What the provider said about each Server without being asked about it
+//! alone: every (namespace, region, identity) group's latest monitor list,
+//! and the create answers this controller received since. A pass takes its
+//! provider view from here when it can; whether that view is enough to act
+//! on is server-core's rule (`live_read_needed`), not this module's.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use jiff::Timestamp;
+use server_core::ProviderView;
+use server_core::port::ProviderServer;
+
+/// (namespace, region, identity): the servers one monitor list covers.
+pub(crate) type GroupKey = (String, String, String);
+
+/// The latest lists and answers, shared by the monitor (which fills it) and
+/// the passes (which read it, and add their create answers).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProviderListings {
+    groups: Arc<Mutex<HashMap<GroupKey, Group>>>,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    /// Start of the latest complete list, if there was one.
+    listed_at: Option<Timestamp>,
+    /// Each uid that list showed, with its record; `None` when it showed
+    /// several servers for the uid (no view is taken from that).
+    listed: HashMap<String, Option<ProviderServer>>,
+    /// Create answers received since the list started, with when.
+    answers: HashMap<String, (ProviderServer, Timestamp)>,
+}
+
+impl ProviderListings {
+    fn groups(&self) -> MutexGuard<'_, HashMap<GroupKey, Group>> {
+        // Maps replaced or updated in single statements: a panic cannot tear them.
+        self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A complete list of the group's servers that started at `at`. An
+    /// older list than the one held is ignored; answers older than it are
+    /// covered by it.
+    pub(crate) fn record_list(&self, key: GroupKey, at: Timestamp, records: Vec<ProviderServer>) {
+        let mut listed: HashMap<String, Option<ProviderServer>> = HashMap::with_capacity(records.len());
+        for record in records {
+            listed.entry(record.server_uid.clone()).and_modify(|several| *several = None).or_insert(Some(record));
+        }
+        let mut groups = self.groups();
+        let group = groups.entry(key).or_default();
+        if group.listed_at.is_some_and(|held| held > at) {
+            return;
+        }
+        group.listed_at = Some(at);
+        group.listed = listed;
+        group.answers.retain(|_, (_, answered)| *answered > at);
+    }
+
+    /// The provider answered the create for `uid` with `record` at `at`.
+    pub(crate) fn record_answer(&self, key: GroupKey, uid: &str, record: ProviderServer, at: Timestamp) {
+        let mut groups = self.groups();
+        let group = groups.entry(key).or_default();
+        group.answers.insert(uid.to_owned(), (record, at));
+    }
+
+    /// A delete was sent for `uid`: nothing held about it stands any more
+    /// (until the next list, the uid reads as not listed).
+    pub(crate) fn forget(&self, key: &GroupKey, uid: &str) {
+        if let Some(group) = self.groups().get_mut(key) {
+            group.answers.remove(uid);
+            group.listed.remove(uid);
+        }
+    }
+
+    /// The latest view of `uid` in the group and when it was seen, if there
+    /// is one: a create answer newer than the list, else the list's record
+    /// or absence.
+    pub(crate) fn view(&self, key: &GroupKey, uid: &str) -> Option<(ProviderView, Timestamp)> {
+        let groups = self.groups();
+        let group = groups.get(key)?;
+        if let Some((record, at)) = group.answers.get(uid) {
+            return Some((ProviderView::Present(record.clone()), *at));
+        }
+        let at = group.listed_at?;
+        match group.listed.get(uid) {
+            Some(Some(record)) => Some((ProviderView::Present(record.clone()), at)),
+            Some(None) => None,
+            None => Some((ProviderView::Absent, at)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> GroupKey {
+        ("ns".into(), "region".into(), "identity".into())
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap_or_default()
+    }
+
+    fn record(uid: &str, id: &str) -> ProviderServer {
+        ProviderServer { id: id.into(), server_uid: uid.into(), ..ProviderServer::default() }
+    }
+
+    fn id_of(view: Option<(ProviderView, Timestamp)>) -> Option<(String, i64)> {
+        match view? {
+            (ProviderView::Present(record), at) => Some((record.id, at.as_second())),
+            (_, at) => Some((String::new(), at.as_second())),
+        }
+    }
+
+    #[test]
+    fn nothing_is_known_before_a_list_and_absence_is_the_lists() {
+        let listings = ProviderListings::default();
+        assert_eq!(listings.view(&key(), "u1"), None);
+        listings.record_list(key(), at(10), vec![record("u1", "a")]);
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("a".into(), 10)));
+        assert_eq!(listings.view(&key(), "u2"), Some((ProviderView::Absent, at(10))));
+        let other = ("ns".into(), "region".into(), "other".into());
+        assert_eq!(listings.view(&other, "u1"), None);
+    }
+
+    #[test]
+    fn a_create_answer_stands_until_a_list_that_started_after_it() {
+        let listings = ProviderListings::default();
+        listings.record_list(key(), at(10), vec![]);
+        listings.record_answer(key(), "u1", record("u1", "new"), at(12));
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
+        // A list that started before the answer does not erase it.
+        listings.record_list(key(), at(11), vec![]);
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
+        listings.record_list(key(), at(13), vec![record("u1", "new")]);
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 13)));
+        // An older list than the one held changes nothing.
+        listings.record_list(key(), at(5), vec![]);
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 13)));
+    }
+
+    #[test]
+    fn several_servers_for_a_uid_give_no_view_and_a_delete_forgets() {
+        let listings = ProviderListings::default();
+        listings.record_list(key(), at(10), vec![record("u1", "a"), record("u1", "b"), record("u2", "c")]);
+        assert_eq!(listings.view(&key(), "u1"), None);
+        listings.forget(&key(), "u2");
+        assert_eq!(listings.view(&key(), "u2"), Some((ProviderView::Absent, at(10))));
+    }
+}
