@@ -56,8 +56,12 @@ fn must_hold(result: Result<(), String>) {
     }
 }
 
-fn must_catch(result: Result<(), String>) {
-    assert!(result.is_err(), "the property did not catch the broken rule");
+/// A broken rule must be caught. A rare fault may not come up in one run of
+/// random cases, so up to five runs are tried (each found no violation with
+/// a few percent chance at most; five in a row would mean it is not caught).
+fn must_catch(property: impl Fn() -> Result<(), String>) {
+    let caught = (0..5).any(|_| property().is_err());
+    assert!(caught, "the property did not catch the broken rule in five runs");
 }
 
 fn facts_with(server: &Server, view: ProviderView) -> Facts {
@@ -798,63 +802,63 @@ fn creates_again_at_once(server: &Server, action: &Action, failure: &ActionFailu
 
 #[test]
 fn the_sequences_catch_an_event_sent_before_any_write() {
-    must_catch(sequences_keep_the_invariants(Rules { reconcile: events_first, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { reconcile: events_first, ..CORE }));
 }
 
 #[test]
 fn the_sequences_catch_a_park_lifted_by_an_outage() {
-    must_catch(sequences_keep_the_invariants(Rules { reconcile: unparks_during_an_outage, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { reconcile: unparks_during_an_outage, ..CORE }));
 }
 
 #[test]
 fn the_sequences_catch_a_status_patch_that_loses_a_change() {
-    must_catch(sequences_keep_the_invariants(Rules { reconcile: patch_without_conditions, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { reconcile: patch_without_conditions, ..CORE }));
 }
 
 #[test]
 fn the_sequences_catch_a_follow_up_that_creates_again() {
-    must_catch(sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
 }
 
 #[test]
 fn invariant_4_catches_a_gateway_error_read_as_not_landed() {
-    must_catch(sequences_keep_the_invariants(Rules { action_failed: five_xx_as_not_landed, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { action_failed: five_xx_as_not_landed, ..CORE }));
 }
 
 #[test]
 fn the_sequences_catch_an_authentication_failure_counted_as_an_attempt() {
-    must_catch(sequences_keep_the_invariants(Rules { action_failed: auth_as_attempt, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { action_failed: auth_as_attempt, ..CORE }));
 }
 
 #[test]
 fn the_sequences_catch_a_refusal_recorded_after_the_status_write() {
-    must_catch(sequences_keep_the_invariants(Rules { action_failed: records_after_the_status_write, ..CORE }));
+    must_catch(|| sequences_keep_the_invariants(Rules { action_failed: records_after_the_status_write, ..CORE }));
 }
 
 #[test]
 fn invariant_1_catches_a_predicate_that_ignores_provisioned_at() {
     let broken = Rules { reconcile: ignores_provisioned_at, ..CORE };
-    must_catch(no_retry_delete_after_boot(broken));
-    must_catch(sequences_keep_the_invariants(broken));
+    must_catch(|| no_retry_delete_after_boot(broken));
+    must_catch(|| sequences_keep_the_invariants(broken));
 }
 
 #[test]
 fn invariant_2_catches_a_cap_off_by_one() {
     let broken = Rules { reconcile: cap_off_by_one, ..CORE };
-    must_catch(counter_bounded_and_cap_terminal(broken));
-    must_catch(sequences_keep_the_invariants(broken));
+    must_catch(|| counter_bounded_and_cap_terminal(broken));
+    must_catch(|| sequences_keep_the_invariants(broken));
 }
 
 #[test]
 fn invariant_3_catches_an_unlatched_observation() {
     let broken = Rules { observe: unlatched_observe, ..CORE };
-    must_catch(provisioned_at_latched(broken));
-    must_catch(sequences_keep_the_invariants(broken));
+    must_catch(|| provisioned_at_latched(broken));
+    must_catch(|| sequences_keep_the_invariants(broken));
 }
 
 #[test]
 fn invariant_5_catches_a_watch_with_its_own_predicate() {
-    must_catch(watch_and_retry_agree(Rules { watch_pcf: watch_ignores_launched_at, ..CORE }));
+    must_catch(|| watch_and_retry_agree(Rules { watch_pcf: watch_ignores_launched_at, ..CORE }));
 }
 
 #[test]
@@ -863,12 +867,12 @@ fn invariant_8_catches_a_panic_on_binary_user_data() {
     std::panic::set_hook(Box::new(|_| {}));
     let result = any_user_data_is_handled(Rules { reconcile: panics_on_binary_user_data, ..CORE });
     std::panic::set_hook(hook);
-    must_catch(result);
+    must_catch(|| result.clone());
 }
 
 #[test]
 fn invariant_10_catches_unknown_read_as_absent() {
-    must_catch(unknown_view_is_inert(Rules { reconcile: unknown_as_absent, ..CORE }));
+    must_catch(|| unknown_view_is_inert(Rules { reconcile: unknown_as_absent, ..CORE }));
 }
 
 #[test]
