@@ -85,17 +85,54 @@ pub fn issued_create_unseen(server: &Server) -> bool {
 ///   parked as failed whose slow create came up after all leaves its park);
 /// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]).
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
+    wakes(old.map(WakeSignals::of).as_ref(), &WakeSignals::of(new))
+}
+
+/// What the wake rule reads of a Server, and all it needs to remember of
+/// one: a watch filter keeps this per Server instead of a copy of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeSignals {
+    generation: i64,
+    deleting: bool,
+    create_failure: bool,
+    create_failures: i32,
+    booted_unseen: bool,
+    issued_create_unseen: bool,
+    ever_booted: bool,
+    available_errored: bool,
+    retry_requested: bool,
+}
+
+impl WakeSignals {
+    pub fn of(server: &Server) -> Self {
+        let status = &server.status;
+        WakeSignals {
+            generation: server.meta.generation,
+            deleting: server.meta.deleting,
+            create_failure: provider_create_failure(server),
+            create_failures: status.provider_create_failures,
+            booted_unseen: booted_server_unseen(status),
+            issued_create_unseen: issued_create_unseen(server),
+            ever_booted: ever_booted(status),
+            available_errored: available_errored(status),
+            retry_requested: retry_requested(&server.meta),
+        }
+    }
+}
+
+/// [`should_wake`] over the signals of the Server as last seen and as now.
+pub fn wakes(old: Option<&WakeSignals>, new: &WakeSignals) -> bool {
     let Some(old) = old else {
         return true;
     };
-    old.meta.generation != new.meta.generation
-        || (!old.meta.deleting && new.meta.deleting)
-        || (!provider_create_failure(old) && provider_create_failure(new))
-        || new.status.provider_create_failures < old.status.provider_create_failures
-        || booted_server_unseen(&old.status) != booted_server_unseen(&new.status)
-        || (issued_create_unseen(new) && !issued_create_unseen(old))
-        || (!ever_booted(&old.status) && ever_booted(&new.status) && available_errored(&new.status))
-        || (!retry_requested(&old.meta) && retry_requested(&new.meta))
+    old.generation != new.generation
+        || (!old.deleting && new.deleting)
+        || (!old.create_failure && new.create_failure)
+        || new.create_failures < old.create_failures
+        || old.booted_unseen != new.booted_unseen
+        || (!old.issued_create_unseen && new.issued_create_unseen)
+        || (!old.ever_booted && new.ever_booted && new.available_errored)
+        || (!old.retry_requested && new.retry_requested)
 }
 
 fn available_errored(status: &ServerStatus) -> bool {

@@ -72,6 +72,24 @@ fn a_create_that_landed_behind_a_gateway_error_is_never_repeated_past_the_cap() 
 }
 
 #[test]
+fn a_create_answered_with_a_5xx_is_retried_within_two_request_timeouts() {
+    // Found by the bench: a create answered 503 (its fate unknown) whose
+    // server never appeared kept its Server waiting ten request timeouts
+    // (10 minutes at the default 60 s), yielding every second, far past any
+    // time a Nova API worker could still land it.
+    let timeout = std::time::Duration::from_secs(60);
+    let options = Options::with_max_attempts(3).with_create_grace(Options::grace_for_timeout(timeout));
+    let mut server = adopted();
+    let create = issue_create(&mut server, &options, 10);
+    fail_create(&mut server, &create, CloudError::Unavailable { status: 503, message: "outage".into() }, 11);
+    let within = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(10 + 119));
+    assert_eq!(creates(&within), 0, "still within the grace: the create may be landing");
+    let past = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(10 + 120));
+    assert_eq!(past.status.provider_create_failures, 1, "counted once two timeouts passed: {:?}", past.outcome);
+    assert_eq!(event_reasons(&past), ["ProviderCreateRetrying", "ProviderCreateRetryReady"]);
+}
+
+#[test]
 fn an_authentication_failure_on_create_is_not_counted_as_an_attempt() {
     let options = Options::with_max_attempts(3);
     let mut server = adopted();

@@ -51,8 +51,11 @@ fn must_hold(result: Result<(), String>) {
     }
 }
 
-fn must_catch(result: Result<(), String>) {
-    assert!(result.is_err(), "the property did not catch the broken rule");
+/// A broken rule must be caught. A rare case may not come up in one run of
+/// random cases, so up to five runs are tried.
+fn must_catch(property: impl Fn() -> Result<(), String>) {
+    let caught = (0..5).any(|_| property().is_err());
+    assert!(caught, "the property did not catch the broken rule in five runs");
 }
 
 /// A create-issued note as the core writes it (attempt, time in seconds).
@@ -442,26 +445,26 @@ fn same_second_is_after(
 
 #[test]
 fn the_rule_catches_a_rule_that_never_reads_live() {
-    must_catch(a_listed_view_decides_only_what_it_can(never_live));
-    must_catch(sequences_on_lists_stay_safe_and_settle(never_live));
+    must_catch(|| a_listed_view_decides_only_what_it_can(never_live));
+    must_catch(|| sequences_on_lists_stay_safe_and_settle(never_live));
 }
 
 #[test]
 fn the_sequences_catch_a_trusted_listed_absence() {
-    must_catch(sequences_on_lists_stay_safe_and_settle(trusts_listed_absence));
+    must_catch(|| sequences_on_lists_stay_safe_and_settle(trusts_listed_absence));
 }
 
 #[test]
 fn the_sequences_catch_a_list_older_than_the_controllers_own_delete() {
-    must_catch(sequences_on_lists_stay_safe_and_settle(ignores_what_the_controller_did));
+    must_catch(|| sequences_on_lists_stay_safe_and_settle(ignores_what_the_controller_did));
 }
 
 #[test]
 fn the_rule_catches_an_ageless_list() {
-    must_catch(a_listed_view_decides_only_what_it_can(ignores_age));
+    must_catch(|| a_listed_view_decides_only_what_it_can(ignores_age));
 }
 
 #[test]
 fn the_rule_catches_a_list_from_the_notes_own_second() {
-    must_catch(a_listed_view_decides_only_what_it_can(same_second_is_after));
+    must_catch(|| a_listed_view_decides_only_what_it_can(same_second_is_after));
 }

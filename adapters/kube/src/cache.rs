@@ -27,7 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tracing::info;
 
 use crate::cached::CachedServer;
-use crate::consumed::{CONSUMED_KINDS, Found, KindCache, reflect};
+use crate::consumed::{CONSUMED_KINDS, Finalizers, Found, KindCache, reflect};
 use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
@@ -87,14 +87,15 @@ impl Caches {
     }
 
     /// The cached objects of `kind` in `namespace` whose metadata `keep`
-    /// accepts, in name order.
+    /// accepts, in name order, with the finalizers `finalizers` picks.
     pub(crate) fn consumed(
         &self,
         kind: ResourceKind,
         namespace: &str,
         keep: &dyn Fn(&ObjectMeta) -> bool,
+        finalizers: Finalizers<'_>,
     ) -> Vec<Found> {
-        self.consumed.get(&kind).map(|cache| cache.select(namespace, keep)).unwrap_or_default()
+        self.consumed.get(&kind).map(|cache| cache.select(namespace, keep, finalizers)).unwrap_or_default()
     }
 }
 

@@ -17,6 +17,7 @@ use kube::core::NamespaceResourceScope;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use server_core::WakeSignals;
 use server_core::model::{self as core_model};
 
 use crate::crd::{Server, ServerResourceSpec, ServerStatus};
@@ -80,13 +81,14 @@ impl CachedServer {
         })
     }
 
-    /// What the wake rule reads: the core view, or for a Server that cannot
-    /// be read, its metadata alone (creation, generation and deletion still wake).
-    pub fn wake_view(&self) -> core_model::Server {
-        self.core().unwrap_or_else(|| core_model::Server {
-            meta: crate::convert::core_meta(&self.metadata),
-            ..Default::default()
-        })
+    /// What the wake rule reads: the signals of the core view (its spec is
+    /// not read), or for a Server that cannot be read, of its metadata alone
+    /// (creation, generation and deletion still wake).
+    pub fn wake_signals(&self) -> WakeSignals {
+        let status = self.content.as_ref().ok().and_then(|content| content.status.clone()).unwrap_or_default();
+        let view =
+            core_model::Server { meta: crate::convert::core_meta(&self.metadata), spec: Default::default(), status };
+        WakeSignals::of(&view)
     }
 }
 
@@ -170,8 +172,9 @@ mod tests {
         let malformed = cached.content.as_ref().expect_err("not readable");
         assert!(malformed.path.starts_with("status."), "{malformed:?}");
         assert!(!malformed.to_string().contains("Maybe") && !malformed.to_string().contains("Hibernating"));
-        let view = cached.wake_view();
-        assert_eq!((view.meta.name.as_str(), view.meta.generation), ("odd", 2));
+        let mut respec = cached.clone();
+        respec.metadata.generation = Some(3);
+        assert!(server_core::wakes(Some(&cached.wake_signals()), &respec.wake_signals()), "generation still wakes");
         assert!(cached.core().is_none());
     }
 

@@ -130,18 +130,46 @@ pub(crate) trait KindCache: Send + Sync + std::fmt::Debug {
     /// Resolves once the cache holds its initial list.
     fn ready(&self) -> BoxFuture<'_, Result<(), reflector::store::WriterDropped>>;
     /// The cached objects of `namespace` whose metadata `keep` accepts, in
-    /// name order as a list returns them (so passes are deterministic).
-    fn select(&self, namespace: &str, keep: &dyn Fn(&kube::api::ObjectMeta) -> bool) -> Vec<Found>;
+    /// name order as a list returns them (so passes are deterministic), each
+    /// with the finalizers `finalizers` picks.
+    fn select(
+        &self,
+        namespace: &str,
+        keep: &dyn Fn(&kube::api::ObjectMeta) -> bool,
+        finalizers: Finalizers<'_>,
+    ) -> Vec<Found>;
+}
+
+/// Which finalizers of a consumed object a read copies. A shared Network
+/// carries one reference finalizer per Server using it (thousands at
+/// scale), and a pass reads only its own Server's: copying the whole list
+/// into every pass's facts made each pass O(Servers sharing it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Finalizers<'a> {
+    /// The whole list (what a finalizer write must test against).
+    All,
+    /// Only this one, if present (what a pass's facts read).
+    Only(&'a str),
+}
+
+impl Finalizers<'_> {
+    fn copy(self, finalizers: Option<&Vec<String>>) -> Vec<String> {
+        let finalizers = finalizers.map(Vec::as_slice).unwrap_or_default();
+        match self {
+            Finalizers::All => finalizers.to_vec(),
+            Finalizers::Only(wanted) => finalizers.iter().filter(|f| *f == wanted).cloned().collect(),
+        }
+    }
 }
 
 struct Ops<K>(PhantomData<fn() -> K>);
 
-fn found<K: ConsumedKind>(object: &K) -> Found {
+fn found<K: ConsumedKind>(object: &K, finalizers: Finalizers<'_>) -> Found {
     let meta = object.meta();
     Found {
         resource: Consumed {
             name: meta.name.clone().unwrap_or_default(),
-            finalizers: meta.finalizers.clone().unwrap_or_default(),
+            finalizers: finalizers.copy(meta.finalizers.as_ref()),
             detail: object.detail(),
         },
         resource_version: meta.resource_version.clone().unwrap_or_default(),
@@ -176,7 +204,7 @@ impl<K: ConsumedKind> KindOps for Ops<K> {
         async move {
             let api: Api<K> = Api::namespaced(client.clone(), namespace);
             match api.list(&ListParams::default()).await {
-                Ok(list) => Ok(list.items.iter().map(found).collect()),
+                Ok(list) => Ok(list.items.iter().map(|object| found(object, Finalizers::All)).collect()),
                 Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
             }
         }
@@ -189,11 +217,16 @@ impl<K: ConsumedKind> KindCache for Store<K> {
         self.wait_until_ready().boxed()
     }
 
-    fn select(&self, namespace: &str, keep: &dyn Fn(&kube::api::ObjectMeta) -> bool) -> Vec<Found> {
+    fn select(
+        &self,
+        namespace: &str,
+        keep: &dyn Fn(&kube::api::ObjectMeta) -> bool,
+        finalizers: Finalizers<'_>,
+    ) -> Vec<Found> {
         let mut selected =
             self.state_filter(|object| object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta()));
         selected.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-        selected.iter().map(|object| found(object.as_ref())).collect()
+        selected.iter().map(|object| found(object.as_ref(), finalizers)).collect()
     }
 }
 
@@ -286,6 +319,16 @@ mod tests {
             assert_eq!(CONSUMED_KINDS.iter().filter(|ops| ops.kind() == kind).count(), 1, "{kind:?}");
         }
         assert_eq!(CONSUMED_KINDS.len(), ResourceKind::ALL.len());
+    }
+
+    #[test]
+    fn a_pass_copies_only_its_own_finalizer_of_a_shared_object() {
+        let shared: Vec<String> = (0..1000).map(|i| format!("server.unikorn-cloud.org/s-{i}")).collect();
+        let own = Finalizers::Only("server.unikorn-cloud.org/s-7").copy(Some(&shared));
+        assert_eq!(own, ["server.unikorn-cloud.org/s-7"]);
+        assert!(Finalizers::Only("server.unikorn-cloud.org/other").copy(Some(&shared)).is_empty());
+        assert_eq!(Finalizers::All.copy(Some(&shared)), shared, "a finalizer write tests the whole list");
+        assert!(Finalizers::All.copy(None).is_empty());
     }
 
     #[test]

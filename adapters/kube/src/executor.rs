@@ -21,6 +21,7 @@ use crate::cache::Caches;
 use crate::cached::CachedServer;
 use crate::cloud::{CloudHandle, CloudRegistry, GroupKey, ProviderListings, group_of};
 use crate::config::ControllerConfig;
+use crate::consumed::Finalizers;
 use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
 use crate::events::EventPublisher;
@@ -326,7 +327,8 @@ impl ActionIo<'_> {
         // stale one costs a retry, never a wrong write).
         let cached = || {
             let name = Some(target.name.as_str());
-            let found = self.caches.consumed(reference.kind, &target.namespace, &|meta| meta.name.as_deref() == name);
+            let named = |meta: &kube::api::ObjectMeta| meta.name.as_deref() == name;
+            let found = self.caches.consumed(reference.kind, &target.namespace, &named, Finalizers::All);
             found.into_iter().next().map(|found| kube::api::ObjectMeta {
                 resource_version: Some(found.resource_version),
                 // An empty list reads as none: if the object has `[]`, the

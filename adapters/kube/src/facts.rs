@@ -14,7 +14,7 @@ use server_core::{Facts, ProviderRead, ProviderView};
 
 use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry, ProviderListings, group_of};
-use crate::consumed::{CONSUMED_KINDS, Found};
+use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
 use crate::error::Error;
 
 /// What one pass found.
@@ -143,7 +143,8 @@ impl Gathered {
         for ops in CONSUMED_KINDS {
             let kind = ops.kind();
             if sort.reads(kind) {
-                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta));
+                let own = Finalizers::Only(&sort.finalizer);
+                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta), own);
                 gathered.add_all(kind, &sort, found);
             }
         }
@@ -167,7 +168,9 @@ impl Gathered {
     }
 
     fn add_all(&mut self, kind: ResourceKind, sort: &Sorting<'_>, found: Vec<Found>) {
-        for found in found {
+        for mut found in found {
+            // The core reads only the Server's own reference finalizer.
+            found.resource.finalizers.retain(|f| *f == sort.finalizer);
             match sort.place(kind, &found) {
                 Place::Ours => self.add(kind, found, false),
                 Place::OtherIdentity => self.add(kind, found, true),

@@ -3,8 +3,9 @@
 //! kube-runtime's reconciler never sees the previous object, and its
 //! `predicate_filter` hashes one object at a time, so a rising
 //! ProviderCreateFailure edge cannot be told from a falling one there. This
-//! filter remembers, per uid, the Server as last seen and asks
-//! `server_core::should_wake` about each change: creation, a generation
+//! filter remembers, per uid, the wake signals of the Server as last seen
+//! (`server_core::WakeSignals`, a few bytes) and asks `server_core::wakes`
+//! (the rule of `should_wake`) about each change: creation, a generation
 //! change, the start of deletion and a rising edge get through; a falling
 //! edge and status writes that leave the predicate unchanged do not.
 //!
@@ -25,30 +26,29 @@ use futures_util::{Stream, StreamExt, future, stream};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use server_core::model::Server as CoreServer;
-use server_core::should_wake;
+use server_core::{WakeSignals, wakes};
 use tracing::warn;
 
 use crate::cached::CachedServer;
 
-/// What the filter remembers of a Server: what the wake rule reads, and
-/// whether the Server could be read at all.
+/// What the filter remembers of a Server: the few signals the wake rule
+/// reads (never a copy of the Server), and whether it could be read at all.
 #[derive(Debug)]
 struct Seen {
-    view: CoreServer,
+    signals: WakeSignals,
     readable: bool,
 }
 
 impl Seen {
     fn of(server: &CachedServer) -> Self {
-        Seen { view: server.wake_view(), readable: server.content.is_ok() }
+        Seen { signals: server.wake_signals(), readable: server.content.is_ok() }
     }
 
     /// The wake rule; a Server that turns readable is as good as new.
     fn wakes_after(&self, previous: Option<&Seen>) -> bool {
         match previous {
             Some(previous) if !previous.readable && self.readable => true,
-            previous => should_wake(previous.map(|p| &p.view), &self.view),
+            previous => wakes(previous.map(|p| &p.signals), &self.signals),
         }
     }
 }

@@ -116,6 +116,9 @@ impl ExactSizeIterator for Named<'_> {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Consumed {
     pub name: String,
+    /// The core only ever asks whether the reconciled Server's own reference
+    /// finalizer is here, so facts may carry that one alone (a shared object
+    /// holds one per Server using it).
     pub finalizers: Vec<String>,
     pub detail: Detail,
 }

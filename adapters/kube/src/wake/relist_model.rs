@@ -199,8 +199,9 @@ impl World {
             if changed {
                 match &now {
                     Some(now) => {
-                        let previous = before.map(|b| b.wake_view());
-                        if should_wake(previous.as_ref(), &now.wake_view()) {
+                        // The oracle asks the rule about whole Servers, not the filter's signals.
+                        let previous = before.map(|b| full_view(b));
+                        if should_wake(previous.as_ref(), &full_view(now)) {
                             self.owed.insert(i, rv_of(now));
                         }
                         self.stored.insert(i, now.clone());
@@ -311,4 +312,12 @@ fn every_wake_reads_what_woke_it_through_relists_on_several_pages() {
 #[test]
 fn the_old_per_page_filter_is_caught() {
     assert!(scripts_pay_every_wake(Filter::PerPage).is_err(), "the property did not catch the per-page filter");
+}
+
+/// The whole core view of a cached Server (metadata alone if unreadable).
+fn full_view(server: &CachedServer) -> server_core::Server {
+    server.core().unwrap_or_else(|| server_core::Server {
+        meta: crate::convert::core_meta(&server.metadata),
+        ..Default::default()
+    })
 }

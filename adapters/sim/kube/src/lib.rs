@@ -90,6 +90,11 @@ pub use verb::Verb;
 use counters::Counters;
 use store::StoreState;
 
+/// Default bytes of object versions a type's watch history may hold: about
+/// 500 changes of a Server with 32 KB of user data (each change holds the
+/// version before it too), the full 1,000 changes of small objects.
+pub const DEFAULT_HISTORY_BYTES: usize = 32 << 20;
+
 /// State shared by the router's handlers.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -103,6 +108,7 @@ pub(crate) struct Shared {
 pub struct SimKubeBuilder {
     seed: u64,
     history_limit: usize,
+    history_bytes: usize,
     bookmark_interval: Duration,
     clock: Option<Clock>,
     strict_namespaces: bool,
@@ -113,6 +119,7 @@ impl fmt::Debug for SimKubeBuilder {
         f.debug_struct("SimKubeBuilder")
             .field("seed", &self.seed)
             .field("history_limit", &self.history_limit)
+            .field("history_bytes", &self.history_bytes)
             .field("bookmark_interval", &self.bookmark_interval)
             .field("clock", &self.clock.as_ref().map(|_| "custom"))
             .field("strict_namespaces", &self.strict_namespaces)
@@ -125,6 +132,7 @@ impl Default for SimKubeBuilder {
         Self {
             seed: 0,
             history_limit: 1000,
+            history_bytes: DEFAULT_HISTORY_BYTES,
             bookmark_interval: Duration::from_secs(1),
             clock: None,
             strict_namespaces: false,
@@ -145,6 +153,16 @@ impl SimKubeBuilder {
     #[must_use]
     pub fn history_limit(mut self, changes: usize) -> Self {
         self.history_limit = changes;
+        self
+    }
+
+    /// Bytes of object versions the changes retained per resource type may
+    /// hold (default [`DEFAULT_HISTORY_BYTES`]): a type of large objects
+    /// keeps fewer changes, as kube-apiserver's watch cache bounds what it
+    /// holds; a watch from before the oldest retained change gets 410 Gone.
+    #[must_use]
+    pub fn history_bytes(mut self, bytes: usize) -> Self {
+        self.history_bytes = bytes;
         self
     }
 
@@ -175,7 +193,8 @@ impl SimKubeBuilder {
     /// Builds the server, serving Events, Leases and CustomResourceDefinitions.
     pub fn build(self) -> SimKube {
         let clock = self.clock.unwrap_or_else(|| Arc::new(jiff::Timestamp::now));
-        let mut state = StoreState::new(self.seed, self.history_limit, clock);
+        let limit = store::HistoryLimit { changes: self.history_limit, bytes: self.history_bytes };
+        let mut state = StoreState::new(self.seed, limit, clock);
         state.set_strict_namespaces(self.strict_namespaces);
         let store = StoreHandle::new(state);
         store.install(ResourceType::custom_resource_definitions());

@@ -63,6 +63,18 @@ pub(crate) fn spec_differs(old: &Value, new: &Value, ignore_status: bool) -> boo
     old.keys().chain(new.keys()).filter(|key| !ignored(key)).any(|key| old.get(key) != new.get(key))
 }
 
+/// Roughly the heap bytes a JSON value holds: its strings and keys, plus a
+/// fixed cost per node. Used to bound what the watch history keeps alive.
+pub(crate) fn approximate_bytes(value: &Value) -> usize {
+    const NODE: usize = 32;
+    NODE + match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        Value::String(text) => text.len(),
+        Value::Array(items) => items.iter().map(approximate_bytes).sum(),
+        Value::Object(map) => map.iter().map(|(key, value)| key.len() + approximate_bytes(value)).sum(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

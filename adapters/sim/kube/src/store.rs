@@ -6,6 +6,14 @@
 //! is served from that history while it still holds every event after `v`,
 //! and gets `410 Gone` once older events were dropped (bounded history) or
 //! compacted ([`StoreHandle::compact`]).
+//!
+//! The history is bounded like kube-apiserver's watch cache (the cacher's
+//! cyclic buffer of recent events, `k8s.io/apiserver/pkg/storage/cacher`):
+//! by a number of changes and by the bytes the retained versions hold, so a
+//! type of large objects (Servers with 32 KB of user data) keeps fewer
+//! changes. As there, a watch or continued list from a resourceVersion older
+//! than the oldest retained change is answered `410 Gone` (reason
+//! `Expired`, "too old resource version") and the client relists.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -17,7 +25,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::event_view::is_core_events;
-use super::object::{finalizers, generation, is_deleting, meta_mut, meta_str, spec_differs};
+use super::object::{approximate_bytes, finalizers, generation, is_deleting, meta_mut, meta_str, spec_differs};
 use super::paging::{self, Continue};
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
@@ -53,6 +61,23 @@ pub(crate) struct Change {
     /// turn "stopped matching" into DELETED and "started matching" into
     /// ADDED, and continued lists read the state at their version.
     pub(crate) previous: Option<Arc<Value>>,
+}
+
+impl Change {
+    /// What this entry can keep alive: both versions it holds.
+    fn retained_bytes(&self) -> usize {
+        approximate_bytes(&self.object) + self.previous.as_deref().map_or(0, approximate_bytes)
+    }
+}
+
+/// How much history each type keeps for watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HistoryLimit {
+    /// Changes retained at most.
+    pub(crate) changes: usize,
+    /// Bytes of object versions the retained changes may hold (see
+    /// [`approximate_bytes`]); the newest change is kept whatever its size.
+    pub(crate) bytes: usize,
 }
 
 /// Which part of an object a write targets.
@@ -133,6 +158,8 @@ pub(crate) struct TypeState {
     pub(crate) rtype: ResourceType,
     objects: BTreeMap<ObjectKey, Arc<Value>>,
     history: VecDeque<Change>,
+    /// Sum of the retained changes' [`Change::retained_bytes`].
+    history_bytes: usize,
     /// Watches from before this version cannot be served from history.
     compacted: u64,
     /// Carries the resourceVersion of the latest change, to wake watches.
@@ -162,6 +189,7 @@ impl TypeState {
             rtype,
             objects: BTreeMap::new(),
             history: VecDeque::new(),
+            history_bytes: 0,
             // A new type has no history before now.
             compacted: resource_version,
             notify: watch::channel(resource_version).0,
@@ -173,7 +201,7 @@ pub(crate) struct StoreState {
     resource_version: u64,
     types: BTreeMap<TypeKey, TypeState>,
     rng: fastrand::Rng,
-    history_limit: usize,
+    history_limit: HistoryLimit,
     clock: Clock,
     /// Refuse creating in a namespace that does not exist (the API server's
     /// NamespaceLifecycle admission); otherwise a namespace springs into
@@ -218,12 +246,12 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl StoreState {
-    pub(crate) fn new(seed: u64, history_limit: usize, clock: Clock) -> Self {
+    pub(crate) fn new(seed: u64, history_limit: HistoryLimit, clock: Clock) -> Self {
         Self {
             resource_version: 1,
             types: BTreeMap::new(),
             rng: fastrand::Rng::with_seed(seed),
-            history_limit: history_limit.max(1),
+            history_limit: HistoryLimit { changes: history_limit.changes.max(1), bytes: history_limit.bytes },
             clock,
             strict_namespaces: false,
         }
@@ -328,9 +356,12 @@ impl StoreState {
         let limit = self.history_limit;
         if let Some(state) = self.types.get_mut(key) {
             let resource_version = change.resource_version;
+            state.history_bytes += change.retained_bytes();
             state.history.push_back(change);
-            while state.history.len() > limit {
+            while state.history.len() > limit.changes || (state.history_bytes > limit.bytes && state.history.len() > 1)
+            {
                 if let Some(dropped) = state.history.pop_front() {
+                    state.history_bytes = state.history_bytes.saturating_sub(dropped.retained_bytes());
                     state.compacted = dropped.resource_version;
                 }
             }
@@ -343,6 +374,7 @@ impl StoreState {
         let now = self.resource_version;
         for state in self.types.values_mut() {
             state.history.clear();
+            state.history_bytes = 0;
             state.compacted = now;
             // Wake open watches so those behind the compaction see 410 at once.
             state.notify.send_replace(now);

@@ -167,6 +167,51 @@ async fn bounded_history_expires_old_versions() {
     assert_eq!(describe(&event), "ERROR 410");
 }
 
+/// A widget carrying `bytes` of annotation, like a Server carrying user data.
+fn bulky_widget(name: &str, bytes: usize) -> Widget {
+    let mut bulky = widget(name, 1);
+    bulky.metadata.annotations = Some([("bulk".to_string(), "x".repeat(bytes))].into());
+    bulky
+}
+
+#[tokio::test]
+async fn history_of_large_objects_is_bounded_by_bytes_and_expires_like_the_watch_cache() {
+    // 1,000 changes allowed, 64 KiB of versions: five 16 KiB objects do not fit.
+    let build = || {
+        let sim = server_simkube::SimKube::builder().history_limit(1000).history_bytes(64 << 10).build();
+        let crd = serde_json::to_value(<Widget as kube::CustomResourceExt>::crd()).expect("crd");
+        sim.install_crd(crd).expect("install");
+        sim
+    };
+    let sim = build();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let old = list_version(&widgets).await;
+    for name in ["a", "b", "c", "d", "e"] {
+        widgets.create(&PostParams::default(), &bulky_widget(name, 16 << 10)).await.expect("create");
+    }
+    let recent = list_version(&widgets).await;
+    let mut stream = widgets.watch(&WatchParams::default().timeout(5), &old).await.expect("watch").boxed();
+    let event = within("event", stream.try_next()).await.expect("event").expect("open");
+    assert_eq!(describe(&event), "ERROR 410", "the oldest changes were dropped for their size");
+    assert_eq!(sim.counters().watch_gones, 1);
+
+    // The newest changes are still served, and small objects keep them all.
+    let params = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut stream = widgets.watch(&params, &recent).await.expect("watch").boxed();
+    widgets.create(&PostParams::default(), &bulky_widget("f", 16 << 10)).await.expect("create");
+    let event = within("event", stream.try_next()).await.expect("event").expect("open");
+    assert_eq!(describe(&event), "ADDED f");
+    let sim = build();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let old = list_version(&widgets).await;
+    for name in ["a", "b", "c", "d", "e"] {
+        widgets.create(&PostParams::default(), &bulky_widget(name, 16)).await.expect("create");
+    }
+    let mut stream = widgets.watch(&params, &old).await.expect("watch").boxed();
+    let event = within("event", stream.try_next()).await.expect("event").expect("open");
+    assert_eq!(describe(&event), "ADDED a", "small objects: every change is kept");
+}
+
 /// Names the watcher has applied so far.
 fn applied(event: &watcher::Event<Widget>, names: &mut BTreeSet<String>) {
     match event {
