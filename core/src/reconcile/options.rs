@@ -20,16 +20,16 @@ pub struct Options {
 
 impl Options {
     pub const DEFAULT_MAX_ATTEMPTS: i32 = 3;
-    /// The grace of an issued create, in cloud request timeouts: the
-    /// create's own request, then as long again for a Nova API worker still
-    /// processing it after the client gave up or a gateway answered 5xx
-    /// (Nova records the server before it answers 202, so a create that
-    /// landed is listed from then on). It was 10: every create answered
-    /// with a 5xx then kept its Server waiting 10 minutes at the default
-    /// timeout, yielding every interval.
-    pub const GRACE_PER_TIMEOUT: u32 = 2;
+    /// The grace of an issued create, in cloud request timeouts. The client's
+    /// timeout does not bound how long Nova's API worker keeps processing a
+    /// create it gave up on (creates of 40 s were seen behind a 5 s timeout),
+    /// and counting one too early sends a second create that can make a
+    /// second server once the first lands. So the margin is wide: a create
+    /// answered with a timeout or 5xx keeps its Server waiting up to ten
+    /// timeouts before it is counted lost (a shorter cloud timeout shortens it).
+    pub const GRACE_PER_TIMEOUT: u32 = 10;
     /// [`Options::GRACE_PER_TIMEOUT`] times the default 60 s request timeout.
-    pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(120);
+    pub const DEFAULT_CREATE_GRACE: Duration = Duration::from_secs(600);
     /// The oldest listed view that may decide a pass, in monitor intervals.
     pub const LISTS_PER_MAX_AGE: u32 = 2;
     /// The least maximum age: list and pass times are whole seconds.
@@ -87,9 +87,9 @@ mod tests {
     /// default timeout gives the default grace), and a huge timeout
     /// saturates instead of overflowing.
     #[test]
-    fn the_create_grace_is_two_request_timeouts_and_saturates() {
+    fn the_create_grace_is_ten_request_timeouts_and_saturates() {
         assert_eq!(Options::grace_for_timeout(Duration::from_secs(60)), Options::DEFAULT_CREATE_GRACE);
-        assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(10));
+        assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(50));
         assert_eq!(Options::grace_for_timeout(Duration::MAX), Duration::MAX);
     }
 }
