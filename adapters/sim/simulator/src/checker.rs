@@ -96,7 +96,7 @@ impl Engine {
             ));
         }
 
-        let Some(check) = self.objs.get_mut(i).map(|o| &mut o.check) else { return };
+        let Some(check) = self.servers.get_mut(i).map(|o| &mut o.check) else { return };
         let decisive = first && !pass.deleting && !unknown;
         // Judged on what the pass read: a reset the controller has not seen
         // yet cannot have re-armed anything.
@@ -137,11 +137,11 @@ impl Engine {
     }
 
     fn maybe_schedule_reset(&mut self, i: usize) {
-        let Some(obj) = self.objs.get_mut(i) else { return };
-        if obj.check.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
+        let Some(tracked) = self.servers.get_mut(i) else { return };
+        if tracked.check.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
             return;
         }
-        obj.check.reset_scheduled = true;
+        tracked.check.reset_scheduled = true;
         let at = self.now + self.faults.between(30_000, 120_000);
         self.queue.push(at, super::queue::EventKind::OperatorReset, i, 0);
     }

@@ -12,7 +12,7 @@ use super::report::{KubeStats, Violation, Violations};
 use super::rules::Rules;
 use super::trace::Trace;
 use super::world::{
-    CheckState, Lagging, NOT_PENDING, Obj, REPLICAS, TENANT_SIZE, Tenant, copy_meta, copy_status, new_server,
+    CheckState, Lagging, NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, TrackedServer, copy_meta, copy_status, new_server,
 };
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
@@ -57,7 +57,7 @@ pub(crate) struct Engine {
     pub(crate) rules: Rules,
     pub(crate) options: Options,
     pub(crate) cloud: CloudModel,
-    pub(crate) objs: Vec<Obj>,
+    pub(crate) servers: Vec<TrackedServer>,
     pub(crate) tenants: Vec<Tenant>,
     pub(crate) queue: Queue,
     /// Kubernetes-side fault draws, in event order.
@@ -94,7 +94,7 @@ impl Engine {
             .collect();
         let mut cloud = CloudModel::new(config.cloud);
         cloud.reseed_faults(shard.seed(config.seed));
-        let objs = (0..count)
+        let servers = (0..count)
             .map(|i| {
                 let global = shard.first + i;
                 let server = new_server(global, global / TENANT_SIZE);
@@ -102,7 +102,7 @@ impl Engine {
                 // every shard layout.
                 let fate = cloud.fate(&server.meta.uid).kind();
                 let handle = cloud.handle(&server.meta.uid);
-                Obj {
+                TrackedServer {
                     shadow: server.clone(),
                     server,
                     rv: 0,
@@ -131,7 +131,7 @@ impl Engine {
             config,
             rules,
             cloud,
-            objs,
+            servers,
             tenants,
             now: 0,
             now_ts: epoch,
@@ -153,7 +153,7 @@ impl Engine {
         self.stats.leader_stalls = timeline.stalls;
         self.stats.acting_overlap_ms = timeline.overlap_ms;
         let horizon = timing.horizon;
-        for i in 0..self.objs.len() {
+        for i in 0..self.servers.len() {
             let arrival = rng.between(0, timing.arrival_window);
             self.queue.push(arrival, EventKind::Arrive, i, 0);
             if rng.chance(kube.user_delete) {
@@ -163,7 +163,7 @@ impl Engine {
             if rng.chance(kube.spec_edit) {
                 self.queue.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
             }
-            let refused = self.objs.get(i).is_some_and(|o| o.fate == server_simcloud::FateKind::Refused);
+            let refused = self.servers.get(i).is_some_and(|o| o.fate == server_simcloud::FateKind::Refused);
             if refused && rng.chance(kube.refused_spec_fix) {
                 self.queue.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
             }
@@ -238,7 +238,7 @@ impl Engine {
     }
 
     pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
-        let name = self.objs.get(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
+        let name = self.servers.get(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
         self.violations.push(Violation {
             invariant,
             seed: self.config.seed,
@@ -256,27 +256,27 @@ impl Engine {
         if !self.replicas.get(r).is_some_and(|replica| replica.up) {
             return;
         }
-        let Some(obj) = self.objs.get_mut(i) else { return };
-        if obj.pending_at[r] <= at {
+        let Some(tracked) = self.servers.get_mut(i) else { return };
+        if tracked.pending_at[r] <= at {
             return;
         }
-        obj.pending_at[r] = at;
-        obj.ticket[r] = obj.ticket[r].wrapping_add(1) & TICKET_MASK;
-        let ticket = obj.ticket[r] | (u32::from(r == 1) << 31);
+        tracked.pending_at[r] = at;
+        tracked.ticket[r] = tracked.ticket[r].wrapping_add(1) & TICKET_MASK;
+        let ticket = tracked.ticket[r] | (u32::from(r == 1) << 31);
         self.queue.push(at, EventKind::Reconcile, i, ticket);
     }
 
     fn arrive(&mut self, i: usize) -> bool {
         let rv = self.rv_counter.next();
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        obj.exists = true;
-        obj.rv = rv;
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        tracked.exists = true;
+        tracked.rv = rv;
         self.note(i, || "created by the user".into());
         self.absent_from_cut_caches(i);
-        let Some(obj) = self.objs.get(i) else { return false };
+        let Some(tracked) = self.servers.get(i) else { return false };
         // ADDED reaches each controller whose watch runs: creation always
         // wakes it (a cut watch learns of it from its relist).
-        if (self.rules.should_wake)(None, &obj.server) {
+        if (self.rules.should_wake)(None, &tracked.server) {
             let at = self.now + self.config.timing.wake_delay;
             for r in 0..self.replica_count {
                 if self.replicas[r].acts() && !self.watch_is_cut(r) {
@@ -295,8 +295,8 @@ impl Engine {
     /// leader's term.
     pub(crate) fn owe_wake(&mut self, i: usize, rv: u64) {
         let now = self.now;
-        if let Some(obj) = self.objs.get_mut(i) {
-            obj.check.owed_wake = Some((rv, now));
+        if let Some(tracked) = self.servers.get_mut(i) {
+            tracked.check.owed_wake = Some((rv, now));
         }
     }
 
@@ -307,12 +307,12 @@ impl Engine {
         if self.watch_is_cut(r) {
             return false;
         }
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        let Some(lagging) = obj.lagging.get_mut(r).and_then(Option::take) else { return false };
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        let Some(lagging) = tracked.lagging.get_mut(r).and_then(Option::take) else { return false };
         self.note(i, || format!("replica {r}'s cache caught up"));
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        let wake = obj.exists && (self.rules.should_wake)(lagging.copy(), &obj.server);
-        let rv = obj.rv;
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        let wake = tracked.exists && (self.rules.should_wake)(lagging.copy(), &tracked.server);
+        let rv = tracked.rv;
         if wake && self.replicas[r].acts() {
             self.owe_wake(i, rv);
             let at = self.now + self.config.timing.wake_delay;
@@ -332,26 +332,30 @@ impl Engine {
         part: Part,
         change: &dyn Fn(&mut Server) -> Result<(), String>,
     ) -> Result<u64, String> {
-        let Some(obj) = self.objs.get_mut(i) else { return Err("no such server".into()) };
-        if let Err(error) = change(&mut obj.shadow) {
-            obj.shadow.clone_from(&obj.server);
+        let Some(tracked) = self.servers.get_mut(i) else { return Err("no such server".into()) };
+        if let Err(error) = change(&mut tracked.shadow) {
+            tracked.shadow.clone_from(&tracked.server);
             return Err(error);
         }
-        std::mem::swap(&mut obj.shadow, &mut obj.server);
-        let old_rv = obj.rv;
-        obj.rv = self.rv_counter.next();
-        let new_rv = obj.rv;
+        std::mem::swap(&mut tracked.shadow, &mut tracked.server);
+        let old_rv = tracked.rv;
+        tracked.rv = self.rv_counter.next();
+        let new_rv = tracked.rv;
         self.after_write(i, old_rv);
-        if let Some(obj) = self.objs.get_mut(i) {
+        if let Some(tracked) = self.servers.get_mut(i) {
             match part {
-                Part::Status => copy_status(&mut obj.shadow.status, &obj.server.status),
-                Part::Meta => copy_meta(&mut obj.shadow.meta, &obj.server.meta),
+                Part::Status => copy_status(&mut tracked.shadow.status, &tracked.server.status),
+                Part::Meta => copy_meta(&mut tracked.shadow.meta, &tracked.server.meta),
                 Part::MetaAndSpec => {
-                    copy_meta(&mut obj.shadow.meta, &obj.server.meta);
-                    obj.shadow.spec = obj.server.spec.clone();
+                    copy_meta(&mut tracked.shadow.meta, &tracked.server.meta);
+                    tracked.shadow.spec = tracked.server.spec.clone();
                 }
             }
-            debug_assert!(obj.shadow == obj.server, "{part:?} write to {} touched another part", obj.server.meta.name);
+            debug_assert!(
+                tracked.shadow == tracked.server,
+                "{part:?} write to {} touched another part",
+                tracked.server.meta.name
+            );
         }
         Ok(new_rv)
     }
@@ -359,12 +363,12 @@ impl Engine {
     /// Bookkeeping after any write to a stored Server (ours, the monitor's, the
     /// user's, an operator's): checks invariants 2 and 3 on the stored status
     /// and delivers the watch event, possibly late.
-    /// `obj.shadow` is the Server before the write here (see [`Engine::commit`]).
+    /// `tracked.shadow` is the Server before the write here (see [`Engine::commit`]).
     fn after_write(&mut self, i: usize, old_rv: u64) {
         let max = self.options.max_attempts();
-        let Some(obj) = self.objs.get_mut(i) else { return };
-        let old = &obj.shadow;
-        let new = &obj.server.status;
+        let Some(tracked) = self.servers.get_mut(i) else { return };
+        let old = &tracked.shadow;
+        let new = &tracked.server.status;
         let mut found = Vec::new();
         if let Some(latched) = old.status.provisioned_at
             && new.provisioned_at != Some(latched)
@@ -375,12 +379,12 @@ impl Engine {
             found.push(("2", format!("providerCreateFailures {} above the cap {max}", new.provider_create_failures)));
         }
         if shows_boot(new) {
-            obj.check.ever_booted = true;
+            tracked.check.ever_booted = true;
         }
         let mut wakes = [false; REPLICAS];
         let mut held_back = false;
         for (r, replica) in self.replicas.iter().enumerate().take(self.replica_count) {
-            let Some(lagging) = obj.lagging.get_mut(r) else { continue };
+            let Some(lagging) = tracked.lagging.get_mut(r) else { continue };
             if !replica.up || lagging.is_some() {
                 // Nobody watching (a restart relists), or already lagging
                 // (the catch-up or the relist will compare).
@@ -389,27 +393,27 @@ impl Engine {
             if replica.frozen || replica.relist.is_some() {
                 // Its watch is stopped: it catches up after it resumes, or
                 // its relist brings the change.
-                *lagging = Some(Box::new(Lagging::Stale(obj.shadow.clone(), old_rv)));
+                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
                 continue;
             }
             if self.faults.chance(self.config.kube.stale_watch) {
                 let lag = self.faults.between(1, self.config.timing.max_watch_lag);
-                *lagging = Some(Box::new(Lagging::Stale(obj.shadow.clone(), old_rv)));
+                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
                 self.stats.stale_watch_deliveries += 1;
                 self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, r as u32);
                 held_back = true;
                 continue;
             }
-            wakes[r] = replica.acting && (self.rules.should_wake)(Some(&obj.shadow), &obj.server);
+            wakes[r] = replica.acting && (self.rules.should_wake)(Some(&tracked.shadow), &tracked.server);
         }
         for (invariant, message) in found {
             self.violation(invariant, i, message);
         }
         if self.explaining(i) {
-            let line = self.objs.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
+            let line = self.servers.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
             self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
-        let rv = self.objs.get(i).map_or(0, |o| o.rv);
+        let rv = self.servers.get(i).map_or(0, |o| o.rv);
         for (r, wake) in wakes.into_iter().enumerate() {
             if wake {
                 self.owe_wake(i, rv);
@@ -422,12 +426,12 @@ impl Engine {
     /// The object leaves the API server (its last finalizer went, or it had
     /// none). Invariant 6: nothing of it may remain.
     pub(crate) fn remove(&mut self, i: usize) {
-        let Some(obj) = self.objs.get_mut(i) else { return };
-        obj.exists = false;
+        let Some(tracked) = self.servers.get_mut(i) else { return };
+        tracked.exists = false;
         self.stats.servers_removed += 1;
-        let handle = obj.handle;
-        let finalizer = server_core::model::reference_finalizer(&obj.server.meta.name);
-        let tenant = obj.tenant;
+        let handle = tracked.handle;
+        let finalizer = server_core::model::reference_finalizer(&tracked.server.meta.name);
+        let tenant = tracked.tenant;
         let live = self.cloud.truth_of(handle, self.now_ts).live;
         if live > 0 {
             self.violation("6", i, format!("Server removed while {live} provider server(s) of it exist"));
@@ -443,14 +447,14 @@ impl Engine {
     }
 
     fn user_delete(&mut self, i: usize) -> bool {
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        if !obj.exists || obj.server.meta.deleting {
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        if !tracked.exists || tracked.server.meta.deleting {
             return false;
         }
         self.stats.user_deletes += 1;
         self.note(i, || "the user deletes it".into());
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        if obj.server.meta.finalizers.is_empty() {
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        if tracked.server.meta.finalizers.is_empty() {
             self.remove(i);
             return true;
         }
@@ -464,8 +468,8 @@ impl Engine {
     }
 
     fn spec_edit(&mut self, i: usize) -> bool {
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        if !obj.exists || obj.server.meta.deleting {
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        if !tracked.exists || tracked.server.meta.deleting {
             return false;
         }
         self.stats.spec_edits += 1;
@@ -488,14 +492,14 @@ impl Engine {
 
     fn operator_reset(&mut self, i: usize) -> bool {
         let creates = {
-            let Some(obj) = self.objs.get(i) else { return false };
-            self.cloud.truth_of(obj.handle, self.now_ts).creates_accepted
+            let Some(tracked) = self.servers.get(i) else { return false };
+            self.cloud.truth_of(tracked.handle, self.now_ts).creates_accepted
         };
         let max = self.options.max_attempts();
-        let Some(obj) = self.objs.get_mut(i) else { return false };
-        obj.check.reset_scheduled = false;
+        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        tracked.check.reset_scheduled = false;
         // An operator resets what the stored status shows parked.
-        if !obj.exists || obj.server.meta.deleting || obj.server.status.provider_create_failures < max {
+        if !tracked.exists || tracked.server.meta.deleting || tracked.server.status.provider_create_failures < max {
             return false;
         }
         self.stats.operator_resets += 1;
@@ -505,9 +509,9 @@ impl Engine {
             s.status.provider_create_failures = 0;
             Ok(())
         });
-        if let Some(obj) = self.objs.get_mut(i) {
-            obj.check.reset_rv = reset.ok();
-            obj.check.creates_at_reset = creates;
+        if let Some(tracked) = self.servers.get_mut(i) {
+            tracked.check.reset_rv = reset.ok();
+            tracked.check.creates_at_reset = creates;
         }
         true
     }
@@ -528,10 +532,10 @@ impl Engine {
                 self.stats.controller_restarts += 1;
                 // Its in-flight passes die with it; its cache and queue go
                 // (the next leader's term passes over every Server).
-                for obj in &mut self.objs {
-                    obj.in_flight[r] = None;
-                    obj.lagging[r] = None;
-                    obj.pending_at[r] = NOT_PENDING;
+                for tracked in &mut self.servers {
+                    tracked.in_flight[r] = None;
+                    tracked.lagging[r] = None;
+                    tracked.pending_at[r] = NOT_PENDING;
                 }
             }
             // A fresh process: a cache listed from the API server.
@@ -545,8 +549,8 @@ impl Engine {
                 }
                 // ...and its watch catches up once the API answers again.
                 let round_trip = self.config.ha.api_round_trip;
-                for i in 0..self.objs.len() {
-                    if self.objs.get(i).is_some_and(|o| o.lagging[r].is_some()) {
+                for i in 0..self.servers.len() {
+                    if self.servers.get(i).is_some_and(|o| o.lagging[r].is_some()) {
                         let at = self.now + round_trip + self.faults.between(0, round_trip);
                         self.queue.push(at, EventKind::CacheCatchUp, i, r as u32);
                     }
@@ -589,8 +593,8 @@ impl Engine {
     }
 
     fn wake_all_for(&mut self, r: usize) {
-        for i in 0..self.objs.len() {
-            if self.objs.get(i).is_some_and(|o| o.exists) {
+        for i in 0..self.servers.len() {
+            if self.servers.get(i).is_some_and(|o| o.exists) {
                 let at = self.now + self.faults.between(0, 2_000);
                 self.schedule_for(i, r, at);
             }
@@ -599,11 +603,11 @@ impl Engine {
 
     /// Final state of a Server, for the outcome counts: the project's one
     /// classifier ([`server_core::lifecycle`]) for every Server that exists.
-    pub(crate) fn outcome_of(&self, obj: &Obj) -> &'static str {
-        if !obj.exists {
-            return if obj.rv == 0 { "never-created" } else { "deleted" };
+    pub(crate) fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
+        if !tracked.exists {
+            return if tracked.rv == 0 { "never-created" } else { "deleted" };
         }
-        server_core::lifecycle(&obj.server, &self.options).as_str()
+        server_core::lifecycle(&tracked.server, &self.options).as_str()
     }
 }
 

@@ -29,31 +29,31 @@ impl Engine {
         let now = self.now_ts;
         let acting = self.replicas.get(r).is_some_and(|replica| replica.up && replica.acting);
         let (pass, read) = {
-            let Some(obj) = self.objs.get_mut(i) else { return false };
-            if obj.ticket[r] != ticket || obj.pending_at[r] == super::world::NOT_PENDING {
+            let Some(tracked) = self.servers.get_mut(i) else { return false };
+            if tracked.ticket[r] != ticket || tracked.pending_at[r] == super::world::NOT_PENDING {
                 return false;
             }
-            if let Some(in_flight) = &obj.in_flight[r] {
+            if let Some(in_flight) = &tracked.in_flight[r] {
                 // This replica's previous pass on it has not finished.
                 let at = in_flight.at;
                 self.queue.push(at, EventKind::Reconcile, i, arg);
                 return false;
             }
-            obj.pending_at[r] = super::world::NOT_PENDING;
+            tracked.pending_at[r] = super::world::NOT_PENDING;
             if !acting {
                 // A follower's pass does nothing: the next term wakes everything.
                 return false;
             }
-            let Some(view_rv) = obj.view(r).map(|(_, rv)| rv) else { return false };
+            let Some(view_rv) = tracked.view(r).map(|(_, rv)| rv) else { return false };
             // A pass that reads the version it was woken for (or a later
             // one) pays that wake.
-            if obj.check.owed_wake.is_some_and(|(owed, _)| view_rv >= owed) {
-                obj.check.owed_wake = None;
+            if tracked.check.owed_wake.is_some_and(|(owed, _)| view_rv >= owed) {
+                tracked.check.owed_wake = None;
             }
-            let obj = &*obj;
-            let Some((view, view_rv)) = obj.view(r) else { return false };
-            let Some(tenant) = self.tenants.get_mut(obj.tenant) else { return false };
-            tenant.facts.provider = match self.cloud.get_by(now, Some(obj.handle)) {
+            let tracked = &*tracked;
+            let Some((view, view_rv)) = tracked.view(r) else { return false };
+            let Some(tenant) = self.tenants.get_mut(tracked.tenant) else { return false };
+            tenant.facts.provider = match self.cloud.get_by(now, Some(tracked.handle)) {
                 Ok(Some(record)) => ProviderView::Present(record),
                 Ok(None) => ProviderView::Absent,
                 Err(error) => ProviderView::Unknown(error.to_string()),
@@ -64,7 +64,7 @@ impl Engine {
                 let line = format!(
                     "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
                     explain::server(view, view_rv),
-                    obj.lagging[r].is_some(),
+                    tracked.lagging[r].is_some(),
                     explain::view(&tenant.facts.provider),
                     explain::decision(&decision)
                 );
@@ -81,8 +81,8 @@ impl Engine {
         self.check_decision(i, &read, pass.decision(), true);
         if pass.decision().actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
             let at = self.now + self.faults.between(1, self.config.ha.max_create_lag.max(1));
-            if let Some(obj) = self.objs.get_mut(i) {
-                obj.in_flight[r] = Some(Box::new(InFlight { pass, read, at }));
+            if let Some(tracked) = self.servers.get_mut(i) {
+                tracked.in_flight[r] = Some(Box::new(InFlight { pass, read, at }));
             }
             self.queue.push(at, EventKind::Act, i, r as u32);
             return true;
@@ -97,7 +97,8 @@ impl Engine {
         if self.postpone(r, EventKind::Act, i, r as u32) {
             return false;
         }
-        let Some(in_flight) = self.objs.get_mut(i).and_then(|o| o.in_flight.get_mut(r)).and_then(Option::take) else {
+        let Some(in_flight) = self.servers.get_mut(i).and_then(|o| o.in_flight.get_mut(r)).and_then(Option::take)
+        else {
             // Its process died meanwhile.
             return false;
         };
@@ -169,7 +170,7 @@ impl Engine {
             }
             Action::RemoveFinalizer => {
                 // Removal from a Server that is already gone is done.
-                if self.objs.get(i).is_some_and(|o| !o.exists) {
+                if self.servers.get(i).is_some_and(|o| !o.exists) {
                     return Ok(());
                 }
                 let expected = *rv;
@@ -178,7 +179,7 @@ impl Engine {
                     Ok(())
                 })?;
                 let gone =
-                    self.objs.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
+                    self.servers.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
                 if gone {
                     self.remove(i);
                 }
@@ -214,9 +215,9 @@ impl Engine {
                 *self.stats.events.entry(event.reason.as_str()).or_insert(0) += 1;
                 self.trace.add(event.reason as u64);
                 if event.reason == EventReason::ProviderServerMissing
-                    && let Some(obj) = self.objs.get_mut(i)
+                    && let Some(tracked) = self.servers.get_mut(i)
                 {
-                    obj.check.reported_missing = true;
+                    tracked.check.reported_missing = true;
                 }
                 Ok(())
             }
@@ -242,8 +243,8 @@ impl Engine {
         // Production guards every write; a test may drop the guard to see
         // what it prevents.
         let precondition = precondition.filter(|_| self.config.ha.guarded_writes);
-        let Some(obj) = self.objs.get_mut(i) else { return Err(not_found()) };
-        if !obj.exists {
+        let Some(tracked) = self.servers.get_mut(i) else { return Err(not_found()) };
+        if !tracked.exists {
             return Err(not_found());
         }
         if self.faults.chance(faults.write_conflict) {
@@ -251,7 +252,7 @@ impl Engine {
             // carry): the object moved on, our precondition fails. A write
             // without one is applied to the latest object, as the API server
             // does (its retry on conflict, `GuaranteedUpdate`).
-            obj.rv = self.rv_counter.next();
+            tracked.rv = self.rv_counter.next();
             if precondition.is_some() {
                 self.stats.write_conflicts += 1;
                 return Err(ActionFailure::Conflict(
@@ -263,16 +264,16 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        if precondition.is_some_and(|expected| expected != obj.rv) {
+        if precondition.is_some_and(|expected| expected != tracked.rv) {
             return Err(ActionFailure::Conflict(format!(
                 "resourceVersion {} is stale, the object is at {}",
                 precondition.unwrap_or_default(),
-                obj.rv
+                tracked.rv
             )));
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
-        let adopt = self.objs.get(i).is_some_and(|o| o.rv == *rv);
+        let adopt = self.servers.get(i).is_some_and(|o| o.rv == *rv);
         let answer_lost = self.faults.chance(faults.write_lost_answer);
         let new_rv = match self.commit(i, part, change) {
             Ok(new_rv) => new_rv,
@@ -302,7 +303,7 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        let tenant = self.objs.get(i).map(|o| o.tenant).unwrap_or_default();
+        let tenant = self.servers.get(i).map(|o| o.tenant).unwrap_or_default();
         let Some(tenant) = self.tenants.get_mut(tenant) else { return Err(not_found()) };
         let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
             return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
@@ -333,8 +334,10 @@ impl Engine {
             self.stats.duplicate_creates += 1;
             self.violation("13", i, "a create was sent while a provider server of this Server existed".into());
         }
-        let (tenant, exists, window_start, ever_booted) = match self.objs.get(i) {
-            Some(obj) => (obj.tenant, obj.exists, obj.check.creates_at_reset, obj.check.ever_booted),
+        let (tenant, exists, window_start, ever_booted) = match self.servers.get(i) {
+            Some(tracked) => {
+                (tracked.tenant, tracked.exists, tracked.check.creates_at_reset, tracked.check.ever_booted)
+            }
             None => return Err(not_found()),
         };
         let project = self.tenants.get(tenant).map(|t| t.identity.project_id.as_str()).unwrap_or_default();
@@ -374,8 +377,8 @@ impl Engine {
     /// the Server not deleting), invariant 1: never a server that booted.
     fn delete_provider_server(&mut self, i: usize, server: &ServerRef, read: &PassRead) -> Result<(), ActionFailure> {
         // The pass's own Server (a ServerRef names it by uid, as the port does).
-        let handle = match self.objs.get(i) {
-            Some(obj) if obj.server.meta.uid == server.uid => obj.handle,
+        let handle = match self.servers.get(i) {
+            Some(tracked) if tracked.server.meta.uid == server.uid => tracked.handle,
             _ => self.cloud.handle(&server.uid),
         };
         let before = self.cloud.truth_of(handle, self.now_ts);
@@ -386,7 +389,7 @@ impl Engine {
             if after.launched_deleted > before.launched_deleted {
                 self.violation("1", i, "the retry path deleted a provider server that had launched".into());
             }
-            if self.objs.get(i).is_some_and(|o| o.check.ever_booted) {
+            if self.servers.get(i).is_some_and(|o| o.check.ever_booted) {
                 self.violation(
                     "1",
                     i,
@@ -418,14 +421,14 @@ impl Engine {
         };
         for i in first..first + len {
             let write = {
-                let Some(obj) = self.objs.get(i) else { continue };
-                let Some((view, view_rv)) = obj.view(r) else { continue };
-                let listed = listed.iter().find(|(handle, _)| *handle == obj.handle);
+                let Some(tracked) = self.servers.get(i) else { continue };
+                let Some((view, view_rv)) = tracked.view(r) else { continue };
+                let listed = listed.iter().find(|(handle, _)| *handle == tracked.handle);
                 // observe is a fixed point (server-core tests it): the same
                 // record over the same stored status changes nothing, so that
                 // case is skipped without building the record.
                 let memo = (view_rv, listed.map_or(u64::MAX, |(_, version)| *version));
-                if obj.monitor_memo == Some(memo) {
+                if tracked.monitor_memo == Some(memo) {
                     continue;
                 }
                 let record = listed.and_then(|(handle, _)| self.cloud.listed_record(*handle, self.now_ts));
@@ -436,8 +439,8 @@ impl Engine {
                     self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
                 }
                 if observed == view.status {
-                    if let Some(obj) = self.objs.get_mut(i) {
-                        obj.monitor_memo = Some(memo);
+                    if let Some(tracked) = self.servers.get_mut(i) {
+                        tracked.monitor_memo = Some(memo);
                     }
                     continue;
                 }

@@ -147,9 +147,9 @@ impl ShardResult {
     fn of(engine: &Engine) -> Self {
         let mut outcomes = BTreeMap::new();
         let mut fates = BTreeMap::new();
-        for obj in &engine.objs {
-            *outcomes.entry(engine.outcome_of(obj)).or_insert(0) += 1;
-            *fates.entry(obj.fate.as_str()).or_insert(0) += 1;
+        for tracked in &engine.servers {
+            *outcomes.entry(engine.outcome_of(tracked)).or_insert(0) += 1;
+            *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
         }
         ShardResult {
             steps: engine.step,
@@ -171,12 +171,12 @@ impl Engine {
     /// however late a stale pass acted.
     fn final_checks(&mut self) {
         self.check_owed_wakes();
-        for i in 0..self.objs.len() {
-            let Some(obj) = self.objs.get(i) else { continue };
-            if obj.exists || obj.rv == 0 {
+        for i in 0..self.servers.len() {
+            let Some(tracked) = self.servers.get(i) else { continue };
+            if tracked.exists || tracked.rv == 0 {
                 continue;
             }
-            let live = self.cloud.truth_of(obj.handle, self.now_ts).live;
+            let live = self.cloud.truth_of(tracked.handle, self.now_ts).live;
             if live > 0 {
                 self.violation("6", i, format!("{live} provider server(s) remain for a removed Server at the end"));
             }
@@ -189,10 +189,10 @@ impl Engine {
     /// change (a deletion, a creation, a failure edge) went unread, and
     /// nothing wakes it before a resync.
     fn check_owed_wakes(&mut self) {
-        for i in 0..self.objs.len() {
-            let Some(obj) = self.objs.get(i) else { continue };
-            let Some((rv, at)) = obj.check.owed_wake else { continue };
-            if obj.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.now {
+        for i in 0..self.servers.len() {
+            let Some(tracked) = self.servers.get(i) else { continue };
+            let Some((rv, at)) = tracked.check.owed_wake else { continue };
+            if tracked.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.now {
                 self.violation(
                     "wake",
                     i,

@@ -58,7 +58,7 @@ impl Engine {
         self.relist_epochs[r] = epoch;
         let seen_at_page = match self.config.relist_wakes {
             RelistWakes::AtInitDone => Vec::new(),
-            RelistWakes::PerPage => vec![0; self.objs.len()],
+            RelistWakes::PerPage => vec![0; self.servers.len()],
         };
         self.replicas[r].relist = Some(Relist { epoch, seen_at_page });
         self.stats.relists += 1;
@@ -80,13 +80,13 @@ impl Engine {
         }
         self.stats.relist_pages += 1;
         let size = self.config.kube.list_page_size.max(1);
-        let (first, end) = (page * size, ((page + 1) * size).min(self.objs.len()));
+        let (first, end) = (page * size, ((page + 1) * size).min(self.servers.len()));
         if self.config.relist_wakes == RelistWakes::PerPage {
             for i in first..end {
                 self.wake_as_listed(i, r);
             }
         }
-        if end >= self.objs.len() {
+        if end >= self.servers.len() {
             self.relist_done(r);
         } else {
             let next = u32::from(epoch) << 16 | u32::try_from(page + 1).unwrap_or(u32::MAX) & 0xffff;
@@ -98,16 +98,16 @@ impl Engine {
     /// The old rule: a listed Server is compared with the copy seen before
     /// and remembered at once, while the store still holds that copy.
     fn wake_as_listed(&mut self, i: usize, r: usize) {
-        let Some(obj) = self.objs.get(i) else { return };
-        if !obj.exists {
+        let Some(tracked) = self.servers.get(i) else { return };
+        if !tracked.exists {
             return;
         }
-        let seen = match obj.lagging[r].as_deref() {
+        let seen = match tracked.lagging[r].as_deref() {
             Some(lagging) => lagging.copy(),
-            None => Some(&obj.server),
+            None => Some(&tracked.server),
         };
-        let wake = (self.rules.should_wake)(seen, &obj.server);
-        let rv = obj.rv;
+        let wake = (self.rules.should_wake)(seen, &tracked.server);
+        let rv = tracked.rv;
         if let Some(relist) = self.replicas[r].relist.as_mut()
             && let Some(slot) = relist.seen_at_page.get_mut(i)
         {
@@ -128,18 +128,18 @@ impl Engine {
     fn relist_done(&mut self, r: usize) {
         let Some(relist) = self.replicas[r].relist.take() else { return };
         let acts = self.replicas[r].acts();
-        for i in 0..self.objs.len() {
-            let Some(obj) = self.objs.get_mut(i) else { continue };
-            let Some(before) = obj.lagging[r].take() else { continue };
-            if !obj.exists {
+        for i in 0..self.servers.len() {
+            let Some(tracked) = self.servers.get_mut(i) else { continue };
+            let Some(before) = tracked.lagging[r].take() else { continue };
+            if !tracked.exists {
                 continue;
             }
-            let due = (self.rules.should_wake)(before.copy(), &obj.server);
+            let due = (self.rules.should_wake)(before.copy(), &tracked.server);
             let wake = match relist.seen_at_page.get(i) {
-                Some(&seen) if seen != 0 => seen != obj.rv,
+                Some(&seen) if seen != 0 => seen != tracked.rv,
                 _ => due,
             };
-            let rv = obj.rv;
+            let rv = tracked.rv;
             if due && acts {
                 self.owe_wake(i, rv);
             }
@@ -161,9 +161,9 @@ impl Engine {
     pub(crate) fn absent_from_cut_caches(&mut self, i: usize) {
         for r in 0..self.replica_count {
             if self.watch_is_cut(r)
-                && let Some(obj) = self.objs.get_mut(i)
+                && let Some(tracked) = self.servers.get_mut(i)
             {
-                obj.lagging[r] = Some(Box::new(Lagging::Absent));
+                tracked.lagging[r] = Some(Box::new(Lagging::Absent));
             }
         }
     }

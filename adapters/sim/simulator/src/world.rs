@@ -34,7 +34,7 @@ pub(crate) const NOT_PENDING: u64 = u64::MAX;
 
 /// One Server object and everything the simulation tracks about it.
 #[derive(Debug)]
-pub(crate) struct Obj {
+pub(crate) struct TrackedServer {
     /// The API server's copy.
     pub(crate) server: Server,
     /// Equal to `server` between writes; during one, the Server before it
@@ -97,7 +97,7 @@ pub(crate) struct InFlight {
 
 /// A cache that lags behind the API server for one Server.
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant, reason = "always held boxed, in `Obj::lagging`")]
+#[allow(clippy::large_enum_variant, reason = "always held boxed, in `TrackedServer::lagging`")]
 pub(crate) enum Lagging {
     /// It holds an older copy, with its resourceVersion.
     Stale(Server, u64),
@@ -116,7 +116,7 @@ impl Lagging {
     }
 }
 
-impl Obj {
+impl TrackedServer {
     /// The Server as replica `r`'s cache holds it, with its resourceVersion;
     /// `None` when that cache does not hold it (removed, or not listed yet).
     pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
