@@ -126,6 +126,8 @@ async fn scale_run(kind: CloudKind, encoding: ReferencePatch) -> (SharedWrites, 
     }
     assert_eq!(held.len(), SERVERS, "one reference per Server, no duplicate: {held:?}");
 
+    // A write the operator still has in flight lands before counting.
+    env.idle(1).await;
     // No patch of the Network's own controller in flight while counting: one
     // landed but not yet counted as its would be taken for the operator's.
     let (counters, others) = {
