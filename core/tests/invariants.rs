@@ -9,7 +9,7 @@ mod support;
 
 use jiff::Timestamp;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use server_core::model::{
     ConditionReason, ConditionType, Detail, ResourceKind, Server, ServerStatus, UserData, set_condition,
 };
@@ -33,36 +33,6 @@ struct Rules {
 }
 
 const CORE: Rules = Rules { reconcile, observe, watch_pcf: provider_create_failure, action_failed };
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(1_000)
-}
-
-fn run<S: Strategy>(strategy: S, property: impl Fn(S::Value) -> Result<(), TestCaseError>) -> Result<(), String>
-where
-    S::Value: std::fmt::Debug,
-{
-    let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
-    match TestRunner::new(config).run(&strategy, property) {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(reason, input)) => Err(format!("{reason}; minimal input: {input:?}")),
-        Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
-    }
-}
-
-fn must_hold(result: Result<(), String>) {
-    if let Err(failure) = result {
-        panic!("invariant violated: {failure}");
-    }
-}
-
-/// A broken rule must be caught. A rare fault may not come up in one run of
-/// random cases, so up to five runs are tried (each found no violation with
-/// a few percent chance at most; five in a row would mean it is not caught).
-fn must_catch(property: impl Fn() -> Result<(), String>) {
-    let caught = (0..5).any(|_| property().is_err());
-    assert!(caught, "the property did not catch the broken rule in five runs");
-}
 
 fn facts_with(server: &Server, view: ProviderView) -> Facts {
     let mut facts = referenced_facts(server);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use server_core::model::{CREATE_ISSUED_ANNOTATION, Server};
 use server_core::port::{CloudError, PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{
@@ -28,35 +28,6 @@ use support::*;
 type Rule = fn(&Server, &Facts, &Decision, &Options, Timestamp) -> Option<LiveRead>;
 
 const CORE: Rule = live_read_needed;
-
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(1_000)
-}
-
-fn run<S: Strategy>(strategy: S, property: impl Fn(S::Value) -> Result<(), TestCaseError>) -> Result<(), String>
-where
-    S::Value: std::fmt::Debug,
-{
-    let config = Config { cases: cases(), failure_persistence: None, ..Config::default() };
-    match TestRunner::new(config).run(&strategy, property) {
-        Ok(()) => Ok(()),
-        Err(TestError::Fail(reason, input)) => Err(format!("{reason}; minimal input: {input:?}")),
-        Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
-    }
-}
-
-fn must_hold(result: Result<(), String>) {
-    if let Err(failure) = result {
-        panic!("property violated: {failure}");
-    }
-}
-
-/// A broken rule must be caught. A rare case may not come up in one run of
-/// random cases, so up to five runs are tried.
-fn must_catch(property: impl Fn() -> Result<(), String>) {
-    let caught = (0..5).any(|_| property().is_err());
-    assert!(caught, "the property did not catch the broken rule in five runs");
-}
 
 /// A create-issued note as the core writes it (attempt, time in seconds).
 fn note(server: &mut Server, attempt: i32, second: i64) {

@@ -141,3 +141,36 @@ pub fn event_reasons(decision: &Decision) -> Vec<&'static str> {
     decision.events().map(|e| e.reason.as_str()).collect()
 }
 pub mod strategies;
+
+/// Runs a property over `cases()` random inputs (`PROPTEST_CASES`, 1,000 by
+/// default); the failure and its minimal input as text.
+pub fn run<S: proptest::strategy::Strategy>(
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<(), proptest::test_runner::TestCaseError>,
+) -> Result<(), String>
+where
+    S::Value: std::fmt::Debug,
+{
+    use proptest::test_runner::{Config, TestError, TestRunner};
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(1_000);
+    let config = Config { cases, failure_persistence: None, ..Config::default() };
+    match TestRunner::new(config).run(&strategy, property) {
+        Ok(()) => Ok(()),
+        Err(TestError::Fail(reason, input)) => Err(format!("{reason}; minimal input: {input:?}")),
+        Err(TestError::Abort(reason)) => Err(format!("aborted: {reason}")),
+    }
+}
+
+pub fn must_hold(result: Result<(), String>) {
+    if let Err(failure) = result {
+        panic!("property violated: {failure}");
+    }
+}
+
+/// A broken rule must be caught. A rare fault may not come up in one run of
+/// random cases, so up to five runs are tried (five misses in a row would
+/// mean it is not caught).
+pub fn must_catch(property: impl Fn() -> Result<(), String>) {
+    let caught = (0..5).any(|_| property().is_err());
+    assert!(caught, "the property did not catch the broken rule in five runs");
+}
