@@ -59,6 +59,18 @@ pub(crate) struct Args {
     )]
     concurrency: u16,
 
+    /// Each call to a region's cloud is abandoned after this long (1s to
+    /// 10m). A create whose answer never came is not counted lost before ten
+    /// times this: the cloud may still carry it out (DESIGN, "A create of
+    /// unknown fate"). Keep each region's own `requestTimeout` at or under it.
+    #[arg(
+        long,
+        env = "SERVER_CONTROLLER_CLOUD_TIMEOUT",
+        default_value = "60s",
+        value_parser = parse_cloud_timeout
+    )]
+    cloud_timeout: Duration,
+
     /// Do not run the monitor loop (the Servers' runtime status then goes stale).
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
@@ -166,6 +178,20 @@ pub(crate) enum CloudKind {
     Openstack,
 }
 
+/// The bounds of `--cloud-timeout`: under a second no cloud answers a
+/// create; over ten minutes a lost create would keep its Server waiting
+/// (ten times this) for hours.
+const CLOUD_TIMEOUT_BOUNDS: std::ops::RangeInclusive<Duration> = Duration::from_secs(1)..=Duration::from_secs(600);
+
+fn parse_cloud_timeout(value: &str) -> Result<Duration, String> {
+    let timeout = parse_duration(value)?;
+    if CLOUD_TIMEOUT_BOUNDS.contains(&timeout) {
+        Ok(timeout)
+    } else {
+        Err(format!("{value:?} is outside 1s to 10m"))
+    }
+}
+
 /// Parses `500ms`, `10s`, `2m 30s`, ... (humantime); zero is refused.
 pub(crate) fn parse_duration(value: &str) -> Result<Duration, String> {
     match humantime::parse_duration(value) {
@@ -218,6 +244,7 @@ fn controller_config(args: &Args, leader_election: Option<LeaseConfig>) -> Contr
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
+        cloud_timeout: args.cloud_timeout,
         concurrency: args.concurrency,
         reporting_instance: std::env::var("POD_NAME").ok(),
         region_namespace: args.region_namespace.clone(),
@@ -369,13 +396,7 @@ pub(crate) async fn openstack_clouds(
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
-        let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
-            .with_context(|| format!("region {region}"))?
-            .port();
-        if registry.get(region).is_some() {
-            anyhow::bail!("region {region} is given twice; give each region once");
-        }
-        registry.insert(region, RegionCloud::openstack(port));
+        register_openstack(&mut registry, region, config, login_failure_hook.clone())?;
     }
     for (region, secret) in secrets {
         let (namespace, name) = secret
@@ -393,15 +414,26 @@ pub(crate) async fn openstack_clouds(
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
-        let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook.clone())
-            .with_context(|| format!("region {region}"))?
-            .port();
-        if registry.get(region).is_some() {
-            anyhow::bail!("region {region} is given twice; give each region once");
-        }
-        registry.insert(region, RegionCloud::openstack(port));
+        register_openstack(&mut registry, region, config, login_failure_hook.clone())?;
     }
     Ok(registry)
+}
+
+/// Adds `region`'s OpenStack port to `registry`; a region given twice (by
+/// file or Secret) is refused rather than one silently replacing the other.
+fn register_openstack(
+    registry: &mut CloudRegistry,
+    region: &str,
+    config: OpenStackConfig,
+    login_failure_hook: Option<server_openstack::FailureStreakHook>,
+) -> anyhow::Result<()> {
+    if registry.get(region).is_some() {
+        anyhow::bail!("region {region} is given twice; give each region once");
+    }
+    let port =
+        OpenStackCloud::with_login_failure_hook(config, login_failure_hook).with_context(|| format!("region {region}"))?.port();
+    registry.insert(region, RegionCloud::openstack(port));
+    Ok(())
 }
 
 /// A client from `--kubeconfig` (its current context), or else from the
@@ -540,6 +572,32 @@ mod tests {
             let flag = format!("--concurrency={refused}");
             let error = parse(&[flag.as_str()]).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--concurrency"), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_openstack_region_given_twice_is_refused_and_the_first_kept() {
+        let config = || OpenStackConfig::from_json(r#"{"authURL": "http://keystone:5000", "region": "r1"}"#);
+        let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
+        let first = config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        assert!(first.is_ok(), "{first:?}");
+        let again = config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        let error = again.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("region r1 is given twice"), "{error}");
+        assert!(registry.get("r1").is_some());
+    }
+
+    #[test]
+    fn the_cloud_timeout_sets_the_create_grace_and_is_bounded_at_parse_time() {
+        let parse = |args: &[&str]| Command::try_parse_from(["run"].iter().chain(args)).map(|c| c.args);
+        let default = parse(&[]).map(|args| controller_config(&args, None)).ok();
+        assert_eq!(default.map(|config| config.cloud_timeout), Some(ControllerConfig::default().cloud_timeout));
+        let short = parse(&["--cloud-timeout", "5s"]).map(|args| controller_config(&args, None).rule_options()).ok();
+        assert_eq!(short.map(|options| options.create_grace), Some(Duration::from_secs(50)));
+        for refused in ["0s", "500ms", "11m", "soon"] {
+            let flag = format!("--cloud-timeout={refused}");
+            let error = parse(&[flag.as_str()]).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--cloud-timeout"), "{refused}: {error}");
         }
     }
 

@@ -50,6 +50,15 @@ pub(crate) struct Args {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     monitor_interval: Duration,
 
+    /// The operator's `--cloud-timeout`, also each region's `requestTimeout`.
+    /// A create answered with a 5xx has an unknown fate and its Server waits
+    /// ten times this before counting it lost, so the default (the
+    /// operator's 60 s) would make the fate mix's create outages, not the
+    /// operator, set the bench's wall time. The simulated cloud answers in
+    /// milliseconds, so 5 s never cuts a call short.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    cloud_timeout: Duration,
+
     /// Give up waiting for one size to settle after this long.
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     timeout: Duration,
@@ -122,6 +131,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         shared_security_groups: world::SHARED_RESOURCES,
         yield_interval_seconds: args.yield_interval.as_secs_f64(),
         monitor_interval_seconds: args.monitor_interval.as_secs_f64(),
+        cloud_timeout_seconds: args.cloud_timeout.as_secs_f64(),
         sizes,
         steady_state,
         duration_seconds: started.elapsed().as_secs_f64(),
@@ -145,10 +155,11 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
     let mut world = BenchWorld::start(servers, args.seed, args.create_failure_rate).await?;
     let dir = work_dir.join(format!("n{servers}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let (kubeconfig, region) = world.write_configs(&dir)?;
+    let (kubeconfig, region) = world.write_configs(&dir, args.cloud_timeout)?;
     let flags = OperatorFlags {
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
+        cloud_timeout: args.cloud_timeout,
         max_attempts: args.max_attempts,
     };
     let sims_peak_is_this_size = operator::reset_own_peak_rss();

@@ -24,6 +24,7 @@ const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 pub(crate) struct OperatorFlags {
     pub(crate) yield_interval: Duration,
     pub(crate) monitor_interval: Duration,
+    pub(crate) cloud_timeout: Duration,
     pub(crate) max_attempts: i32,
 }
 
@@ -50,6 +51,7 @@ impl OperatorProcess {
             .args(["--metrics-addr", &metrics.to_string(), "--log-format", "json"])
             .args(["--yield-interval", &humantime::format_duration(flags.yield_interval).to_string()])
             .args(["--monitor-interval", &humantime::format_duration(flags.monitor_interval).to_string()])
+            .args(["--cloud-timeout", &humantime::format_duration(flags.cloud_timeout).to_string()])
             .args(["--provider-create-max-attempts", &flags.max_attempts.to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("cannot share the operator's log file")?)

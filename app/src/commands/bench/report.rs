@@ -17,6 +17,7 @@ pub(crate) struct BenchReport {
     pub(crate) shared_security_groups: usize,
     pub(crate) yield_interval_seconds: f64,
     pub(crate) monitor_interval_seconds: f64,
+    pub(crate) cloud_timeout_seconds: f64,
     pub(crate) sizes: Vec<SizeResult>,
     pub(crate) steady_state: Option<SteadyState>,
     pub(crate) duration_seconds: f64,
@@ -190,13 +191,14 @@ impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "bench: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s\n",
+            "bench: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
             self.create_failure_rate,
             self.user_data_bytes / 1024,
             self.shared_networks,
             self.shared_security_groups,
             self.yield_interval_seconds,
             self.monitor_interval_seconds,
+            self.cloud_timeout_seconds,
         )?;
         writeln!(
             f,

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use base64::Engine as _;
@@ -94,7 +95,7 @@ impl BenchWorld {
 
     /// Writes the kubeconfig and the region's OpenStack configuration a
     /// separate operator process connects with; returns their paths.
-    pub(crate) fn write_configs(&self, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    pub(crate) fn write_configs(&self, dir: &Path, request_timeout: Duration) -> anyhow::Result<(PathBuf, PathBuf)> {
         let kubeconfig = dir.join("kubeconfig");
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {url}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n    namespace: {NAMESPACE}\ncurrent-context: bench\nusers:\n- name: bench\n  user: {{}}\n",
@@ -103,7 +104,12 @@ impl BenchWorld {
         std::fs::write(&kubeconfig, text).with_context(|| format!("cannot write {}", kubeconfig.display()))?;
         let openstack = self.cloud.openstack_config().context("the bench's cloud is not on the OpenStack path")?;
         let region = dir.join("openstack-region.json");
-        let text = json!({"authURL": openstack.auth_url, "region": openstack.region}).to_string();
+        let text = json!({
+            "authURL": openstack.auth_url,
+            "region": openstack.region,
+            "requestTimeout": request_timeout.as_secs_f64(),
+        })
+        .to_string();
         std::fs::write(&region, text).with_context(|| format!("cannot write {}", region.display()))?;
         Ok((kubeconfig, region))
     }

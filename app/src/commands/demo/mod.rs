@@ -330,11 +330,22 @@ pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     }
     let available = server.status.condition(ConditionType::Available);
     let provisioned = available.is_some_and(|c| c.reason == ConditionReason::Provisioned);
+    let parked_at_cap = lifecycle(server, max) == Lifecycle::Parked(ParkKind::AtCap);
     if fate.failed_boots >= u32::try_from(max).unwrap_or(1) {
-        return lifecycle(server, max) == Lifecycle::Parked(ParkKind::AtCap);
+        return parked_at_cap;
+    }
+    // A create answered with a 5xx has an unknown fate: once its grace ran
+    // out without a server it counts as an attempt (DESIGN, fail closed), so
+    // boots that fail fewer times than the cap, plus such answers, can
+    // legitimately reach it.
+    if fate.failed_boots > 0 && parked_at_cap {
+        return true;
     }
     if fate.vanish_after_launch.is_some() {
-        return lifecycle(server, max) == Lifecycle::Parked(ParkKind::MissingAfterBoot);
+        // A server that vanishes before any read saw it launched leaves the
+        // same evidence as one lost before launch (no record, no launch
+        // time), so each such create is counted and the cap can be reached.
+        return parked_at_cap || lifecycle(server, max) == Lifecycle::Parked(ParkKind::MissingAfterBoot);
     }
     if fate.error_after_launch.is_some() {
         return server.status.provisioned_at.is_some() && healthy_is(server, ConditionStatus::False) && provisioned;
@@ -516,5 +527,36 @@ async fn wait_for_interrupt() -> anyhow::Result<()> {
     tokio::select! {
         interrupted = tokio::signal::ctrl_c() => interrupted.context("cannot wait for Ctrl-C"),
         _ = terminate.recv() => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use server_core::model::Server;
+
+    use super::*;
+
+    fn tracked(fate: Fate) -> Tracked {
+        let planned = Planned { name: "s".into(), role: Role::Drawn, unmodelled_fields: false };
+        Tracked { planned, uid: "u".into(), fate, rearmed: false }
+    }
+
+    /// A Server that never booted, with `failures` counted attempts and no retry pending.
+    fn parked_after(failures: i32) -> History {
+        let mut server = Server::default();
+        server.status.provider_create_failures = failures;
+        History { latest: Some(server), ..Default::default() }
+    }
+
+    #[test]
+    fn a_cap_reached_with_an_unknown_fate_create_among_failed_boots_is_settled_but_not_from_a_clean_fate() {
+        let max = 3;
+        assert!(is_settled(&tracked(Fate::failing_boots(2)), &parked_after(3), max));
+        assert!(is_settled(&tracked(Fate::failing_forever()), &parked_after(3), max));
+        assert!(!is_settled(&tracked(Fate::failing_boots(2)), &parked_after(2), max), "under the cap is not parked");
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max), "a clean fate must end running");
+        let vanishes = Fate::vanish_after_launch(std::time::Duration::from_millis(1_500));
+        assert!(is_settled(&tracked(vanishes.clone()), &parked_after(3), max), "every boot vanished unseen");
+        assert!(!is_settled(&tracked(vanishes), &parked_after(1), max));
     }
 }
