@@ -109,7 +109,7 @@ fn watch_servers(
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
 ) -> (Store<CachedServer>, Wakes) {
-    let config = watcher::Config::default().page_size(watch.page_size);
+    let config = watcher::Config::default().page_size(watch.server_page_size);
     let events =
         watcher(scoped_api::<CachedServer>(client.clone(), namespace), config).backoff(FixedBackoff(watch.retry));
     let (store, woken) = server_wakes(events, healthy);

@@ -24,13 +24,19 @@ where
 pub(crate) struct WatchSettings {
     /// Delay before re-establishing a failed watch.
     pub(crate) retry: Duration,
-    /// Objects per page of a (re)list.
+    /// Objects per page of a consumed kind's (re)list.
     pub(crate) page_size: u32,
+    /// Servers per page of the Server watch's (re)list.
+    pub(crate) server_page_size: u32,
 }
 
 impl WatchSettings {
     pub(crate) fn of(config: &crate::config::ControllerConfig) -> Self {
-        WatchSettings { retry: config.watch_retry_interval, page_size: config.watch_page_size }
+        WatchSettings {
+            retry: config.watch_retry_interval,
+            page_size: config.watch_page_size,
+            server_page_size: config.server_watch_page_size,
+        }
     }
 }
 

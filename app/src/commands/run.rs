@@ -185,11 +185,7 @@ const CLOUD_TIMEOUT_BOUNDS: std::ops::RangeInclusive<Duration> = Duration::from_
 
 fn parse_cloud_timeout(value: &str) -> Result<Duration, String> {
     let timeout = parse_duration(value)?;
-    if CLOUD_TIMEOUT_BOUNDS.contains(&timeout) {
-        Ok(timeout)
-    } else {
-        Err(format!("{value:?} is outside 1s to 10m"))
-    }
+    if CLOUD_TIMEOUT_BOUNDS.contains(&timeout) { Ok(timeout) } else { Err(format!("{value:?} is outside 1s to 10m")) }
 }
 
 /// Parses `500ms`, `10s`, `2m 30s`, ... (humantime); zero is refused.
@@ -430,8 +426,9 @@ fn register_openstack(
     if registry.get(region).is_some() {
         anyhow::bail!("region {region} is given twice; give each region once");
     }
-    let port =
-        OpenStackCloud::with_login_failure_hook(config, login_failure_hook).with_context(|| format!("region {region}"))?.port();
+    let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook)
+        .with_context(|| format!("region {region}"))?
+        .port();
     registry.insert(region, RegionCloud::openstack(port));
     Ok(())
 }
@@ -579,9 +576,11 @@ mod tests {
     fn an_openstack_region_given_twice_is_refused_and_the_first_kept() {
         let config = || OpenStackConfig::from_json(r#"{"authURL": "http://keystone:5000", "region": "r1"}"#);
         let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
-        let first = config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        let first =
+            config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
         assert!(first.is_ok(), "{first:?}");
-        let again = config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        let again =
+            config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
         let error = again.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("region r1 is given twice"), "{error}");
         assert!(registry.get("r1").is_some());

@@ -95,6 +95,12 @@ use store::StoreState;
 /// version before it too), the full 1,000 changes of small objects.
 pub const DEFAULT_HISTORY_BYTES: usize = 32 << 20;
 
+/// How long a change stays in the watch history whatever the limits:
+/// kube-apiserver's watch cache keeps every event younger than its
+/// `eventFreshDuration` (k8s.io/apiserver/pkg/storage/cacher/watch_cache.go),
+/// so a watcher resuming, or a list paging, within that window is served.
+pub const DEFAULT_HISTORY_FRESH_FOR: Duration = Duration::from_secs(75);
+
 /// State shared by the router's handlers.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -109,6 +115,7 @@ pub struct SimKubeBuilder {
     seed: u64,
     history_limit: usize,
     history_bytes: usize,
+    history_fresh_for: Duration,
     bookmark_interval: Duration,
     clock: Option<Clock>,
     strict_namespaces: bool,
@@ -120,6 +127,7 @@ impl fmt::Debug for SimKubeBuilder {
             .field("seed", &self.seed)
             .field("history_limit", &self.history_limit)
             .field("history_bytes", &self.history_bytes)
+            .field("history_fresh_for", &self.history_fresh_for)
             .field("bookmark_interval", &self.bookmark_interval)
             .field("clock", &self.clock.as_ref().map(|_| "custom"))
             .field("strict_namespaces", &self.strict_namespaces)
@@ -133,6 +141,7 @@ impl Default for SimKubeBuilder {
             seed: 0,
             history_limit: 1000,
             history_bytes: DEFAULT_HISTORY_BYTES,
+            history_fresh_for: DEFAULT_HISTORY_FRESH_FOR,
             bookmark_interval: Duration::from_secs(1),
             clock: None,
             strict_namespaces: false,
@@ -166,6 +175,15 @@ impl SimKubeBuilder {
         self
     }
 
+    /// A change younger than this stays in a type's watch history past the
+    /// count and byte limits (default [`DEFAULT_HISTORY_FRESH_FOR`], as
+    /// kube-apiserver's watch cache); zero applies the limits at once.
+    #[must_use]
+    pub fn history_fresh_for(mut self, fresh_for: Duration) -> Self {
+        self.history_fresh_for = fresh_for;
+        self
+    }
+
     /// How often watches that allow bookmarks get one (default 1 s).
     #[must_use]
     pub fn bookmark_interval(mut self, interval: Duration) -> Self {
@@ -193,7 +211,11 @@ impl SimKubeBuilder {
     /// Builds the server, serving Events, Leases and CustomResourceDefinitions.
     pub fn build(self) -> SimKube {
         let clock = self.clock.unwrap_or_else(|| Arc::new(jiff::Timestamp::now));
-        let limit = store::HistoryLimit { changes: self.history_limit, bytes: self.history_bytes };
+        let limit = store::HistoryLimit {
+            changes: self.history_limit,
+            bytes: self.history_bytes,
+            fresh_for: self.history_fresh_for,
+        };
         let mut state = StoreState::new(self.seed, limit, clock);
         state.set_strict_namespaces(self.strict_namespaces);
         let store = StoreHandle::new(state);

@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jiff::Timestamp;
 use serde_json::{Map, Value};
@@ -61,6 +61,9 @@ pub(crate) struct Change {
     /// turn "stopped matching" into DELETED and "started matching" into
     /// ADDED, and continued lists read the state at their version.
     pub(crate) previous: Option<Arc<Value>>,
+    /// When it was recorded (real time: how long history is kept is the
+    /// server's memory policy, whatever clock its timestamps come from).
+    pub(crate) recorded: Instant,
 }
 
 impl Change {
@@ -78,7 +81,20 @@ pub(crate) struct HistoryLimit {
     /// Bytes of object versions the retained changes may hold (see
     /// [`approximate_bytes`]); the newest change is kept whatever its size.
     pub(crate) bytes: usize,
+    /// A change younger than this is kept past both limits (up to
+    /// [`FRESH_CHANGES_BACKSTOP`] and [`FRESH_BYTES_BACKSTOP`]), so a client
+    /// a few seconds behind, or paging through a large list, is not sent
+    /// back to relist while changes arrive fast.
+    pub(crate) fresh_for: Duration,
 }
+
+/// kube-apiserver's watch cache grows instead of dropping an event younger
+/// than `eventFreshDuration` (75 s), up to `defaultUpperBoundCapacity`
+/// events (k8s.io/apiserver/pkg/storage/cacher/watch_cache.go).
+pub(crate) const FRESH_CHANGES_BACKSTOP: usize = 100 * 1024;
+/// This simulator's own bound on fresh changes' bytes, so a burst of large
+/// objects cannot take all the memory of a test or bench process.
+pub(crate) const FRESH_BYTES_BACKSTOP: usize = 1 << 30;
 
 /// Which part of an object a write targets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +267,7 @@ impl StoreState {
             resource_version: 1,
             types: BTreeMap::new(),
             rng: fastrand::Rng::with_seed(seed),
-            history_limit: HistoryLimit { changes: history_limit.changes.max(1), bytes: history_limit.bytes },
+            history_limit: HistoryLimit { changes: history_limit.changes.max(1), ..history_limit },
             clock,
             strict_namespaces: false,
         }
@@ -356,10 +372,20 @@ impl StoreState {
         let limit = self.history_limit;
         if let Some(state) = self.types.get_mut(key) {
             let resource_version = change.resource_version;
+            let now = change.recorded;
             state.history_bytes += change.retained_bytes();
             state.history.push_back(change);
             while state.history.len() > limit.changes || (state.history_bytes > limit.bytes && state.history.len() > 1)
             {
+                let oldest_is_fresh = state
+                    .history
+                    .front()
+                    .is_some_and(|oldest| now.saturating_duration_since(oldest.recorded) < limit.fresh_for);
+                let past_backstop =
+                    state.history.len() > FRESH_CHANGES_BACKSTOP || state.history_bytes > FRESH_BYTES_BACKSTOP;
+                if oldest_is_fresh && !past_backstop {
+                    break;
+                }
                 if let Some(dropped) = state.history.pop_front() {
                     state.history_bytes = state.history_bytes.saturating_sub(dropped.retained_bytes());
                     state.compacted = dropped.resource_version;
@@ -553,7 +579,16 @@ impl StoreState {
 
         let object = Arc::new(object);
         self.type_state_mut(key)?.objects.insert(object_key, object.clone());
-        self.record(key, Change { resource_version, kind: ChangeKind::Added, object: object.clone(), previous: None });
+        self.record(
+            key,
+            Change {
+                resource_version,
+                kind: ChangeKind::Added,
+                object: object.clone(),
+                previous: None,
+                recorded: Instant::now(),
+            },
+        );
         Ok(object)
     }
 
@@ -750,7 +785,13 @@ impl StoreState {
         self.type_state_mut(key)?.objects.insert(object_key, new.clone());
         self.record(
             key,
-            Change { resource_version, kind: ChangeKind::Modified, object: new.clone(), previous: Some(old) },
+            Change {
+                resource_version,
+                kind: ChangeKind::Modified,
+                object: new.clone(),
+                previous: Some(old),
+                recorded: Instant::now(),
+            },
         );
         Ok(new)
     }
@@ -765,7 +806,13 @@ impl StoreState {
         let namespace = meta_str(&last, "namespace").unwrap_or_default().to_string();
         let last = Arc::new(last);
         // The stored state before removal, for lists at an earlier version.
-        let change = Change { resource_version, kind: ChangeKind::Deleted, object: last.clone(), previous: stored };
+        let change = Change {
+            resource_version,
+            kind: ChangeKind::Deleted,
+            object: last.clone(),
+            previous: stored,
+            recorded: Instant::now(),
+        };
         self.record(key, change);
         if !namespace.is_empty() {
             self.finish_namespace_if_empty(&namespace)?;
@@ -943,7 +990,13 @@ impl StoreState {
                 self.type_state_mut(key)?.objects.insert(object_key(&object), object.clone());
                 self.record(
                     key,
-                    Change { resource_version, kind: ChangeKind::Added, object: object.clone(), previous: None },
+                    Change {
+                        resource_version,
+                        kind: ChangeKind::Added,
+                        object: object.clone(),
+                        previous: None,
+                        recorded: Instant::now(),
+                    },
                 );
                 Ok(object)
             }

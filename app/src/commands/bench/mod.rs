@@ -73,6 +73,12 @@ pub(crate) struct Args {
     #[arg(long, default_value = "3m", value_parser = parse_duration)]
     steady_window: Duration,
 
+    /// Start the operator under this profiler (e.g. `heaptrack`, or
+    /// `perf record -g --`; split on spaces). Its process is then the
+    /// profiler's, so the report's operator RSS and CPU are the profiler's.
+    #[arg(long, value_name = "COMMAND")]
+    operator_wrapper: Option<String>,
+
     /// Where the operator's logs and configuration go (default: a new
     /// directory under the system's temporary directory, removed when every
     /// size settled).
@@ -160,6 +166,11 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         yield_interval: args.yield_interval,
         monitor_interval: args.monitor_interval,
         cloud_timeout: args.cloud_timeout,
+        wrapper: args
+            .operator_wrapper
+            .as_deref()
+            .map(|w| w.split_whitespace().map(str::to_owned).collect())
+            .unwrap_or_default(),
         max_attempts: args.max_attempts,
     };
     let sims_peak_is_this_size = operator::reset_own_peak_rss();

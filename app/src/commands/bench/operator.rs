@@ -25,6 +25,8 @@ pub(crate) struct OperatorFlags {
     pub(crate) yield_interval: Duration,
     pub(crate) monitor_interval: Duration,
     pub(crate) cloud_timeout: Duration,
+    /// A profiler and its arguments to start the operator under; empty for none.
+    pub(crate) wrapper: Vec<String>,
     pub(crate) max_attempts: i32,
 }
 
@@ -41,7 +43,15 @@ impl OperatorProcess {
         let exe = std::env::current_exe().context("cannot find this executable to run the operator")?;
         let metrics = free_loopback_port()?;
         let log = std::fs::File::create(log).with_context(|| format!("cannot write {}", log.display()))?;
-        let child = Command::new(exe)
+        let mut command = match flags.wrapper.split_first() {
+            Some((profiler, profiler_args)) => {
+                let mut command = Command::new(profiler);
+                command.args(profiler_args).arg(exe);
+                command
+            }
+            None => Command::new(exe),
+        };
+        let child = command
             .arg("run")
             .arg("--kubeconfig")
             .arg(kubeconfig)

@@ -155,7 +155,7 @@ async fn ended_watches_close_and_resume_from_their_version() {
 
 #[tokio::test]
 async fn bounded_history_expires_old_versions() {
-    let sim = server_simkube::SimKube::builder().history_limit(3).build();
+    let sim = server_simkube::SimKube::builder().history_limit(3).history_fresh_for(Duration::ZERO).build();
     sim.install_crd(serde_json::to_value(<Widget as kube::CustomResourceExt>::crd()).expect("crd")).expect("install");
     let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
     let old = list_version(&widgets).await;
@@ -165,6 +165,23 @@ async fn bounded_history_expires_old_versions() {
     let mut stream = widgets.watch(&WatchParams::default().timeout(5), &old).await.expect("watch").boxed();
     let event = within("event", stream.try_next()).await.expect("event").expect("open");
     assert_eq!(describe(&event), "ERROR 410");
+}
+
+#[tokio::test]
+async fn changes_younger_than_the_fresh_window_outlive_the_limits_like_the_watch_cache() {
+    // The default window (75 s) keeps all five changes past a limit of three.
+    let sim = server_simkube::SimKube::builder().history_limit(3).build();
+    sim.install_crd(serde_json::to_value(<Widget as kube::CustomResourceExt>::crd()).expect("crd")).expect("install");
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let old = list_version(&widgets).await;
+    for name in ["a", "b", "c", "d", "e"] {
+        widgets.create(&PostParams::default(), &widget(name, 1)).await.expect("create");
+    }
+    let params = WatchParams::default().timeout(5).disable_bookmarks();
+    let mut stream = widgets.watch(&params, &old).await.expect("watch").boxed();
+    let event = within("event", stream.try_next()).await.expect("event").expect("open");
+    assert_eq!(describe(&event), "ADDED a", "a fresh change was dropped");
+    assert_eq!(sim.counters().watch_gones, 0);
 }
 
 /// A widget carrying `bytes` of annotation, like a Server carrying user data.
@@ -178,7 +195,11 @@ fn bulky_widget(name: &str, bytes: usize) -> Widget {
 async fn history_of_large_objects_is_bounded_by_bytes_and_expires_like_the_watch_cache() {
     // 1,000 changes allowed, 64 KiB of versions: five 16 KiB objects do not fit.
     let build = || {
-        let sim = server_simkube::SimKube::builder().history_limit(1000).history_bytes(64 << 10).build();
+        let sim = server_simkube::SimKube::builder()
+            .history_limit(1000)
+            .history_bytes(64 << 10)
+            .history_fresh_for(Duration::ZERO)
+            .build();
         let crd = serde_json::to_value(<Widget as kube::CustomResourceExt>::crd()).expect("crd");
         sim.install_crd(crd).expect("install");
         sim
