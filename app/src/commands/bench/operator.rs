@@ -19,6 +19,10 @@ use crate::commands::demo::world::{NAMESPACE, REGION};
 /// the kernel's ABI on every mainstream architecture).
 const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
+/// glibc's bound on malloc arenas, and the value deploy/Dockerfile sets.
+const MALLOC_ARENA_MAX: &str = "MALLOC_ARENA_MAX";
+const IMAGE_MALLOC_ARENA_MAX: &str = "2";
+
 /// How the operator is run.
 #[derive(Clone, Debug)]
 pub(crate) struct OperatorFlags {
@@ -51,6 +55,10 @@ impl OperatorProcess {
             }
             None => Command::new(exe),
         };
+        // As deploy/Dockerfile runs it, unless the caller chose otherwise.
+        if std::env::var_os(MALLOC_ARENA_MAX).is_none() {
+            command.env(MALLOC_ARENA_MAX, IMAGE_MALLOC_ARENA_MAX);
+        }
         let child = command
             .arg("run")
             .arg("--kubeconfig")
@@ -211,6 +219,13 @@ async fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_operator_runs_with_the_images_malloc_arenas() {
+        let dockerfile = include_str!("../../../../deploy/Dockerfile");
+        let image = dockerfile.lines().find_map(|line| line.strip_prefix("ENV MALLOC_ARENA_MAX="));
+        assert_eq!(image, Some(IMAGE_MALLOC_ARENA_MAX), "deploy/Dockerfile and the bench disagree");
+    }
 
     #[test]
     fn reads_peak_and_current_rss_from_proc_status() {
