@@ -14,6 +14,7 @@
 //! assert_eq!(report.trace_hash, run(&SimConfig::new(50, 7)).trace_hash);
 //! ```
 
+mod api_server;
 mod checker;
 mod config;
 mod engine;
@@ -22,6 +23,7 @@ mod explain;
 mod ha;
 mod queue;
 mod relist;
+mod replicas;
 mod report;
 mod rules;
 mod trace;
@@ -147,66 +149,24 @@ impl ShardResult {
     fn of(engine: &Engine) -> Self {
         let mut outcomes = BTreeMap::new();
         let mut fates = BTreeMap::new();
-        for tracked in &engine.servers {
+        for tracked in engine.api.servers() {
             *outcomes.entry(engine.outcome_of(tracked)).or_insert(0) += 1;
             *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
         }
         ShardResult {
             steps: engine.step,
-            now: engine.now,
+            now: engine.events.now(),
             trace_hash: engine.trace.finish(),
             outcomes,
             fates,
             cloud: engine.cloud.counters(),
             kube: engine.stats.clone(),
-            violation_count: engine.violations.count,
-            violations: engine.violations.list.clone(),
-            explain: engine.explain_log.clone(),
+            violation_count: engine.checker.violation_count(),
+            violations: engine.checker.violations().to_vec(),
+            explain: engine.explain.log().to_vec(),
         }
     }
 }
-
-impl Engine {
-    /// Invariant 6 once more at the end: nothing of a removed Server remains,
-    /// however late a stale pass acted.
-    fn final_checks(&mut self) {
-        self.check_owed_wakes();
-        for i in 0..self.servers.len() {
-            let Some(tracked) = self.servers.get(i) else { continue };
-            if tracked.exists || tracked.rv == 0 {
-                continue;
-            }
-            let live = self.cloud.truth_of(tracked.handle, self.now_ts).live;
-            if live > 0 {
-                self.violation("6", i, format!("{live} provider server(s) remain for a removed Server at the end"));
-            }
-        }
-    }
-}
-
-impl Engine {
-    /// A wake no pass paid within [`WAKE_DEADLINE_MS`] is lost: the Server's
-    /// change (a deletion, a creation, a failure edge) went unread, and
-    /// nothing wakes it before a resync.
-    fn check_owed_wakes(&mut self) {
-        for i in 0..self.servers.len() {
-            let Some(tracked) = self.servers.get(i) else { continue };
-            let Some((rv, at)) = tracked.check.owed_wake else { continue };
-            if tracked.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.now {
-                self.violation(
-                    "wake",
-                    i,
-                    format!("woken for resourceVersion {rv} at t={at}ms, and no pass read that version since"),
-                );
-            }
-        }
-    }
-}
-
-/// How long a wake may wait for its pass before it counts as lost: far
-/// beyond a pass's wake delay, a create in flight and a stalled leader (whose
-/// lease, and with it its wakes, passes on meanwhile).
-const WAKE_DEADLINE_MS: u64 = 60_000;
 
 fn merge(config: &SimConfig, results: Vec<ShardResult>, wall_seconds: f64) -> Report {
     let mut report = Report {

@@ -1,7 +1,10 @@
-//! The Kubernetes side, minimally and in memory: Servers with a
-//! resourceVersion, the controller's (possibly lagging) cache of each, and the
-//! consumed resources (identity, networks, security groups, SSH CA) of each
-//! tenant, whose finalizers are the reference edges.
+//! The simulated world's objects: each Server with everything tracked about
+//! it (its stored copy and resourceVersion, each replica's possibly lagging
+//! cache of it and pending work on it), and each tenant's consumed resources
+//! (identity, networks, security groups, SSH CA). [`ApiServer`] holds them;
+//! here is how they are built and copied.
+//!
+//! [`ApiServer`]: super::api_server::ApiServer
 
 use std::collections::BTreeMap;
 
@@ -38,7 +41,7 @@ pub(crate) struct TrackedServer {
     /// The API server's copy.
     pub(crate) server: Server,
     /// Equal to `server` between writes; during one, the Server before it
-    /// (see `Engine::commit`).
+    /// (see `ApiServer::write`).
     pub(crate) shadow: Server,
     pub(crate) rv: u64,
     /// Created and not yet removed from the API server.
@@ -63,27 +66,8 @@ pub(crate) struct TrackedServer {
     /// actions run when its create call goes out (see `Engine::reconcile`).
     /// kube-runtime runs no other pass of this replica on the Server meanwhile.
     pub(crate) in_flight: [Option<Box<InFlight>>; REPLICAS],
-    pub(crate) check: CheckState,
-}
-
-/// What the checker remembers about one Server between steps.
-#[derive(Debug, Default)]
-pub(crate) struct CheckState {
-    /// A persisted status ever showed provisionedAt, launchedAt or a
-    /// post-launch phase.
-    pub(crate) ever_booted: bool,
-    /// The resourceVersion an operator reset was written at, until a pass
-    /// that read it (or later) with a known provider view has been checked.
-    pub(crate) reset_rv: Option<u64>,
-    /// The cloud's accepted creates for this uid at the last operator reset.
-    pub(crate) creates_at_reset: u32,
-    /// An operator reset is already scheduled.
+    /// An operator reset of it is already scheduled.
     pub(crate) reset_scheduled: bool,
-    /// The latest wake for this Server: (the resourceVersion that woke a
-    /// replica, when), until a pass reads that version or a later one.
-    pub(crate) owed_wake: Option<(u64, u64)>,
-    /// ProviderServerMissing was emitted.
-    pub(crate) reported_missing: bool,
 }
 
 /// A pass between reading its facts and its create call.
