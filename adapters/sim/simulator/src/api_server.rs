@@ -31,14 +31,17 @@ impl ApiServer {
     }
 
     /// How many Servers the shard has (created or not yet).
+    #[inline]
     pub(crate) fn len(&self) -> usize {
         self.servers.len()
     }
 
+    #[inline]
     pub(crate) fn server(&self, i: usize) -> Option<&TrackedServer> {
         self.servers.get(i)
     }
 
+    #[inline]
     pub(crate) fn server_mut(&mut self, i: usize) -> Option<&mut TrackedServer> {
         self.servers.get_mut(i)
     }
@@ -56,28 +59,33 @@ impl ApiServer {
         self.tenants.len()
     }
 
+    #[inline]
     pub(crate) fn tenant(&self, t: usize) -> Option<&Tenant> {
         self.tenants.get(t)
     }
 
+    #[inline]
     pub(crate) fn tenant_mut(&mut self, t: usize) -> Option<&mut Tenant> {
         self.tenants.get_mut(t)
     }
 
     /// Server `i` with its tenant, for a pass that fills in the tenant's
     /// provider view.
+    #[inline]
     pub(crate) fn server_and_tenant(&mut self, i: usize) -> Option<(&TrackedServer, &mut Tenant)> {
         let tracked = self.servers.get(i)?;
         let tenant = self.tenants.get_mut(tracked.tenant)?;
         Some((tracked, tenant))
     }
 
+    #[inline]
     fn next_revision(&mut self) -> u64 {
         self.revision += 1;
         self.revision
     }
 
     /// The user creates Server `i`: stored at a new resourceVersion (returned).
+    #[inline]
     pub(crate) fn create(&mut self, i: usize) -> Option<u64> {
         let rv = self.next_revision();
         let tracked = self.servers.get_mut(i)?;
@@ -88,6 +96,7 @@ impl ApiServer {
 
     /// Another writer changed Server `i` in a field this model does not
     /// carry: it moves to a new resourceVersion.
+    #[inline]
     pub(crate) fn touch(&mut self, i: usize) {
         let rv = self.next_revision();
         if let Some(tracked) = self.servers.get_mut(i) {
@@ -100,6 +109,7 @@ impl ApiServer {
     /// Server before the write (for the wake rule, the checks and a lagging
     /// cache) until [`ApiServer::level`]. No whole Server is cloned per
     /// write. Returns the old and the new resourceVersion.
+    #[inline]
     pub(crate) fn write(
         &mut self,
         i: usize,
@@ -120,6 +130,7 @@ impl ApiServer {
 
     /// Brings Server `i`'s shadow copy level after a write that changed
     /// `part`, copying that part back.
+    #[inline]
     pub(crate) fn level(&mut self, i: usize, part: ServerPart) {
         if let Some(tracked) = self.servers.get_mut(i) {
             match part {
@@ -140,6 +151,7 @@ impl ApiServer {
 
     /// Server `i` leaves the API server (its last finalizer went, or it had
     /// none).
+    #[inline]
     pub(crate) fn remove(&mut self, i: usize) -> Option<&TrackedServer> {
         let tracked = self.servers.get_mut(i)?;
         tracked.exists = false;

@@ -7,7 +7,7 @@ use server_core::model::{ConditionReason, ConditionType, ServerStatus};
 use server_core::{Action, Decision, Options, Outcome, ProviderView, Server};
 
 use super::report::Violation;
-use super::rules::Rules;
+use super::rules::DecisionRules;
 
 /// Broken invariants found in one check: (invariant, message).
 pub(crate) type Findings = Vec<(&'static str, String)>;
@@ -84,6 +84,7 @@ impl Checker {
 
     /// A replica woke for Server `i` at resourceVersion `rv`, at `now`: a
     /// pass must read that version or a later one.
+    #[inline]
     pub(crate) fn owe_wake(&mut self, i: usize, rv: u64, now: u64) {
         if let Some(state) = self.memory.get_mut(i) {
             state.owed_wake = Some((rv, now));
@@ -92,6 +93,7 @@ impl Checker {
 
     /// A pass on Server `i` read resourceVersion `view_rv`: it pays a wake
     /// for that version or an older one.
+    #[inline]
     pub(crate) fn pass_read(&mut self, i: usize, view_rv: u64) {
         if let Some(state) = self.memory.get_mut(i)
             && state.owed_wake.is_some_and(|(owed, _)| view_rv >= owed)
@@ -101,6 +103,7 @@ impl Checker {
     }
 
     /// The wake on Server `i` no pass has paid yet: (resourceVersion, when).
+    #[inline]
     pub(crate) fn owed_wake(&self, i: usize) -> Option<(u64, u64)> {
         self.memory.get(i).and_then(|state| state.owed_wake)
     }
@@ -115,16 +118,19 @@ impl Checker {
     }
 
     /// A stored status of Server `i` ever showed a boot.
+    #[inline]
     pub(crate) fn ever_booted(&self, i: usize) -> bool {
         self.memory.get(i).is_some_and(|state| state.ever_booted)
     }
 
     /// The cloud's accepted creates for Server `i` at its last operator reset.
+    #[inline]
     pub(crate) fn creates_at_reset(&self, i: usize) -> u32 {
         self.memory.get(i).map_or(0, |state| state.creates_at_reset)
     }
 
     /// Invariants 2 and 3 on a write to Server `i`'s stored status.
+    #[inline]
     pub(crate) fn check_write(&mut self, i: usize, old: &ServerStatus, new: &ServerStatus) -> Findings {
         let max = self.max_attempts;
         let mut found = Vec::new();
@@ -173,7 +179,13 @@ pub(crate) enum ProviderKind {
 }
 
 impl PassRead {
-    pub(crate) fn new(rules: &Rules, options: &Options, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
+    pub(crate) fn new(
+        rules: &DecisionRules,
+        options: &Options,
+        view: &Server,
+        view_rv: u64,
+        provider: &ProviderView,
+    ) -> Self {
         PassRead {
             view_rv,
             deleting: view.meta.deleting,
@@ -204,6 +216,7 @@ impl PassRead {
 impl Checker {
     /// Checks one decision (a pass's, or the follow-up after a failed
     /// action) on Server `i`. Also says whether it newly parks the Server.
+    #[inline]
     pub(crate) fn check_decision(
         &mut self,
         i: usize,

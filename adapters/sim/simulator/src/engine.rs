@@ -8,11 +8,11 @@ use super::api_server::{ApiServer, ServerPart};
 use super::checker::Checker;
 use super::config::SimConfig;
 use super::explain::Explain;
-use super::ha::{Change, Timeline};
+use super::ha::{ReplicaChange, Timeline};
 use super::queue::{EventKind, EventQueue, epoch_ms};
 use super::replicas::{Replicas, Watch};
 use super::report::KubeStats;
-use super::rules::Rules;
+use super::rules::DecisionRules;
 use super::trace::Trace;
 use super::world::{Lagging, NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, TrackedServer, new_server};
 use server_simcloud::CloudModel;
@@ -56,7 +56,7 @@ impl Shard {
 pub(crate) struct Engine {
     pub(crate) config: SimConfig,
     pub(crate) shard: Shard,
-    pub(crate) rules: Rules,
+    pub(crate) rules: DecisionRules,
     pub(crate) options: Options,
     pub(crate) cloud: CloudModel,
     /// The stored Servers, their caches and the tenants' resources.
@@ -80,7 +80,7 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(config: SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Self {
+    pub(crate) fn new(config: SimConfig, shard: Shard, rules: DecisionRules, trace: Trace) -> Self {
         let count = shard.count;
         let events = EventQueue::with_capacity(count * 2);
         let epoch = events.now_ts();
@@ -177,9 +177,15 @@ impl Engine {
         // The provider goes down with the first crash and stays unreachable a
         // while after a replica leads again: that leader's first passes over
         // parked Servers read no provider view.
-        let first_crash = timeline.changes.iter().filter(|(_, _, change)| *change == Change::Down).map(|c| c.0).min();
+        let first_crash =
+            timeline.changes.iter().filter(|(_, _, change)| *change == ReplicaChange::Down).map(|c| c.0).min();
         let next_lead = |crash: u64| {
-            timeline.changes.iter().filter(|&&(at, _, change)| at >= crash && change == Change::Lead).map(|c| c.0).min()
+            timeline
+                .changes
+                .iter()
+                .filter(|&&(at, _, change)| at >= crash && change == ReplicaChange::Lead)
+                .map(|c| c.0)
+                .min()
         };
         if let Some(crash) = first_crash
             && let Some(lead) = next_lead(crash)
@@ -197,7 +203,11 @@ impl Engine {
     /// Runs every event up to the horizon.
     pub(crate) fn run(&mut self) {
         let horizon = self.config.timing.horizon;
-        while let Some(event) = self.events.next_until(horizon) {
+        while let Some(event) = self.events.pop() {
+            if event.at > horizon {
+                break;
+            }
+            self.events.advance_to(event.at);
             self.trace.add(event.at);
             self.trace.add(event.kind.code());
             self.trace.add(u64::from(event.target));
@@ -221,6 +231,7 @@ impl Engine {
                 self.step += 1;
             }
         }
+        self.events.advance_to(horizon);
     }
 
     pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
@@ -229,6 +240,7 @@ impl Engine {
     }
 
     /// Records a line about Server `i` if it is the one explained.
+    #[inline]
     pub(crate) fn note(&mut self, i: usize, line: impl FnOnce() -> String) {
         self.explain.note(i, self.step, self.events.now(), line);
     }
@@ -470,10 +482,10 @@ impl Engine {
         if r >= self.replicas.count() {
             return false;
         }
-        let Some(change) = Change::from_code(change) else { return false };
+        let Some(change) = ReplicaChange::from_code(change) else { return false };
         self.trace.add(change as u64);
         match change {
-            Change::Down => {
+            ReplicaChange::Down => {
                 self.replicas.go_down(r);
                 self.stats.controller_restarts += 1;
                 // Its in-flight passes die with it; its cache and queue go
@@ -485,9 +497,9 @@ impl Engine {
                 }
             }
             // A fresh process: a cache listed from the API server.
-            Change::Up => self.replicas.come_up(r),
-            Change::Freeze => self.replicas.freeze(r),
-            Change::Thaw => {
+            ReplicaChange::Up => self.replicas.come_up(r),
+            ReplicaChange::Freeze => self.replicas.freeze(r),
+            ReplicaChange::Thaw => {
                 // What came due while it was frozen runs now, in order...
                 for (kind, target, arg) in self.replicas.thaw(r) {
                     self.events.push(self.events.now(), kind, target, arg);
@@ -501,12 +513,12 @@ impl Engine {
                     }
                 }
             }
-            Change::Lead => {
+            ReplicaChange::Lead => {
                 self.replicas.set_acting(r, true);
                 // A new term passes over every Server.
                 self.wake_all_for(r);
             }
-            Change::Unlead => self.replicas.set_acting(r, false),
+            ReplicaChange::Unlead => self.replicas.set_acting(r, false),
         }
         true
     }

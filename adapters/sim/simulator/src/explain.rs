@@ -21,17 +21,23 @@ impl Explain {
     }
 
     /// Whether Server `i` is the one explained.
+    #[inline]
     pub(crate) fn is_on(&self, i: usize) -> bool {
         self.server == Some(i)
     }
 
     /// Records a line about Server `i`, at step `step` and virtual time
     /// `now`, if it is the one explained.
+    #[inline]
     pub(crate) fn note(&mut self, i: usize, step: u64, now: u64, line: impl FnOnce() -> String) {
         if self.is_on(i) {
-            let line = format!("step {step} t={:.1}s: {}", now as f64 / 1000.0, line());
-            self.log.push(line);
+            self.push(step, now, &line());
         }
+    }
+
+    #[cold]
+    fn push(&mut self, step: u64, now: u64, line: &str) {
+        self.log.push(format!("step {step} t={:.1}s: {line}", now as f64 / 1000.0));
     }
 
     pub(crate) fn log(&self) -> &[String] {

@@ -37,7 +37,7 @@ use std::time::Instant;
 pub use config::{KubeFaults, RelistWakes, SimConfig, SimTiming};
 pub use ha::HaConfig;
 pub use report::{KubeStats, Report, Violation};
-pub use rules::Rules;
+pub use rules::DecisionRules;
 
 use engine::{Engine, Shard};
 use ha::Timeline;
@@ -49,14 +49,14 @@ use server_simcloud::rng::Fnv1a;
 
 /// Runs the simulation with server-core's rules.
 pub fn run(config: &SimConfig) -> Report {
-    run_with(config, Rules::CORE)
+    run_with(config, DecisionRules::CORE)
 }
 
 /// Runs the simulation with the given rules (a test may plug in broken ones).
 ///
 /// The Servers are split into fixed shards (by count only) that run on
 /// `config.threads` threads; the result does not depend on the thread count.
-pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
+pub fn run_with(config: &SimConfig, rules: DecisionRules) -> Report {
     let started = Instant::now();
     let shards = Shard::layout(config.servers, config.shard_size);
     // One set of controller replicas for every shard.
@@ -99,7 +99,7 @@ pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
 }
 
 /// One shard, start to end (twice, compared step by step, with the replay check).
-fn run_shard(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline) -> ShardResult {
+fn run_shard(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline) -> ShardResult {
     let mut engine = if config.replay_check {
         let mut first = simulate(config, shard, rules, timeline, Trace::recording());
         let recorded = first.trace.take_recorded();
@@ -122,7 +122,7 @@ fn run_shard(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline
     ShardResult::of(&engine)
 }
 
-fn simulate(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline, trace: Trace) -> Engine {
+fn simulate(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline, trace: Trace) -> Engine {
     let mut engine = Engine::new(config.clone(), shard, rules, trace);
     engine.plan(timeline);
     engine.run();

@@ -62,7 +62,8 @@ pub(crate) struct Event {
 }
 
 /// The simulation's clock and agenda: the current virtual instant and every
-/// event scheduled after it. Time moves only when the next event is taken.
+/// event scheduled after it. The engine moves the clock to each event it
+/// takes.
 #[derive(Debug)]
 pub(crate) struct EventQueue {
     heap: BinaryHeap<Reverse<Event>>,
@@ -86,52 +87,47 @@ impl EventQueue {
     }
 
     /// Milliseconds since virtual time zero.
+    #[inline]
     pub(crate) fn now(&self) -> u64 {
         self.now
     }
 
     /// The current instant as a timestamp.
+    #[inline]
     pub(crate) fn now_ts(&self) -> Timestamp {
         self.now_ts
     }
 
-    /// The next event at or before `horizon`, with the clock moved to it;
-    /// `None` (and the clock at `horizon`) once there is none.
-    pub(crate) fn next_until(&mut self, horizon: u64) -> Option<Event> {
-        match self.pop() {
-            Some(event) if event.at <= horizon => {
-                self.set_now(event.at);
-                Some(event)
-            }
-            _ => {
-                self.set_now(horizon);
-                None
-            }
-        }
-    }
-
-    fn set_now(&mut self, now: u64) {
+    /// Moves the clock to `now`: the instant of the event just taken, or
+    /// the horizon at the end.
+    #[inline]
+    pub(crate) fn advance_to(&mut self, now: u64) {
         self.now = now;
         self.now_ts = timestamp_at(now);
     }
 
+    #[inline]
     pub(crate) fn push(&mut self, at: u64, kind: EventKind, target: usize, arg: u32) {
         self.seq += 1;
         let target = u32::try_from(target).unwrap_or(u32::MAX);
         self.heap.push(Reverse(Event { at, seq: self.seq, kind, target, arg }));
     }
 
-    fn pop(&mut self) -> Option<Event> {
+    /// The earliest event (the first scheduled among those at one instant).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<Event> {
         self.heap.pop().map(|Reverse(event)| event)
     }
 }
 
 /// Virtual instant `at` (milliseconds since virtual time zero) as a timestamp.
+#[inline]
 pub(crate) fn timestamp_at(at: u64) -> Timestamp {
     Timestamp::from_millisecond(epoch_ms(at)).unwrap_or(Timestamp::MAX)
 }
 
 /// Virtual instant `at` in milliseconds since the Unix epoch.
+#[inline]
 pub(crate) fn epoch_ms(at: u64) -> i64 {
     EPOCH_MS.saturating_add(i64::try_from(at).unwrap_or(i64::MAX))
 }
@@ -151,13 +147,10 @@ mod tests {
     }
 
     #[test]
-    fn the_clock_follows_the_events_and_stops_at_the_horizon() {
+    fn the_clock_starts_at_virtual_time_zero_and_moves_on() {
         let mut queue = EventQueue::default();
-        queue.push(10, EventKind::Monitor, 0, 0);
-        queue.push(50, EventKind::Monitor, 0, 0);
-        assert_eq!(queue.next_until(30).map(|e| e.at), Some(10));
-        assert_eq!((queue.now(), queue.now_ts()), (10, timestamp_at(10)));
-        assert_eq!(queue.next_until(30), None);
-        assert_eq!(queue.now(), 30);
+        assert_eq!(queue.now_ts().as_millisecond(), EPOCH_MS);
+        queue.advance_to(1_500);
+        assert_eq!((queue.now(), queue.now_ts().as_millisecond()), (1_500, EPOCH_MS + 1_500));
     }
 }

@@ -51,31 +51,37 @@ impl Replicas {
     }
 
     /// How many replicas run.
+    #[inline]
     pub(crate) fn count(&self) -> usize {
         self.count
     }
 
     /// Replica `r`'s process is up.
+    #[inline]
     pub(crate) fn is_up(&self, r: usize) -> bool {
         self.states.get(r).is_some_and(|replica| replica.up)
     }
 
     /// Replica `r` may act: its writes and cloud calls pass the fence.
+    #[inline]
     pub(crate) fn may_act(&self, r: usize) -> bool {
         self.states.get(r).is_some_and(|replica| replica.acting)
     }
 
     /// Replica `r` takes wakes and runs passes now.
+    #[inline]
     pub(crate) fn acts(&self, r: usize) -> bool {
         self.states.get(r).is_some_and(|replica| replica.up && !replica.frozen && replica.acting)
     }
 
     /// The first replica that acts now.
+    #[inline]
     pub(crate) fn first_acting(&self) -> Option<usize> {
         (0..self.count).find(|&r| self.acts(r))
     }
 
     /// What a write's watch event meets at replica `r`.
+    #[inline]
     pub(crate) fn watch(&self, r: usize) -> Watch {
         match self.states.get(r) {
             Some(replica) if replica.up && !replica.frozen && replica.relist.is_none() => {
@@ -88,6 +94,7 @@ impl Replicas {
 
     /// Whether an event of replica `r` must wait for it to resume; if so it
     /// is kept and handed back by [`Replicas::thaw`].
+    #[inline]
     pub(crate) fn postpone(&mut self, r: usize, event: Postponed) -> bool {
         let Some(replica) = self.states.get_mut(r) else { return false };
         if replica.frozen {
@@ -134,6 +141,7 @@ impl Replicas {
 
     /// Replica `r`'s Server watch is cut and relisting: a write reaches its
     /// cache only through the relist.
+    #[inline]
     pub(crate) fn watch_is_cut(&self, r: usize) -> bool {
         self.states.get(r).is_some_and(|replica| replica.relist.is_some())
     }
