@@ -335,7 +335,7 @@ impl Engine {
         let found = self.checker.check_write(i, &tracked.shadow.status, &tracked.server.status);
         let mut wakes = [false; REPLICAS];
         let mut held_back = false;
-        for r in 0..self.replicas.count() {
+        for (r, wake) in wakes.iter_mut().enumerate().take(self.replicas.count()) {
             let Some(lagging) = tracked.lagging.get_mut(r) else { continue };
             let watch = self.replicas.watch(r);
             if watch == Watch::Down || lagging.is_some() {
@@ -357,7 +357,7 @@ impl Engine {
                 held_back = true;
                 continue;
             }
-            wakes[r] = acting && (self.rules.should_wake)(Some(&tracked.shadow), &tracked.server);
+            *wake = acting && (self.rules.should_wake)(Some(&tracked.shadow), &tracked.server);
         }
         for (invariant, message) in found {
             self.violation(invariant, i, message);
