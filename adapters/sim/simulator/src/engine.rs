@@ -2,8 +2,11 @@
 //! them against the in-memory Kubernetes side, the SimCloud model and the
 //! rules. Nothing here reads a clock or a thread RNG.
 
+use std::collections::BTreeMap;
+
 use server_core::{Options, Server};
 
+use super::ShardResult;
 use super::api_server::{ApiServer, ServerPart};
 use super::checker::Checker;
 use super::config::SimConfig;
@@ -17,6 +20,9 @@ use super::trace::Trace;
 use super::world::{Lagging, NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, TrackedServer, new_server};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
+
+mod executor;
+mod relist;
 
 /// A slice of the Servers simulated on its own: its own queue, cloud model
 /// and random streams. Shards share nothing, so they run on any number of
@@ -48,35 +54,38 @@ impl Shard {
     }
 }
 
-/// One shard's simulation. It owns no state of its own beyond the step
-/// count, the fault stream and the run's counters: it composes the owners
-/// (the API server, the controller replicas, the cloud model, the event
-/// queue, the checker) and orchestrates each event across them.
+/// One shard's simulation. Beyond its configuration, the step count, the
+/// Kubernetes-side fault stream, the trace and the run's counters it holds
+/// no state: it composes the owners (the API server, the controller
+/// replicas, the cloud model, the event queue, the checker) and orchestrates
+/// each event across them. Its fields are private to this module and its
+/// children: the passes and the monitor (`executor`) and the relists
+/// (`relist`).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) config: SimConfig,
-    pub(crate) shard: Shard,
-    pub(crate) rules: DecisionRules,
-    pub(crate) options: Options,
-    pub(crate) cloud: CloudModel,
+    config: SimConfig,
+    shard: Shard,
+    rules: DecisionRules,
+    options: Options,
+    cloud: CloudModel,
     /// The stored Servers, their caches and the tenants' resources.
-    pub(crate) api: ApiServer,
+    api: ApiServer,
     /// Virtual time and the scheduled events.
-    pub(crate) events: EventQueue,
+    events: EventQueue,
     /// Kubernetes-side fault draws, in event order.
-    pub(crate) faults: SplitMix64,
-    pub(crate) step: u64,
+    faults: SplitMix64,
+    step: u64,
     /// The controller replicas (only the first `config.ha.replicas` run).
-    pub(crate) replicas: Replicas,
-    pub(crate) trace: Trace,
+    replicas: Replicas,
+    trace: Trace,
     /// The invariants' memory and the violations found.
-    pub(crate) checker: Checker,
+    checker: Checker,
     /// `--explain`'s log of one Server.
-    pub(crate) explain: Explain,
-    pub(crate) stats: KubeStats,
+    explain: Explain,
+    stats: KubeStats,
     /// Copies of Servers handed back by finished passes, reused by the next
     /// (see `world::copy_server`).
-    pub(crate) spare_servers: Vec<Server>,
+    spare_servers: Vec<Server>,
 }
 
 impl Engine {
@@ -234,20 +243,20 @@ impl Engine {
         self.events.advance_to(horizon);
     }
 
-    pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
+    fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
         let name = self.api.server(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
         self.checker.report(invariant, name, self.step, self.events.now(), message);
     }
 
     /// Records a line about Server `i` if it is the one explained.
     #[inline]
-    pub(crate) fn note(&mut self, i: usize, line: impl FnOnce() -> String) {
+    fn note(&mut self, i: usize, line: impl FnOnce() -> String) {
         self.explain.note(i, self.step, self.events.now(), line);
     }
 
     /// kube-runtime keeps one pending reconcile per object, the earliest.
     /// The event's argument is the ticket, with the replica in its top bit.
-    pub(crate) fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
+    fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
         if !self.replicas.is_up(r) {
             return;
         }
@@ -285,7 +294,7 @@ impl Engine {
     /// `final_checks`). A wake whose pass reads an older copy, or finds none,
     /// is lost: nothing wakes that Server again until a resync or a new
     /// leader's term.
-    pub(crate) fn owe_wake(&mut self, i: usize, rv: u64) {
+    fn owe_wake(&mut self, i: usize, rv: u64) {
         self.checker.owe_wake(i, rv, self.events.now());
     }
 
@@ -314,7 +323,7 @@ impl Engine {
     /// applies it (see [`ApiServer::write`]), the checker and the watches see
     /// it, then the API server's shadow copy is brought level. Returns the
     /// new resourceVersion.
-    pub(crate) fn commit(
+    fn commit(
         &mut self,
         i: usize,
         part: ServerPart,
@@ -378,7 +387,7 @@ impl Engine {
 
     /// The object leaves the API server (its last finalizer went, or it had
     /// none). Invariant 6: nothing of it may remain.
-    pub(crate) fn remove(&mut self, i: usize) {
+    fn remove(&mut self, i: usize) {
         let Some(tracked) = self.api.remove(i) else { return };
         self.stats.servers_removed += 1;
         let handle = tracked.handle;
@@ -466,7 +475,7 @@ impl Engine {
     }
 
     /// An operator resets a Server the checker saw parked, later, sometimes.
-    pub(crate) fn maybe_schedule_reset(&mut self, i: usize) {
+    fn maybe_schedule_reset(&mut self, i: usize) {
         let Some(tracked) = self.api.server_mut(i) else { return };
         if tracked.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
             return;
@@ -525,7 +534,7 @@ impl Engine {
 
     /// Whether an event of replica `r` must wait for it to resume; if so it
     /// is kept and re-run then.
-    pub(crate) fn postpone(&mut self, r: usize, kind: EventKind, target: usize, arg: u32) -> bool {
+    fn postpone(&mut self, r: usize, kind: EventKind, target: usize, arg: u32) -> bool {
         self.replicas.postpone(r, (kind, target, arg))
     }
 
@@ -556,7 +565,7 @@ impl Engine {
 
     /// Final state of a Server, for the outcome counts: the project's one
     /// classifier ([`server_core::lifecycle`]) for every Server that exists.
-    pub(crate) fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
+    fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
         if !tracked.exists {
             return if tracked.rv == 0 { "never-created" } else { "deleted" };
         }
@@ -565,6 +574,46 @@ impl Engine {
 }
 
 impl Engine {
+    /// What this shard contributes to the report.
+    pub(crate) fn result(&self) -> ShardResult {
+        let mut outcomes = BTreeMap::new();
+        let mut fates = BTreeMap::new();
+        for tracked in self.api.servers() {
+            *outcomes.entry(self.outcome_of(tracked)).or_insert(0) += 1;
+            *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
+        }
+        ShardResult {
+            steps: self.step,
+            now: self.events.now(),
+            trace_hash: self.trace.finish(),
+            outcomes,
+            fates,
+            cloud: self.cloud.counters(),
+            kube: self.stats.clone(),
+            violation_count: self.checker.violation_count(),
+            violations: self.checker.violations().to_vec(),
+            explain: self.explain.log().to_vec(),
+        }
+    }
+
+    /// The per-step hashes a recording run kept, and its trace hash.
+    pub(crate) fn take_recorded_trace(&mut self) -> (Vec<u64>, u64) {
+        (self.trace.take_recorded(), self.trace.finish())
+    }
+
+    /// Invariant 9 on a replaying run: it took the same steps as the run
+    /// recorded (whose trace hash was `first_hash`), step by step.
+    pub(crate) fn check_replay(&mut self, first_hash: u64) {
+        let diverged = self.trace.divergence.or_else(|| {
+            let same_length = self.trace.expected_steps() == usize::try_from(self.step).ok();
+            (!same_length || self.trace.finish() != first_hash).then_some(self.step)
+        });
+        if let Some(step) = diverged {
+            self.step = step;
+            self.violation("9", 0, format!("the replay with the same seed diverged at step {step}"));
+        }
+    }
+
     /// Invariant 6 once more at the end: nothing of a removed Server remains,
     /// however late a stale pass acted.
     pub(crate) fn final_checks(&mut self) {

@@ -18,11 +18,9 @@ mod api_server;
 mod checker;
 mod config;
 mod engine;
-mod executor;
 mod explain;
 mod ha;
 mod queue;
-mod relist;
 mod replicas;
 mod report;
 mod rules;
@@ -102,24 +100,16 @@ pub fn run_with(config: &SimConfig, rules: DecisionRules) -> Report {
 fn run_shard(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline) -> ShardResult {
     let mut engine = if config.replay_check {
         let mut first = simulate(config, shard, rules, timeline, Trace::recording());
-        let recorded = first.trace.take_recorded();
-        let first_hash = first.trace.finish();
+        let (recorded, first_hash) = first.take_recorded_trace();
         drop(first);
         let mut second = simulate(config, shard, rules, timeline, Trace::replaying(recorded));
-        let diverged = second.trace.divergence.or_else(|| {
-            let same_length = second.trace.expected_steps() == usize::try_from(second.step).ok();
-            (!same_length || second.trace.finish() != first_hash).then_some(second.step)
-        });
-        if let Some(step) = diverged {
-            second.step = step;
-            second.violation("9", 0, format!("the replay with the same seed diverged at step {step}"));
-        }
+        second.check_replay(first_hash);
         second
     } else {
         simulate(config, shard, rules, timeline, Trace::default())
     };
     engine.final_checks();
-    ShardResult::of(&engine)
+    engine.result()
 }
 
 fn simulate(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline, trace: Trace) -> Engine {
@@ -143,29 +133,6 @@ struct ShardResult {
     violation_count: u64,
     violations: Vec<Violation>,
     explain: Vec<String>,
-}
-
-impl ShardResult {
-    fn of(engine: &Engine) -> Self {
-        let mut outcomes = BTreeMap::new();
-        let mut fates = BTreeMap::new();
-        for tracked in engine.api.servers() {
-            *outcomes.entry(engine.outcome_of(tracked)).or_insert(0) += 1;
-            *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
-        }
-        ShardResult {
-            steps: engine.step,
-            now: engine.events.now(),
-            trace_hash: engine.trace.finish(),
-            outcomes,
-            fates,
-            cloud: engine.cloud.counters(),
-            kube: engine.stats.clone(),
-            violation_count: engine.checker.violation_count(),
-            violations: engine.checker.violations().to_vec(),
-            explain: engine.explain.log().to_vec(),
-        }
-    }
 }
 
 fn merge(config: &SimConfig, results: Vec<ShardResult>, wall_seconds: f64) -> Report {

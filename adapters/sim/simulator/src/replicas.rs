@@ -3,7 +3,6 @@
 //! frozen, and each one's Server watch, running or cut and relisting.
 
 use super::queue::EventKind;
-use super::relist::Relist;
 use super::world::REPLICAS;
 
 /// An event of a replica kept while it is frozen: (kind, target, argument).
@@ -173,4 +172,14 @@ impl Replicas {
     pub(crate) fn finish_relist(&mut self, r: usize) -> Option<Relist> {
         self.states.get_mut(r).and_then(|replica| replica.relist.take())
     }
+}
+
+/// A relist under way on one replica.
+#[derive(Debug, Default)]
+pub(crate) struct Relist {
+    /// Tells a page of this relist from one of an earlier, broken-off relist.
+    pub(crate) epoch: u16,
+    /// Under the old rule, the resourceVersion each Server was seen at as its
+    /// page arrived (0: not listed yet).
+    pub(crate) seen_at_page: Vec<u64>,
 }

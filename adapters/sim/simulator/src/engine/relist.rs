@@ -10,25 +10,15 @@
 //! old rule, for a test to show the checker catching the passes it triggers
 //! on the store's pre-relist copies (the owed-wake check, `Engine::owe_wake`).
 
-use super::config::RelistWakes;
-use super::engine::Engine;
-use super::queue::EventKind;
-use super::world::Lagging;
-
-/// A relist under way on one replica.
-#[derive(Debug, Default)]
-pub(crate) struct Relist {
-    /// Tells a page of this relist from one of an earlier, broken-off relist.
-    pub(crate) epoch: u16,
-    /// Under the old rule, the resourceVersion each Server was seen at as its
-    /// page arrived (0: not listed yet).
-    pub(crate) seen_at_page: Vec<u64>,
-}
+use super::Engine;
+use crate::config::RelistWakes;
+use crate::queue::EventKind;
+use crate::world::Lagging;
 
 impl Engine {
     /// Schedules each replica's watch cuts, the same instants in every shard
     /// (one controller): the first while Servers arrive, the others later.
-    pub(crate) fn plan_relists(&mut self) {
+    pub(super) fn plan_relists(&mut self) {
         let mut rng = server_simcloud::rng::SplitMix64::stream(self.config.seed, "relists");
         let timing = self.config.timing;
         for r in 0..self.replicas.count() {
@@ -47,7 +37,7 @@ impl Engine {
 
     /// Replica `r`'s watch drops: its cache stops following the API server
     /// until a relist completes.
-    pub(crate) fn watch_cut(&mut self, r: usize) -> bool {
+    pub(super) fn watch_cut(&mut self, r: usize) -> bool {
         // A process that is down relists when it comes up; one relisting
         // already goes on with it.
         if !self.replicas.is_up(r) || self.replicas.watch_is_cut(r) {
@@ -65,7 +55,7 @@ impl Engine {
     }
 
     /// A page of replica `r`'s relist arrives (`arg`: epoch and page).
-    pub(crate) fn relist_page(&mut self, r: usize, arg: u32) -> bool {
+    pub(super) fn relist_page(&mut self, r: usize, arg: u32) -> bool {
         if self.postpone(r, EventKind::RelistPage, r, arg) {
             return false;
         }
@@ -148,7 +138,7 @@ impl Engine {
     }
 
     /// A Server created while replica `r`'s watch is cut is not in its cache.
-    pub(crate) fn absent_from_cut_caches(&mut self, i: usize) {
+    pub(super) fn absent_from_cut_caches(&mut self, i: usize) {
         for r in 0..self.replicas.count() {
             if self.replicas.watch_is_cut(r)
                 && let Some(tracked) = self.api.server_mut(i)

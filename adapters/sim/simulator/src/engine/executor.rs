@@ -9,12 +9,12 @@ use server_core::port::{CreateRequest, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, StatusPatch};
 
-use super::api_server::ServerPart;
-use super::checker::PassRead;
-use super::engine::{Engine, ticket_of};
-use super::explain;
-use super::queue::EventKind;
-use super::world::{InFlight, copy_server};
+use super::{Engine, ticket_of};
+use crate::api_server::ServerPart;
+use crate::checker::PassRead;
+use crate::explain;
+use crate::queue::EventKind;
+use crate::world::{InFlight, copy_server};
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -22,7 +22,7 @@ impl Engine {
     /// create runs its actions when its create call goes out, a few API
     /// round trips after it read its facts (see [`Engine::act`]); any other
     /// runs them at once.
-    pub(crate) fn reconcile(&mut self, i: usize, arg: u32) -> bool {
+    pub(super) fn reconcile(&mut self, i: usize, arg: u32) -> bool {
         let (ticket, r) = ticket_of(arg);
         if self.postpone(r, EventKind::Reconcile, i, arg) {
             return false;
@@ -31,7 +31,7 @@ impl Engine {
         let acting = self.replicas.is_up(r) && self.replicas.may_act(r);
         let (pass, read) = {
             let Some(tracked) = self.api.server_mut(i) else { return false };
-            if tracked.ticket[r] != ticket || tracked.pending_at[r] == super::world::NOT_PENDING {
+            if tracked.ticket[r] != ticket || tracked.pending_at[r] == crate::world::NOT_PENDING {
                 return false;
             }
             if let Some(in_flight) = &tracked.in_flight[r] {
@@ -40,7 +40,7 @@ impl Engine {
                 self.events.push(at, EventKind::Reconcile, i, arg);
                 return false;
             }
-            tracked.pending_at[r] = super::world::NOT_PENDING;
+            tracked.pending_at[r] = crate::world::NOT_PENDING;
             if !acting {
                 // A follower's pass does nothing: the next term wakes everything.
                 return false;
@@ -90,7 +90,7 @@ impl Engine {
 
     /// The actions of replica `r`'s create pass on Server `i`, from the view
     /// it read then: the guard on its writes is that view's resourceVersion.
-    pub(crate) fn act(&mut self, i: usize, r: usize) -> bool {
+    pub(super) fn act(&mut self, i: usize, r: usize) -> bool {
         if self.postpone(r, EventKind::Act, i, r as u32) {
             return false;
         }
@@ -405,9 +405,9 @@ impl Engine {
 
     /// One monitor poll of a tenant: one list call for the identity, then each
     /// Server's observed status patched (with its resourceVersion) if changed.
-    pub(crate) fn monitor(&mut self, t: usize) -> bool {
+    pub(super) fn monitor(&mut self, t: usize) -> bool {
         let interval = self.config.timing.monitor_interval.max(1);
-        self.events.push(self.events.now() + interval, super::queue::EventKind::Monitor, t, 0);
+        self.events.push(self.events.now() + interval, EventKind::Monitor, t, 0);
         // Only a replica that may act polls (the monitor is fenced too).
         let Some(r) = self.replicas.first_acting() else { return false };
         self.stats.monitor_polls += 1;
