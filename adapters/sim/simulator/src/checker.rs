@@ -165,14 +165,14 @@ pub(crate) struct PassRead {
     pub(crate) parked: bool,
     /// ... and its status already said so (Available Errored).
     pub(crate) park_reported: bool,
-    pub(crate) provider: ProviderKind,
+    pub(crate) provider: ProviderViewKind,
     /// The provider record read shows a boot (which latches provisionedAt
     /// in the same pass, whatever the status said: §7).
     pub(crate) record_booted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ProviderKind {
+pub(crate) enum ProviderViewKind {
     Present,
     Absent,
     Unknown,
@@ -198,10 +198,10 @@ impl PassRead {
                 .condition(ConditionType::Available)
                 .is_some_and(|c| c.reason == ConditionReason::Errored),
             provider: match provider {
-                ProviderView::Present(_) => ProviderKind::Present,
-                ProviderView::Absent => ProviderKind::Absent,
+                ProviderView::Present(_) => ProviderViewKind::Present,
+                ProviderView::Absent => ProviderViewKind::Absent,
                 ProviderView::Unknown(_) | ProviderView::NoIdentity | ProviderView::RegionUnserved(_) => {
-                    ProviderKind::Unknown
+                    ProviderViewKind::Unknown
                 }
             },
             record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
@@ -227,7 +227,7 @@ impl Checker {
         let max = self.max_attempts;
         let creates = decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_)));
         let deletes = decision.actions.iter().any(|a| matches!(a, Action::DeleteProviderServer(_)));
-        let unknown = pass.provider == ProviderKind::Unknown;
+        let unknown = pass.provider == ProviderViewKind::Unknown;
         let terminal = matches!(decision.outcome, Outcome::Terminal(_));
         let at_cap = terminal && decision.status.provider_create_failures == max;
         let mut found: Vec<(&'static str, String)> = Vec::new();

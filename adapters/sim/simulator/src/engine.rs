@@ -13,7 +13,7 @@ use super::config::SimConfig;
 use super::explain::Explain;
 use super::ha::{ReplicaChange, Timeline};
 use super::queue::{EventKind, EventQueue, epoch_ms};
-use super::replicas::{Replicas, Watch};
+use super::replicas::{Replicas, WatchDelivery};
 use super::report::KubeStats;
 use super::rules::DecisionRules;
 use super::trace::Trace;
@@ -170,7 +170,7 @@ impl Engine {
             if rng.chance(kube.spec_edit) {
                 self.events.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
             }
-            let refused = self.api.server(i).is_some_and(|o| o.fate == server_simcloud::FateKind::Refused);
+            let refused = self.api.server(i).is_some_and(|tracked| tracked.fate == server_simcloud::FateKind::Refused);
             if refused && rng.chance(kube.refused_spec_fix) {
                 self.events.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
             }
@@ -244,7 +244,7 @@ impl Engine {
     }
 
     fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
-        let name = self.api.server(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
+        let name = self.api.server(server).map(|tracked| tracked.server.meta.name.clone()).unwrap_or_default();
         self.checker.report(invariant, name, self.step, self.events.now(), message);
     }
 
@@ -346,13 +346,13 @@ impl Engine {
         let mut held_back = false;
         for (r, wake) in wakes.iter_mut().enumerate().take(self.replicas.count()) {
             let Some(lagging) = tracked.lagging.get_mut(r) else { continue };
-            let watch = self.replicas.watch(r);
-            if watch == Watch::Down || lagging.is_some() {
+            let watch = self.replicas.watch_delivery(r);
+            if watch == WatchDelivery::Down || lagging.is_some() {
                 // Nobody watching (a restart relists), or already lagging
                 // (the catch-up or the relist will compare).
                 continue;
             }
-            let Watch::Running { acting } = watch else {
+            let WatchDelivery::Running { acting } = watch else {
                 // Its watch is stopped: it catches up after it resumes, or
                 // its relist brings the change.
                 *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
@@ -372,10 +372,14 @@ impl Engine {
             self.violation(invariant, i, message);
         }
         if self.explain.is_on(i) {
-            let line = self.api.server(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
+            let line = self
+                .api
+                .server(i)
+                .map(|tracked| super::explain::server(&tracked.server, tracked.rv))
+                .unwrap_or_default();
             self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
-        let rv = self.api.server(i).map_or(0, |o| o.rv);
+        let rv = self.api.server(i).map_or(0, |tracked| tracked.rv);
         for (r, wake) in wakes.into_iter().enumerate() {
             if wake {
                 self.owe_wake(i, rv);
@@ -516,7 +520,7 @@ impl Engine {
                 // ...and its watch catches up once the API answers again.
                 let round_trip = self.config.ha.api_round_trip;
                 for i in 0..self.api.len() {
-                    if self.api.server(i).is_some_and(|o| o.lagging[r].is_some()) {
+                    if self.api.server(i).is_some_and(|tracked| tracked.lagging[r].is_some()) {
                         let at = self.events.now() + round_trip + self.faults.between(0, round_trip);
                         self.events.push(at, EventKind::CacheCatchUp, i, r as u32);
                     }
@@ -556,7 +560,7 @@ impl Engine {
 
     fn wake_all_for(&mut self, r: usize) {
         for i in 0..self.api.len() {
-            if self.api.server(i).is_some_and(|o| o.exists) {
+            if self.api.server(i).is_some_and(|tracked| tracked.exists) {
                 let at = self.events.now() + self.faults.between(0, 2_000);
                 self.schedule_for(i, r, at);
             }

@@ -32,7 +32,7 @@ struct ReplicaState {
 
 /// What becomes of a write's watch event at one replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Watch {
+pub(crate) enum WatchDelivery {
     /// The process is down: it lists afresh when it comes up.
     Down,
     /// Frozen or relisting: the event waits for it to resume, or its relist
@@ -81,13 +81,13 @@ impl Replicas {
 
     /// What a write's watch event meets at replica `r`.
     #[inline]
-    pub(crate) fn watch(&self, r: usize) -> Watch {
+    pub(crate) fn watch_delivery(&self, r: usize) -> WatchDelivery {
         match self.states.get(r) {
             Some(replica) if replica.up && !replica.frozen && replica.relist.is_none() => {
-                Watch::Running { acting: replica.acting }
+                WatchDelivery::Running { acting: replica.acting }
             }
-            Some(replica) if replica.up => Watch::Stopped,
-            _ => Watch::Down,
+            Some(replica) if replica.up => WatchDelivery::Stopped,
+            _ => WatchDelivery::Down,
         }
     }
 

@@ -65,14 +65,14 @@ pub(crate) struct TrackedServer {
     /// Per replica, a pass that read its facts and decided to create, whose
     /// actions run when its create call goes out (see `Engine::reconcile`).
     /// kube-runtime runs no other pass of this replica on the Server meanwhile.
-    pub(crate) in_flight: [Option<Box<InFlight>>; REPLICAS],
+    pub(crate) in_flight: [Option<Box<CreatePassInFlight>>; REPLICAS],
     /// An operator reset of it is already scheduled.
     pub(crate) reset_scheduled: bool,
 }
 
 /// A pass between reading its facts and its create call.
 #[derive(Debug)]
-pub(crate) struct InFlight {
+pub(crate) struct CreatePassInFlight {
     pub(crate) pass: Pass,
     pub(crate) read: PassRead,
     /// When its actions run.

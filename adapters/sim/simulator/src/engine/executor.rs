@@ -14,7 +14,7 @@ use crate::api_server::ServerPart;
 use crate::checker::PassRead;
 use crate::explain;
 use crate::queue::EventKind;
-use crate::world::{InFlight, copy_server};
+use crate::world::{CreatePassInFlight, copy_server};
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -79,7 +79,7 @@ impl Engine {
         if pass.decision().actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
             let at = self.events.now() + self.faults.between(1, self.config.ha.max_create_lag.max(1));
             if let Some(tracked) = self.api.server_mut(i) {
-                tracked.in_flight[r] = Some(Box::new(InFlight { pass, read, at }));
+                tracked.in_flight[r] = Some(Box::new(CreatePassInFlight { pass, read, at }));
             }
             self.events.push(at, EventKind::Act, i, r as u32);
             return true;
@@ -94,11 +94,13 @@ impl Engine {
         if self.postpone(r, EventKind::Act, i, r as u32) {
             return false;
         }
-        let Some(in_flight) = self.api.server_mut(i).and_then(|o| o.in_flight.get_mut(r)).and_then(Option::take) else {
+        let Some(in_flight) =
+            self.api.server_mut(i).and_then(|tracked| tracked.in_flight.get_mut(r)).and_then(Option::take)
+        else {
             // Its process died meanwhile.
             return false;
         };
-        let InFlight { pass, read, .. } = *in_flight;
+        let CreatePassInFlight { pass, read, .. } = *in_flight;
         self.finish_pass(i, r, &read, pass);
         true
     }
@@ -178,7 +180,7 @@ impl Engine {
             }
             Action::RemoveFinalizer => {
                 // Removal from a Server that is already gone is done.
-                if self.api.server(i).is_some_and(|o| !o.exists) {
+                if self.api.server(i).is_some_and(|tracked| !tracked.exists) {
                     return Ok(());
                 }
                 let expected = *rv;
@@ -186,8 +188,10 @@ impl Engine {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;
-                let gone =
-                    self.api.server(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
+                let gone = self
+                    .api
+                    .server(i)
+                    .is_some_and(|tracked| tracked.server.meta.deleting && tracked.server.meta.finalizers.is_empty());
                 if gone {
                     self.remove(i);
                 }
@@ -276,7 +280,7 @@ impl Engine {
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
-        let adopt = self.api.server(i).is_some_and(|o| o.rv == *rv);
+        let adopt = self.api.server(i).is_some_and(|tracked| tracked.rv == *rv);
         let answer_lost = self.faults.chance(faults.write_lost_answer);
         let new_rv = match self.commit(i, part, change) {
             Ok(new_rv) => new_rv,
@@ -306,7 +310,7 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        let tenant = self.api.server(i).map(|o| o.tenant).unwrap_or_default();
+        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
         let Some(tenant) = self.api.tenant_mut(tenant) else { return Err(not_found()) };
         let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
             return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
