@@ -5,8 +5,9 @@
 //! Every change to a stored Server goes through here.
 
 use server_core::Server;
+use server_simcloud::{FateKind, ServerHandle};
 
-use super::world::{Tenant, TrackedServer, copy_meta, copy_status};
+use super::world::{CreatePassInFlight, Lagging, NOT_PENDING, REPLICAS, Tenant, copy_meta, copy_status};
 
 /// The Kubernetes side of one shard.
 #[derive(Debug)]
@@ -156,5 +157,106 @@ impl ApiServer {
         let tracked = self.servers.get_mut(i)?;
         tracked.exists = false;
         Some(tracked)
+    }
+}
+
+/// One Server object and everything the simulation tracks about it.
+#[derive(Debug)]
+pub(crate) struct TrackedServer {
+    /// The API server's copy; only [`ApiServer`] writes it.
+    server: Server,
+    /// Equal to `server` between writes; during one, the Server before it
+    /// (see [`ApiServer::write`]).
+    shadow: Server,
+    rv: u64,
+    /// Created and not yet removed from the API server.
+    exists: bool,
+    /// Each replica's cache, when it lags: the older copy and its
+    /// resourceVersion, or no copy at all (created while that replica's
+    /// watch was cut). `None` means that cache is up to date.
+    pub(crate) lagging: [Option<Box<Lagging>>; REPLICAS],
+    pub(crate) tenant: usize,
+    pub(crate) fate: FateKind,
+    /// This Server's state in the cloud model.
+    pub(crate) handle: ServerHandle,
+    /// (resourceVersion, record version) of the last observation that
+    /// changed nothing.
+    pub(crate) monitor_memo: Option<(u64, u64)>,
+    /// Per replica, when the next pass is due (`NOT_PENDING` if none), and
+    /// the ticket that identifies that queue entry: kube-runtime keeps one
+    /// pending reconcile per object, the earliest.
+    pub(crate) pending_at: [u64; REPLICAS],
+    pub(crate) ticket: [u32; REPLICAS],
+    /// Per replica, a pass that read its facts and decided to create, whose
+    /// actions run when its create call goes out (see `Engine::reconcile`).
+    /// kube-runtime runs no other pass of this replica on the Server meanwhile.
+    pub(crate) in_flight: [Option<Box<CreatePassInFlight>>; REPLICAS],
+    /// An operator reset of it is already scheduled.
+    pub(crate) reset_scheduled: bool,
+}
+
+impl TrackedServer {
+    /// Server `server` (of the shard's tenant `tenant`), not created yet.
+    pub(crate) fn new(server: Server, tenant: usize, fate: FateKind, handle: ServerHandle) -> Self {
+        TrackedServer {
+            shadow: server.clone(),
+            server,
+            rv: 0,
+            exists: false,
+            lagging: [None, None],
+            tenant,
+            fate,
+            handle,
+            monitor_memo: None,
+            pending_at: [NOT_PENDING; REPLICAS],
+            ticket: [0; REPLICAS],
+            in_flight: [None, None],
+            reset_scheduled: false,
+        }
+    }
+
+    /// The API server's copy.
+    #[inline]
+    pub(crate) fn stored(&self) -> &Server {
+        &self.server
+    }
+
+    /// Its resourceVersion (0: never created).
+    #[inline]
+    pub(crate) fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    /// Created and not yet removed.
+    #[inline]
+    pub(crate) fn exists(&self) -> bool {
+        self.exists
+    }
+
+    /// During a write (between [`ApiServer::write`] and
+    /// [`ApiServer::level`]), the Server before it; otherwise the stored copy.
+    #[inline]
+    pub(crate) fn before_write(&self) -> &Server {
+        &self.shadow
+    }
+
+    /// Replica `r`'s cache keeps the Server as it was before the write under
+    /// way, at `old_rv` (its watch event is late or stopped).
+    #[inline]
+    pub(crate) fn hold_back(&mut self, r: usize, old_rv: u64) {
+        if let Some(lagging) = self.lagging.get_mut(r) {
+            *lagging = Some(Box::new(Lagging::Stale(self.shadow.clone(), old_rv)));
+        }
+    }
+
+    /// The Server as replica `r`'s cache holds it, with its resourceVersion;
+    /// `None` when that cache does not hold it (removed, or not listed yet).
+    pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
+        match self.lagging.get(r).and_then(Option::as_deref) {
+            Some(Lagging::Stale(server, rv)) => Some((server, *rv)),
+            Some(Lagging::Absent) => None,
+            None if self.exists => Some((&self.server, self.rv)),
+            None => None,
+        }
     }
 }

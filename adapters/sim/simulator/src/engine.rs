@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use server_core::{Options, Server};
 
 use super::ShardResult;
+use super::api_server::TrackedServer;
 use super::api_server::{ApiServer, ServerPart};
 use super::checker::Checker;
 use super::config::SimConfig;
@@ -17,7 +18,7 @@ use super::replicas::{Replicas, WatchDelivery};
 use super::report::KubeStats;
 use super::rules::DecisionRules;
 use super::trace::Trace;
-use super::world::{Lagging, NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, TrackedServer, new_server};
+use super::world::{NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
 
@@ -110,21 +111,7 @@ impl Engine {
                 // every shard layout.
                 let fate = cloud.fate(&server.meta.uid).kind();
                 let handle = cloud.handle(&server.meta.uid);
-                TrackedServer {
-                    shadow: server.clone(),
-                    server,
-                    rv: 0,
-                    exists: false,
-                    lagging: [None, None],
-                    tenant: i / TENANT_SIZE,
-                    fate,
-                    handle,
-                    monitor_memo: None,
-                    pending_at: [NOT_PENDING; REPLICAS],
-                    ticket: [0; REPLICAS],
-                    in_flight: [None, None],
-                    reset_scheduled: false,
-                }
+                TrackedServer::new(server, i / TENANT_SIZE, fate, handle)
             })
             .collect();
         Engine {
@@ -244,7 +231,7 @@ impl Engine {
     }
 
     fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
-        let name = self.api.server(server).map(|tracked| tracked.server.meta.name.clone()).unwrap_or_default();
+        let name = self.api.server(server).map(|tracked| tracked.stored().meta.name.clone()).unwrap_or_default();
         self.checker.report(invariant, name, self.step, self.events.now(), message);
     }
 
@@ -277,7 +264,7 @@ impl Engine {
         let Some(tracked) = self.api.server(i) else { return false };
         // ADDED reaches each controller whose watch runs: creation always
         // wakes it (a cut watch learns of it from its relist).
-        if (self.rules.should_wake)(None, &tracked.server) {
+        if (self.rules.should_wake)(None, tracked.stored()) {
             let at = self.events.now() + self.config.timing.wake_delay;
             for r in 0..self.replicas.count() {
                 if self.replicas.acts(r) && !self.replicas.watch_is_cut(r) {
@@ -309,8 +296,8 @@ impl Engine {
         let Some(lagging) = tracked.lagging.get_mut(r).and_then(Option::take) else { return false };
         self.note(i, || format!("replica {r}'s cache caught up"));
         let Some(tracked) = self.api.server_mut(i) else { return false };
-        let wake = tracked.exists && (self.rules.should_wake)(lagging.copy(), &tracked.server);
-        let rv = tracked.rv;
+        let wake = tracked.exists() && (self.rules.should_wake)(lagging.copy(), tracked.stored());
+        let rv = tracked.rv();
         if wake && self.replicas.acts(r) {
             self.owe_wake(i, rv);
             let at = self.events.now() + self.config.timing.wake_delay;
@@ -338,14 +325,14 @@ impl Engine {
     /// Bookkeeping after any write to a stored Server (ours, the monitor's, the
     /// user's, an operator's): checks invariants 2 and 3 on the stored status
     /// and delivers the watch event, possibly late.
-    /// `tracked.shadow` is the Server before the write here (see [`ApiServer::write`]).
+    /// `tracked.before_write()` is the Server before the write here (see [`ApiServer::write`]).
     fn after_write(&mut self, i: usize, old_rv: u64) {
         let Some(tracked) = self.api.server_mut(i) else { return };
-        let found = self.checker.check_write(i, &tracked.shadow.status, &tracked.server.status);
+        let found = self.checker.check_write(i, &tracked.before_write().status, &tracked.stored().status);
         let mut wakes = [false; REPLICAS];
         let mut held_back = false;
         for (r, wake) in wakes.iter_mut().enumerate().take(self.replicas.count()) {
-            let Some(lagging) = tracked.lagging.get_mut(r) else { continue };
+            let Some(lagging) = tracked.lagging.get(r) else { continue };
             let watch = self.replicas.watch_delivery(r);
             if watch == WatchDelivery::Down || lagging.is_some() {
                 // Nobody watching (a restart relists), or already lagging
@@ -355,18 +342,18 @@ impl Engine {
             let WatchDelivery::Running { acting } = watch else {
                 // Its watch is stopped: it catches up after it resumes, or
                 // its relist brings the change.
-                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
+                tracked.hold_back(r, old_rv);
                 continue;
             };
             if self.faults.chance(self.config.kube.stale_watch) {
                 let lag = self.faults.between(1, self.config.timing.max_watch_lag);
-                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
+                tracked.hold_back(r, old_rv);
                 self.stats.stale_watch_deliveries += 1;
                 self.events.push(self.events.now() + lag, EventKind::CacheCatchUp, i, r as u32);
                 held_back = true;
                 continue;
             }
-            *wake = acting && (self.rules.should_wake)(Some(&tracked.shadow), &tracked.server);
+            *wake = acting && (self.rules.should_wake)(Some(tracked.before_write()), tracked.stored());
         }
         for (invariant, message) in found {
             self.violation(invariant, i, message);
@@ -375,11 +362,11 @@ impl Engine {
             let line = self
                 .api
                 .server(i)
-                .map(|tracked| super::explain::server(&tracked.server, tracked.rv))
+                .map(|tracked| super::explain::server(tracked.stored(), tracked.rv()))
                 .unwrap_or_default();
             self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
-        let rv = self.api.server(i).map_or(0, |tracked| tracked.rv);
+        let rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
         for (r, wake) in wakes.into_iter().enumerate() {
             if wake {
                 self.owe_wake(i, rv);
@@ -395,7 +382,7 @@ impl Engine {
         let Some(tracked) = self.api.remove(i) else { return };
         self.stats.servers_removed += 1;
         let handle = tracked.handle;
-        let finalizer = server_core::model::reference_finalizer(&tracked.server.meta.name);
+        let finalizer = server_core::model::reference_finalizer(&tracked.stored().meta.name);
         let tenant = tracked.tenant;
         let live = self.cloud.truth_of(handle, self.events.now_ts()).live;
         if live > 0 {
@@ -413,13 +400,13 @@ impl Engine {
 
     fn user_delete(&mut self, i: usize) -> bool {
         let Some(tracked) = self.api.server_mut(i) else { return false };
-        if !tracked.exists || tracked.server.meta.deleting {
+        if !tracked.exists() || tracked.stored().meta.deleting {
             return false;
         }
         self.stats.user_deletes += 1;
         self.note(i, || "the user deletes it".into());
         let Some(tracked) = self.api.server_mut(i) else { return false };
-        if tracked.server.meta.finalizers.is_empty() {
+        if tracked.stored().meta.finalizers.is_empty() {
             self.remove(i);
             return true;
         }
@@ -434,7 +421,7 @@ impl Engine {
 
     fn spec_edit(&mut self, i: usize) -> bool {
         let Some(tracked) = self.api.server_mut(i) else { return false };
-        if !tracked.exists || tracked.server.meta.deleting {
+        if !tracked.exists() || tracked.stored().meta.deleting {
             return false;
         }
         self.stats.spec_edits += 1;
@@ -464,7 +451,8 @@ impl Engine {
         let Some(tracked) = self.api.server_mut(i) else { return false };
         tracked.reset_scheduled = false;
         // An operator resets what the stored status shows parked.
-        if !tracked.exists || tracked.server.meta.deleting || tracked.server.status.provider_create_failures < max {
+        if !tracked.exists() || tracked.stored().meta.deleting || tracked.stored().status.provider_create_failures < max
+        {
             return false;
         }
         self.stats.operator_resets += 1;
@@ -560,7 +548,7 @@ impl Engine {
 
     fn wake_all_for(&mut self, r: usize) {
         for i in 0..self.api.len() {
-            if self.api.server(i).is_some_and(|tracked| tracked.exists) {
+            if self.api.server(i).is_some_and(|tracked| tracked.exists()) {
                 let at = self.events.now() + self.faults.between(0, 2_000);
                 self.schedule_for(i, r, at);
             }
@@ -568,12 +556,12 @@ impl Engine {
     }
 
     /// Final state of a Server, for the outcome counts: the project's one
-    /// classifier ([`server_core::lifecycle`]) for every Server that exists.
+    /// classifier ([`server_core::lifecycle()`]) for every Server that exists.
     fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
-        if !tracked.exists {
-            return if tracked.rv == 0 { "never-created" } else { "deleted" };
+        if !tracked.exists() {
+            return if tracked.rv() == 0 { "never-created" } else { "deleted" };
         }
-        server_core::lifecycle(&tracked.server, &self.options).as_str()
+        server_core::lifecycle(tracked.stored(), &self.options).as_str()
     }
 }
 
@@ -624,7 +612,7 @@ impl Engine {
         self.check_owed_wakes();
         for i in 0..self.api.len() {
             let Some(tracked) = self.api.server(i) else { continue };
-            if tracked.exists || tracked.rv == 0 {
+            if tracked.exists() || tracked.rv() == 0 {
                 continue;
             }
             let live = self.cloud.truth_of(tracked.handle, self.events.now_ts()).live;
@@ -643,7 +631,7 @@ impl Engine {
         for i in 0..self.api.len() {
             let Some(tracked) = self.api.server(i) else { continue };
             let Some((rv, at)) = self.checker.owed_wake(i) else { continue };
-            if tracked.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.events.now() {
+            if tracked.exists() && at.saturating_add(WAKE_DEADLINE_MS) <= self.events.now() {
                 self.violation(
                     "wake",
                     i,

@@ -1,10 +1,11 @@
-//! The simulated world's objects: each Server with everything tracked about
-//! it (its stored copy and resourceVersion, each replica's possibly lagging
-//! cache of it and pending work on it), and each tenant's consumed resources
-//! (identity, networks, security groups, SSH CA). [`ApiServer`] holds them;
-//! here is how they are built and copied.
+//! The simulated world's objects: the Servers the users create, each
+//! tenant's consumed resources (identity, networks, security groups, SSH CA)
+//! whose finalizers are the reference edges, a replica's lagging copy of a
+//! Server and a create pass in flight, and how Servers are copied without
+//! cloning. [`ApiServer`] holds them, each Server as a [`TrackedServer`].
 //!
 //! [`ApiServer`]: super::api_server::ApiServer
+//! [`TrackedServer`]: super::api_server::TrackedServer
 
 use std::collections::BTreeMap;
 
@@ -15,8 +16,6 @@ use server_core::model::{
 };
 use server_core::port::IdentityContext;
 use server_core::{Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
-
-use server_simcloud::{FateKind, ServerHandle};
 
 use super::checker::PassRead;
 
@@ -34,41 +33,6 @@ const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTi
 
 /// `u64::MAX` as "no reconcile pending".
 pub(crate) const NOT_PENDING: u64 = u64::MAX;
-
-/// One Server object and everything the simulation tracks about it.
-#[derive(Debug)]
-pub(crate) struct TrackedServer {
-    /// The API server's copy.
-    pub(crate) server: Server,
-    /// Equal to `server` between writes; during one, the Server before it
-    /// (see `ApiServer::write`).
-    pub(crate) shadow: Server,
-    pub(crate) rv: u64,
-    /// Created and not yet removed from the API server.
-    pub(crate) exists: bool,
-    /// Each replica's cache, when it lags: the older copy and its
-    /// resourceVersion, or no copy at all (created while that replica's
-    /// watch was cut). `None` means that cache is up to date.
-    pub(crate) lagging: [Option<Box<Lagging>>; REPLICAS],
-    pub(crate) tenant: usize,
-    pub(crate) fate: FateKind,
-    /// This Server's state in the cloud model.
-    pub(crate) handle: ServerHandle,
-    /// (resourceVersion, record version) of the last observation that
-    /// changed nothing.
-    pub(crate) monitor_memo: Option<(u64, u64)>,
-    /// Per replica, when the next pass is due (`NOT_PENDING` if none), and
-    /// the ticket that identifies that queue entry: kube-runtime keeps one
-    /// pending reconcile per object, the earliest.
-    pub(crate) pending_at: [u64; REPLICAS],
-    pub(crate) ticket: [u32; REPLICAS],
-    /// Per replica, a pass that read its facts and decided to create, whose
-    /// actions run when its create call goes out (see `Engine::reconcile`).
-    /// kube-runtime runs no other pass of this replica on the Server meanwhile.
-    pub(crate) in_flight: [Option<Box<CreatePassInFlight>>; REPLICAS],
-    /// An operator reset of it is already scheduled.
-    pub(crate) reset_scheduled: bool,
-}
 
 /// A pass between reading its facts and its create call.
 #[derive(Debug)]
@@ -96,19 +60,6 @@ impl Lagging {
         match self {
             Lagging::Stale(server, _) => Some(server),
             Lagging::Absent => None,
-        }
-    }
-}
-
-impl TrackedServer {
-    /// The Server as replica `r`'s cache holds it, with its resourceVersion;
-    /// `None` when that cache does not hold it (removed, or not listed yet).
-    pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
-        match self.lagging.get(r).and_then(Option::as_deref) {
-            Some(Lagging::Stale(server, rv)) => Some((server, *rv)),
-            Some(Lagging::Absent) => None,
-            None if self.exists => Some((&self.server, self.rv)),
-            None => None,
         }
     }
 }

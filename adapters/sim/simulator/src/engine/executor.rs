@@ -180,7 +180,7 @@ impl Engine {
             }
             Action::RemoveFinalizer => {
                 // Removal from a Server that is already gone is done.
-                if self.api.server(i).is_some_and(|tracked| !tracked.exists) {
+                if self.api.server(i).is_some_and(|tracked| !tracked.exists()) {
                     return Ok(());
                 }
                 let expected = *rv;
@@ -188,10 +188,9 @@ impl Engine {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;
-                let gone = self
-                    .api
-                    .server(i)
-                    .is_some_and(|tracked| tracked.server.meta.deleting && tracked.server.meta.finalizers.is_empty());
+                let gone = self.api.server(i).is_some_and(|tracked| {
+                    tracked.stored().meta.deleting && tracked.stored().meta.finalizers.is_empty()
+                });
                 if gone {
                     self.remove(i);
                 }
@@ -250,7 +249,7 @@ impl Engine {
         // Production guards every write; a test may drop the guard to see
         // what it prevents.
         let precondition = precondition.filter(|_| self.config.ha.guarded_writes);
-        if !self.api.server(i).is_some_and(|tracked| tracked.exists) {
+        if !self.api.server(i).is_some_and(|tracked| tracked.exists()) {
             return Err(not_found());
         }
         if self.faults.chance(faults.write_conflict) {
@@ -270,7 +269,7 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        let stored_rv = self.api.server(i).map_or(0, |tracked| tracked.rv);
+        let stored_rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
         if precondition.is_some_and(|expected| expected != stored_rv) {
             return Err(ActionFailure::Conflict(format!(
                 "resourceVersion {} is stale, the object is at {}",
@@ -280,7 +279,7 @@ impl Engine {
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
-        let adopt = self.api.server(i).is_some_and(|tracked| tracked.rv == *rv);
+        let adopt = self.api.server(i).is_some_and(|tracked| tracked.rv() == *rv);
         let answer_lost = self.faults.chance(faults.write_lost_answer);
         let new_rv = match self.commit(i, part, change) {
             Ok(new_rv) => new_rv,
@@ -342,7 +341,7 @@ impl Engine {
             self.violation("13", i, "a create was sent while a provider server of this Server existed".into());
         }
         let (tenant, exists) = match self.api.server(i) {
-            Some(tracked) => (tracked.tenant, tracked.exists),
+            Some(tracked) => (tracked.tenant, tracked.exists()),
             None => return Err(not_found()),
         };
         let (window_start, ever_booted) = (self.checker.creates_at_reset(i), self.checker.ever_booted(i));
@@ -384,7 +383,7 @@ impl Engine {
     fn delete_provider_server(&mut self, i: usize, server: &ServerRef, read: &PassRead) -> Result<(), ActionFailure> {
         // The pass's own Server (a ServerRef names it by uid, as the port does).
         let handle = match self.api.server(i) {
-            Some(tracked) if tracked.server.meta.uid == server.uid => tracked.handle,
+            Some(tracked) if tracked.stored().meta.uid == server.uid => tracked.handle,
             _ => self.cloud.handle(&server.uid),
         };
         let before = self.cloud.truth_of(handle, self.events.now_ts());

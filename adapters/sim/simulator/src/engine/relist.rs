@@ -85,15 +85,15 @@ impl Engine {
     /// and remembered at once, while the store still holds that copy.
     fn wake_as_listed(&mut self, i: usize, r: usize) {
         let Some(tracked) = self.api.server(i) else { return };
-        if !tracked.exists {
+        if !tracked.exists() {
             return;
         }
         let seen = match tracked.lagging[r].as_deref() {
             Some(lagging) => lagging.copy(),
-            None => Some(&tracked.server),
+            None => Some(tracked.stored()),
         };
-        let wake = (self.rules.should_wake)(seen, &tracked.server);
-        let rv = tracked.rv;
+        let wake = (self.rules.should_wake)(seen, tracked.stored());
+        let rv = tracked.rv();
         if let Some(relist) = self.replicas.relist_mut(r)
             && let Some(slot) = relist.seen_at_page.get_mut(i)
         {
@@ -117,15 +117,15 @@ impl Engine {
         for i in 0..self.api.len() {
             let Some(tracked) = self.api.server_mut(i) else { continue };
             let Some(before) = tracked.lagging[r].take() else { continue };
-            if !tracked.exists {
+            if !tracked.exists() {
                 continue;
             }
-            let due = (self.rules.should_wake)(before.copy(), &tracked.server);
+            let due = (self.rules.should_wake)(before.copy(), tracked.stored());
             let wake = match relist.seen_at_page.get(i) {
-                Some(&seen) if seen != 0 => seen != tracked.rv,
+                Some(&seen) if seen != 0 => seen != tracked.rv(),
                 _ => due,
             };
-            let rv = tracked.rv;
+            let rv = tracked.rv();
             if due && acts {
                 self.owe_wake(i, rv);
             }
