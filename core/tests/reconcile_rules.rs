@@ -241,6 +241,24 @@ fn unknown_reference_ids_are_a_clear_error() {
     assert!(matches!(&decision.outcome, Outcome::Error(PassError::UnknownReference { id, .. }) if id == "ca-missing"));
 }
 
+/// An outcome's message is the Available message its pass writes (a
+/// Done has none: its message depends on the direction).
+#[test]
+fn an_outcome_says_what_its_available_condition_says() {
+    let mut unlabelled = server();
+    unlabelled.meta.labels.remove(REGION_LABEL);
+    let mut repeated = server();
+    repeated.spec.security_groups.push(SecurityGroupRef { id: "sg-a".into() });
+    let mut unready = facts();
+    support::identity_conditions(&mut unready).clear();
+    for (server, facts) in [(unlabelled, facts()), (repeated, facts()), (server(), unready)] {
+        let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+        assert_ne!(decision.outcome, Outcome::Done);
+        assert_eq!(decision.outcome.message(), Some(available(&decision).message), "{:?}", decision.outcome);
+    }
+    assert_eq!(Outcome::Done.message(), None);
+}
+
 fn server_with_ca(id: &str) -> server_core::Server {
     let mut server = server();
     server.spec.ssh_certificate_authority_id = Some(id.into());

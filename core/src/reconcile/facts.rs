@@ -164,3 +164,44 @@ impl Facts {
         self.consumed.remove(&kind);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unserved_ways(region: &str) -> [RegionUnserved; 3] {
+        [
+            RegionUnserved::NotConfigured { region: region.into(), provider: None },
+            RegionUnserved::UnsupportedProvider { region: region.into(), provider: "kubernetes".into() },
+            RegionUnserved::ProviderMismatch {
+                region: region.into(),
+                declared: "simulated".into(),
+                configured: "openstack".into(),
+            },
+        ]
+    }
+
+    /// Only an answer of the provider (the server is there, or it is not) is
+    /// a known view; a failed read, a missing identity or an unserved region
+    /// is not.
+    #[test]
+    fn only_an_answer_present_or_absent_is_a_known_view() {
+        assert!(ProviderView::Present(ProviderServer::default()).is_known());
+        assert!(ProviderView::Absent.is_known());
+        assert!(!ProviderView::Unknown("read timed out".into()).is_known());
+        assert!(!ProviderView::NoIdentity.is_known());
+        for unserved in unserved_ways("region-a") {
+            assert!(!ProviderView::RegionUnserved(unserved).is_known());
+        }
+    }
+
+    /// Whichever way a region is unserved, it is named by `region()` and in
+    /// the message that says what to fix.
+    #[test]
+    fn an_unserved_region_is_named_whatever_the_reason() {
+        for unserved in unserved_ways("region-a") {
+            assert_eq!(unserved.region(), "region-a");
+            assert!(unserved.message().contains("region region-a"), "{}", unserved.message());
+        }
+    }
+}

@@ -175,6 +175,17 @@ mod tests {
         );
     }
 
+    /// `listed_view_max_age` is the oldest list that still decides: a list
+    /// exactly that old is enough, one a second older is not.
+    #[test]
+    fn a_list_exactly_the_max_age_old_still_decides() {
+        let server = created_at(100);
+        let options = Options::default().with_listed_view_max_age(std::time::Duration::from_secs(60));
+        let facts = listed(present(), 101);
+        assert_eq!(live_read_needed(&server, &facts, &done(), &options, at(161)), None);
+        assert_eq!(live_read_needed(&server, &facts, &done(), &options, at(162)), Some(LiveRead::TooOld));
+    }
+
     #[test]
     fn without_a_noted_create_only_a_booted_server_is_decided_from_a_list() {
         let mut server = Server::default();

@@ -92,4 +92,16 @@ mod tests {
         assert_eq!(Options::grace_for_timeout(Duration::from_secs(5)), Duration::from_secs(50));
         assert_eq!(Options::grace_for_timeout(Duration::MAX), Duration::MAX);
     }
+
+    /// A listed view may be as old as two monitor intervals (one missed
+    /// poll), never less than two seconds (list and pass times are whole
+    /// seconds), and a huge interval saturates instead of overflowing.
+    #[test]
+    fn the_listed_view_max_age_is_two_monitor_intervals_and_at_least_two_seconds() {
+        let max_age = Options::listed_view_max_age_for_interval;
+        assert_eq!(max_age(Duration::from_secs(30)), Options::DEFAULT_LISTED_VIEW_MAX_AGE);
+        assert_eq!(max_age(Duration::from_secs(5)), Duration::from_secs(10));
+        assert_eq!(max_age(Duration::from_millis(500)), Options::MIN_LISTED_VIEW_MAX_AGE);
+        assert_eq!(max_age(Duration::MAX), Duration::MAX);
+    }
 }

@@ -413,3 +413,34 @@ fn report_unapplied_spec_change(server: &Server, plan: &mut Plan) {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag_names(count: usize) -> Vec<String> {
+        (0..count).map(|i| format!("tag-{i}")).collect()
+    }
+
+    /// A note about dropped tags names at most five of them and counts the
+    /// rest, so an event stays bounded however many tags a spec has.
+    #[test]
+    fn a_dropped_tags_note_names_five_tags_and_counts_the_rest() {
+        let five = dropped_tags_note(&tag_names(5));
+        assert!(five.starts_with("5 tag(s) left out") && five.ends_with("\"tag-3\", \"tag-4\""), "{five}");
+        let seven = dropped_tags_note(&tag_names(7));
+        assert!(seven.starts_with("7 tag(s) left out") && seven.ends_with("\"tag-4\", and 2 more"), "{seven}");
+        assert!(!seven.contains("tag-5"), "{seven}");
+    }
+
+    /// A spec value in a message is quoted, and cut after 64 characters with
+    /// an ellipsis; one of exactly 64 is shown whole.
+    #[test]
+    fn a_spec_value_in_a_message_is_quoted_and_cut_after_64_characters() {
+        let exactly = "a".repeat(64);
+        assert_eq!(quoted_bounded(&exactly), format!("\"{exactly}\""));
+        assert_eq!(quoted_bounded("m1.small"), "\"m1.small\"");
+        let longer = format!("{}é", "b".repeat(64));
+        assert_eq!(quoted_bounded(&longer), format!("\"{}\"…", "b".repeat(64)));
+    }
+}
