@@ -119,8 +119,9 @@ pub struct KubeFaults {
     /// watcher's 1 s retry interval, then a resumed watch refused with 410
     /// Gone): what changes meanwhile reaches the cache only through the relist.
     pub watch_gap: u64,
-    /// Servers per page of a relist (`limit`; kube-runtime's watcher asks for
-    /// 500). Pages are one API round trip apart.
+    /// Servers per page of a relist (`limit`: the controller's Server watch
+    /// asks for 100, server-kube's `DEFAULT_SERVER_WATCH_PAGE_SIZE`). Pages
+    /// are one API round trip apart.
     pub list_page_size: usize,
 }
 
@@ -139,7 +140,7 @@ impl KubeFaults {
             operator_reset: 0.5,
             relists: if rate > 0.0 { 2 } else { 0 },
             watch_gap: 2_000,
-            list_page_size: 500,
+            list_page_size: 100,
         }
     }
 }
