@@ -1,11 +1,155 @@
-//! Invariant checks on each decision (DESIGN §12: 2, 5, 10 here; 1, 3, 4 and
-//! 6 where the writes and cloud calls happen, against the cloud's truth).
+//! The invariant checker: what it remembers about each Server between steps
+//! and the violations found. It judges each decision (DESIGN §12: 2, 5, 10)
+//! and each stored write (2, 3) here; the engine asks it about 1, 4, 6 and
+//! 13 where the cloud calls happen, against the cloud's truth.
 
-use server_core::model::{ConditionReason, ConditionType};
+use server_core::model::{ConditionReason, ConditionType, ServerStatus};
 use server_core::{Action, Decision, Options, Outcome, ProviderView, Server};
 
-use super::engine::Engine;
-use super::rules::Rules;
+use super::report::Violation;
+use super::rules::DecisionRules;
+
+/// Broken invariants found in one check: (invariant, message).
+pub(crate) type Findings = Vec<(&'static str, String)>;
+
+/// The checker of one shard.
+#[derive(Debug)]
+pub(crate) struct Checker {
+    seed: u64,
+    shard: usize,
+    max_attempts: i32,
+    /// Per Server of the shard, by index.
+    memory: Vec<CheckState>,
+    /// The first violations found, up to `keep`, and how many in all.
+    violations: Vec<Violation>,
+    violation_count: u64,
+    keep: usize,
+}
+
+/// What the checker remembers about one Server between steps.
+#[derive(Debug, Default)]
+struct CheckState {
+    /// A persisted status ever showed provisionedAt, launchedAt or a
+    /// post-launch phase.
+    ever_booted: bool,
+    /// The resourceVersion an operator reset was written at, until a pass
+    /// that read it (or later) with a known provider view has been checked.
+    reset_rv: Option<u64>,
+    /// The cloud's accepted creates for this uid at the last operator reset.
+    creates_at_reset: u32,
+    /// The latest wake for this Server: (the resourceVersion that woke a
+    /// replica, when), until a pass reads that version or a later one.
+    owed_wake: Option<(u64, u64)>,
+}
+
+impl Checker {
+    pub(crate) fn new(seed: u64, shard: usize, servers: usize, max_attempts: i32, keep_violations: usize) -> Self {
+        Checker {
+            seed,
+            shard,
+            max_attempts,
+            memory: (0..servers).map(|_| CheckState::default()).collect(),
+            violations: Vec::new(),
+            violation_count: 0,
+            keep: keep_violations,
+        }
+    }
+
+    /// Records a broken invariant on the Server named `server`, at step
+    /// `step` and virtual time `at_ms` of this shard.
+    pub(crate) fn report(&mut self, invariant: &'static str, server: String, step: u64, at_ms: u64, message: String) {
+        self.violation_count += 1;
+        if self.violations.len() < self.keep {
+            self.violations.push(Violation {
+                invariant,
+                seed: self.seed,
+                shard: self.shard,
+                step,
+                at_ms,
+                server,
+                message,
+            });
+        }
+    }
+
+    /// Violations found, including those not kept.
+    pub(crate) fn violation_count(&self) -> u64 {
+        self.violation_count
+    }
+
+    /// The violations kept for the report (the first ones).
+    pub(crate) fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    /// A replica woke for Server `i` at resourceVersion `rv`, at `now`: a
+    /// pass must read that version or a later one.
+    #[inline]
+    pub(crate) fn owe_wake(&mut self, i: usize, rv: u64, now: u64) {
+        if let Some(state) = self.memory.get_mut(i) {
+            state.owed_wake = Some((rv, now));
+        }
+    }
+
+    /// A pass on Server `i` read resourceVersion `view_rv`: it pays a wake
+    /// for that version or an older one.
+    #[inline]
+    pub(crate) fn pass_read(&mut self, i: usize, view_rv: u64) {
+        if let Some(state) = self.memory.get_mut(i)
+            && state.owed_wake.is_some_and(|(owed, _)| view_rv >= owed)
+        {
+            state.owed_wake = None;
+        }
+    }
+
+    /// The wake on Server `i` no pass has paid yet: (resourceVersion, when).
+    #[inline]
+    pub(crate) fn owed_wake(&self, i: usize) -> Option<(u64, u64)> {
+        self.memory.get(i).and_then(|state| state.owed_wake)
+    }
+
+    /// An operator reset of Server `i` was stored at `reset_rv` (none if the
+    /// write failed), when the cloud had accepted `creates` for it.
+    pub(crate) fn operator_reset(&mut self, i: usize, reset_rv: Option<u64>, creates: u32) {
+        if let Some(state) = self.memory.get_mut(i) {
+            state.reset_rv = reset_rv;
+            state.creates_at_reset = creates;
+        }
+    }
+
+    /// A stored status of Server `i` ever showed a boot.
+    #[inline]
+    pub(crate) fn ever_booted(&self, i: usize) -> bool {
+        self.memory.get(i).is_some_and(|state| state.ever_booted)
+    }
+
+    /// The cloud's accepted creates for Server `i` at its last operator reset.
+    #[inline]
+    pub(crate) fn creates_at_reset(&self, i: usize) -> u32 {
+        self.memory.get(i).map_or(0, |state| state.creates_at_reset)
+    }
+
+    /// Invariants 2 and 3 on a write to Server `i`'s stored status.
+    #[inline]
+    pub(crate) fn check_write(&mut self, i: usize, old: &ServerStatus, new: &ServerStatus) -> Findings {
+        let max = self.max_attempts;
+        let mut found = Vec::new();
+        if let Some(latched) = old.provisioned_at
+            && new.provisioned_at != Some(latched)
+        {
+            found.push(("3", format!("provisionedAt changed from {latched} to {:?}", new.provisioned_at)));
+        }
+        if new.provider_create_failures > max {
+            found.push(("2", format!("providerCreateFailures {} above the cap {max}", new.provider_create_failures)));
+        }
+        if shows_boot(new)
+            && let Some(state) = self.memory.get_mut(i)
+        {
+            state.ever_booted = true;
+        }
+        found
+    }
+}
 
 /// What a pass read, kept for checking its decision after the view is gone.
 #[derive(Clone, Copy, Debug)]
@@ -21,21 +165,27 @@ pub(crate) struct PassRead {
     pub(crate) parked: bool,
     /// ... and its status already said so (Available Errored).
     pub(crate) park_reported: bool,
-    pub(crate) provider: ProviderKind,
+    pub(crate) provider: ProviderViewKind,
     /// The provider record read shows a boot (which latches provisionedAt
     /// in the same pass, whatever the status said: §7).
     pub(crate) record_booted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ProviderKind {
+pub(crate) enum ProviderViewKind {
     Present,
     Absent,
     Unknown,
 }
 
 impl PassRead {
-    pub(crate) fn new(rules: &Rules, options: &Options, view: &Server, view_rv: u64, provider: &ProviderView) -> Self {
+    pub(crate) fn new(
+        rules: &DecisionRules,
+        options: &Options,
+        view: &Server,
+        view_rv: u64,
+        provider: &ProviderView,
+    ) -> Self {
         PassRead {
             view_rv,
             deleting: view.meta.deleting,
@@ -48,10 +198,10 @@ impl PassRead {
                 .condition(ConditionType::Available)
                 .is_some_and(|c| c.reason == ConditionReason::Errored),
             provider: match provider {
-                ProviderView::Present(_) => ProviderKind::Present,
-                ProviderView::Absent => ProviderKind::Absent,
+                ProviderView::Present(_) => ProviderViewKind::Present,
+                ProviderView::Absent => ProviderViewKind::Absent,
                 ProviderView::Unknown(_) | ProviderView::NoIdentity | ProviderView::RegionUnserved(_) => {
-                    ProviderKind::Unknown
+                    ProviderViewKind::Unknown
                 }
             },
             record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
@@ -63,13 +213,21 @@ impl PassRead {
     }
 }
 
-impl Engine {
-    /// Checks one decision (a pass's, or the follow-up after a failed action).
-    pub(crate) fn check_decision(&mut self, i: usize, pass: &PassRead, decision: &Decision, first: bool) {
-        let max = self.options.max_attempts();
+impl Checker {
+    /// Checks one decision (a pass's, or the follow-up after a failed
+    /// action) on Server `i`. Also says whether it newly parks the Server.
+    #[inline]
+    pub(crate) fn check_decision(
+        &mut self,
+        i: usize,
+        pass: &PassRead,
+        decision: &Decision,
+        first: bool,
+    ) -> (Findings, bool) {
+        let max = self.max_attempts;
         let creates = decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_)));
         let deletes = decision.actions.iter().any(|a| matches!(a, Action::DeleteProviderServer(_)));
-        let unknown = pass.provider == ProviderKind::Unknown;
+        let unknown = pass.provider == ProviderViewKind::Unknown;
         let terminal = matches!(decision.outcome, Outcome::Terminal(_));
         let at_cap = terminal && decision.status.provider_create_failures == max;
         let mut found: Vec<(&'static str, String)> = Vec::new();
@@ -96,7 +254,7 @@ impl Engine {
             ));
         }
 
-        let Some(check) = self.servers.get_mut(i).map(|o| &mut o.check) else { return };
+        let Some(check) = self.memory.get_mut(i) else { return (Vec::new(), false) };
         let decisive = first && !pass.deleting && !unknown;
         // Judged on what the pass read: a reset the controller has not seen
         // yet cannot have re-armed anything.
@@ -128,23 +286,14 @@ impl Engine {
             }
         }
         let newly_parked = at_cap && !pass.deleting && pass.failures < max;
-        for (invariant, message) in found {
-            self.violation(invariant, i, message);
-        }
-        if newly_parked {
-            self.maybe_schedule_reset(i);
-        }
+        (found, newly_parked)
     }
+}
 
-    fn maybe_schedule_reset(&mut self, i: usize) {
-        let Some(tracked) = self.servers.get_mut(i) else { return };
-        if tracked.check.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
-            return;
-        }
-        tracked.check.reset_scheduled = true;
-        let at = self.now + self.faults.between(30_000, 120_000);
-        self.queue.push(at, super::queue::EventKind::OperatorReset, i, 0);
-    }
+/// The checker's own reading of "booted", independent of the rules under
+/// test: provisionedAt, launchedAt or a post-launch phase.
+fn shows_boot(status: &ServerStatus) -> bool {
+    status.provisioned_at.is_some() || status.launched_at.is_some() || status.phase.is_some_and(|p| p.is_post_launch())
 }
 
 fn verb(creates: bool, deletes: bool) -> &'static str {

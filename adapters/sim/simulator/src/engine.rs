@@ -1,24 +1,29 @@
-//! The discrete-event loop: pops events in (time, sequence) order and runs
+//! The discrete-event loop: takes events in (time, sequence) order and runs
 //! them against the in-memory Kubernetes side, the SimCloud model and the
 //! rules. Nothing here reads a clock or a thread RNG.
 
-use jiff::Timestamp;
+use std::collections::BTreeMap;
+
 use server_core::{Options, Server};
 
+use super::ShardResult;
+use super::api_server::TrackedServer;
+use super::api_server::{ApiServer, ServerPart};
+use super::checker::Checker;
 use super::config::SimConfig;
-use super::ha::{Change, Timeline};
-use super::queue::{EventKind, Queue};
-use super::report::{KubeStats, Violation, Violations};
-use super::rules::Rules;
+use super::explain::Explain;
+use super::ha::{ReplicaChange, Timeline};
+use super::queue::{EventKind, EventQueue, epoch_ms};
+use super::replicas::{Replicas, WatchDelivery};
+use super::report::KubeStats;
+use super::rules::DecisionRules;
 use super::trace::Trace;
-use super::world::{
-    CheckState, Lagging, NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, TrackedServer, copy_meta, copy_status, new_server,
-};
+use super::world::{NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
 use server_simcloud::rng::SplitMix64;
 
-/// Virtual time zero: 2025-06-01T00:00:00Z, in milliseconds.
-const EPOCH_MS: i64 = 1_748_736_000_000;
+mod executor;
+mod relist;
 
 /// A slice of the Servers simulated on its own: its own queue, cloud model
 /// and random streams. Shards share nothing, so they run on any number of
@@ -50,41 +55,45 @@ impl Shard {
     }
 }
 
+/// One shard's simulation. Beyond its configuration, the step count, the
+/// Kubernetes-side fault stream, the trace and the run's counters it holds
+/// no state: it composes the owners (the API server, the controller
+/// replicas, the cloud model, the event queue, the checker) and orchestrates
+/// each event across them. Its fields are private to this module and its
+/// children: the passes and the monitor (`executor`) and the relists
+/// (`relist`).
 #[derive(Debug)]
 pub(crate) struct Engine {
-    pub(crate) config: SimConfig,
-    pub(crate) shard: Shard,
-    pub(crate) rules: Rules,
-    pub(crate) options: Options,
-    pub(crate) cloud: CloudModel,
-    pub(crate) servers: Vec<TrackedServer>,
-    pub(crate) tenants: Vec<Tenant>,
-    pub(crate) queue: Queue,
+    config: SimConfig,
+    shard: Shard,
+    rules: DecisionRules,
+    options: Options,
+    cloud: CloudModel,
+    /// The stored Servers, their caches and the tenants' resources.
+    api: ApiServer,
+    /// Virtual time and the scheduled events.
+    events: EventQueue,
     /// Kubernetes-side fault draws, in event order.
-    pub(crate) faults: SplitMix64,
-    pub(crate) now: u64,
-    pub(crate) now_ts: Timestamp,
-    pub(crate) step: u64,
-    pub(crate) rv_counter: RvCounter,
+    faults: SplitMix64,
+    step: u64,
     /// The controller replicas (only the first `config.ha.replicas` run).
-    pub(crate) replicas: [ReplicaState; REPLICAS],
-    pub(crate) replica_count: usize,
-    /// Per replica, the epoch of its latest relist (see `relist`).
-    pub(crate) relist_epochs: [u16; REPLICAS],
-    pub(crate) trace: Trace,
-    pub(crate) violations: Violations,
-    pub(crate) explain_log: Vec<String>,
-    pub(crate) stats: KubeStats,
+    replicas: Replicas,
+    trace: Trace,
+    /// The invariants' memory and the violations found.
+    checker: Checker,
+    /// `--explain`'s log of one Server.
+    explain: Explain,
+    stats: KubeStats,
     /// Copies of Servers handed back by finished passes, reused by the next
     /// (see `world::copy_server`).
-    pub(crate) spare_servers: Vec<Server>,
+    spare_servers: Vec<Server>,
 }
 
 impl Engine {
-    pub(crate) fn new(config: SimConfig, shard: Shard, rules: Rules, trace: Trace) -> Self {
-        let up = || ReplicaState { up: true, ..ReplicaState::default() };
-        let epoch = Timestamp::from_millisecond(EPOCH_MS).unwrap_or(Timestamp::UNIX_EPOCH);
+    pub(crate) fn new(config: SimConfig, shard: Shard, rules: DecisionRules, trace: Trace) -> Self {
         let count = shard.count;
+        let events = EventQueue::with_capacity(count * 2);
+        let epoch = events.now_ts();
         let first_tenant = shard.first / TENANT_SIZE;
         let tenants = (0..count.div_ceil(TENANT_SIZE))
             .map(|t| {
@@ -102,44 +111,29 @@ impl Engine {
                 // every shard layout.
                 let fate = cloud.fate(&server.meta.uid).kind();
                 let handle = cloud.handle(&server.meta.uid);
-                TrackedServer {
-                    shadow: server.clone(),
-                    server,
-                    rv: 0,
-                    exists: false,
-                    lagging: [None, None],
-                    tenant: i / TENANT_SIZE,
-                    fate,
-                    handle,
-                    monitor_memo: None,
-                    pending_at: [NOT_PENDING; REPLICAS],
-                    ticket: [0; REPLICAS],
-                    in_flight: [None, None],
-                    check: CheckState::default(),
-                }
+                TrackedServer::new(server, i / TENANT_SIZE, fate, handle)
             })
             .collect();
-        let replica_count = usize::from(config.ha.replicas).clamp(1, REPLICAS);
         Engine {
             options: Options::with_max_attempts(config.max_attempts).with_create_grace(config.timing.create_grace()),
             faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
             shard,
-            violations: Violations::new(config.max_reported_violations),
-            explain_log: Vec::new(),
+            checker: Checker::new(
+                config.seed,
+                shard.index,
+                count,
+                Options::with_max_attempts(config.max_attempts).max_attempts(),
+                config.max_reported_violations,
+            ),
+            explain: Explain::new(config.explain.and_then(|server| server.checked_sub(shard.first))),
             spare_servers: Vec::new(),
-            queue: Queue::with_capacity(count * 2),
+            events,
+            replicas: Replicas::new(usize::from(config.ha.replicas)),
             config,
             rules,
             cloud,
-            servers,
-            tenants,
-            now: 0,
-            now_ts: epoch,
+            api: ApiServer::new(servers, tenants),
             step: 0,
-            rv_counter: RvCounter::default(),
-            replicas: [up(), up()],
-            replica_count,
-            relist_epochs: [0; REPLICAS],
             trace,
             stats: KubeStats::default(),
         }
@@ -153,46 +147,51 @@ impl Engine {
         self.stats.leader_stalls = timeline.stalls;
         self.stats.acting_overlap_ms = timeline.overlap_ms;
         let horizon = timing.horizon;
-        for i in 0..self.servers.len() {
+        for i in 0..self.api.len() {
             let arrival = rng.between(0, timing.arrival_window);
-            self.queue.push(arrival, EventKind::Arrive, i, 0);
+            self.events.push(arrival, EventKind::Arrive, i, 0);
             if rng.chance(kube.user_delete) {
                 let at = arrival + rng.between(60_000, horizon.saturating_sub(arrival + 60_000).max(60_000));
-                self.queue.push(at, EventKind::UserDelete, i, 0);
+                self.events.push(at, EventKind::UserDelete, i, 0);
             }
             if rng.chance(kube.spec_edit) {
-                self.queue.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
+                self.events.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
             }
-            let refused = self.servers.get(i).is_some_and(|o| o.fate == server_simcloud::FateKind::Refused);
+            let refused = self.api.server(i).is_some_and(|tracked| tracked.fate == server_simcloud::FateKind::Refused);
             if refused && rng.chance(kube.refused_spec_fix) {
-                self.queue.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
+                self.events.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
             }
         }
-        for t in 0..self.tenants.len() {
-            self.queue.push(rng.between(0, timing.monitor_interval), EventKind::Monitor, t, 0);
+        for t in 0..self.api.tenant_count() {
+            self.events.push(rng.between(0, timing.monitor_interval), EventKind::Monitor, t, 0);
         }
         // Leadership, restarts and stalls hit every shard at the same
         // instants: one set of controller replicas.
         for &(at, replica, change) in &timeline.changes {
-            self.queue.push(at, EventKind::Replica, usize::from(replica), change as u32);
+            self.events.push(at, EventKind::Replica, usize::from(replica), change as u32);
         }
         // The provider goes down with the first crash and stays unreachable a
         // while after a replica leads again: that leader's first passes over
         // parked Servers read no provider view.
-        let first_crash = timeline.changes.iter().filter(|(_, _, change)| *change == Change::Down).map(|c| c.0).min();
+        let first_crash =
+            timeline.changes.iter().filter(|(_, _, change)| *change == ReplicaChange::Down).map(|c| c.0).min();
         let next_lead = |crash: u64| {
-            timeline.changes.iter().filter(|&&(at, _, change)| at >= crash && change == Change::Lead).map(|c| c.0).min()
+            timeline
+                .changes
+                .iter()
+                .filter(|&&(at, _, change)| at >= crash && change == ReplicaChange::Lead)
+                .map(|c| c.0)
+                .min()
         };
         if let Some(crash) = first_crash
             && let Some(lead) = next_lead(crash)
             && kube.provider_outage > 0
         {
-            let ms = |t: u64| EPOCH_MS.saturating_add(i64::try_from(t).unwrap_or(i64::MAX));
             let until = lead + kube.provider_outage;
-            self.cloud.set_outage(Some(server_simcloud::Outage { from: ms(crash), until: ms(until) }));
+            self.cloud.set_outage(Some(server_simcloud::Outage { from: epoch_ms(crash), until: epoch_ms(until) }));
         }
         if let Some(interval) = timing.resync_interval {
-            self.queue.push(interval, EventKind::Resync, 0, 0);
+            self.events.push(interval, EventKind::Resync, 0, 0);
         }
         self.plan_relists();
     }
@@ -200,11 +199,11 @@ impl Engine {
     /// Runs every event up to the horizon.
     pub(crate) fn run(&mut self) {
         let horizon = self.config.timing.horizon;
-        while let Some(event) = self.queue.pop() {
+        while let Some(event) = self.events.pop() {
             if event.at > horizon {
                 break;
             }
-            self.set_now(event.at);
+            self.events.advance_to(event.at);
             self.trace.add(event.at);
             self.trace.add(event.kind.code());
             self.trace.add(u64::from(event.target));
@@ -228,58 +227,47 @@ impl Engine {
                 self.step += 1;
             }
         }
-        self.set_now(horizon);
+        self.events.advance_to(horizon);
     }
 
-    fn set_now(&mut self, now: u64) {
-        self.now = now;
-        let millis = EPOCH_MS.saturating_add(i64::try_from(now).unwrap_or(i64::MAX));
-        self.now_ts = Timestamp::from_millisecond(millis).unwrap_or(Timestamp::MAX);
+    fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
+        let name = self.api.server(server).map(|tracked| tracked.stored().meta.name.clone()).unwrap_or_default();
+        self.checker.report(invariant, name, self.step, self.events.now(), message);
     }
 
-    pub(crate) fn violation(&mut self, invariant: &'static str, server: usize, message: String) {
-        let name = self.servers.get(server).map(|o| o.server.meta.name.clone()).unwrap_or_default();
-        self.violations.push(Violation {
-            invariant,
-            seed: self.config.seed,
-            shard: self.shard.index,
-            step: self.step,
-            at_ms: self.now,
-            server: name,
-            message,
-        });
+    /// Records a line about Server `i` if it is the one explained.
+    #[inline]
+    fn note(&mut self, i: usize, line: impl FnOnce() -> String) {
+        self.explain.note(i, self.step, self.events.now(), line);
     }
 
     /// kube-runtime keeps one pending reconcile per object, the earliest.
     /// The event's argument is the ticket, with the replica in its top bit.
-    pub(crate) fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
-        if !self.replicas.get(r).is_some_and(|replica| replica.up) {
+    fn schedule_for(&mut self, i: usize, r: usize, at: u64) {
+        if !self.replicas.is_up(r) {
             return;
         }
-        let Some(tracked) = self.servers.get_mut(i) else { return };
+        let Some(tracked) = self.api.server_mut(i) else { return };
         if tracked.pending_at[r] <= at {
             return;
         }
         tracked.pending_at[r] = at;
         tracked.ticket[r] = tracked.ticket[r].wrapping_add(1) & TICKET_MASK;
         let ticket = tracked.ticket[r] | (u32::from(r == 1) << 31);
-        self.queue.push(at, EventKind::Reconcile, i, ticket);
+        self.events.push(at, EventKind::Reconcile, i, ticket);
     }
 
     fn arrive(&mut self, i: usize) -> bool {
-        let rv = self.rv_counter.next();
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        tracked.exists = true;
-        tracked.rv = rv;
+        let Some(rv) = self.api.create(i) else { return false };
         self.note(i, || "created by the user".into());
         self.absent_from_cut_caches(i);
-        let Some(tracked) = self.servers.get(i) else { return false };
+        let Some(tracked) = self.api.server(i) else { return false };
         // ADDED reaches each controller whose watch runs: creation always
         // wakes it (a cut watch learns of it from its relist).
-        if (self.rules.should_wake)(None, &tracked.server) {
-            let at = self.now + self.config.timing.wake_delay;
-            for r in 0..self.replica_count {
-                if self.replicas[r].acts() && !self.watch_is_cut(r) {
+        if (self.rules.should_wake)(None, tracked.stored()) {
+            let at = self.events.now() + self.config.timing.wake_delay;
+            for r in 0..self.replicas.count() {
+                if self.replicas.acts(r) && !self.replicas.watch_is_cut(r) {
                     self.owe_wake(i, rv);
                     self.schedule_for(i, r, at);
                 }
@@ -293,131 +281,96 @@ impl Engine {
     /// `final_checks`). A wake whose pass reads an older copy, or finds none,
     /// is lost: nothing wakes that Server again until a resync or a new
     /// leader's term.
-    pub(crate) fn owe_wake(&mut self, i: usize, rv: u64) {
-        let now = self.now;
-        if let Some(tracked) = self.servers.get_mut(i) {
-            tracked.check.owed_wake = Some((rv, now));
-        }
+    fn owe_wake(&mut self, i: usize, rv: u64) {
+        self.checker.owe_wake(i, rv, self.events.now());
     }
 
     /// A held-back watch delivery lands in replica `r`'s cache: it jumps to
     /// the latest copy, and the wake rule compares the two, as a relist would.
     fn catch_up(&mut self, i: usize, r: usize) -> bool {
         // A cut watch delivers nothing: its relist brings the cache level.
-        if self.watch_is_cut(r) {
+        if self.replicas.watch_is_cut(r) {
             return false;
         }
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
+        let Some(tracked) = self.api.server_mut(i) else { return false };
         let Some(lagging) = tracked.lagging.get_mut(r).and_then(Option::take) else { return false };
         self.note(i, || format!("replica {r}'s cache caught up"));
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        let wake = tracked.exists && (self.rules.should_wake)(lagging.copy(), &tracked.server);
-        let rv = tracked.rv;
-        if wake && self.replicas[r].acts() {
+        let Some(tracked) = self.api.server_mut(i) else { return false };
+        let wake = tracked.exists() && (self.rules.should_wake)(lagging.copy(), tracked.stored());
+        let rv = tracked.rv();
+        if wake && self.replicas.acts(r) {
             self.owe_wake(i, rv);
-            let at = self.now + self.config.timing.wake_delay;
+            let at = self.events.now() + self.config.timing.wake_delay;
             self.schedule_for(i, r, at);
         }
         true
     }
 
-    /// Every change to a stored Server goes through here: `change` runs on the
-    /// shadow copy, the copies swap (the shadow now holds the old Server for
-    /// the wake rule, the checks and a lagging cache), then the part `change`
-    /// touched is copied back into the shadow to bring it level. No whole
-    /// Server is cloned per write. Returns the new resourceVersion.
-    pub(crate) fn commit(
+    /// Every change to a stored Server goes through here: the API server
+    /// applies it (see [`ApiServer::write`]), the checker and the watches see
+    /// it, then the API server's shadow copy is brought level. Returns the
+    /// new resourceVersion.
+    fn commit(
         &mut self,
         i: usize,
-        part: Part,
+        part: ServerPart,
         change: &dyn Fn(&mut Server) -> Result<(), String>,
     ) -> Result<u64, String> {
-        let Some(tracked) = self.servers.get_mut(i) else { return Err("no such server".into()) };
-        if let Err(error) = change(&mut tracked.shadow) {
-            tracked.shadow.clone_from(&tracked.server);
-            return Err(error);
-        }
-        std::mem::swap(&mut tracked.shadow, &mut tracked.server);
-        let old_rv = tracked.rv;
-        tracked.rv = self.rv_counter.next();
-        let new_rv = tracked.rv;
+        let (old_rv, new_rv) = self.api.write(i, change)?;
         self.after_write(i, old_rv);
-        if let Some(tracked) = self.servers.get_mut(i) {
-            match part {
-                Part::Status => copy_status(&mut tracked.shadow.status, &tracked.server.status),
-                Part::Meta => copy_meta(&mut tracked.shadow.meta, &tracked.server.meta),
-                Part::MetaAndSpec => {
-                    copy_meta(&mut tracked.shadow.meta, &tracked.server.meta);
-                    tracked.shadow.spec = tracked.server.spec.clone();
-                }
-            }
-            debug_assert!(
-                tracked.shadow == tracked.server,
-                "{part:?} write to {} touched another part",
-                tracked.server.meta.name
-            );
-        }
+        self.api.level(i, part);
         Ok(new_rv)
     }
 
     /// Bookkeeping after any write to a stored Server (ours, the monitor's, the
     /// user's, an operator's): checks invariants 2 and 3 on the stored status
     /// and delivers the watch event, possibly late.
-    /// `tracked.shadow` is the Server before the write here (see [`Engine::commit`]).
+    /// `tracked.before_write()` is the Server before the write here (see [`ApiServer::write`]).
     fn after_write(&mut self, i: usize, old_rv: u64) {
-        let max = self.options.max_attempts();
-        let Some(tracked) = self.servers.get_mut(i) else { return };
-        let old = &tracked.shadow;
-        let new = &tracked.server.status;
-        let mut found = Vec::new();
-        if let Some(latched) = old.status.provisioned_at
-            && new.provisioned_at != Some(latched)
-        {
-            found.push(("3", format!("provisionedAt changed from {latched} to {:?}", new.provisioned_at)));
-        }
-        if new.provider_create_failures > max {
-            found.push(("2", format!("providerCreateFailures {} above the cap {max}", new.provider_create_failures)));
-        }
-        if shows_boot(new) {
-            tracked.check.ever_booted = true;
-        }
+        let Some(tracked) = self.api.server_mut(i) else { return };
+        let found = self.checker.check_write(i, &tracked.before_write().status, &tracked.stored().status);
         let mut wakes = [false; REPLICAS];
         let mut held_back = false;
-        for (r, replica) in self.replicas.iter().enumerate().take(self.replica_count) {
-            let Some(lagging) = tracked.lagging.get_mut(r) else { continue };
-            if !replica.up || lagging.is_some() {
+        for (r, wake) in wakes.iter_mut().enumerate().take(self.replicas.count()) {
+            let Some(lagging) = tracked.lagging.get(r) else { continue };
+            let watch = self.replicas.watch_delivery(r);
+            if watch == WatchDelivery::Down || lagging.is_some() {
                 // Nobody watching (a restart relists), or already lagging
                 // (the catch-up or the relist will compare).
                 continue;
             }
-            if replica.frozen || replica.relist.is_some() {
+            let WatchDelivery::Running { acting } = watch else {
                 // Its watch is stopped: it catches up after it resumes, or
                 // its relist brings the change.
-                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
+                tracked.hold_back(r, old_rv);
                 continue;
-            }
+            };
             if self.faults.chance(self.config.kube.stale_watch) {
                 let lag = self.faults.between(1, self.config.timing.max_watch_lag);
-                *lagging = Some(Box::new(Lagging::Stale(tracked.shadow.clone(), old_rv)));
+                tracked.hold_back(r, old_rv);
                 self.stats.stale_watch_deliveries += 1;
-                self.queue.push(self.now + lag, EventKind::CacheCatchUp, i, r as u32);
+                self.events.push(self.events.now() + lag, EventKind::CacheCatchUp, i, r as u32);
                 held_back = true;
                 continue;
             }
-            wakes[r] = replica.acting && (self.rules.should_wake)(Some(&tracked.shadow), &tracked.server);
+            *wake = acting && (self.rules.should_wake)(Some(tracked.before_write()), tracked.stored());
         }
         for (invariant, message) in found {
             self.violation(invariant, i, message);
         }
-        if self.explaining(i) {
-            let line = self.servers.get(i).map(|o| super::explain::server(&o.server, o.rv)).unwrap_or_default();
+        if self.explain.is_on(i) {
+            let line = self
+                .api
+                .server(i)
+                .map(|tracked| super::explain::server(tracked.stored(), tracked.rv()))
+                .unwrap_or_default();
             self.note(i, || format!("stored {line} (a watch held back: {held_back}, wakes: {wakes:?})"));
         }
-        let rv = self.servers.get(i).map_or(0, |o| o.rv);
+        let rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
         for (r, wake) in wakes.into_iter().enumerate() {
             if wake {
                 self.owe_wake(i, rv);
-                let at = self.now + self.config.timing.wake_delay;
+                let at = self.events.now() + self.config.timing.wake_delay;
                 self.schedule_for(i, r, at);
             }
         }
@@ -425,20 +378,19 @@ impl Engine {
 
     /// The object leaves the API server (its last finalizer went, or it had
     /// none). Invariant 6: nothing of it may remain.
-    pub(crate) fn remove(&mut self, i: usize) {
-        let Some(tracked) = self.servers.get_mut(i) else { return };
-        tracked.exists = false;
+    fn remove(&mut self, i: usize) {
+        let Some(tracked) = self.api.remove(i) else { return };
         self.stats.servers_removed += 1;
         let handle = tracked.handle;
-        let finalizer = server_core::model::reference_finalizer(&tracked.server.meta.name);
+        let finalizer = server_core::model::reference_finalizer(&tracked.stored().meta.name);
         let tenant = tracked.tenant;
-        let live = self.cloud.truth_of(handle, self.now_ts).live;
+        let live = self.cloud.truth_of(handle, self.events.now_ts()).live;
         if live > 0 {
             self.violation("6", i, format!("Server removed while {live} provider server(s) of it exist"));
         }
         let held: Vec<String> = self
-            .tenants
-            .get(tenant)
+            .api
+            .tenant(tenant)
             .map(|t| t.resources().filter(|r| r.has_finalizer(&finalizer)).map(|r| r.name.clone()).collect())
             .unwrap_or_default();
         if !held.is_empty() {
@@ -447,19 +399,19 @@ impl Engine {
     }
 
     fn user_delete(&mut self, i: usize) -> bool {
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        if !tracked.exists || tracked.server.meta.deleting {
+        let Some(tracked) = self.api.server_mut(i) else { return false };
+        if !tracked.exists() || tracked.stored().meta.deleting {
             return false;
         }
         self.stats.user_deletes += 1;
         self.note(i, || "the user deletes it".into());
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        if tracked.server.meta.finalizers.is_empty() {
+        let Some(tracked) = self.api.server_mut(i) else { return false };
+        if tracked.stored().meta.finalizers.is_empty() {
             self.remove(i);
             return true;
         }
         // Setting deletionTimestamp on an object with finalizers bumps its generation.
-        let _ = self.commit(i, Part::Meta, &|s| {
+        let _ = self.commit(i, ServerPart::Meta, &|s| {
             s.meta.deleting = true;
             s.meta.generation += 1;
             Ok(())
@@ -468,13 +420,13 @@ impl Engine {
     }
 
     fn spec_edit(&mut self, i: usize) -> bool {
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        if !tracked.exists || tracked.server.meta.deleting {
+        let Some(tracked) = self.api.server_mut(i) else { return false };
+        if !tracked.exists() || tracked.stored().meta.deleting {
             return false;
         }
         self.stats.spec_edits += 1;
         self.note(i, || "the user edits its spec".into());
-        let _ = self.commit(i, Part::MetaAndSpec, &|s| {
+        let _ = self.commit(i, ServerPart::MetaAndSpec, &|s| {
             let spec = &mut s.spec;
             spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
             // Swap network and security group, so the old ones get pruned.
@@ -492,124 +444,208 @@ impl Engine {
 
     fn operator_reset(&mut self, i: usize) -> bool {
         let creates = {
-            let Some(tracked) = self.servers.get(i) else { return false };
-            self.cloud.truth_of(tracked.handle, self.now_ts).creates_accepted
+            let Some(tracked) = self.api.server(i) else { return false };
+            self.cloud.truth_of(tracked.handle, self.events.now_ts()).creates_accepted
         };
         let max = self.options.max_attempts();
-        let Some(tracked) = self.servers.get_mut(i) else { return false };
-        tracked.check.reset_scheduled = false;
+        let Some(tracked) = self.api.server_mut(i) else { return false };
+        tracked.reset_scheduled = false;
         // An operator resets what the stored status shows parked.
-        if !tracked.exists || tracked.server.meta.deleting || tracked.server.status.provider_create_failures < max {
+        if !tracked.exists() || tracked.stored().meta.deleting || tracked.stored().status.provider_create_failures < max
+        {
             return false;
         }
         self.stats.operator_resets += 1;
         self.note(i, || "an operator resets providerCreateFailures".into());
         // kubectl patch --subresource=status: no resourceVersion precondition.
-        let reset = self.commit(i, Part::Status, &|s| {
+        let reset = self.commit(i, ServerPart::Status, &|s| {
             s.status.provider_create_failures = 0;
             Ok(())
         });
-        if let Some(tracked) = self.servers.get_mut(i) {
-            tracked.check.reset_rv = reset.ok();
-            tracked.check.creates_at_reset = creates;
-        }
+        self.checker.operator_reset(i, reset.ok(), creates);
         true
+    }
+
+    /// An operator resets a Server the checker saw parked, later, sometimes.
+    fn maybe_schedule_reset(&mut self, i: usize) {
+        let Some(tracked) = self.api.server_mut(i) else { return };
+        if tracked.reset_scheduled || !self.faults.chance(self.config.kube.operator_reset) {
+            return;
+        }
+        tracked.reset_scheduled = true;
+        let at = self.events.now() + self.faults.between(30_000, 120_000);
+        self.events.push(at, EventKind::OperatorReset, i, 0);
     }
 
     /// A replica dies, comes back, freezes, resumes, gains or loses the
     /// right to act (see `ha`).
     fn replica_change(&mut self, r: usize, change: u32) -> bool {
-        if r >= self.replica_count {
+        if r >= self.replicas.count() {
             return false;
         }
-        let Some(change) = Change::from_code(change) else { return false };
+        let Some(change) = ReplicaChange::from_code(change) else { return false };
         self.trace.add(change as u64);
         match change {
-            Change::Down => {
-                self.replicas[r].up = false;
-                self.replicas[r].postponed.clear();
-                self.replicas[r].relist = None;
+            ReplicaChange::Down => {
+                self.replicas.go_down(r);
                 self.stats.controller_restarts += 1;
                 // Its in-flight passes die with it; its cache and queue go
                 // (the next leader's term passes over every Server).
-                for tracked in &mut self.servers {
+                for tracked in self.api.servers_mut() {
                     tracked.in_flight[r] = None;
                     tracked.lagging[r] = None;
                     tracked.pending_at[r] = NOT_PENDING;
                 }
             }
             // A fresh process: a cache listed from the API server.
-            Change::Up => self.replicas[r].up = true,
-            Change::Freeze => self.replicas[r].frozen = true,
-            Change::Thaw => {
-                self.replicas[r].frozen = false;
+            ReplicaChange::Up => self.replicas.come_up(r),
+            ReplicaChange::Freeze => self.replicas.freeze(r),
+            ReplicaChange::Thaw => {
                 // What came due while it was frozen runs now, in order...
-                for (kind, target, arg) in std::mem::take(&mut self.replicas[r].postponed) {
-                    self.queue.push(self.now, kind, target, arg);
+                for (kind, target, arg) in self.replicas.thaw(r) {
+                    self.events.push(self.events.now(), kind, target, arg);
                 }
                 // ...and its watch catches up once the API answers again.
                 let round_trip = self.config.ha.api_round_trip;
-                for i in 0..self.servers.len() {
-                    if self.servers.get(i).is_some_and(|o| o.lagging[r].is_some()) {
-                        let at = self.now + round_trip + self.faults.between(0, round_trip);
-                        self.queue.push(at, EventKind::CacheCatchUp, i, r as u32);
+                for i in 0..self.api.len() {
+                    if self.api.server(i).is_some_and(|tracked| tracked.lagging[r].is_some()) {
+                        let at = self.events.now() + round_trip + self.faults.between(0, round_trip);
+                        self.events.push(at, EventKind::CacheCatchUp, i, r as u32);
                     }
                 }
             }
-            Change::Lead => {
-                self.replicas[r].acting = true;
+            ReplicaChange::Lead => {
+                self.replicas.set_acting(r, true);
                 // A new term passes over every Server.
                 self.wake_all_for(r);
             }
-            Change::Unlead => self.replicas[r].acting = false,
+            ReplicaChange::Unlead => self.replicas.set_acting(r, false),
         }
         true
     }
 
     /// Whether an event of replica `r` must wait for it to resume; if so it
     /// is kept and re-run then.
-    pub(crate) fn postpone(&mut self, r: usize, kind: EventKind, target: usize, arg: u32) -> bool {
-        let Some(replica) = self.replicas.get_mut(r) else { return false };
-        if replica.frozen {
-            replica.postponed.push((kind, target, arg));
-        }
-        replica.frozen
+    fn postpone(&mut self, r: usize, kind: EventKind, target: usize, arg: u32) -> bool {
+        self.replicas.postpone(r, (kind, target, arg))
     }
 
     fn resync(&mut self) -> bool {
         if let Some(interval) = self.config.timing.resync_interval {
-            self.queue.push(self.now + interval.max(1), EventKind::Resync, 0, 0);
+            self.events.push(self.events.now() + interval.max(1), EventKind::Resync, 0, 0);
         }
         self.wake_all();
         true
     }
 
     fn wake_all(&mut self) {
-        for r in 0..self.replica_count {
-            if self.replicas[r].acts() {
+        for r in 0..self.replicas.count() {
+            if self.replicas.acts(r) {
                 self.wake_all_for(r);
             }
         }
     }
 
     fn wake_all_for(&mut self, r: usize) {
-        for i in 0..self.servers.len() {
-            if self.servers.get(i).is_some_and(|o| o.exists) {
-                let at = self.now + self.faults.between(0, 2_000);
+        for i in 0..self.api.len() {
+            if self.api.server(i).is_some_and(|tracked| tracked.exists()) {
+                let at = self.events.now() + self.faults.between(0, 2_000);
                 self.schedule_for(i, r, at);
             }
         }
     }
 
     /// Final state of a Server, for the outcome counts: the project's one
-    /// classifier ([`server_core::lifecycle`]) for every Server that exists.
-    pub(crate) fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
-        if !tracked.exists {
-            return if tracked.rv == 0 { "never-created" } else { "deleted" };
+    /// classifier ([`server_core::lifecycle()`]) for every Server that exists.
+    fn outcome_of(&self, tracked: &TrackedServer) -> &'static str {
+        if !tracked.exists() {
+            return if tracked.rv() == 0 { "never-created" } else { "deleted" };
         }
-        server_core::lifecycle(&tracked.server, &self.options).as_str()
+        server_core::lifecycle(tracked.stored(), &self.options).as_str()
     }
 }
+
+impl Engine {
+    /// What this shard contributes to the report.
+    pub(crate) fn result(&self) -> ShardResult {
+        let mut outcomes = BTreeMap::new();
+        let mut fates = BTreeMap::new();
+        for tracked in self.api.servers() {
+            *outcomes.entry(self.outcome_of(tracked)).or_insert(0) += 1;
+            *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
+        }
+        ShardResult {
+            steps: self.step,
+            now: self.events.now(),
+            trace_hash: self.trace.finish(),
+            outcomes,
+            fates,
+            cloud: self.cloud.counters(),
+            kube: self.stats.clone(),
+            violation_count: self.checker.violation_count(),
+            violations: self.checker.violations().to_vec(),
+            explain: self.explain.log().to_vec(),
+        }
+    }
+
+    /// The per-step hashes a recording run kept, and its trace hash.
+    pub(crate) fn take_recorded_trace(&mut self) -> (Vec<u64>, u64) {
+        (self.trace.take_recorded(), self.trace.finish())
+    }
+
+    /// Invariant 9 on a replaying run: it took the same steps as the run
+    /// recorded (whose trace hash was `first_hash`), step by step.
+    pub(crate) fn check_replay(&mut self, first_hash: u64) {
+        let diverged = self.trace.divergence.or_else(|| {
+            let same_length = self.trace.expected_steps() == usize::try_from(self.step).ok();
+            (!same_length || self.trace.finish() != first_hash).then_some(self.step)
+        });
+        if let Some(step) = diverged {
+            self.step = step;
+            self.violation("9", 0, format!("the replay with the same seed diverged at step {step}"));
+        }
+    }
+
+    /// Invariant 6 once more at the end: nothing of a removed Server remains,
+    /// however late a stale pass acted.
+    pub(crate) fn final_checks(&mut self) {
+        self.check_owed_wakes();
+        for i in 0..self.api.len() {
+            let Some(tracked) = self.api.server(i) else { continue };
+            if tracked.exists() || tracked.rv() == 0 {
+                continue;
+            }
+            let live = self.cloud.truth_of(tracked.handle, self.events.now_ts()).live;
+            if live > 0 {
+                self.violation("6", i, format!("{live} provider server(s) remain for a removed Server at the end"));
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// A wake no pass paid within [`WAKE_DEADLINE_MS`] is lost: the Server's
+    /// change (a deletion, a creation, a failure edge) went unread, and
+    /// nothing wakes it before a resync.
+    fn check_owed_wakes(&mut self) {
+        for i in 0..self.api.len() {
+            let Some(tracked) = self.api.server(i) else { continue };
+            let Some((rv, at)) = self.checker.owed_wake(i) else { continue };
+            if tracked.exists() && at.saturating_add(WAKE_DEADLINE_MS) <= self.events.now() {
+                self.violation(
+                    "wake",
+                    i,
+                    format!("woken for resourceVersion {rv} at t={at}ms, and no pass read that version since"),
+                );
+            }
+        }
+    }
+}
+
+/// How long a wake may wait for its pass before it counts as lost: far
+/// beyond a pass's wake delay, a create in flight and a stalled leader (whose
+/// lease, and with it its wakes, passes on meanwhile).
+const WAKE_DEADLINE_MS: u64 = 60_000;
 
 /// Tickets keep the top bit for the replica.
 const TICKET_MASK: u32 = u32::MAX >> 1;
@@ -617,49 +653,4 @@ const TICKET_MASK: u32 = u32::MAX >> 1;
 /// A Reconcile event's ticket and replica.
 pub(crate) fn ticket_of(arg: u32) -> (u32, usize) {
     (arg & TICKET_MASK, usize::from(arg > TICKET_MASK))
-}
-
-/// One controller replica as the Servers see it.
-#[derive(Debug, Default)]
-pub(crate) struct ReplicaState {
-    pub(crate) up: bool,
-    pub(crate) frozen: bool,
-    /// Its fence is open (or, without the fence, it believes it leads).
-    pub(crate) acting: bool,
-    /// Its events that came due while it was frozen.
-    pub(crate) postponed: Vec<(EventKind, usize, u32)>,
-    /// Its Server watch is cut and relisting (see `relist`).
-    pub(crate) relist: Option<super::relist::Relist>,
-}
-
-impl ReplicaState {
-    /// It takes wakes and runs passes now.
-    pub(crate) fn acts(&self) -> bool {
-        self.up && !self.frozen && self.acting
-    }
-}
-
-/// Which part of a Server a write changes (see [`Engine::commit`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Part {
-    Status,
-    Meta,
-    MetaAndSpec,
-}
-
-/// The API server's resourceVersion sequence (one counter, like etcd's revision).
-#[derive(Debug, Default)]
-pub(crate) struct RvCounter(u64);
-
-impl RvCounter {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 += 1;
-        self.0
-    }
-}
-
-/// The checker's own reading of "booted", independent of the rules under
-/// test: provisionedAt, launchedAt or a post-launch phase.
-pub(crate) fn shows_boot(status: &server_core::ServerStatus) -> bool {
-    status.provisioned_at.is_some() || status.launched_at.is_some() || status.phase.is_some_and(|p| p.is_post_launch())
 }

@@ -6,19 +6,42 @@ use server_core::model::{ConditionType, ServerStatus};
 use server_core::port::ProviderServer;
 use server_core::{Action, Decision, ProviderView, Server};
 
-use super::engine::Engine;
+/// The log of the one Server explained, if any.
+#[derive(Debug, Default)]
+pub(crate) struct Explain {
+    /// Its index in the shard.
+    server: Option<usize>,
+    log: Vec<String>,
+}
 
-impl Engine {
-    pub(crate) fn explaining(&self, i: usize) -> bool {
-        self.config.explain == Some(self.shard.first + i)
+impl Explain {
+    /// Explains the shard's Server `server`, or none.
+    pub(crate) fn new(server: Option<usize>) -> Self {
+        Explain { server, log: Vec::new() }
     }
 
-    /// Records a line about Server `i` if it is the one explained.
-    pub(crate) fn note(&mut self, i: usize, line: impl FnOnce() -> String) {
-        if self.explaining(i) {
-            let line = format!("step {} t={:.1}s: {}", self.step, self.now as f64 / 1000.0, line());
-            self.explain_log.push(line);
+    /// Whether Server `i` is the one explained.
+    #[inline]
+    pub(crate) fn is_on(&self, i: usize) -> bool {
+        self.server == Some(i)
+    }
+
+    /// Records a line about Server `i`, at step `step` and virtual time
+    /// `now`, if it is the one explained.
+    #[inline]
+    pub(crate) fn note(&mut self, i: usize, step: u64, now: u64, line: impl FnOnce() -> String) {
+        if self.is_on(i) {
+            self.push(step, now, &line());
         }
+    }
+
+    #[cold]
+    fn push(&mut self, step: u64, now: u64, line: &str) {
+        self.log.push(format!("step {step} t={:.1}s: {line}", now as f64 / 1000.0));
+    }
+
+    pub(crate) fn log(&self) -> &[String] {
+        &self.log
     }
 }
 

@@ -79,7 +79,7 @@ impl HaConfig {
 
 /// A change in one replica's state, at a true instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Change {
+pub(crate) enum ReplicaChange {
     /// The process dies (in-flight passes with it).
     Down,
     /// A fresh process: empty cache, relisted; not leading.
@@ -94,11 +94,18 @@ pub(crate) enum Change {
     Unlead,
 }
 
-impl Change {
-    pub(crate) fn from_code(code: u32) -> Option<Change> {
-        [Change::Down, Change::Up, Change::Freeze, Change::Thaw, Change::Lead, Change::Unlead]
-            .into_iter()
-            .find(|change| *change as u32 == code)
+impl ReplicaChange {
+    pub(crate) fn from_code(code: u32) -> Option<ReplicaChange> {
+        [
+            ReplicaChange::Down,
+            ReplicaChange::Up,
+            ReplicaChange::Freeze,
+            ReplicaChange::Thaw,
+            ReplicaChange::Lead,
+            ReplicaChange::Unlead,
+        ]
+        .into_iter()
+        .find(|change| *change as u32 == code)
     }
 }
 
@@ -106,7 +113,7 @@ impl Change {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Timeline {
     /// (true instant, replica, change), in time order.
-    pub(crate) changes: Vec<(u64, u8, Change)>,
+    pub(crate) changes: Vec<(u64, u8, ReplicaChange)>,
     /// Milliseconds during which two replicas could act at once.
     pub(crate) overlap_ms: u64,
     pub(crate) terms: u64,
@@ -303,12 +310,12 @@ pub(crate) fn elect(config: &HaConfig, seed: u64, restarts: u32, timing: &SimTim
                     replica.up = false;
                     replica.holds = false;
                     set_acting(&mut timeline, replica, victim, now, false);
-                    timeline.changes.push((now, victim as u8, Change::Down));
+                    timeline.changes.push((now, victim as u8, ReplicaChange::Down));
                     push(&mut queue, now + restart_downtime, Step::Restart, victim, 0);
                 } else {
                     timeline.stalls += 1;
                     replica.frozen = true;
-                    timeline.changes.push((now, victim as u8, Change::Freeze));
+                    timeline.changes.push((now, victim as u8, ReplicaChange::Freeze));
                     push(&mut queue, now + config.stall_duration, Step::Resume, victim, 0);
                 }
             }
@@ -317,7 +324,7 @@ pub(crate) fn elect(config: &HaConfig, seed: u64, restarts: u32, timing: &SimTim
                 // A new pod: a new identity that holds nothing yet.
                 replica.up = true;
                 replica.seen = None;
-                timeline.changes.push((now, r as u8, Change::Up));
+                timeline.changes.push((now, r as u8, ReplicaChange::Up));
                 if lease.0 == Some(r) {
                     // Its old identity's Lease is another holder to this one.
                     lease.0 = Some(usize::MAX);
@@ -327,7 +334,7 @@ pub(crate) fn elect(config: &HaConfig, seed: u64, restarts: u32, timing: &SimTim
             Step::Resume => {
                 let Some(replica) = replicas.get_mut(r) else { continue };
                 replica.frozen = false;
-                timeline.changes.push((now, r as u8, Change::Thaw));
+                timeline.changes.push((now, r as u8, ReplicaChange::Thaw));
                 // The timer fires at once; its read answers a round trip later.
                 push(&mut queue, now + config.api_round_trip, Step::Tick, r, 0);
             }
@@ -336,7 +343,7 @@ pub(crate) fn elect(config: &HaConfig, seed: u64, restarts: u32, timing: &SimTim
     for (r, replica) in replicas.iter_mut().enumerate() {
         set_acting(&mut timeline, replica, r, horizon, false);
     }
-    timeline.changes.sort_by_key(|&(at, r, change)| (at, change != Change::Unlead, r));
+    timeline.changes.sort_by_key(|&(at, r, change)| (at, change != ReplicaChange::Unlead, r));
     timeline.overlap_ms = overlap(&timeline.changes, horizon);
     timeline
 }
@@ -344,7 +351,7 @@ pub(crate) fn elect(config: &HaConfig, seed: u64, restarts: u32, timing: &SimTim
 /// One controller without election: it acts whenever it is up and not
 /// frozen (its fence never closes).
 fn single(timeline: &mut Timeline, troubles: &[(u64, Step)], restart_downtime: u64) {
-    timeline.changes.push((0, 0, Change::Lead));
+    timeline.changes.push((0, 0, ReplicaChange::Lead));
     let mut troubles = troubles.to_vec();
     troubles.sort_unstable();
     let mut busy_until = 0;
@@ -354,14 +361,14 @@ fn single(timeline: &mut Timeline, troubles: &[(u64, Step)], restart_downtime: u
             continue;
         }
         timeline.crashes += 1;
-        timeline.changes.push((at, 0, Change::Down));
-        timeline.changes.push((at, 0, Change::Unlead));
-        timeline.changes.push((at + restart_downtime, 0, Change::Up));
-        timeline.changes.push((at + restart_downtime, 0, Change::Lead));
+        timeline.changes.push((at, 0, ReplicaChange::Down));
+        timeline.changes.push((at, 0, ReplicaChange::Unlead));
+        timeline.changes.push((at + restart_downtime, 0, ReplicaChange::Up));
+        timeline.changes.push((at + restart_downtime, 0, ReplicaChange::Lead));
         timeline.terms += 1;
         busy_until = at + restart_downtime;
     }
-    timeline.changes.sort_by_key(|&(at, r, change)| (at, change != Change::Unlead, r));
+    timeline.changes.sort_by_key(|&(at, r, change)| (at, change != ReplicaChange::Unlead, r));
 }
 
 fn take(timeline: &mut Timeline, replica: &mut Replica, r: usize, now: u64, local: i64, config: &HaConfig) {
@@ -379,15 +386,15 @@ fn set_acting(timeline: &mut Timeline, replica: &mut Replica, r: usize, now: u64
     replica.acting = acting;
     if acting {
         replica.acting_since = now;
-        timeline.changes.push((now, r as u8, Change::Lead));
+        timeline.changes.push((now, r as u8, ReplicaChange::Lead));
     } else if now > replica.acting_since {
-        timeline.changes.push((now, r as u8, Change::Unlead));
+        timeline.changes.push((now, r as u8, ReplicaChange::Unlead));
     } else {
         // An empty term: drop its Lead.
         if let Some(position) = timeline
             .changes
             .iter()
-            .rposition(|&(at, who, change)| at == now && usize::from(who) == r && change == Change::Lead)
+            .rposition(|&(at, who, change)| at == now && usize::from(who) == r && change == ReplicaChange::Lead)
         {
             timeline.changes.remove(position);
         }
@@ -396,7 +403,7 @@ fn set_acting(timeline: &mut Timeline, replica: &mut Replica, r: usize, now: u64
 
 /// Total time two or more replicas could act at once (a frozen one does
 /// nothing until it resumes).
-fn overlap(changes: &[(u64, u8, Change)], horizon: u64) -> u64 {
+fn overlap(changes: &[(u64, u8, ReplicaChange)], horizon: u64) -> u64 {
     let mut acting = [false; 256];
     let mut frozen = [false; 256];
     let mut since = 0;
@@ -410,11 +417,11 @@ fn overlap(changes: &[(u64, u8, Change)], horizon: u64) -> u64 {
         since = at;
         let r = usize::from(r);
         match change {
-            Change::Lead => acting[r] = true,
-            Change::Unlead => acting[r] = false,
-            Change::Freeze => frozen[r] = true,
-            Change::Thaw => frozen[r] = false,
-            Change::Down | Change::Up => {}
+            ReplicaChange::Lead => acting[r] = true,
+            ReplicaChange::Unlead => acting[r] = false,
+            ReplicaChange::Freeze => frozen[r] = true,
+            ReplicaChange::Thaw => frozen[r] = false,
+            ReplicaChange::Down | ReplicaChange::Up => {}
         }
     }
     total

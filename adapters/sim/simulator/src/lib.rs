@@ -14,14 +14,14 @@
 //! assert_eq!(report.trace_hash, run(&SimConfig::new(50, 7)).trace_hash);
 //! ```
 
+mod api_server;
 mod checker;
 mod config;
 mod engine;
-mod executor;
 mod explain;
 mod ha;
 mod queue;
-mod relist;
+mod replicas;
 mod report;
 mod rules;
 mod trace;
@@ -35,7 +35,7 @@ use std::time::Instant;
 pub use config::{KubeFaults, RelistWakes, SimConfig, SimTiming};
 pub use ha::HaConfig;
 pub use report::{KubeStats, Report, Violation};
-pub use rules::Rules;
+pub use rules::DecisionRules;
 
 use engine::{Engine, Shard};
 use ha::Timeline;
@@ -47,14 +47,14 @@ use server_simcloud::rng::Fnv1a;
 
 /// Runs the simulation with server-core's rules.
 pub fn run(config: &SimConfig) -> Report {
-    run_with(config, Rules::CORE)
+    run_with(config, DecisionRules::CORE)
 }
 
 /// Runs the simulation with the given rules (a test may plug in broken ones).
 ///
 /// The Servers are split into fixed shards (by count only) that run on
 /// `config.threads` threads; the result does not depend on the thread count.
-pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
+pub fn run_with(config: &SimConfig, rules: DecisionRules) -> Report {
     let started = Instant::now();
     let shards = Shard::layout(config.servers, config.shard_size);
     // One set of controller replicas for every shard.
@@ -97,30 +97,22 @@ pub fn run_with(config: &SimConfig, rules: Rules) -> Report {
 }
 
 /// One shard, start to end (twice, compared step by step, with the replay check).
-fn run_shard(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline) -> ShardResult {
+fn run_shard(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline) -> ShardResult {
     let mut engine = if config.replay_check {
         let mut first = simulate(config, shard, rules, timeline, Trace::recording());
-        let recorded = first.trace.take_recorded();
-        let first_hash = first.trace.finish();
+        let (recorded, first_hash) = first.take_recorded_trace();
         drop(first);
         let mut second = simulate(config, shard, rules, timeline, Trace::replaying(recorded));
-        let diverged = second.trace.divergence.or_else(|| {
-            let same_length = second.trace.expected_steps() == usize::try_from(second.step).ok();
-            (!same_length || second.trace.finish() != first_hash).then_some(second.step)
-        });
-        if let Some(step) = diverged {
-            second.step = step;
-            second.violation("9", 0, format!("the replay with the same seed diverged at step {step}"));
-        }
+        second.check_replay(first_hash);
         second
     } else {
         simulate(config, shard, rules, timeline, Trace::default())
     };
     engine.final_checks();
-    ShardResult::of(&engine)
+    engine.result()
 }
 
-fn simulate(config: &SimConfig, shard: Shard, rules: Rules, timeline: &Timeline, trace: Trace) -> Engine {
+fn simulate(config: &SimConfig, shard: Shard, rules: DecisionRules, timeline: &Timeline, trace: Trace) -> Engine {
     let mut engine = Engine::new(config.clone(), shard, rules, trace);
     engine.plan(timeline);
     engine.run();
@@ -142,71 +134,6 @@ struct ShardResult {
     violations: Vec<Violation>,
     explain: Vec<String>,
 }
-
-impl ShardResult {
-    fn of(engine: &Engine) -> Self {
-        let mut outcomes = BTreeMap::new();
-        let mut fates = BTreeMap::new();
-        for tracked in &engine.servers {
-            *outcomes.entry(engine.outcome_of(tracked)).or_insert(0) += 1;
-            *fates.entry(tracked.fate.as_str()).or_insert(0) += 1;
-        }
-        ShardResult {
-            steps: engine.step,
-            now: engine.now,
-            trace_hash: engine.trace.finish(),
-            outcomes,
-            fates,
-            cloud: engine.cloud.counters(),
-            kube: engine.stats.clone(),
-            violation_count: engine.violations.count,
-            violations: engine.violations.list.clone(),
-            explain: engine.explain_log.clone(),
-        }
-    }
-}
-
-impl Engine {
-    /// Invariant 6 once more at the end: nothing of a removed Server remains,
-    /// however late a stale pass acted.
-    fn final_checks(&mut self) {
-        self.check_owed_wakes();
-        for i in 0..self.servers.len() {
-            let Some(tracked) = self.servers.get(i) else { continue };
-            if tracked.exists || tracked.rv == 0 {
-                continue;
-            }
-            let live = self.cloud.truth_of(tracked.handle, self.now_ts).live;
-            if live > 0 {
-                self.violation("6", i, format!("{live} provider server(s) remain for a removed Server at the end"));
-            }
-        }
-    }
-}
-
-impl Engine {
-    /// A wake no pass paid within [`WAKE_DEADLINE_MS`] is lost: the Server's
-    /// change (a deletion, a creation, a failure edge) went unread, and
-    /// nothing wakes it before a resync.
-    fn check_owed_wakes(&mut self) {
-        for i in 0..self.servers.len() {
-            let Some(tracked) = self.servers.get(i) else { continue };
-            let Some((rv, at)) = tracked.check.owed_wake else { continue };
-            if tracked.exists && at.saturating_add(WAKE_DEADLINE_MS) <= self.now {
-                self.violation(
-                    "wake",
-                    i,
-                    format!("woken for resourceVersion {rv} at t={at}ms, and no pass read that version since"),
-                );
-            }
-        }
-    }
-}
-
-/// How long a wake may wait for its pass before it counts as lost: far
-/// beyond a pass's wake delay, a create in flight and a stalled leader (whose
-/// lease, and with it its wakes, passes on meanwhile).
-const WAKE_DEADLINE_MS: u64 = 60_000;
 
 fn merge(config: &SimConfig, results: Vec<ShardResult>, wall_seconds: f64) -> Report {
     let mut report = Report {

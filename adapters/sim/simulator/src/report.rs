@@ -257,24 +257,3 @@ fn join(counts: &BTreeMap<&'static str, u64>) -> String {
     let parts: Vec<String> = counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
     parts.join(" ")
 }
-
-/// Violations found so far: all counted, the first few kept in full.
-#[derive(Debug, Default)]
-pub(crate) struct Violations {
-    pub(crate) list: Vec<Violation>,
-    pub(crate) count: u64,
-    pub(crate) keep: usize,
-}
-
-impl Violations {
-    pub(crate) fn new(keep: usize) -> Self {
-        Violations { list: Vec::new(), count: 0, keep }
-    }
-
-    pub(crate) fn push(&mut self, violation: Violation) {
-        self.count += 1;
-        if self.list.len() < self.keep {
-            self.list.push(violation);
-        }
-    }
-}

@@ -10,7 +10,7 @@ use server_core::{Action, ActionFailure, Decision, Facts, Options, Server, Serve
 
 /// The rules under test.
 #[derive(Clone, Copy)]
-pub struct Rules {
+pub struct DecisionRules {
     /// One reconcile pass.
     pub reconcile: fn(&Server, &Facts, &Options, Timestamp) -> Decision,
     /// The follow-up decision after an action failed.
@@ -24,9 +24,9 @@ pub struct Rules {
     pub provider_create_failure: fn(&Server) -> bool,
 }
 
-impl Rules {
+impl DecisionRules {
     /// server-core's rules.
-    pub const CORE: Rules = Rules {
+    pub const CORE: DecisionRules = DecisionRules {
         reconcile: server_core::reconcile,
         action_failed: server_core::action_failed,
         observe: server_core::observe,
@@ -35,14 +35,14 @@ impl Rules {
     };
 }
 
-impl Default for Rules {
+impl Default for DecisionRules {
     fn default() -> Self {
-        Rules::CORE
+        DecisionRules::CORE
     }
 }
 
-impl fmt::Debug for Rules {
+impl fmt::Debug for DecisionRules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rules").finish_non_exhaustive()
+        f.debug_struct("DecisionRules").finish_non_exhaustive()
     }
 }

@@ -108,14 +108,14 @@ fn reconcile_ignoring_boot(server: &Server, facts: &Facts, options: &Options, no
 
 #[test]
 fn a_predicate_ignoring_provisioned_at_is_caught_with_its_seed() {
-    let broken = Rules {
+    let broken = DecisionRules {
         reconcile: reconcile_ignoring_boot,
         provider_create_failure: pcf_ignoring_boot,
         should_wake: |old, new| {
             old.is_none_or(|old| old.meta.generation != new.meta.generation)
                 || old.is_some_and(|old| !pcf_ignoring_boot(old) && pcf_ignoring_boot(new))
         },
-        ..Rules::CORE
+        ..DecisionRules::CORE
     };
     let seed = 11;
     let report = run_with(&config(300, seed), broken);
@@ -145,7 +145,7 @@ fn observe_forgetting_the_latch(
 
 #[test]
 fn a_monitor_that_clears_provisioned_at_is_caught() {
-    let broken = Rules { observe: observe_forgetting_the_latch, ..Rules::CORE };
+    let broken = DecisionRules { observe: observe_forgetting_the_latch, ..DecisionRules::CORE };
     let report = run_with(&config(300, 4), broken);
     assert!(report.violations.iter().any(|v| v.invariant == "3"), "{report}");
 }

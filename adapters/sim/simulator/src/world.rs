@@ -1,7 +1,11 @@
-//! The Kubernetes side, minimally and in memory: Servers with a
-//! resourceVersion, the controller's (possibly lagging) cache of each, and the
-//! consumed resources (identity, networks, security groups, SSH CA) of each
-//! tenant, whose finalizers are the reference edges.
+//! The simulated world's objects: the Servers the users create, each
+//! tenant's consumed resources (identity, networks, security groups, SSH CA)
+//! whose finalizers are the reference edges, a replica's lagging copy of a
+//! Server and a create pass in flight, and how Servers are copied without
+//! cloning. [`ApiServer`] holds them, each Server as a [`TrackedServer`].
+//!
+//! [`ApiServer`]: super::api_server::ApiServer
+//! [`TrackedServer`]: super::api_server::TrackedServer
 
 use std::collections::BTreeMap;
 
@@ -12,8 +16,6 @@ use server_core::model::{
 };
 use server_core::port::IdentityContext;
 use server_core::{Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
-
-use server_simcloud::{FateKind, ServerHandle};
 
 use super::checker::PassRead;
 
@@ -32,63 +34,9 @@ const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILM+rvN+ot98qgEN796jTi
 /// `u64::MAX` as "no reconcile pending".
 pub(crate) const NOT_PENDING: u64 = u64::MAX;
 
-/// One Server object and everything the simulation tracks about it.
-#[derive(Debug)]
-pub(crate) struct TrackedServer {
-    /// The API server's copy.
-    pub(crate) server: Server,
-    /// Equal to `server` between writes; during one, the Server before it
-    /// (see `Engine::commit`).
-    pub(crate) shadow: Server,
-    pub(crate) rv: u64,
-    /// Created and not yet removed from the API server.
-    pub(crate) exists: bool,
-    /// Each replica's cache, when it lags: the older copy and its
-    /// resourceVersion, or no copy at all (created while that replica's
-    /// watch was cut). `None` means that cache is up to date.
-    pub(crate) lagging: [Option<Box<Lagging>>; REPLICAS],
-    pub(crate) tenant: usize,
-    pub(crate) fate: FateKind,
-    /// This Server's state in the cloud model.
-    pub(crate) handle: ServerHandle,
-    /// (resourceVersion, record version) of the last observation that
-    /// changed nothing.
-    pub(crate) monitor_memo: Option<(u64, u64)>,
-    /// Per replica, when the next pass is due (`NOT_PENDING` if none), and
-    /// the ticket that identifies that queue entry: kube-runtime keeps one
-    /// pending reconcile per object, the earliest.
-    pub(crate) pending_at: [u64; REPLICAS],
-    pub(crate) ticket: [u32; REPLICAS],
-    /// Per replica, a pass that read its facts and decided to create, whose
-    /// actions run when its create call goes out (see `Engine::reconcile`).
-    /// kube-runtime runs no other pass of this replica on the Server meanwhile.
-    pub(crate) in_flight: [Option<Box<InFlight>>; REPLICAS],
-    pub(crate) check: CheckState,
-}
-
-/// What the checker remembers about one Server between steps.
-#[derive(Debug, Default)]
-pub(crate) struct CheckState {
-    /// A persisted status ever showed provisionedAt, launchedAt or a
-    /// post-launch phase.
-    pub(crate) ever_booted: bool,
-    /// The resourceVersion an operator reset was written at, until a pass
-    /// that read it (or later) with a known provider view has been checked.
-    pub(crate) reset_rv: Option<u64>,
-    /// The cloud's accepted creates for this uid at the last operator reset.
-    pub(crate) creates_at_reset: u32,
-    /// An operator reset is already scheduled.
-    pub(crate) reset_scheduled: bool,
-    /// The latest wake for this Server: (the resourceVersion that woke a
-    /// replica, when), until a pass reads that version or a later one.
-    pub(crate) owed_wake: Option<(u64, u64)>,
-    /// ProviderServerMissing was emitted.
-    pub(crate) reported_missing: bool,
-}
-
 /// A pass between reading its facts and its create call.
 #[derive(Debug)]
-pub(crate) struct InFlight {
+pub(crate) struct CreatePassInFlight {
     pub(crate) pass: Pass,
     pub(crate) read: PassRead,
     /// When its actions run.
@@ -112,19 +60,6 @@ impl Lagging {
         match self {
             Lagging::Stale(server, _) => Some(server),
             Lagging::Absent => None,
-        }
-    }
-}
-
-impl TrackedServer {
-    /// The Server as replica `r`'s cache holds it, with its resourceVersion;
-    /// `None` when that cache does not hold it (removed, or not listed yet).
-    pub(crate) fn view(&self, r: usize) -> Option<(&Server, u64)> {
-        match self.lagging.get(r).and_then(Option::as_deref) {
-            Some(Lagging::Stale(server, rv)) => Some((server, *rv)),
-            Some(Lagging::Absent) => None,
-            None if self.exists => Some((&self.server, self.rv)),
-            None => None,
         }
     }
 }

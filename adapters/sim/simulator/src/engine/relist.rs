@@ -10,28 +10,18 @@
 //! old rule, for a test to show the checker catching the passes it triggers
 //! on the store's pre-relist copies (the owed-wake check, `Engine::owe_wake`).
 
-use super::config::RelistWakes;
-use super::engine::Engine;
-use super::queue::EventKind;
-use super::world::Lagging;
-
-/// A relist under way on one replica.
-#[derive(Debug, Default)]
-pub(crate) struct Relist {
-    /// Tells a page of this relist from one of an earlier, broken-off relist.
-    pub(crate) epoch: u16,
-    /// Under the old rule, the resourceVersion each Server was seen at as its
-    /// page arrived (0: not listed yet).
-    pub(crate) seen_at_page: Vec<u64>,
-}
+use super::Engine;
+use crate::config::RelistWakes;
+use crate::queue::EventKind;
+use crate::world::Lagging;
 
 impl Engine {
     /// Schedules each replica's watch cuts, the same instants in every shard
     /// (one controller): the first while Servers arrive, the others later.
-    pub(crate) fn plan_relists(&mut self) {
+    pub(super) fn plan_relists(&mut self) {
         let mut rng = server_simcloud::rng::SplitMix64::stream(self.config.seed, "relists");
         let timing = self.config.timing;
-        for r in 0..self.replica_count {
+        for r in 0..self.replicas.count() {
             for n in 0..self.config.kube.relists {
                 // Late in the arrival window, after the leader's troubles
                 // (whose new terms pass over every Server anyway).
@@ -40,57 +30,53 @@ impl Engine {
                 } else {
                     rng.between(timing.arrival_window, timing.horizon.saturating_sub(120_000))
                 };
-                self.queue.push(at, EventKind::WatchCut, r, 0);
+                self.events.push(at, EventKind::WatchCut, r, 0);
             }
         }
     }
 
     /// Replica `r`'s watch drops: its cache stops following the API server
     /// until a relist completes.
-    pub(crate) fn watch_cut(&mut self, r: usize) -> bool {
-        let Some(replica) = self.replicas.get_mut(r) else { return false };
+    pub(super) fn watch_cut(&mut self, r: usize) -> bool {
         // A process that is down relists when it comes up; one relisting
         // already goes on with it.
-        if !replica.up || replica.relist.is_some() {
+        if !self.replicas.is_up(r) || self.replicas.watch_is_cut(r) {
             return false;
         }
-        let epoch = self.relist_epochs[r].wrapping_add(1);
-        self.relist_epochs[r] = epoch;
         let seen_at_page = match self.config.relist_wakes {
             RelistWakes::AtInitDone => Vec::new(),
-            RelistWakes::PerPage => vec![0; self.servers.len()],
+            RelistWakes::PerPage => vec![0; self.api.len()],
         };
-        self.replicas[r].relist = Some(Relist { epoch, seen_at_page });
+        let Some(epoch) = self.replicas.start_relist(r, seen_at_page) else { return false };
         self.stats.relists += 1;
-        let at = self.now + self.config.kube.watch_gap + self.config.ha.api_round_trip;
-        self.queue.push(at, EventKind::RelistPage, r, u32::from(epoch) << 16);
+        let at = self.events.now() + self.config.kube.watch_gap + self.config.ha.api_round_trip;
+        self.events.push(at, EventKind::RelistPage, r, u32::from(epoch) << 16);
         true
     }
 
     /// A page of replica `r`'s relist arrives (`arg`: epoch and page).
-    pub(crate) fn relist_page(&mut self, r: usize, arg: u32) -> bool {
+    pub(super) fn relist_page(&mut self, r: usize, arg: u32) -> bool {
         if self.postpone(r, EventKind::RelistPage, r, arg) {
             return false;
         }
         let (epoch, page) = ((arg >> 16) as u16, (arg & 0xffff) as usize);
-        let current = self.replicas.get(r).and_then(|replica| replica.relist.as_ref()).map(|relist| relist.epoch);
-        if current != Some(epoch) {
+        if self.replicas.relist_epoch(r) != Some(epoch) {
             // A relist that broke off (its process died).
             return false;
         }
         self.stats.relist_pages += 1;
         let size = self.config.kube.list_page_size.max(1);
-        let (first, end) = (page * size, ((page + 1) * size).min(self.servers.len()));
+        let (first, end) = (page * size, ((page + 1) * size).min(self.api.len()));
         if self.config.relist_wakes == RelistWakes::PerPage {
             for i in first..end {
                 self.wake_as_listed(i, r);
             }
         }
-        if end >= self.servers.len() {
+        if end >= self.api.len() {
             self.relist_done(r);
         } else {
             let next = u32::from(epoch) << 16 | u32::try_from(page + 1).unwrap_or(u32::MAX) & 0xffff;
-            self.queue.push(self.now + self.config.ha.api_round_trip, EventKind::RelistPage, r, next);
+            self.events.push(self.events.now() + self.config.ha.api_round_trip, EventKind::RelistPage, r, next);
         }
         true
     }
@@ -98,24 +84,24 @@ impl Engine {
     /// The old rule: a listed Server is compared with the copy seen before
     /// and remembered at once, while the store still holds that copy.
     fn wake_as_listed(&mut self, i: usize, r: usize) {
-        let Some(tracked) = self.servers.get(i) else { return };
-        if !tracked.exists {
+        let Some(tracked) = self.api.server(i) else { return };
+        if !tracked.exists() {
             return;
         }
         let seen = match tracked.lagging[r].as_deref() {
             Some(lagging) => lagging.copy(),
-            None => Some(&tracked.server),
+            None => Some(tracked.stored()),
         };
-        let wake = (self.rules.should_wake)(seen, &tracked.server);
-        let rv = tracked.rv;
-        if let Some(relist) = self.replicas[r].relist.as_mut()
+        let wake = (self.rules.should_wake)(seen, tracked.stored());
+        let rv = tracked.rv();
+        if let Some(relist) = self.replicas.relist_mut(r)
             && let Some(slot) = relist.seen_at_page.get_mut(i)
         {
             *slot = rv;
         }
-        if wake && self.replicas[r].acts() {
+        if wake && self.replicas.acts(r) {
             self.stats.relist_wakes += 1;
-            let at = self.now + self.config.timing.wake_delay;
+            let at = self.events.now() + self.config.timing.wake_delay;
             self.schedule_for(i, r, at);
         }
     }
@@ -126,42 +112,36 @@ impl Engine {
     /// changed since its page was seen (a watch event after `InitDone`) or
     /// was not listed wakes.
     fn relist_done(&mut self, r: usize) {
-        let Some(relist) = self.replicas[r].relist.take() else { return };
-        let acts = self.replicas[r].acts();
-        for i in 0..self.servers.len() {
-            let Some(tracked) = self.servers.get_mut(i) else { continue };
+        let Some(relist) = self.replicas.finish_relist(r) else { return };
+        let acts = self.replicas.acts(r);
+        for i in 0..self.api.len() {
+            let Some(tracked) = self.api.server_mut(i) else { continue };
             let Some(before) = tracked.lagging[r].take() else { continue };
-            if !tracked.exists {
+            if !tracked.exists() {
                 continue;
             }
-            let due = (self.rules.should_wake)(before.copy(), &tracked.server);
+            let due = (self.rules.should_wake)(before.copy(), tracked.stored());
             let wake = match relist.seen_at_page.get(i) {
-                Some(&seen) if seen != 0 => seen != tracked.rv,
+                Some(&seen) if seen != 0 => seen != tracked.rv(),
                 _ => due,
             };
-            let rv = tracked.rv;
+            let rv = tracked.rv();
             if due && acts {
                 self.owe_wake(i, rv);
             }
             if wake && acts {
                 self.stats.relist_wakes += 1;
-                let at = self.now + self.config.timing.wake_delay;
+                let at = self.events.now() + self.config.timing.wake_delay;
                 self.schedule_for(i, r, at);
             }
         }
     }
 
-    /// While replica `r`'s watch is cut, a write reaches its cache only
-    /// through the relist: it keeps the copy from before.
-    pub(crate) fn watch_is_cut(&self, r: usize) -> bool {
-        self.replicas.get(r).is_some_and(|replica| replica.relist.is_some())
-    }
-
     /// A Server created while replica `r`'s watch is cut is not in its cache.
-    pub(crate) fn absent_from_cut_caches(&mut self, i: usize) {
-        for r in 0..self.replica_count {
-            if self.watch_is_cut(r)
-                && let Some(tracked) = self.servers.get_mut(i)
+    pub(super) fn absent_from_cut_caches(&mut self, i: usize) {
+        for r in 0..self.replicas.count() {
+            if self.replicas.watch_is_cut(r)
+                && let Some(tracked) = self.api.server_mut(i)
             {
                 tracked.lagging[r] = Some(Box::new(Lagging::Absent));
             }

@@ -6,14 +6,15 @@
 
 use server_core::model::SERVER_FINALIZER;
 use server_core::port::{CreateRequest, ServerRef};
-use server_core::reconcile::{EventReason, Reference};
+use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, StatusPatch};
 
-use super::checker::PassRead;
-use super::engine::{Engine, Part, ticket_of};
-use super::explain;
-use super::queue::EventKind;
-use super::world::{InFlight, copy_server};
+use super::{Engine, ticket_of};
+use crate::api_server::ServerPart;
+use crate::checker::PassRead;
+use crate::explain;
+use crate::queue::EventKind;
+use crate::world::{CreatePassInFlight, copy_server};
 
 impl Engine {
     /// One reconcile pass of Server `i` by the replica in `arg`, if the
@@ -21,25 +22,25 @@ impl Engine {
     /// create runs its actions when its create call goes out, a few API
     /// round trips after it read its facts (see [`Engine::act`]); any other
     /// runs them at once.
-    pub(crate) fn reconcile(&mut self, i: usize, arg: u32) -> bool {
+    pub(super) fn reconcile(&mut self, i: usize, arg: u32) -> bool {
         let (ticket, r) = ticket_of(arg);
         if self.postpone(r, EventKind::Reconcile, i, arg) {
             return false;
         }
-        let now = self.now_ts;
-        let acting = self.replicas.get(r).is_some_and(|replica| replica.up && replica.acting);
+        let now = self.events.now_ts();
+        let acting = self.replicas.is_up(r) && self.replicas.may_act(r);
         let (pass, read) = {
-            let Some(tracked) = self.servers.get_mut(i) else { return false };
-            if tracked.ticket[r] != ticket || tracked.pending_at[r] == super::world::NOT_PENDING {
+            let Some(tracked) = self.api.server_mut(i) else { return false };
+            if tracked.ticket[r] != ticket || tracked.pending_at[r] == crate::world::NOT_PENDING {
                 return false;
             }
             if let Some(in_flight) = &tracked.in_flight[r] {
                 // This replica's previous pass on it has not finished.
                 let at = in_flight.at;
-                self.queue.push(at, EventKind::Reconcile, i, arg);
+                self.events.push(at, EventKind::Reconcile, i, arg);
                 return false;
             }
-            tracked.pending_at[r] = super::world::NOT_PENDING;
+            tracked.pending_at[r] = crate::world::NOT_PENDING;
             if !acting {
                 // A follower's pass does nothing: the next term wakes everything.
                 return false;
@@ -47,12 +48,9 @@ impl Engine {
             let Some(view_rv) = tracked.view(r).map(|(_, rv)| rv) else { return false };
             // A pass that reads the version it was woken for (or a later
             // one) pays that wake.
-            if tracked.check.owed_wake.is_some_and(|(owed, _)| view_rv >= owed) {
-                tracked.check.owed_wake = None;
-            }
-            let tracked = &*tracked;
+            self.checker.pass_read(i, view_rv);
+            let Some((tracked, tenant)) = self.api.server_and_tenant(i) else { return false };
             let Some((view, view_rv)) = tracked.view(r) else { return false };
-            let Some(tenant) = self.tenants.get_mut(tracked.tenant) else { return false };
             tenant.facts.provider = match self.cloud.get_by(now, Some(tracked.handle)) {
                 Ok(Some(record)) => ProviderView::Present(record),
                 Ok(None) => ProviderView::Absent,
@@ -60,16 +58,15 @@ impl Engine {
             };
             let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
             let read = PassRead::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
-            if self.config.explain == Some(self.shard.first + i) {
-                let line = format!(
+            self.explain.note(i, self.step, self.events.now(), || {
+                format!(
                     "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
                     explain::server(view, view_rv),
                     tracked.lagging[r].is_some(),
                     explain::view(&tenant.facts.provider),
                     explain::decision(&decision)
-                );
-                self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
-            }
+                )
+            });
             tenant.facts.provider = ProviderView::Absent;
             let mut copy = self.spare_servers.pop().unwrap_or_default();
             copy_server(&mut copy, view);
@@ -80,11 +77,11 @@ impl Engine {
         self.trace.add(read.provider_code());
         self.check_decision(i, &read, pass.decision(), true);
         if pass.decision().actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
-            let at = self.now + self.faults.between(1, self.config.ha.max_create_lag.max(1));
-            if let Some(tracked) = self.servers.get_mut(i) {
-                tracked.in_flight[r] = Some(Box::new(InFlight { pass, read, at }));
+            let at = self.events.now() + self.faults.between(1, self.config.ha.max_create_lag.max(1));
+            if let Some(tracked) = self.api.server_mut(i) {
+                tracked.in_flight[r] = Some(Box::new(CreatePassInFlight { pass, read, at }));
             }
-            self.queue.push(at, EventKind::Act, i, r as u32);
+            self.events.push(at, EventKind::Act, i, r as u32);
             return true;
         }
         self.finish_pass(i, r, &read, pass);
@@ -93,16 +90,17 @@ impl Engine {
 
     /// The actions of replica `r`'s create pass on Server `i`, from the view
     /// it read then: the guard on its writes is that view's resourceVersion.
-    pub(crate) fn act(&mut self, i: usize, r: usize) -> bool {
+    pub(super) fn act(&mut self, i: usize, r: usize) -> bool {
         if self.postpone(r, EventKind::Act, i, r as u32) {
             return false;
         }
-        let Some(in_flight) = self.servers.get_mut(i).and_then(|o| o.in_flight.get_mut(r)).and_then(Option::take)
+        let Some(in_flight) =
+            self.api.server_mut(i).and_then(|tracked| tracked.in_flight.get_mut(r)).and_then(Option::take)
         else {
             // Its process died meanwhile.
             return false;
         };
-        let InFlight { pass, read, .. } = *in_flight;
+        let CreatePassInFlight { pass, read, .. } = *in_flight;
         self.finish_pass(i, r, &read, pass);
         true
     }
@@ -112,8 +110,20 @@ impl Engine {
         self.trace.add(outcome_code(&outcome));
         *self.stats.pass_outcomes.entry(outcome.label()).or_insert(0) += 1;
         if outcome.requeues() {
-            let at = self.now + self.config.timing.requeue;
+            let at = self.events.now() + self.config.timing.requeue;
             self.schedule_for(i, r, at);
+        }
+    }
+
+    /// Checks one decision (a pass's, or the follow-up after a failed
+    /// action); one that parks the Server may bring an operator's reset.
+    fn check_decision(&mut self, i: usize, read: &PassRead, decision: &server_core::Decision, first: bool) {
+        let (found, newly_parked) = self.checker.check_decision(i, read, decision, first);
+        for (invariant, message) in found {
+            self.violation(invariant, i, message);
+        }
+        if newly_parked {
+            self.maybe_schedule_reset(i);
         }
     }
 
@@ -151,7 +161,7 @@ impl Engine {
     ) -> Result<(), ActionFailure> {
         // The fence refuses every write and cloud call of a replica that may
         // not act (adapters/kube/src/fence.rs), whatever the pass decided.
-        if !self.replicas.get(r).is_some_and(|replica| replica.acting) {
+        if !self.replicas.may_act(r) {
             self.stats.fenced_actions += 1;
             return Err(ActionFailure::Api(NOT_LEADER.into()));
         }
@@ -161,7 +171,7 @@ impl Engine {
             // cache makes it a Conflict, never a write over unseen changes.
             Action::AddFinalizer => {
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
+                self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
                     if !s.meta.has_finalizer(SERVER_FINALIZER) {
                         s.meta.finalizers.push(SERVER_FINALIZER.into());
                     }
@@ -170,16 +180,17 @@ impl Engine {
             }
             Action::RemoveFinalizer => {
                 // Removal from a Server that is already gone is done.
-                if self.servers.get(i).is_some_and(|o| !o.exists) {
+                if self.api.server(i).is_some_and(|tracked| !tracked.exists()) {
                     return Ok(());
                 }
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
+                self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
                     s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
                     Ok(())
                 })?;
-                let gone =
-                    self.servers.get(i).is_some_and(|o| o.server.meta.deleting && o.server.meta.finalizers.is_empty());
+                let gone = self.api.server(i).is_some_and(|tracked| {
+                    tracked.stored().meta.deleting && tracked.stored().meta.finalizers.is_empty()
+                });
                 if gone {
                     self.remove(i);
                 }
@@ -187,14 +198,14 @@ impl Engine {
             }
             Action::WriteStatus(patch) => {
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, Part::Status, &|s| {
+                self.write_server(i, Some(expected), rv, ServerPart::Status, &|s| {
                     patch.apply(&mut s.status);
                     Ok(())
                 })
             }
             Action::Annotate { key, value } => {
                 let expected = *rv;
-                self.write_server(i, Some(expected), rv, Part::Meta, &|s| {
+                self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
                     match value {
                         Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
                         None => s.meta.annotations.remove(*key),
@@ -202,7 +213,7 @@ impl Engine {
                     Ok(())
                 })
             }
-            Action::Record(changes) => self.write_server(i, None, rv, Part::Meta, &|s| {
+            Action::Record(changes) => self.write_server(i, None, rv, ServerPart::Meta, &|s| {
                 for (key, value) in changes {
                     match value {
                         Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
@@ -214,11 +225,6 @@ impl Engine {
             Action::Emit(event) => {
                 *self.stats.events.entry(event.reason.as_str()).or_insert(0) += 1;
                 self.trace.add(event.reason as u64);
-                if event.reason == EventReason::ProviderServerMissing
-                    && let Some(tracked) = self.servers.get_mut(i)
-                {
-                    tracked.check.reported_missing = true;
-                }
                 Ok(())
             }
             Action::CreateProviderServer(request) => self.create_provider_server(i, request),
@@ -235,7 +241,7 @@ impl Engine {
         i: usize,
         precondition: Option<u64>,
         rv: &mut u64,
-        part: Part,
+        part: ServerPart,
         change: &dyn Fn(&mut Server) -> Result<(), String>,
     ) -> Result<(), ActionFailure> {
         self.stats.writes += 1;
@@ -243,8 +249,7 @@ impl Engine {
         // Production guards every write; a test may drop the guard to see
         // what it prevents.
         let precondition = precondition.filter(|_| self.config.ha.guarded_writes);
-        let Some(tracked) = self.servers.get_mut(i) else { return Err(not_found()) };
-        if !tracked.exists {
+        if !self.api.server(i).is_some_and(|tracked| tracked.exists()) {
             return Err(not_found());
         }
         if self.faults.chance(faults.write_conflict) {
@@ -252,7 +257,7 @@ impl Engine {
             // carry): the object moved on, our precondition fails. A write
             // without one is applied to the latest object, as the API server
             // does (its retry on conflict, `GuaranteedUpdate`).
-            tracked.rv = self.rv_counter.next();
+            self.api.touch(i);
             if precondition.is_some() {
                 self.stats.write_conflicts += 1;
                 return Err(ActionFailure::Conflict(
@@ -264,16 +269,17 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        if precondition.is_some_and(|expected| expected != tracked.rv) {
+        let stored_rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
+        if precondition.is_some_and(|expected| expected != stored_rv) {
             return Err(ActionFailure::Conflict(format!(
                 "resourceVersion {} is stale, the object is at {}",
                 precondition.unwrap_or_default(),
-                tracked.rv
+                stored_rv
             )));
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
-        let adopt = self.servers.get(i).is_some_and(|o| o.rv == *rv);
+        let adopt = self.api.server(i).is_some_and(|tracked| tracked.rv() == *rv);
         let answer_lost = self.faults.chance(faults.write_lost_answer);
         let new_rv = match self.commit(i, part, change) {
             Ok(new_rv) => new_rv,
@@ -303,8 +309,8 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        let tenant = self.servers.get(i).map(|o| o.tenant).unwrap_or_default();
-        let Some(tenant) = self.tenants.get_mut(tenant) else { return Err(not_found()) };
+        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
+        let Some(tenant) = self.api.tenant_mut(tenant) else { return Err(not_found()) };
         let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
             return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
         };
@@ -327,22 +333,21 @@ impl Engine {
     /// removed Server) and the rule that a booted server is never recreated.
     fn create_provider_server(&mut self, i: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
-        let before = self.cloud.truth(uid, self.now_ts);
+        let before = self.cloud.truth(uid, self.events.now_ts());
         if before.live > 0 {
             // The model hands back the server that exists; a real Nova would
             // make a second one.
             self.stats.duplicate_creates += 1;
             self.violation("13", i, "a create was sent while a provider server of this Server existed".into());
         }
-        let (tenant, exists, window_start, ever_booted) = match self.servers.get(i) {
-            Some(tracked) => {
-                (tracked.tenant, tracked.exists, tracked.check.creates_at_reset, tracked.check.ever_booted)
-            }
+        let (tenant, exists) = match self.api.server(i) {
+            Some(tracked) => (tracked.tenant, tracked.exists()),
             None => return Err(not_found()),
         };
-        let project = self.tenants.get(tenant).map(|t| t.identity.project_id.as_str()).unwrap_or_default();
-        let result = self.cloud.create(self.now_ts, project, request);
-        let after = self.cloud.truth(uid, self.now_ts);
+        let (window_start, ever_booted) = (self.checker.creates_at_reset(i), self.checker.ever_booted(i));
+        let project = self.api.tenant(tenant).map(|t| t.identity.project_id.as_str()).unwrap_or_default();
+        let result = self.cloud.create(self.events.now_ts(), project, request);
+        let after = self.cloud.truth(uid, self.events.now_ts());
         self.trace.add(u64::from(after.creates_accepted));
         self.note(i, || format!("  cloud create: {result:?} truth {after:?}"));
         if after.creates_accepted > before.creates_accepted {
@@ -377,19 +382,19 @@ impl Engine {
     /// the Server not deleting), invariant 1: never a server that booted.
     fn delete_provider_server(&mut self, i: usize, server: &ServerRef, read: &PassRead) -> Result<(), ActionFailure> {
         // The pass's own Server (a ServerRef names it by uid, as the port does).
-        let handle = match self.servers.get(i) {
-            Some(tracked) if tracked.server.meta.uid == server.uid => tracked.handle,
+        let handle = match self.api.server(i) {
+            Some(tracked) if tracked.stored().meta.uid == server.uid => tracked.handle,
             _ => self.cloud.handle(&server.uid),
         };
-        let before = self.cloud.truth_of(handle, self.now_ts);
-        let result = self.cloud.delete_by(self.now_ts, Some(handle));
-        let after = self.cloud.truth_of(handle, self.now_ts);
+        let before = self.cloud.truth_of(handle, self.events.now_ts());
+        let result = self.cloud.delete_by(self.events.now_ts(), Some(handle));
+        let after = self.cloud.truth_of(handle, self.events.now_ts());
         self.note(i, || format!("  cloud delete: {result:?} truth {after:?}"));
         if !read.deleting {
             if after.launched_deleted > before.launched_deleted {
                 self.violation("1", i, "the retry path deleted a provider server that had launched".into());
             }
-            if self.servers.get(i).is_some_and(|o| o.check.ever_booted) {
+            if self.checker.ever_booted(i) {
                 self.violation(
                     "1",
                     i,
@@ -403,15 +408,15 @@ impl Engine {
 
     /// One monitor poll of a tenant: one list call for the identity, then each
     /// Server's observed status patched (with its resourceVersion) if changed.
-    pub(crate) fn monitor(&mut self, t: usize) -> bool {
+    pub(super) fn monitor(&mut self, t: usize) -> bool {
         let interval = self.config.timing.monitor_interval.max(1);
-        self.queue.push(self.now + interval, super::queue::EventKind::Monitor, t, 0);
+        self.events.push(self.events.now() + interval, EventKind::Monitor, t, 0);
         // Only a replica that may act polls (the monitor is fenced too).
-        let Some(r) = (0..self.replica_count).find(|&r| self.replicas[r].acts()) else { return false };
+        let Some(r) = self.replicas.first_acting() else { return false };
         self.stats.monitor_polls += 1;
-        let Some(tenant) = self.tenants.get(t) else { return false };
+        let Some(tenant) = self.api.tenant(t) else { return false };
         let (first, len) = (tenant.first, tenant.len);
-        let listed = match self.cloud.list_versions(self.now_ts, &tenant.identity.project_id) {
+        let listed = match self.cloud.list_versions(self.events.now_ts(), &tenant.identity.project_id) {
             Ok(listed) => listed,
             Err(_) => {
                 self.stats.monitor_list_failures += 1;
@@ -421,7 +426,7 @@ impl Engine {
         };
         for i in first..first + len {
             let write = {
-                let Some(tracked) = self.servers.get(i) else { continue };
+                let Some(tracked) = self.api.server(i) else { continue };
                 let Some((view, view_rv)) = tracked.view(r) else { continue };
                 let listed = listed.iter().find(|(handle, _)| *handle == tracked.handle);
                 // observe is a fixed point (server-core tests it): the same
@@ -431,15 +436,14 @@ impl Engine {
                 if tracked.monitor_memo == Some(memo) {
                     continue;
                 }
-                let record = listed.and_then(|(handle, _)| self.cloud.listed_record(*handle, self.now_ts));
-                let observed = (self.rules.observe)(&view.status, record.as_ref(), self.now_ts);
+                let record = listed.and_then(|(handle, _)| self.cloud.listed_record(*handle, self.events.now_ts()));
+                let observed = (self.rules.observe)(&view.status, record.as_ref(), self.events.now_ts());
                 self.stats.observations += 1;
-                if self.explaining(i) {
-                    let line = format!("monitor sees {}", explain::record(record.as_ref()));
-                    self.explain_log.push(format!("step {} t={:.1}s: {line}", self.step, self.now as f64 / 1000.0));
-                }
+                self.explain.note(i, self.step, self.events.now(), || {
+                    format!("monitor sees {}", explain::record(record.as_ref()))
+                });
                 if observed == view.status {
-                    if let Some(tracked) = self.servers.get_mut(i) {
+                    if let Some(tracked) = self.api.server_mut(i) {
                         tracked.monitor_memo = Some(memo);
                     }
                     continue;
@@ -448,7 +452,7 @@ impl Engine {
             };
             let Some((patch, view_rv)) = write else { continue };
             let mut rv = view_rv;
-            let result = self.write_server(i, Some(view_rv), &mut rv, Part::Status, &|s| {
+            let result = self.write_server(i, Some(view_rv), &mut rv, ServerPart::Status, &|s| {
                 patch.apply(&mut s.status);
                 Ok(())
             });
