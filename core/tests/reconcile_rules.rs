@@ -463,6 +463,21 @@ fn an_unknown_provider_view_never_creates_or_deletes() {
     }
 }
 
+/// A provider that could not be asked is waited for with the reason of the
+/// failed read; a missing cloud account is a different wait, and says so.
+#[test]
+fn an_unanswered_provider_read_is_waited_for_with_its_reason() {
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Unknown("read timed out".into());
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::ProviderUnknown { reason: "read timed out".into() }));
+    assert!(available(&decision).message.contains("read timed out"), "{}", available(&decision).message);
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::NoCloudAccount));
+}
+
 #[test]
 fn a_booted_server_whose_record_vanished_is_reported_once_and_never_recreated() {
     let mut server = adopted();
