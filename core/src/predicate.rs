@@ -210,6 +210,19 @@ mod tests {
         }
     }
 
+    /// A power state shows a boot where the monitor records it as a
+    /// post-launch phase: on any status but BUILD (a building server is
+    /// Building whatever its power state says).
+    #[test]
+    fn a_power_state_shows_a_boot_unless_the_server_is_still_building() {
+        let record = |status, power_state| ProviderServer { status, power_state, ..ProviderServer::default() };
+        assert!(!record_shows_boot(&record(ProviderStatus::Build, PowerState::Running)));
+        assert!(!record_shows_boot(&record(ProviderStatus::Build, PowerState::Shutdown)));
+        assert!(record_shows_boot(&record(ProviderStatus::Error, PowerState::Running)));
+        assert!(record_shows_boot(&record(ProviderStatus::Other("SHUTOFF".into()), PowerState::Shutdown)));
+        assert!(!record_shows_boot(&record(ProviderStatus::Error, PowerState::NoState)));
+    }
+
     #[test]
     fn wake_rule() {
         let healthy = Server::default();
