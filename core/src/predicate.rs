@@ -223,6 +223,29 @@ mod tests {
         assert!(!record_shows_boot(&record(ProviderStatus::Error, PowerState::NoState)));
     }
 
+    /// A first sign of a boot wakes only a Server whose Available is
+    /// Errored (a park its booted server leaves); the monitor recording the
+    /// boot of any other server wakes nothing.
+    #[test]
+    fn a_first_boot_wakes_only_a_server_whose_available_is_errored() {
+        let building = Server::default();
+        let mut booted = building.clone();
+        booted.status.phase = Some(Phase::Running);
+        assert!(!should_wake(Some(&building), &booted));
+        let mut parked = building.clone();
+        set_condition(
+            &mut parked.status.conditions,
+            ConditionType::Available,
+            ConditionStatus::False,
+            ConditionReason::Errored,
+            "parked",
+            Timestamp::UNIX_EPOCH,
+        );
+        let mut parked_booted = parked.clone();
+        parked_booted.status.phase = Some(Phase::Running);
+        assert!(should_wake(Some(&parked), &parked_booted));
+    }
+
     #[test]
     fn wake_rule() {
         let healthy = Server::default();
