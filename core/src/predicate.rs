@@ -210,6 +210,42 @@ mod tests {
         }
     }
 
+    /// A power state shows a boot where the monitor records it as a
+    /// post-launch phase: on any status but BUILD (a building server is
+    /// Building whatever its power state says).
+    #[test]
+    fn a_power_state_shows_a_boot_unless_the_server_is_still_building() {
+        let record = |status, power_state| ProviderServer { status, power_state, ..ProviderServer::default() };
+        assert!(!record_shows_boot(&record(ProviderStatus::Build, PowerState::Running)));
+        assert!(!record_shows_boot(&record(ProviderStatus::Build, PowerState::Shutdown)));
+        assert!(record_shows_boot(&record(ProviderStatus::Error, PowerState::Running)));
+        assert!(record_shows_boot(&record(ProviderStatus::Other("SHUTOFF".into()), PowerState::Shutdown)));
+        assert!(!record_shows_boot(&record(ProviderStatus::Error, PowerState::NoState)));
+    }
+
+    /// A first sign of a boot wakes only a Server whose Available is
+    /// Errored (a park its booted server leaves); the monitor recording the
+    /// boot of any other server wakes nothing.
+    #[test]
+    fn a_first_boot_wakes_only_a_server_whose_available_is_errored() {
+        let building = Server::default();
+        let mut booted = building.clone();
+        booted.status.phase = Some(Phase::Running);
+        assert!(!should_wake(Some(&building), &booted));
+        let mut parked = building.clone();
+        set_condition(
+            &mut parked.status.conditions,
+            ConditionType::Available,
+            ConditionStatus::False,
+            ConditionReason::Errored,
+            "parked",
+            Timestamp::UNIX_EPOCH,
+        );
+        let mut parked_booted = parked.clone();
+        parked_booted.status.phase = Some(Phase::Running);
+        assert!(should_wake(Some(&parked), &parked_booted));
+    }
+
     #[test]
     fn wake_rule() {
         let healthy = Server::default();
