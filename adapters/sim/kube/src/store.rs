@@ -67,6 +67,11 @@ pub(crate) struct Change {
 }
 
 impl Change {
+    /// A change recorded now.
+    fn new(resource_version: u64, kind: ChangeKind, object: Arc<Value>, previous: Option<Arc<Value>>) -> Self {
+        Change { resource_version, kind, object, previous, recorded: Instant::now() }
+    }
+
     /// What this entry can keep alive: both versions it holds.
     fn retained_bytes(&self) -> usize {
         approximate_bytes(&self.object) + self.previous.as_deref().map_or(0, approximate_bytes)
@@ -579,16 +584,7 @@ impl StoreState {
 
         let object = Arc::new(object);
         self.type_state_mut(key)?.objects.insert(object_key, object.clone());
-        self.record(
-            key,
-            Change {
-                resource_version,
-                kind: ChangeKind::Added,
-                object: object.clone(),
-                previous: None,
-                recorded: Instant::now(),
-            },
-        );
+        self.record(key, Change::new(resource_version, ChangeKind::Added, object.clone(), None));
         Ok(object)
     }
 
@@ -783,16 +779,7 @@ impl StoreState {
         let object_key = object_key(&new);
         let new = Arc::new(new);
         self.type_state_mut(key)?.objects.insert(object_key, new.clone());
-        self.record(
-            key,
-            Change {
-                resource_version,
-                kind: ChangeKind::Modified,
-                object: new.clone(),
-                previous: Some(old),
-                recorded: Instant::now(),
-            },
-        );
+        self.record(key, Change::new(resource_version, ChangeKind::Modified, new.clone(), Some(old)));
         Ok(new)
     }
 
@@ -806,13 +793,7 @@ impl StoreState {
         let namespace = meta_str(&last, "namespace").unwrap_or_default().to_string();
         let last = Arc::new(last);
         // The stored state before removal, for lists at an earlier version.
-        let change = Change {
-            resource_version,
-            kind: ChangeKind::Deleted,
-            object: last.clone(),
-            previous: stored,
-            recorded: Instant::now(),
-        };
+        let change = Change::new(resource_version, ChangeKind::Deleted, last.clone(), stored);
         self.record(key, change);
         if !namespace.is_empty() {
             self.finish_namespace_if_empty(&namespace)?;
@@ -988,16 +969,7 @@ impl StoreState {
                 meta_mut(&mut object).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
                 let object = Arc::new(object);
                 self.type_state_mut(key)?.objects.insert(object_key(&object), object.clone());
-                self.record(
-                    key,
-                    Change {
-                        resource_version,
-                        kind: ChangeKind::Added,
-                        object: object.clone(),
-                        previous: None,
-                        recorded: Instant::now(),
-                    },
-                );
+                self.record(key, Change::new(resource_version, ChangeKind::Added, object.clone(), None));
                 Ok(object)
             }
         }
