@@ -1,14 +1,20 @@
-//! Kubernetes Events for the core's event reasons, through kube-runtime's
-//! `Recorder` (events.k8s.io/v1), reported by `server-controller`.
+//! Kubernetes Events for the core's event reasons (events.k8s.io/v1),
+//! reported by `server-controller`, with repeats folded into series.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
-use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
 use server_core::reconcile::{Event, EventType};
+
+use crate::error::api_code;
 
 /// `reportingController` of every Event this operator emits.
 pub const REPORTING_CONTROLLER: &str = "server-controller";
@@ -18,19 +24,22 @@ pub const UNREADABLE_REASON: &str = "ServerUnreadable";
 
 /// Publishes the core's events.
 ///
-/// kube-runtime's `Recorder` folds every repeat of (regarding, reason,
-/// action) into one Event's series and keeps the first note: "attempt 2/3"
-/// would hide "attempt 3/3" for good. So each (regarding, reason, action)
-/// has a recorder of its own, replaced when the note changes: repeats of one
-/// note fold into a series, a new note is a new Event a person can read.
+/// A repeat of (regarding, reason, action) with the same note continues
+/// that Event's series (a count and a last-seen time, as kube-runtime's
+/// `Recorder` and client-go's recorder do); a new note is a new Event a
+/// person can read, so "attempt 3/3" is never hidden behind "attempt 2/3".
+/// kube-runtime's `Recorder` is not used: it keeps the first note of a
+/// series, scans its whole cache on every publish, and a recorder per
+/// series held kilobytes each (tens of MB at 10,000 Servers). What is kept
+/// here is the name of each series' Event, its note and its count.
 #[derive(Clone)]
 pub(crate) struct EventPublisher {
     client: Client,
-    reporter: Reporter,
-    recorders: Arc<Mutex<SeriesCache<Recorder>>>,
+    instance: String,
+    series: Arc<Mutex<SeriesCache>>,
 }
 
-/// What kube-runtime folds by (the reporter is the publisher's own).
+/// What a series is folded by (the reporter is the publisher's own).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct SeriesKey {
     regarding: String,
@@ -38,55 +47,68 @@ struct SeriesKey {
     action: String,
 }
 
-/// Past this many (regarding, reason, action) the map is cleared: a repeat
-/// then starts a new Event instead of a series, which loses nothing.
+/// The Event a series continues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Series {
+    note: String,
+    /// The Event object's name.
+    name: String,
+    count: i32,
+    last_used: Instant,
+}
+
+/// Past this many series the map is cleared: a repeat then starts a new
+/// Event instead of a series, which loses nothing.
 const MAX_SERIES: usize = 50_000;
 
-/// kube-runtime's `CACHE_TTL`: a recorder that published nothing for this
-/// long starts a new Event at its next publish anyway, so keeping it only
-/// holds memory (a recorder and its last Event, per Server and reason: tens
-/// of MB at 10,000 Servers).
+/// kube-runtime's `CACHE_TTL`: a series idle this long is not continued;
+/// its next repeat is a new Event.
 const SERIES_IDLE: Duration = Duration::from_secs(6 * 60);
 
 /// Idle series are looked for once the map doubled since the last look
 /// (amortized O(1) per publish), and not below this size.
 const PRUNE_FLOOR: usize = 1024;
 
-/// The recorder of each series, with its note and when it last published.
-#[derive(Debug)]
-struct SeriesCache<R> {
-    series: HashMap<SeriesKey, (String, R, Instant)>,
+/// Each series' Event, by what it folds.
+#[derive(Debug, Default)]
+struct SeriesCache {
+    series: HashMap<SeriesKey, Series>,
     /// The size after the last pruning.
     pruned_to: usize,
 }
 
-impl<R> Default for SeriesCache<R> {
-    fn default() -> Self {
-        SeriesCache { series: HashMap::new(), pruned_to: 0 }
-    }
+/// What a publish sends: a new Event, or the next count of a series.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Publish {
+    Start,
+    Continue { name: String, count: i32 },
 }
 
-impl<R: Clone> SeriesCache<R> {
-    /// The recorder of `key`'s series if its note is `note`, else a new one
-    /// from `make` that starts a series.
-    fn recorder(&mut self, key: SeriesKey, note: String, now: Instant, make: impl FnOnce() -> R) -> R {
-        if let Some((series_note, recorder, last_used)) = self.series.get_mut(&key)
-            && *series_note == note
-        {
-            *last_used = now;
-            return recorder.clone();
+impl SeriesCache {
+    /// What publishing `note` under `key` at `now` sends.
+    fn next(&self, key: &SeriesKey, note: &str, now: Instant) -> Publish {
+        match self.series.get(key) {
+            Some(series) if series.note == note && now.saturating_duration_since(series.last_used) < SERIES_IDLE => {
+                Publish::Continue { name: series.name.clone(), count: series.count.saturating_add(1) }
+            }
+            _ => Publish::Start,
         }
-        if self.series.len() >= PRUNE_FLOOR.max(self.pruned_to * 2) {
-            self.series.retain(|_, (_, _, last_used)| now.saturating_duration_since(*last_used) < SERIES_IDLE);
-            self.pruned_to = self.series.len();
+    }
+
+    /// Records an Event the API server accepted.
+    fn record(&mut self, key: SeriesKey, series: Series) {
+        if !self.series.contains_key(&key) {
+            if self.series.len() >= PRUNE_FLOOR.max(self.pruned_to * 2) {
+                let now = series.last_used;
+                self.series.retain(|_, kept| now.saturating_duration_since(kept.last_used) < SERIES_IDLE);
+                self.pruned_to = self.series.len();
+            }
+            if self.series.len() >= MAX_SERIES {
+                self.series.clear();
+                self.pruned_to = 0;
+            }
         }
-        if self.series.len() >= MAX_SERIES {
-            self.series.clear();
-            self.pruned_to = 0;
-        }
-        let recorder = make();
-        self.series.insert(key, (note, recorder.clone(), now));
-        recorder
+        self.series.insert(key, series);
     }
 
     #[cfg(test)]
@@ -101,14 +123,32 @@ impl std::fmt::Debug for EventPublisher {
     }
 }
 
+/// An event as published: the core's, or the adapter's own.
+struct Published {
+    type_: &'static str,
+    reason: String,
+    action: String,
+    note: String,
+}
+
 impl EventPublisher {
     pub(crate) fn new(client: Client, instance: Option<String>) -> Self {
-        let reporter = Reporter { controller: REPORTING_CONTROLLER.into(), instance };
-        EventPublisher { client, reporter, recorders: Arc::default() }
+        let instance = instance.unwrap_or_else(|| REPORTING_CONTROLLER.into());
+        EventPublisher { client, instance, series: Arc::default() }
     }
 
     pub(crate) async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
-        self.publish_kube(to_kube(event), regarding).await
+        let type_ = match event.type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let event = Published {
+            type_,
+            reason: event.reason.as_str().into(),
+            action: event.action.into(),
+            note: event.note.clone(),
+        };
+        self.publish_event(event, regarding).await
     }
 
     /// A Warning that the Server itself cannot be read (not a decision of
@@ -118,45 +158,69 @@ impl EventPublisher {
         note: String,
         regarding: &ObjectReference,
     ) -> Result<(), kube::Error> {
-        let event = KubeEvent {
-            type_: KubeEventType::Warning,
-            reason: UNREADABLE_REASON.into(),
-            note: Some(note),
-            action: "ReadServer".into(),
-            secondary: None,
-        };
-        self.publish_kube(event, regarding).await
+        let event = Published { type_: "Warning", reason: UNREADABLE_REASON.into(), action: "ReadServer".into(), note };
+        self.publish_event(event, regarding).await
     }
 
-    async fn publish_kube(&self, event: KubeEvent, regarding: &ObjectReference) -> Result<(), kube::Error> {
-        let recorder = self.recorder_for(&event, regarding);
-        recorder.publish(&event, regarding).await
-    }
-
-    /// The recorder whose series this event continues, or a fresh one when
-    /// its note differs from the series' note.
-    fn recorder_for(&self, event: &KubeEvent, regarding: &ObjectReference) -> Recorder {
+    async fn publish_event(&self, event: Published, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let key = SeriesKey {
             regarding: regarding.uid.clone().or_else(|| regarding.name.clone()).unwrap_or_default(),
             reason: event.reason.clone(),
             action: event.action.clone(),
         };
-        let note = event.note.clone().unwrap_or_default();
-        let mut recorders = self.recorders.lock().unwrap_or_else(PoisonError::into_inner);
-        recorders.recorder(key, note, Instant::now(), || Recorder::new(self.client.clone(), self.reporter.clone()))
+        let next = self.cache().next(&key, &event.note, Instant::now());
+        let api: Api<KubeEvent> =
+            Api::namespaced(self.client.clone(), regarding.namespace.as_deref().unwrap_or("default"));
+        let (name, count) = match next {
+            Publish::Continue { name, count } => {
+                let series = EventSeries { count, last_observed_time: MicroTime(Timestamp::now()) };
+                let series = json!({ "series": series });
+                match api.patch(&name, &PatchParams::default(), &Patch::Merge(&series)).await {
+                    Ok(_) => (name, count),
+                    // The Event expired (the API server's event TTL): start anew.
+                    Err(error) if api_code(&error) == Some(404) => self.create(&api, &event, regarding).await?,
+                    Err(error) => return Err(error),
+                }
+            }
+            Publish::Start => self.create(&api, &event, regarding).await?,
+        };
+        let series = Series { note: event.note, name, count, last_used: Instant::now() };
+        self.cache().record(key, series);
+        Ok(())
     }
-}
 
-fn to_kube(event: &Event) -> KubeEvent {
-    KubeEvent {
-        type_: match event.type_ {
-            EventType::Normal => KubeEventType::Normal,
-            EventType::Warning => KubeEventType::Warning,
-        },
-        reason: event.reason.as_str().into(),
-        note: Some(event.note.clone()),
-        action: event.action.into(),
-        secondary: None,
+    /// Creates the first Event of a series; its name and count.
+    async fn create(
+        &self,
+        api: &Api<KubeEvent>,
+        event: &Published,
+        regarding: &ObjectReference,
+    ) -> Result<(String, i32), kube::Error> {
+        let now = Timestamp::now();
+        // kube-runtime's and client-go's naming: the object's name and the time.
+        let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(REPORTING_CONTROLLER), now.as_nanosecond());
+        let body = KubeEvent {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: regarding.namespace.clone(),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(event.type_.into()),
+            reason: Some(event.reason.clone()),
+            action: Some(event.action.clone()),
+            note: Some(event.note.clone()),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some(REPORTING_CONTROLLER.into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &body).await?;
+        Ok((name, 1))
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, SeriesCache> {
+        self.series.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -168,18 +232,22 @@ mod tests {
         SeriesKey { regarding: format!("uid-{regarding}"), reason: "Created".into(), action: "Create".into() }
     }
 
+    fn series(note: &str, name: &str, count: i32, last_used: Instant) -> Series {
+        Series { note: note.into(), name: name.into(), count, last_used }
+    }
+
     #[test]
-    fn a_repeated_note_continues_its_series_and_a_new_note_starts_one() {
+    fn a_repeated_note_continues_its_series_and_a_new_note_or_a_long_pause_starts_one() {
         let mut cache = SeriesCache::default();
         let now = Instant::now();
-        let mut made = 0;
-        let mut make = || {
-            made += 1;
-            made
-        };
-        assert_eq!(cache.recorder(key(1), "attempt 1/3".into(), now, &mut make), 1);
-        assert_eq!(cache.recorder(key(1), "attempt 1/3".into(), now, &mut make), 1);
-        assert_eq!(cache.recorder(key(1), "attempt 2/3".into(), now, &mut make), 2);
+        assert_eq!(cache.next(&key(1), "attempt 1/3", now), Publish::Start);
+        cache.record(key(1), series("attempt 1/3", "s.1", 1, now));
+        assert_eq!(cache.next(&key(1), "attempt 1/3", now), Publish::Continue { name: "s.1".into(), count: 2 });
+        assert_eq!(cache.next(&key(1), "attempt 2/3", now), Publish::Start, "a new note is a new Event");
+        assert_eq!(cache.next(&key(2), "attempt 1/3", now), Publish::Start, "another Server's series");
+        assert_eq!(cache.next(&key(1), "attempt 1/3", now + SERIES_IDLE), Publish::Start, "an idle series ended");
+        cache.record(key(1), series("attempt 2/3", "s.2", 1, now));
+        assert_eq!(cache.next(&key(1), "attempt 2/3", now), Publish::Continue { name: "s.2".into(), count: 2 });
         assert_eq!(cache.len(), 1);
     }
 
@@ -188,16 +256,16 @@ mod tests {
         let mut cache = SeriesCache::default();
         let start = Instant::now();
         for i in 0..PRUNE_FLOOR {
-            cache.recorder(key(i), "note".into(), start, || i);
+            cache.record(key(i), series("note", "e", 1, start));
         }
         // One series stays in use; the rest go idle.
         let later = start + SERIES_IDLE;
-        cache.recorder(key(0), "note".into(), later - Duration::from_secs(1), || usize::MAX);
-        cache.recorder(key(PRUNE_FLOOR), "note".into(), later, || PRUNE_FLOOR);
+        cache.record(key(0), series("note", "e", 2, later - Duration::from_secs(1)));
+        cache.record(key(PRUNE_FLOOR), series("note", "e", 1, later));
         assert_eq!(cache.len(), 2, "the series in use and the new one");
         // Growing again: no scan until the map doubles past the floor.
         for i in PRUNE_FLOOR + 1..PRUNE_FLOOR + 100 {
-            cache.recorder(key(i), "note".into(), later, || i);
+            cache.record(key(i), series("note", "e", 1, later));
         }
         assert_eq!(cache.len(), 101);
     }

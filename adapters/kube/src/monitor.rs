@@ -14,15 +14,16 @@ use futures_util::{StreamExt, stream};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{IDENTITY_LABEL, ObjectMeta, REGION_LABEL, Server as CoreServer};
+use server_core::ServerStatus;
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 use server_core::port::ProviderServer;
 use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
+use crate::cached::CachedServer;
 use crate::cloud::{CloudRegistry, GroupKey, ProviderListings};
 use crate::config::ControllerConfig;
-use crate::crd::Server;
 use crate::error::{api_code, short_message};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
@@ -93,23 +94,24 @@ impl Monitor {
     /// Patches go out concurrently, a bounded number at a time.
     pub(crate) async fn poll(&self, caches: &Caches) -> PollReport {
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
-        let mut groups: BTreeMap<GroupKey, Vec<(CoreServer, String)>> = BTreeMap::new();
+        // The cache's own objects, shared: a poll copies no Server (at
+        // 10,000 Servers a copy of each was the operator's largest peak).
+        let mut groups: BTreeMap<GroupKey, Vec<Arc<CachedServer>>> = BTreeMap::new();
         let mut report = PollReport::default();
         for cached in caches.servers.state() {
             // Unreadable Servers are reported by the controller.
-            let Some(server) = cached.core() else { continue };
+            let Ok(content) = &cached.content else { continue };
             // Deleting Servers are the reconciler's; paused ones get no work at all.
-            if server.meta.deleting || server.spec.pause {
+            if cached.metadata.deletion_timestamp.is_some() || content.spec.spec.pause {
                 continue;
             }
-            let phase = server.status.phase.map(|p| format!("{p:?}")).unwrap_or_default();
+            let phase = content.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();
             *phases.entry(phase).or_default() += 1;
-            let (Some(region), Some(identity)) = (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL))
-            else {
+            let (Some(region), Some(identity)) = (label(&cached, REGION_LABEL), label(&cached, IDENTITY_LABEL)) else {
                 continue;
             };
-            let key = (server.meta.namespace.clone(), region.to_owned(), identity.to_owned());
-            groups.entry(key).or_default().push((server, cached.resource_version().unwrap_or_default()));
+            let key = (cached.namespace().unwrap_or_default(), region.to_owned(), identity.to_owned());
+            groups.entry(key).or_default().push(cached);
             report.servers += 1;
         }
         self.metrics.servers_by_phase(&phases);
@@ -126,21 +128,26 @@ impl Monitor {
             };
             report.groups += 1;
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
-            for (server, resource_version) in members {
-                let record = by_uid.get(server.meta.uid.as_str()).copied();
-                let next = observe(&server.status, record, now());
-                if let Some(patch) = status_merge_patch(&server.status, &next) {
-                    patches.push((server.meta, resource_version, patch));
+            let unset = ServerStatus::default();
+            for cached in members {
+                let Ok(content) = &cached.content else { continue };
+                let status = content.status.as_ref().unwrap_or(&unset);
+                let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
+                let next = observe(status, record, now());
+                if let Some(patch) = status_merge_patch(status, &next) {
+                    patches.push(StatusWrite {
+                        name: cached.name_any(),
+                        namespace: namespace.clone(),
+                        resource_version: cached.resource_version().unwrap_or_default(),
+                        patch,
+                    });
                 }
             }
             drop(by_uid);
             self.listings.record_list(key, listed_at, records);
         }
-        let results: Vec<PatchResult> = stream::iter(patches)
-            .map(|(meta, resource_version, patch)| self.patch(meta, resource_version, patch))
-            .buffer_unordered(PATCHES_AT_ONCE)
-            .collect()
-            .await;
+        let results: Vec<PatchResult> =
+            stream::iter(patches).map(|write| self.patch(write)).buffer_unordered(PATCHES_AT_ONCE).collect().await;
         for result in results {
             match result {
                 PatchResult::Patched => report.patched += 1,
@@ -176,17 +183,18 @@ impl Monitor {
         }
     }
 
-    async fn patch(&self, meta: ObjectMeta, resource_version: String, patch: Value) -> PatchResult {
+    async fn patch(&self, write: StatusWrite) -> PatchResult {
+        let StatusWrite { name, namespace, resource_version, patch } = write;
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
-        let api: Api<Server> = Api::namespaced(self.client.clone(), &meta.namespace);
-        match api.patch_status(&meta.name, &PatchParams::default(), &Patch::Merge(&body)).await {
+        let api: Api<CachedServer> = Api::namespaced(self.client.clone(), &namespace);
+        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => PatchResult::Patched,
             // The Server changed since it was read; the next poll sees it fresh.
             Err(error) if api_code(&error) == Some(409) => PatchResult::Conflict,
             Err(error) => {
                 warn!(
-                    server = %meta.name,
-                    namespace = %meta.namespace,
+                    server = %name,
+                    %namespace,
                     error = %short_message(&error),
                     "monitor: status patch failed"
                 );
@@ -194,6 +202,20 @@ impl Monitor {
             }
         }
     }
+}
+
+/// A label's value on a cached Server; an empty value is none.
+fn label<'a>(server: &'a CachedServer, key: &str) -> Option<&'a str> {
+    server.metadata.labels.as_ref()?.get(key).map(String::as_str).filter(|value| !value.is_empty())
+}
+
+/// A status patch the poll decided on, guarded by the resourceVersion it
+/// was decided from.
+struct StatusWrite {
+    name: String,
+    namespace: String,
+    resource_version: String,
+    patch: Value,
 }
 
 /// Status patches in flight at once.

@@ -218,7 +218,9 @@ impl OpenStackCloud {
         let mut ownership = mapping::ownership_metadata(server);
         ownership.insert(mapping::METADATA_ADOPTED_FROM.to_owned(), "go-controller".to_owned());
         compute::update_metadata(session, &id, &ownership).await?;
-        nova.metadata.extend(ownership);
+        for (key, value) in ownership {
+            nova.metadata.insert(&key, value);
+        }
         project.remember(&server.uid, &id, self.inner.index.tick());
         info!(
             server_uid = %server.uid,

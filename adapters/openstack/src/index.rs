@@ -178,13 +178,11 @@ impl Project {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
+    use crate::mapping::NovaMetadata;
 
     fn server(id: &str, metadata: &[(&str, &str)]) -> NovaServer {
-        let metadata: BTreeMap<String, String> =
-            metadata.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let metadata = NovaMetadata::from_pairs(metadata.iter().map(|(k, v)| (*k, (*v).to_owned())));
         NovaServer { id: id.into(), status: "ACTIVE".into(), metadata, ..NovaServer::default() }
     }
 

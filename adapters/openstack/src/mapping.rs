@@ -44,7 +44,7 @@ pub(crate) struct NovaServer {
     #[serde(default)]
     pub(crate) status: String,
     #[serde(default)]
-    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) metadata: NovaMetadata,
     #[serde(rename = "OS-EXT-STS:power_state", default)]
     pub(crate) power_state: Option<i64>,
     #[serde(rename = "OS-EXT-STS:task_state", default)]
@@ -69,9 +69,86 @@ pub(crate) struct NovaAddress {
     pub(crate) mac: Option<String>,
 }
 
+/// What this controller reads of a Nova server's metadata. A list carries
+/// every key of every server (the user's tags, the Go controller's system
+/// keys); keeping them all cost megabytes per list at 10,000 servers, so
+/// only the keys read here are kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NovaMetadata {
+    server_uid: Option<String>,
+    go_server_id: Option<String>,
+    go_server_id_namespaced: Option<String>,
+    adopted: bool,
+    empty: bool,
+}
+
+impl Default for NovaMetadata {
+    /// No key (a record without the field has none).
+    fn default() -> Self {
+        NovaMetadata {
+            server_uid: None,
+            go_server_id: None,
+            go_server_id_namespaced: None,
+            adopted: false,
+            empty: true,
+        }
+    }
+}
+
+impl NovaMetadata {
+    /// Metadata of these pairs.
+    #[cfg(test)]
+    pub(crate) fn from_pairs<K: AsRef<str>>(pairs: impl IntoIterator<Item = (K, String)>) -> Self {
+        let mut metadata = NovaMetadata::default();
+        for (key, value) in pairs {
+            metadata.insert(key.as_ref(), value);
+        }
+        metadata
+    }
+
+    /// Records one key, as Nova's metadata update does.
+    pub(crate) fn insert(&mut self, key: &str, value: String) {
+        self.empty = false;
+        match key {
+            METADATA_SERVER_UID => self.server_uid = Some(value),
+            METADATA_GO_SERVER_ID => self.go_server_id = Some(value),
+            METADATA_GO_SERVER_ID_NAMESPACED => self.go_server_id_namespaced = Some(value),
+            METADATA_ADOPTED_FROM => self.adopted = true,
+            _ => {}
+        }
+    }
+
+    /// No key at all (a record of a down cell has none).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.empty
+    }
+}
+
+impl<'de> Deserialize<'de> for NovaMetadata {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = NovaMetadata;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("Nova server metadata: an object of strings")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NovaMetadata, A::Error> {
+                let mut metadata = NovaMetadata::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    metadata.insert(&key, map.next_value::<String>()?);
+                }
+                Ok(metadata)
+            }
+        }
+        deserializer.deserialize_map(Keys)
+    }
+}
+
 impl NovaServer {
     pub(crate) fn server_uid(&self) -> Option<&str> {
-        self.metadata.get(METADATA_SERVER_UID).map(String::as_str).filter(|uid| !uid.is_empty())
+        self.metadata.server_uid.as_deref().filter(|uid| !uid.is_empty())
     }
 
     /// The Server name the Go controller recorded (`serverID`), on a server
@@ -80,10 +157,9 @@ impl NovaServer {
         if self.server_uid().is_some() {
             return None;
         }
-        [METADATA_GO_SERVER_ID, METADATA_GO_SERVER_ID_NAMESPACED]
-            .iter()
-            .find_map(|key| self.metadata.get(*key))
-            .map(String::as_str)
+        [&self.metadata.go_server_id, &self.metadata.go_server_id_namespaced]
+            .into_iter()
+            .find_map(Option::as_deref)
             .filter(|name| !name.is_empty())
     }
 
@@ -123,7 +199,7 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         public_ip: preferred(&floating).map(|a| a.addr.clone()),
         // Every address of one port shares its MAC; floating ones repeat it.
         mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
-        adopted: server.metadata.contains_key(METADATA_ADOPTED_FROM),
+        adopted: server.metadata.adopted,
     }
 }
 
@@ -369,6 +445,27 @@ mod tests {
             identity_ssh_key: true,
             owner: Owner { organization_id: "org-1".into(), project_id: "proj-1".into(), region_id: "region-1".into() },
         }
+    }
+
+    #[test]
+    fn only_the_metadata_keys_read_are_kept_and_an_empty_map_is_told_from_a_full_one() {
+        let tagged = nova(json!({"id": "a", "status": "ACTIVE", "metadata": {
+            "team": "blue", "projectID": "p", "unikorn:server-uid": "u1",
+            "unikorn:adopted-from": "go-controller", "serverID": "web",
+        }}));
+        assert_eq!(tagged.server_uid(), Some("u1"));
+        assert_eq!(tagged.go_server_name(), None, "a server tied to a uid is not the Go controller's");
+        assert!(provider_server(&tagged).adopted);
+        let go = nova(json!({"id": "g", "status": "ACTIVE", "metadata": {"region:server_id": "web"}}));
+        assert_eq!(go.go_server_name(), Some("web"));
+        // A down cell's record: UNKNOWN and no metadata, whether `{}` or left out.
+        for record in [json!({"id": "d", "status": "UNKNOWN", "metadata": {}}), json!({"id": "d", "status": "UNKNOWN"})]
+        {
+            assert!(nova(record).down_cell());
+        }
+        assert!(!nova(json!({"id": "d", "status": "UNKNOWN", "metadata": {"team": "blue"}})).down_cell());
+        let refused = serde_json::from_value::<NovaServer>(json!({"id": "x", "metadata": {"team": 7}}));
+        assert!(refused.is_err(), "Nova's metadata values are strings");
     }
 
     #[test]

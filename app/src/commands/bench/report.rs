@@ -66,6 +66,9 @@ pub(crate) struct ApiCounts {
     pub(crate) network_patches_per_server: f64,
     /// Answers 409 Conflict.
     pub(crate) conflicts: u64,
+    /// Those answers, by the verb and resource of the losing request: which
+    /// writes race.
+    pub(crate) conflicts_by_verb_and_resource: BTreeMap<String, u64>,
     /// Request bodies received.
     pub(crate) bytes_written: u64,
     pub(crate) bytes_written_per_server: f64,
@@ -158,6 +161,12 @@ impl ApiCounts {
             status_patches_per_server: per(status as f64, servers),
             network_patches_per_server: per(networks as f64, servers),
             conflicts: counters.responses_by_code.get(&409).copied().unwrap_or(0),
+            conflicts_by_verb_and_resource: counters
+                .answers
+                .iter()
+                .filter(|((_, _, code), _)| *code == 409)
+                .map(|((verb, resource, _), count)| (format!("{verb} {resource}"), *count))
+                .collect(),
             bytes_written,
             bytes_written_per_server: per(bytes_written as f64, servers),
             by_verb_and_resource: counters
