@@ -7,14 +7,16 @@
 //! it. [`OpenstackIdentity`] is read too, as the OpenStack regions' identity source, but
 //! never referenced.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ListParams;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, CustomResourceExt, Resource, ResourceExt};
 use server_core::model::{Consumed, Detail, IDENTITY_LABEL, ResourceKind};
@@ -152,26 +154,12 @@ pub(crate) enum Finalizers<'a> {
     Only(&'a str),
 }
 
-impl Finalizers<'_> {
-    fn copy(self, finalizers: Option<&Vec<String>>) -> Vec<String> {
-        let finalizers = finalizers.map(Vec::as_slice).unwrap_or_default();
-        match self {
-            Finalizers::All => finalizers.to_vec(),
-            Finalizers::Only(wanted) => finalizers.iter().filter(|f| *f == wanted).cloned().collect(),
-        }
-    }
-}
-
 struct Ops<K>(PhantomData<fn() -> K>);
 
-fn found<K: ConsumedKind>(object: &K, finalizers: Finalizers<'_>) -> Found {
+fn found<K: ConsumedKind>(object: &K, finalizers: Vec<String>) -> Found {
     let meta = object.meta();
     Found {
-        resource: Consumed {
-            name: meta.name.clone().unwrap_or_default(),
-            finalizers: finalizers.copy(meta.finalizers.as_ref()),
-            detail: object.detail(),
-        },
+        resource: Consumed { name: meta.name.clone().unwrap_or_default(), finalizers, detail: object.detail() },
         resource_version: meta.resource_version.clone().unwrap_or_default(),
         identity_label: object.labels().get(IDENTITY_LABEL).cloned(),
     }
@@ -197,14 +185,14 @@ impl<K: ConsumedKind> KindOps for Ops<K> {
         watch: &WatchSettings,
         reflectors: &mut Vec<BoxFuture<'static, ()>>,
     ) -> Arc<dyn KindCache> {
-        Arc::new(reflect::<K>(client, namespace, watch, reflectors))
+        Arc::new(ConsumedCache::new(reflect::<K>(client, namespace, watch, reflectors)))
     }
 
     fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Vec<Found>, Error>> {
         async move {
             let api: Api<K> = Api::namespaced(client.clone(), namespace);
             match api.list(&ListParams::default()).await {
-                Ok(list) => Ok(list.items.iter().map(|object| found(object, Finalizers::All)).collect()),
+                Ok(list) => Ok(list.items.iter().map(|object| found(object, all_finalizers(object))).collect()),
                 Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
             }
         }
@@ -212,9 +200,82 @@ impl<K: ConsumedKind> KindOps for Ops<K> {
     }
 }
 
-impl<K: ConsumedKind> KindCache for Store<K> {
+fn all_finalizers<K: Resource>(object: &K) -> Vec<String> {
+    object.meta().finalizers.clone().unwrap_or_default()
+}
+
+/// A consumed kind's cache: the reflector's store, and for each object the
+/// positions of its finalizers by hash. A shared object carries one
+/// reference finalizer per Server using it (10,000 on an Identity all
+/// Servers share), so scanning the list in every pass made passes
+/// O(Servers) and the operator's CPU O(Servers²). An index is built at most
+/// once per version of an object, when a pass first asks: no more work than
+/// decoding that version from its watch event.
+pub(crate) struct ConsumedCache<K: NamespacedKind, S = RandomState> {
+    store: Store<K>,
+    indexes: Mutex<HashMap<ObjectRef<K>, FinalizerIndex<K>>>,
+    hasher: S,
+}
+
+/// Where each finalizer of one version of an object sits, by its hash.
+struct FinalizerIndex<K> {
+    /// The version indexed. A `Weak` keeps its allocation, so a new version
+    /// is never mistaken for it.
+    of: Weak<K>,
+    /// Hash → the first position of a finalizer with that hash.
+    positions: HashMap<u64, usize>,
+}
+
+impl<K: NamespacedKind, S> std::fmt::Debug for ConsumedCache<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumedCache").field("kind", &K::kind(&())).finish_non_exhaustive()
+    }
+}
+
+impl<K: NamespacedKind> ConsumedCache<K> {
+    pub(crate) fn new(store: Store<K>) -> Self {
+        ConsumedCache::with_hasher(store, RandomState::new())
+    }
+}
+
+impl<K: NamespacedKind, S: BuildHasher> ConsumedCache<K, S> {
+    fn with_hasher(store: Store<K>, hasher: S) -> Self {
+        ConsumedCache { store, indexes: Mutex::default(), hasher }
+    }
+
+    /// Whether `object` (a version the store holds) carries `wanted`.
+    fn has_finalizer(&self, object: &Arc<K>, wanted: &str) -> bool {
+        let list = object.meta().finalizers.as_deref().unwrap_or_default();
+        let mut indexes = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
+        let reference = ObjectRef::from_obj(object.as_ref());
+        let current = indexes.get(&reference).is_some_and(|index| std::ptr::eq(index.of.as_ptr(), Arc::as_ptr(object)));
+        if !current {
+            if indexes.len() > PRUNE_INDEXES_PAST {
+                // Objects gone from the store (or replaced by a newer version) lose their index.
+                indexes.retain(|_, index| index.of.strong_count() > 0);
+            }
+            let mut positions = HashMap::with_capacity(list.len());
+            for (position, finalizer) in list.iter().enumerate() {
+                positions.entry(self.hasher.hash_one(finalizer.as_str())).or_insert(position);
+            }
+            indexes.insert(reference.clone(), FinalizerIndex { of: Arc::downgrade(object), positions });
+        }
+        let Some(index) = indexes.get(&reference) else { return false };
+        match index.positions.get(&self.hasher.hash_one(wanted)) {
+            None => false,
+            Some(&position) if list.get(position).is_some_and(|f| f == wanted) => true,
+            // Another finalizer with the same hash: only a scan can tell.
+            Some(_) => list.iter().any(|f| f == wanted),
+        }
+    }
+}
+
+/// Indexes kept before the ones of vanished versions are dropped.
+const PRUNE_INDEXES_PAST: usize = 256;
+
+impl<K: ConsumedKind, S: BuildHasher + Send + Sync> KindCache for ConsumedCache<K, S> {
     fn ready(&self) -> BoxFuture<'_, Result<(), reflector::store::WriterDropped>> {
-        self.wait_until_ready().boxed()
+        self.store.wait_until_ready().boxed()
     }
 
     fn select(
@@ -223,10 +284,21 @@ impl<K: ConsumedKind> KindCache for Store<K> {
         keep: &dyn Fn(&kube::api::ObjectMeta) -> bool,
         finalizers: Finalizers<'_>,
     ) -> Vec<Found> {
-        let mut selected =
-            self.state_filter(|object| object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta()));
+        let mut selected = self
+            .store
+            .state_filter(|object| object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta()));
         selected.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
-        selected.iter().map(|object| found(object.as_ref(), finalizers)).collect()
+        selected
+            .iter()
+            .map(|object| {
+                let finalizers = match finalizers {
+                    Finalizers::All => all_finalizers(object.as_ref()),
+                    Finalizers::Only(wanted) if self.has_finalizer(object, wanted) => vec![wanted.to_owned()],
+                    Finalizers::Only(_) => Vec::new(),
+                };
+                found(object.as_ref(), finalizers)
+            })
+            .collect()
     }
 }
 
@@ -321,14 +393,67 @@ mod tests {
         assert_eq!(CONSUMED_KINDS.len(), ResourceKind::ALL.len());
     }
 
-    #[test]
-    fn a_pass_copies_only_its_own_finalizer_of_a_shared_object() {
+    fn network(finalizers: &[String], resource_version: u64) -> Network {
+        let mut network = Network::new("shared", Default::default());
+        network.metadata.namespace = Some("ns".into());
+        network.metadata.resource_version = Some(resource_version.to_string());
+        network.metadata.finalizers = Some(finalizers.to_vec());
+        network
+    }
+
+    /// Every finalizer hashes alike: each lookup is a collision.
+    #[derive(Clone, Default)]
+    struct Colliding;
+
+    impl BuildHasher for Colliding {
+        type Hasher = CollidingHasher;
+        fn build_hasher(&self) -> CollidingHasher {
+            CollidingHasher
+        }
+    }
+
+    struct CollidingHasher;
+
+    impl std::hash::Hasher for CollidingHasher {
+        fn finish(&self) -> u64 {
+            7
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    /// A pass reads whether its own finalizer is on a shared object, and only
+    /// that; a finalizer write reads the whole list; a new version of the
+    /// object is read anew. The same with every hash colliding.
+    fn own_finalizers_are_read_from_the_current_version<S: BuildHasher + Send + Sync>(hasher: S) {
         let shared: Vec<String> = (0..1000).map(|i| format!("server.unikorn-cloud.org/s-{i}")).collect();
-        let own = Finalizers::Only("server.unikorn-cloud.org/s-7").copy(Some(&shared));
-        assert_eq!(own, ["server.unikorn-cloud.org/s-7"]);
-        assert!(Finalizers::Only("server.unikorn-cloud.org/other").copy(Some(&shared)).is_empty());
-        assert_eq!(Finalizers::All.copy(Some(&shared)), shared, "a finalizer write tests the whole list");
-        assert!(Finalizers::All.copy(None).is_empty());
+        let (store, mut writer) = reflector::store();
+        let cache = ConsumedCache::with_hasher(store, hasher);
+        let select = |finalizers| cache.select("ns", &|_| true, finalizers);
+        writer.apply_watcher_event(&watcher::Event::Apply(network(&shared, 1)));
+        let own = select(Finalizers::Only("server.unikorn-cloud.org/s-7"));
+        assert_eq!(own[0].resource.finalizers, ["server.unikorn-cloud.org/s-7"]);
+        assert!(select(Finalizers::Only("server.unikorn-cloud.org/other"))[0].resource.finalizers.is_empty());
+        assert_eq!(select(Finalizers::All)[0].resource.finalizers, shared, "a finalizer write tests the whole list");
+
+        // s-7's reference was released; s-1000's added.
+        let mut next: Vec<String> = shared.iter().filter(|f| !f.ends_with("/s-7")).cloned().collect();
+        next.push("server.unikorn-cloud.org/s-1000".into());
+        writer.apply_watcher_event(&watcher::Event::Apply(network(&next, 2)));
+        assert!(select(Finalizers::Only("server.unikorn-cloud.org/s-7"))[0].resource.finalizers.is_empty());
+        let added = select(Finalizers::Only("server.unikorn-cloud.org/s-1000"));
+        assert_eq!(added[0].resource.finalizers, ["server.unikorn-cloud.org/s-1000"]);
+        assert_eq!(added[0].resource_version, "2");
+        assert!(cache.select("other-ns", &|_| true, Finalizers::All).is_empty());
+    }
+
+    #[test]
+    fn a_pass_reads_only_its_own_finalizer_of_a_shared_object() {
+        own_finalizers_are_read_from_the_current_version(RandomState::new());
+    }
+
+    #[test]
+    fn a_hash_collision_is_settled_by_the_list_itself() {
+        own_finalizers_are_read_from_the_current_version(Colliding);
     }
 
     #[test]

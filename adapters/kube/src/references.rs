@@ -47,7 +47,7 @@
 //! from the cache's copy, and any after a lost race or a failure from a
 //! live read (a list of one by name, which the operator's grants allow).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -308,21 +308,32 @@ fn known_of<K: Resource>(object: &K) -> Known {
     Known { resource_version: meta.resource_version.clone().unwrap_or_default(), finalizers: meta.finalizers.clone() }
 }
 
+/// The finalizers a batch removes, and those it adds that `list` lacks, in
+/// batch order. Sets, not scans: a shared object's list holds one reference
+/// per Server using it, so a scan per change made a batch O(list × batch).
+fn changes<'a>(list: &[String], wanted: &[(&'a str, bool)]) -> (HashSet<&'a str>, Vec<&'a str>) {
+    let removed: HashSet<&str> = wanted.iter().filter(|(_, add)| !add).map(|(f, _)| *f).collect();
+    let mut added: Vec<&str> = wanted.iter().filter(|(_, add)| *add).map(|(f, _)| *f).collect();
+    if !added.is_empty() {
+        let present: HashSet<&str> = list.iter().map(String::as_str).collect();
+        added.retain(|f| !present.contains(f));
+    }
+    (removed, added)
+}
+
 /// RFC 6902 operations: removals (each guarded by a `test` of its index,
 /// highest index first so the others stay put), then appends.
 fn json_patch_for(current: &Known, wanted: &[(&str, bool)]) -> Option<json_patch::Patch> {
     let list = current.finalizers.as_deref().unwrap_or_default();
-    let removed = |finalizer: &str| wanted.iter().any(|(f, add)| !add && *f == finalizer);
+    let (removed, added) = changes(list, wanted);
     let mut operations = Vec::new();
-    for (index, finalizer) in list.iter().enumerate().rev().filter(|(_, f)| removed(f)) {
+    for (index, finalizer) in list.iter().enumerate().rev().filter(|(_, f)| removed.contains(f.as_str())) {
         let path = format!("/metadata/finalizers/{index}");
         operations.push(json!({ "op": "test", "path": path, "value": finalizer }));
         operations.push(json!({ "op": "remove", "path": path }));
     }
-    let added: Vec<&str> =
-        wanted.iter().filter(|(f, add)| *add && !list.iter().any(|x| x == f)).map(|(f, _)| *f).collect();
     if !added.is_empty() {
-        let remaining = list.iter().filter(|f| !removed(f)).count();
+        let remaining = list.iter().filter(|f| !removed.contains(f.as_str())).count();
         if remaining == 0 && operations.is_empty() {
             // No list to append to: create it, guarded by what was read (a
             // missing field tests as null), so no finalizer added meanwhile
@@ -342,15 +353,12 @@ fn json_patch_for(current: &Known, wanted: &[(&str, bool)]) -> Option<json_patch
 
 /// The whole new list, guarded by the resourceVersion it was computed from.
 fn guarded_merge_for(current: &Known, wanted: &[(&str, bool)]) -> Option<Value> {
-    let list = current.finalizers.clone().unwrap_or_default();
-    let mut next: Vec<String> =
-        list.iter().filter(|f| !wanted.iter().any(|(w, add)| !add && w == f)).cloned().collect();
-    for (finalizer, add) in wanted {
-        if *add && !next.iter().any(|f| f == finalizer) {
-            next.push((*finalizer).to_owned());
-        }
-    }
-    (next != list).then(|| json!({ "metadata": { "resourceVersion": current.resource_version, "finalizers": next } }))
+    let list = current.finalizers.as_deref().unwrap_or_default();
+    let (removed, added) = changes(list, wanted);
+    let kept = list.iter().filter(|f| !removed.contains(f.as_str())).map(String::as_str);
+    let next: Vec<&str> = kept.chain(added).collect();
+    (next.len() != list.len() || next.iter().zip(list).any(|(n, l)| *n != l))
+        .then(|| json!({ "metadata": { "resourceVersion": current.resource_version, "finalizers": next } }))
 }
 
 #[cfg(test)]
