@@ -14,7 +14,7 @@ use std::borrow::Cow;
 use kube::Resource;
 use kube::api::ObjectMeta;
 use kube::core::NamespaceResourceScope;
-use serde::de::Error as _;
+use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use server_core::WakeSignals;
@@ -100,20 +100,138 @@ fn trim(metadata: &mut ObjectMeta) {
     }
 }
 
+/// The spec and status of a Server as read off the wire, the user data
+/// left out unread.
+struct Parts {
+    metadata: Value,
+    content: serde_json::Map<String, Value>,
+    has_user_data: bool,
+}
+
+/// The top-level fields of a Server. A watch event carries the user data
+/// (up to 48 KB of base64) in every change of every Server; decoding it to
+/// drop it again was a large share of the operator's allocations and CPU,
+/// so the spec's `userData` is only seen, never decoded. Its base64 is
+/// checked by the API server (the CRD's `format: byte`), and a pass that
+/// creates reads it live.
+impl<'de> Deserialize<'de> for Parts {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Parts;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a Server object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts, A::Error> {
+                let mut parts = Parts { metadata: Value::Null, content: serde_json::Map::new(), has_user_data: false };
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "metadata" => parts.metadata = map.next_value()?,
+                        "spec" => {
+                            let spec: Spec = map.next_value()?;
+                            parts.has_user_data = spec.has_user_data;
+                            parts.content.insert(key, spec.fields);
+                        }
+                        "status" => {
+                            let status: Value = map.next_value()?;
+                            parts.content.insert(key, status);
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(parts)
+            }
+        }
+        deserializer.deserialize_map(Fields)
+    }
+}
+
+/// A Server's spec without its user data: the other fields as read, and
+/// whether user data was there.
+struct Spec {
+    fields: Value,
+    has_user_data: bool,
+}
+
+impl Spec {
+    const NOT_AN_OBJECT: Spec = Spec { fields: Value::Null, has_user_data: false };
+}
+
+impl<'de> Deserialize<'de> for Spec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> Visitor<'de> for Fields {
+            type Value = Spec;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a Server spec object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
+                let mut fields = serde_json::Map::new();
+                let mut has_user_data = false;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == USER_DATA {
+                        has_user_data = map.next_value::<Option<IgnoredAny>>()?.is_some();
+                    } else {
+                        let value: Value = map.next_value()?;
+                        fields.insert(key, value);
+                    }
+                }
+                Ok(Spec { fields: Value::Object(fields), has_user_data })
+            }
+
+            // Not an object: the content decode reports the path `spec`.
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Spec, E> {
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Spec, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Spec::NOT_AN_OBJECT)
+            }
+        }
+        deserializer.deserialize_any(Fields)
+    }
+}
+
+/// The spec's user data field on the wire.
+const USER_DATA: &str = "userData";
+
 impl<'de> Deserialize<'de> for CachedServer {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut object = Value::deserialize(deserializer)?;
-        let metadata = object.get_mut("metadata").map(Value::take).unwrap_or_default();
+        let Parts { metadata, content, has_user_data } = Parts::deserialize(deserializer)?;
         // The API server validates metadata: one that does not decode is no
         // Server at all. The message names the path only.
         let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
             .map_err(|e| D::Error::custom(format!("Server metadata: {} does not decode", e.path())))?;
         trim(&mut metadata);
-        let content = match serde_path_to_error::deserialize::<_, Content>(object) {
-            Ok(Content { mut spec, status }) => {
-                let has_user_data = spec.spec.user_data.take().is_some();
-                Ok(ServerContent { spec, status, has_user_data })
-            }
+        let content = match serde_path_to_error::deserialize::<_, Content>(Value::Object(content)) {
+            Ok(Content { spec, status }) => Ok(ServerContent { spec, status, has_user_data }),
             Err(error) => Err(Malformed { path: error.path().to_string() }),
         };
         Ok(CachedServer { metadata, content })
@@ -193,6 +311,26 @@ mod tests {
         assert!(cached.metadata.managed_fields.is_none());
         let annotations = cached.metadata.annotations.clone().unwrap_or_default();
         assert_eq!(annotations.keys().collect::<Vec<_>>(), ["keep"]);
+    }
+
+    #[test]
+    fn user_data_is_seen_not_decoded_and_a_spec_of_any_shape_is_reported_not_fatal() {
+        let meta = json!({ "name": "s", "namespace": "ns", "uid": "u1" });
+        let with = |spec: Value| decode(json!({ "metadata": meta.clone(), "spec": spec }));
+        let null = with(json!({ "flavorID": "f", "image": { "id": "i" }, "userData": null }));
+        assert!(!null.content.as_ref().is_ok_and(|c| c.has_user_data), "null is no user data");
+        let absent = with(json!({ "flavorID": "f", "image": { "id": "i" } }));
+        assert!(!absent.content.as_ref().is_ok_and(|c| c.has_user_data));
+        let present = with(json!({ "flavorID": "f", "image": { "id": "i" }, "userData": "I2Nsb3VkLWNvbmZpZwo=" }));
+        assert!(present.content.as_ref().is_ok_and(|c| c.has_user_data && c.spec.spec.user_data.is_none()));
+        for odd in [json!("text"), json!(7), json!([1, { "a": 2 }]), json!(true), json!(null), json!(1.5)] {
+            let cached = with(odd.clone());
+            assert_eq!(cached.content.as_ref().map_err(|m| m.path.as_str()), Err("spec"), "{odd}");
+            assert_eq!(cached.metadata.name.as_deref(), Some("s"));
+        }
+        let text = r#"{"metadata":{"name":"s"},"kind":"Server","spec":{"flavorID":"f","image":{"id":"i"},"userData":"eA=="},"status":{}}"#;
+        let cached: CachedServer = serde_json::from_str(text).expect("decodes from text too");
+        assert!(cached.content.as_ref().is_ok_and(|c| c.has_user_data));
     }
 
     #[test]

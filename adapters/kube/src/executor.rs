@@ -268,7 +268,9 @@ impl ActionIo<'_> {
         self.cloud.clone().map_err(|reason| ActionFailure::Api(format!("no cloud to act on: {reason}")))
     }
 
-    fn servers(&self) -> Api<Server> {
+    /// The Servers, as written back: an answer is read as the cache reads
+    /// a Server (its user data seen, not decoded); only its resourceVersion is used.
+    fn servers(&self) -> Api<CachedServer> {
         Api::namespaced(self.executor.client.clone(), &self.namespace)
     }
 
