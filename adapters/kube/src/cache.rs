@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use futures_util::future::{self, BoxFuture};
 use futures_util::{FutureExt, StreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -27,7 +26,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tracing::info;
 
 use crate::cached::CachedServer;
-use crate::consumed::{CONSUMED_KINDS, Finalizers, Found, KindCache, reflect};
+use crate::consumed::{CONSUMED_KINDS, Finalizers, Found, Keep, KindCache, reflect};
 use crate::crd::OpenstackIdentity;
 use crate::error::Error;
 use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
@@ -86,13 +85,13 @@ impl Caches {
         self.openstack_identities.get(&ObjectRef::new(name).within(namespace))
     }
 
-    /// The cached objects of `kind` in `namespace` whose metadata `keep`
-    /// accepts, in name order, with the finalizers `finalizers` picks.
+    /// The cached objects of `kind` in `namespace` that `keep` accepts, in
+    /// name order, with the finalizers `finalizers` picks.
     pub(crate) fn consumed(
         &self,
         kind: ResourceKind,
         namespace: &str,
-        keep: &dyn Fn(&ObjectMeta) -> bool,
+        keep: Keep<'_>,
         finalizers: Finalizers<'_>,
     ) -> Vec<Found> {
         self.consumed.get(&kind).map(|cache| cache.select(namespace, keep, finalizers)).unwrap_or_default()

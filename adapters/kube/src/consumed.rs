@@ -131,16 +131,17 @@ pub(crate) trait KindOps: Send + Sync {
 pub(crate) trait KindCache: Send + Sync + std::fmt::Debug {
     /// Resolves once the cache holds its initial list.
     fn ready(&self) -> BoxFuture<'_, Result<(), reflector::store::WriterDropped>>;
-    /// The cached objects of `namespace` whose metadata `keep` accepts, in
-    /// name order as a list returns them (so passes are deterministic), each
-    /// with the finalizers `finalizers` picks.
-    fn select(
-        &self,
-        namespace: &str,
-        keep: &dyn Fn(&kube::api::ObjectMeta) -> bool,
-        finalizers: Finalizers<'_>,
-    ) -> Vec<Found>;
+    /// The cached objects of `namespace` that `keep` accepts, in name order
+    /// as a list returns them (so passes are deterministic), each with the
+    /// finalizers `finalizers` picks. `keep` reads an object's metadata and
+    /// may ask whether it holds a finalizer (answered from an index, not a
+    /// scan of the list).
+    fn select(&self, namespace: &str, keep: Keep<'_>, finalizers: Finalizers<'_>) -> Vec<Found>;
 }
+
+/// Whether a cached object is wanted, from its metadata and a question:
+/// does it hold this finalizer?
+pub(crate) type Keep<'a> = &'a dyn Fn(&kube::api::ObjectMeta, &dyn Fn(&str) -> bool) -> bool;
 
 /// Which finalizers of a consumed object a read copies. A shared Network
 /// carries one reference finalizer per Server using it (thousands at
@@ -278,15 +279,12 @@ impl<K: ConsumedKind, S: BuildHasher + Send + Sync> KindCache for ConsumedCache<
         self.store.wait_until_ready().boxed()
     }
 
-    fn select(
-        &self,
-        namespace: &str,
-        keep: &dyn Fn(&kube::api::ObjectMeta) -> bool,
-        finalizers: Finalizers<'_>,
-    ) -> Vec<Found> {
-        let mut selected = self
-            .store
-            .state_filter(|object| object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta()));
+    fn select(&self, namespace: &str, keep: Keep<'_>, finalizers: Finalizers<'_>) -> Vec<Found> {
+        let mut selected = self.store.state();
+        selected.retain(|object| {
+            let holds = |finalizer: &str| self.has_finalizer(object, finalizer);
+            object.meta().namespace.as_deref() == Some(namespace) && keep(object.meta(), &holds)
+        });
         selected.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
         selected
             .iter()
@@ -428,7 +426,7 @@ mod tests {
         let shared: Vec<String> = (0..1000).map(|i| format!("server.unikorn-cloud.org/s-{i}")).collect();
         let (store, mut writer) = reflector::store();
         let cache = ConsumedCache::with_hasher(store, hasher);
-        let select = |finalizers| cache.select("ns", &|_| true, finalizers);
+        let select = |finalizers| cache.select("ns", &|_, _| true, finalizers);
         writer.apply_watcher_event(&watcher::Event::Apply(network(&shared, 1)));
         let own = select(Finalizers::Only("server.unikorn-cloud.org/s-7"));
         assert_eq!(own[0].resource.finalizers, ["server.unikorn-cloud.org/s-7"]);
@@ -443,7 +441,7 @@ mod tests {
         let added = select(Finalizers::Only("server.unikorn-cloud.org/s-1000"));
         assert_eq!(added[0].resource.finalizers, ["server.unikorn-cloud.org/s-1000"]);
         assert_eq!(added[0].resource_version, "2");
-        assert!(cache.select("other-ns", &|_| true, Finalizers::All).is_empty());
+        assert!(cache.select("other-ns", &|_, _| true, Finalizers::All).is_empty());
     }
 
     #[test]

@@ -329,7 +329,7 @@ impl ActionIo<'_> {
         // stale one costs a retry, never a wrong write).
         let cached = || {
             let name = Some(target.name.as_str());
-            let named = |meta: &kube::api::ObjectMeta| meta.name.as_deref() == name;
+            let named = |meta: &kube::api::ObjectMeta, _: &dyn Fn(&str) -> bool| meta.name.as_deref() == name;
             let found = self.caches.consumed(reference.kind, &target.namespace, &named, Finalizers::All);
             found.into_iter().next().map(|found| kube::api::ObjectMeta {
                 resource_version: Some(found.resource_version),

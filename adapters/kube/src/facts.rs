@@ -144,7 +144,8 @@ impl Gathered {
             let kind = ops.kind();
             if sort.reads(kind) {
                 let own = Finalizers::Only(&sort.finalizer);
-                let found = caches.consumed(kind, &server.meta.namespace, &|meta| sort.keeps(kind, meta), own);
+                let keep = |meta: &ObjectMeta, holds: &dyn Fn(&str) -> bool| sort.keeps(kind, meta, holds);
+                let found = caches.consumed(kind, &server.meta.namespace, &keep, own);
                 gathered.add_all(kind, &sort, found);
             }
         }
@@ -214,29 +215,39 @@ impl<'a> Sorting<'a> {
         self.identity_id.is_some() || kind.scope() == Scope::Namespace
     }
 
-    fn place_of(&self, kind: ResourceKind, name: Option<&str>, identity_label: Option<&str>, held: bool) -> Place {
+    /// Where an object goes; whether it holds the Server's reference is
+    /// asked only of an object that is not its own (a shared object's list
+    /// holds one reference per Server using it).
+    fn place_of(
+        &self,
+        kind: ResourceKind,
+        name: Option<&str>,
+        identity_label: Option<&str>,
+        held: impl FnOnce() -> bool,
+    ) -> Place {
         let ours = match kind.scope() {
             Scope::Namespace => true,
             Scope::IdentityLabelled => identity_label.is_some() && identity_label == self.identity_id,
             Scope::TheIdentity => name.is_some() && name == self.identity_id,
         };
-        match (ours, held) {
-            (true, _) => Place::Ours,
-            (false, true) => Place::OtherIdentity,
-            (false, false) => Place::None,
+        if ours {
+            Place::Ours
+        } else if held() {
+            Place::OtherIdentity
+        } else {
+            Place::None
         }
     }
 
     fn place(&self, kind: ResourceKind, found: &Found) -> Place {
-        let held = found.resource.has_finalizer(&self.finalizer);
+        let held = || found.resource.has_finalizer(&self.finalizer);
         self.place_of(kind, Some(&found.resource.name), found.identity_label.as_deref(), held)
     }
 
     /// Whether a cached object is worth converting (cheap, on metadata).
-    fn keeps(&self, kind: ResourceKind, meta: &ObjectMeta) -> bool {
-        let held = meta.finalizers.as_ref().is_some_and(|f| f.contains(&self.finalizer));
+    fn keeps(&self, kind: ResourceKind, meta: &ObjectMeta, holds: &dyn Fn(&str) -> bool) -> bool {
         let label = meta.labels.as_ref().and_then(|l| l.get(IDENTITY_LABEL)).map(String::as_str);
-        !matches!(self.place_of(kind, meta.name.as_deref(), label, held), Place::None)
+        !matches!(self.place_of(kind, meta.name.as_deref(), label, || holds(&self.finalizer)), Place::None)
     }
 }
 
@@ -260,6 +271,34 @@ mod tests {
             .with(ResourceKind::SecurityGroup, Consumed::new("g1"))
             .with(ResourceKind::SshCertificateAuthority, Consumed::new("ca1"));
         (server, facts)
+    }
+
+    #[test]
+    fn another_identitys_object_is_kept_only_when_it_holds_the_servers_reference_and_only_then_asked() {
+        let (server, _) = named_and_found();
+        let sort = Sorting::of(&server);
+        let labelled = |identity: &str| ObjectMeta {
+            name: Some("n1".into()),
+            labels: Some([(IDENTITY_LABEL.to_owned(), identity.to_owned())].into()),
+            ..Default::default()
+        };
+        let asked = std::cell::Cell::new(0);
+        let (asked, finalizer) = (&asked, sort.finalizer.as_str());
+        let holds = |held: bool| {
+            move |wanted: &str| {
+                asked.set(asked.get() + 1);
+                held && wanted == finalizer
+            }
+        };
+        assert!(sort.keeps(ResourceKind::Network, &labelled("id1"), &holds(false)), "its own identity's");
+        assert_eq!(asked.get(), 0, "an object of its own is not searched for the reference");
+        assert!(sort.keeps(ResourceKind::Network, &labelled("id2"), &holds(true)), "holds a reference to release");
+        assert!(!sort.keeps(ResourceKind::Network, &labelled("id2"), &holds(false)), "none of its business");
+        assert_eq!(asked.get(), 2);
+        let identity = |name: &str| ObjectMeta { name: Some(name.into()), ..Default::default() };
+        assert!(sort.keeps(ResourceKind::Identity, &identity("id1"), &holds(false)));
+        assert!(!sort.keeps(ResourceKind::Identity, &identity("id0"), &holds(false)));
+        assert!(sort.keeps(ResourceKind::Identity, &identity("id0"), &holds(true)));
     }
 
     #[test]
