@@ -3,6 +3,8 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use server_core::port::{
     CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, NetworkSelector, PortFuture, ProviderServer,
@@ -35,6 +37,9 @@ struct Inner {
     names: NeutronNames,
     /// What the region's Region resource says (see `apply_region_settings`).
     region: std::sync::RwLock<RegionSettings>,
+    /// A lookup that only a new list can answer waits for the next one when
+    /// a list ended less than this long ago (see [`OpenStackCloud::with_lookup_list_gap`]).
+    lookup_list_gap: AtomicU64,
 }
 
 impl fmt::Debug for OpenStackCloud {
@@ -71,8 +76,27 @@ impl OpenStackCloud {
                 index: ServerIndex::default(),
                 names: NeutronNames::default(),
                 region: std::sync::RwLock::default(),
+                lookup_list_gap: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// Lookups list Nova at most once per `gap`: a lookup that only a new
+    /// list can answer (a create whose answer was lost) while a list ended
+    /// less than `gap` ago is answered "not known yet" (a 503 the caller
+    /// waits on) and left to the next list, which the monitor makes every
+    /// interval. Every lookup listing for itself made the cloud path
+    /// O(Servers²) at scale: one create in doubt per few hundred Servers,
+    /// each costing a list of every server. Zero (the default) lists
+    /// whenever a lookup needs it.
+    pub fn with_lookup_list_gap(self, gap: Duration) -> Self {
+        let millis = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
+        self.inner.lookup_list_gap.store(millis, Ordering::Relaxed);
+        self
+    }
+
+    fn lookup_list_gap(&self) -> Duration {
+        Duration::from_millis(self.inner.lookup_list_gap.load(Ordering::Relaxed))
     }
 
     /// The port for the controller's per-region registry.
@@ -99,7 +123,7 @@ impl OpenStackCloud {
     /// What the index knows of `uid`, listing (once, shared with concurrent
     /// callers of the same identity) when only a list can tell.
     async fn known(&self, session: &Session<'_>, project: &Project, uid: &str) -> Result<Known, CloudError> {
-        for _ in 0..MAX_LISTS_PER_LOOKUP {
+        for attempt in 0..MAX_LISTS_PER_LOOKUP {
             if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
                 return Ok(known);
             }
@@ -107,6 +131,17 @@ impl OpenStackCloud {
             // Another caller's list, finished while this one waited, may answer.
             if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
                 return Ok(known);
+            }
+            let gap = self.lookup_list_gap();
+            if attempt == 0 && project.listed_within(gap) {
+                return Err(CloudError::Unavailable {
+                    status: 503,
+                    message: format!(
+                        "listing servers: whether server {uid} exists is told by the next list of the project's \
+                         servers (they are listed at most every {}s)",
+                        gap.as_secs()
+                    ),
+                });
             }
             self.list_into(session, project).await?;
         }

@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use server_core::port::IdentityContext;
 
@@ -54,6 +55,8 @@ struct ProjectState {
     go_made: HashMap<String, Vec<String>>,
     /// Start tick of the last complete list.
     listed: Option<u64>,
+    /// When the last complete list ended.
+    listed_at: Option<Instant>,
     /// That list held records of a Nova cell that did not answer.
     down_cells: usize,
     /// uid -> tick of its last create with an unknown answer.
@@ -99,6 +102,11 @@ impl Project {
         }
     }
 
+    /// Whether a complete list ended less than `gap` ago.
+    pub(crate) fn listed_within(&self, gap: Duration) -> bool {
+        self.state().listed_at.is_some_and(|at| at.elapsed() < gap)
+    }
+
     /// Records of a Nova cell that did not answer in the last list.
     pub(crate) fn down_cells(&self) -> usize {
         self.state().down_cells
@@ -136,6 +144,7 @@ impl Project {
         state.go_made = go_made;
         state.down_cells = down_cells;
         state.listed = Some(state.listed.map_or(started, |l| l.max(started)));
+        state.listed_at = Some(Instant::now());
         // Marks older than the list are answered by it.
         state.uncertain.retain(|_, marked| *marked >= started);
     }

@@ -566,6 +566,38 @@ async fn get_uses_the_known_id_and_says_absent_from_one_list_per_identity() -> T
 }
 
 #[tokio::test]
+async fn with_a_lookup_list_gap_a_create_in_doubt_waits_for_the_next_list_instead_of_listing() -> TestResult {
+    let h = Harness::new().await?;
+    let cloud = h.fresh_cloud()?.with_lookup_list_gap(Duration::from_millis(600));
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.sim.inject(Target::Op(Op::ServerCreate), Fault::Status(504), 1);
+    cloud.create(&h.identity, &request("uid-1", false)).await.err().ok_or("the create should fail")?;
+    let lists = h.ops(Op::ServerListDetail);
+    assert_eq!(lists, 1, "the create's idempotency check listed once");
+
+    // A list ended moments ago: the lookup is left to the next one.
+    let error = cloud.get(&h.identity, &server_ref("uid-1")).await.err();
+    let Some(CloudError::Unavailable { status: 503, message }) = &error else {
+        return Err(format!("{error:?}").into());
+    };
+    assert!(message.contains("next list"), "{message}");
+    assert_eq!(h.ops(Op::ServerListDetail), lists, "no list of its own");
+
+    // The monitor's list answers it (the create in doubt had failed: absent).
+    cloud.list(&h.identity).await?;
+    assert_eq!(cloud.get(&h.identity, &server_ref("uid-1")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), lists + 1);
+
+    // Once the gap has passed with no list, a lookup lists for itself.
+    h.sim.inject(Target::Op(Op::ServerCreate), Fault::Status(504), 1);
+    cloud.create(&h.identity, &request("uid-1", false)).await.err().ok_or("the create should fail")?;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(cloud.get(&h.identity, &server_ref("uid-1")).await?, None);
+    assert_eq!(h.ops(Op::ServerListDetail), lists + 2);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_restarted_adapter_lists_once_for_all_its_servers() -> TestResult {
     let h = Harness::new().await?;
     for i in 0..20 {

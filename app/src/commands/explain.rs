@@ -74,7 +74,8 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 async fn explain(args: &Args) -> anyhow::Result<String> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let clouds: CloudRegistry =
-        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, &client, None).await?;
+        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, &client, None, std::time::Duration::ZERO)
+            .await?;
     let config = ControllerConfig {
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         ..ControllerConfig::default()

@@ -293,7 +293,9 @@ fn identity() -> String {
 /// region given twice is refused.
 async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -> anyhow::Result<CloudRegistry> {
     let hook = Some(metrics.login_failure_hook());
-    let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook).await?;
+    // Lookups that need a new Nova list leave it to the monitor's next poll.
+    let gap = args.monitor_interval;
+    let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook, gap).await?;
     #[cfg(feature = "sim")]
     let registry = {
         let mut registry = registry.supporting(server_kube::ProviderKind::Simulated);
@@ -379,12 +381,14 @@ async fn refuse_servers_made_elsewhere(
 
 /// One OpenStack cloud per region, from files or from Secrets, each with the
 /// OpenStack identity source. Credentials are per identity
-/// (OpenstackIdentity), never in this configuration.
+/// (OpenstackIdentity), never in this configuration. Lookups list Nova at
+/// most once per `lookup_list_gap` (see `OpenStackCloud::with_lookup_list_gap`).
 pub(crate) async fn openstack_clouds(
     configs: &[(String, String)],
     secrets: &[(String, String)],
     client: &kube::Client,
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
+    lookup_list_gap: Duration,
 ) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
     for (region, path) in configs {
@@ -392,7 +396,7 @@ pub(crate) async fn openstack_clouds(
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
-        register_openstack(&mut registry, region, config, login_failure_hook.clone())?;
+        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
     }
     for (region, secret) in secrets {
         let (namespace, name) = secret
@@ -410,7 +414,7 @@ pub(crate) async fn openstack_clouds(
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
-        register_openstack(&mut registry, region, config, login_failure_hook.clone())?;
+        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
     }
     Ok(registry)
 }
@@ -422,12 +426,14 @@ fn register_openstack(
     region: &str,
     config: OpenStackConfig,
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
+    lookup_list_gap: Duration,
 ) -> anyhow::Result<()> {
     if registry.get(region).is_some() {
         anyhow::bail!("region {region} is given twice; give each region once");
     }
     let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook)
         .with_context(|| format!("region {region}"))?
+        .with_lookup_list_gap(lookup_list_gap)
         .port();
     registry.insert(region, RegionCloud::openstack(port));
     Ok(())
@@ -576,11 +582,13 @@ mod tests {
     fn an_openstack_region_given_twice_is_refused_and_the_first_kept() {
         let config = || OpenStackConfig::from_json(r#"{"authURL": "http://keystone:5000", "region": "r1"}"#);
         let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
-        let first =
-            config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        let first = config()
+            .map_err(anyhow::Error::from)
+            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO));
         assert!(first.is_ok(), "{first:?}");
-        let again =
-            config().map_err(anyhow::Error::from).and_then(|c| register_openstack(&mut registry, "r1", c, None));
+        let again = config()
+            .map_err(anyhow::Error::from)
+            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO));
         let error = again.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("region r1 is given twice"), "{error}");
         assert!(registry.get("r1").is_some());
