@@ -801,3 +801,34 @@ fn references_left_under_a_former_identity_are_released() {
     let gone = reconcile(&deleting, &facts, &OPTIONS, at(20));
     assert_eq!(removed(&gone), ["net-a", "sg-a", "identity-a", "net-old-identity", "identity-old"]);
 }
+
+/// The create's status write lost to a conflict (the monitor wrote in
+/// between): the next pass sees the server present and must still say it is
+/// being created, or a vanishing before the monitor ever lists it leaves
+/// "not found" unchanged, nothing is written, nothing wakes a pass, and the
+/// Server stays Provisioned with no server (seen at 10,000 Servers).
+#[test]
+fn a_present_server_whose_create_status_was_lost_still_arms_the_lost_before_launch_edge() {
+    let mut server = adopted();
+    set_healthy(&mut server, ConditionStatus::Unknown, ConditionReason::Unknown);
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Absent;
+    let create = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&create), 1);
+    // Only the annotations land; the status write conflicted.
+    for action in &create.actions {
+        apply_annotations(&mut server, action);
+    }
+    facts.provider = present();
+    let next = reconcile(&server, &facts, &OPTIONS, at(12));
+    let healthy = next.status.condition(server_core::model::ConditionType::Healthy).unwrap();
+    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Provisioning));
+    // The monitor then finds it gone: a status change, and it wakes a pass.
+    let mut written = server.clone();
+    written.status = next.status.clone();
+    let mut vanished = written.clone();
+    vanished.status = server_core::observe(&written.status, None, at(20));
+    assert_ne!(vanished.status, written.status, "the monitor writes the vanishing");
+    let (before, after) = (server_core::WakeSignals::of(&written), server_core::WakeSignals::of(&vanished));
+    assert!(server_core::wakes(Some(&before), &after), "and the pass that counts it is woken");
+}

@@ -183,6 +183,20 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
     }
 }
 
+/// "Not found" observed before a create says nothing about it: the status
+/// says the server is being created, so the monitor's next "not found" is a
+/// change that wakes a pass (the lost-before-launch edge of `should_wake`)
+/// rather than a repeat it does not write.
+fn arm_lost_before_launch_edge(plan: &mut Plan) {
+    if plan
+        .status
+        .condition(ConditionType::Healthy)
+        .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
+    {
+        healthy_provisioning(plan, CREATING_MESSAGE);
+    }
+}
+
 /// Healthy is Unknown while the controller is (re)creating the server.
 fn healthy_provisioning(plan: &mut Plan, message: &str) {
     let now = plan.now;
@@ -217,6 +231,11 @@ fn ensure_exists(
 ) -> super::Decision {
     match view {
         ProviderView::Present(_) => {
+            // The create's own status write may have been lost (a conflict
+            // ends that pass); a present server is no longer "not found",
+            // and the create-time arming of the lost-before-launch edge
+            // must still hold, or its vanishing would be no change to wake on.
+            arm_lost_before_launch_edge(&mut plan);
             report_unapplied_spec_change(server, &mut plan);
             for action in references::to_prune(server, facts) {
                 plan.trail(action);
@@ -316,17 +335,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
             region_id: label(REGION_LABEL),
         },
     };
-    // "Not found" observed before this create says nothing about it: the
-    // status says the server is being created, so the monitor's next
-    // "not found" is a change that wakes a pass (the lost-before-launch edge
-    // of `should_wake`) rather than a repeat it does not write.
-    if plan
-        .status
-        .condition(ConditionType::Healthy)
-        .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
-    {
-        healthy_provisioning(&mut plan, CREATING_MESSAGE);
-    }
+    arm_lost_before_launch_edge(&mut plan);
     // Every create is preceded by a fresh note of its attempt and time: the
     // grace of its absence runs from here.
     let issued = IssuedCreate {
