@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use server_core::ServerStatus;
@@ -146,8 +147,11 @@ impl Monitor {
             drop(by_uid);
             self.listings.record_list(key, listed_at, records);
         }
-        let results: Vec<PatchResult> =
-            stream::iter(patches).map(|write| self.patch(write)).buffer_unordered(PATCHES_AT_ONCE).collect().await;
+        let results: Vec<PatchResult> = stream::iter(patches)
+            .map(|write| self.patch(caches, write))
+            .buffer_unordered(PATCHES_AT_ONCE)
+            .collect()
+            .await;
         for result in results {
             match result {
                 PatchResult::Patched => report.patched += 1,
@@ -183,8 +187,16 @@ impl Monitor {
         }
     }
 
-    async fn patch(&self, write: StatusWrite) -> PatchResult {
+    async fn patch(&self, caches: &Caches, write: StatusWrite) -> PatchResult {
         let StatusWrite { name, namespace, resource_version, patch } = write;
+        // A Server the cache already holds a newer version of was written
+        // since this poll read it (a pass, at scale often while the poll
+        // listed the cloud): its patch would only earn a 409. The next poll
+        // reads it fresh.
+        let cached = caches.servers.get(&ObjectRef::new(&name).within(&namespace));
+        if cached.is_some_and(|server| server.resource_version().as_deref() != Some(resource_version.as_str())) {
+            return PatchResult::Conflict;
+        }
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
         let api: Api<CachedServer> = Api::namespaced(self.client.clone(), &namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
