@@ -45,7 +45,9 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_YIELD_INTERVAL", default_value = "10s", value_parser = parse_duration)]
     yield_interval: Duration,
 
-    /// Interval of the monitor's provider poll.
+    /// Interval of the monitor's provider poll; also the least time between
+    /// two OpenStack server lists a pass asks for (whether a create whose
+    /// answer was lost made a server is left to the next list).
     #[arg(long, env = "SERVER_CONTROLLER_MONITOR_INTERVAL", default_value = "30s", value_parser = parse_duration)]
     monitor_interval: Duration,
 

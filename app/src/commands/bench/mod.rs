@@ -174,6 +174,7 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         max_attempts: args.max_attempts,
     };
     let sims_peak_is_this_size = operator::reset_own_peak_rss();
+    let sims_at_start = ProcessSample::read(None)?;
     let started = Instant::now();
     let mut operator = OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?;
     let (settled, wall) = settle(args, &mut world, &mut operator, started).await?;
@@ -207,6 +208,7 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         live_reads_per_server: per(metrics.live_reads, servers),
         rss_sims_bytes: sims.peak_rss,
         rss_sims_is_this_size: sims_peak_is_this_size,
+        sims_cpu_cores: (sims.cpu_seconds - sims_at_start.cpu_seconds) / wall.as_secs_f64().max(f64::EPSILON),
         rss_operator_bytes: process.peak_rss,
         unsettled,
     };

@@ -49,6 +49,10 @@ pub(crate) struct SizeResult {
     /// Whether that peak is this size's own (the kernel let it be reset);
     /// otherwise it is the peak since the bench started.
     pub(crate) rss_sims_is_this_size: bool,
+    /// CPU of this process (the sims and the bench's bookkeeping) while the
+    /// size settled, over its wall time: the cores the measurement itself
+    /// used, of the machine's, so the sims are seen not to be the bottleneck.
+    pub(crate) sims_cpu_cores: f64,
     /// Peak RSS (VmHWM) of the operator process alone.
     pub(crate) rss_operator_bytes: u64,
     /// The first few Servers that did not settle, and where they stand.
@@ -211,15 +215,15 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | Nova calls / Server | cloud requests / Server | live provider reads / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator |"
+            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | Nova calls / Server | cloud requests / Server | live provider reads / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator | CPU SimKube + cloud |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for s in &self.sizes {
             let settled =
                 if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
             writeln!(
                 f,
-                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} KB | {} | {} |",
+                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} KB | {} | {} | {:.2} cores |",
                 s.servers,
                 s.wall_seconds,
                 settled,
@@ -236,6 +240,7 @@ impl fmt::Display for BenchReport {
                 s.api.bytes_written_per_server / 1000.0,
                 megabytes(s.rss_sims_bytes),
                 megabytes(s.rss_operator_bytes),
+                s.sims_cpu_cores,
             )?;
         }
         for s in self.sizes.iter().filter(|s| !s.unsettled.is_empty()) {
