@@ -129,7 +129,8 @@ impl BenchWorld {
             let Some(server) = core_view(&object) else { continue };
             demo::rearm_if_refused(&store, t, &server, max_attempts)?;
             let history = demo::observer::History { latest: Some(server), ..Default::default() };
-            *done = demo::is_settled(t, &history, max_attempts);
+            let made = self.cloud.cloud.truth(&t.uid).creates_accepted;
+            *done = demo::is_settled(t, &history, max_attempts, made);
         }
         Ok(settled.iter().filter(|done| **done).count())
     }

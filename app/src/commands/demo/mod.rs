@@ -185,7 +185,10 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
     let settled = loop {
         observer.sample(&world, &cloud);
         act_as_user(&world, &mut tracked, &mut observer, max)?;
-        let done = tracked.iter().filter(|t| is_settled(t, &observer.servers[&t.planned.name], max)).count();
+        let done = tracked
+            .iter()
+            .filter(|t| is_settled(t, &observer.servers[&t.planned.name], max, cloud.truth(&t.uid).creates_accepted))
+            .count();
         progress.set_position(done as u64);
         progress.set_message(format!("{} provider servers live", cloud.live_servers()));
         if done == tracked.len() {
@@ -319,7 +322,9 @@ fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
 }
 
 /// Whether a Server reached the end its fate leads to.
-pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
+/// Whether a Server reached the end its fate leads to. `creates_accepted`
+/// is how many provider servers the cloud made for it.
+pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, creates_accepted: u32) -> bool {
     if history.gone {
         return true;
     }
@@ -331,8 +336,16 @@ pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32) -> bool {
     let available = server.status.condition(ConditionType::Available);
     let provisioned = available.is_some_and(|c| c.reason == ConditionReason::Provisioned);
     let parked_at_cap = lifecycle(server, max) == Lifecycle::Parked(ParkKind::AtCap);
-    if fate.failed_boots >= u32::try_from(max).unwrap_or(1) {
+    let cap = u32::try_from(max).unwrap_or(1);
+    if fate.failed_boots >= cap {
         return parked_at_cap;
+    }
+    // A counted attempt that made no server was a create answered with a
+    // 5xx (the cloud's outages hit any fate) whose grace ran out with no
+    // server: counted too (DESIGN, fail closed), so with fewer servers made
+    // than the cap, a park at the cap is where that luck ends.
+    if parked_at_cap && creates_accepted < cap {
+        return true;
     }
     // A create answered with a 5xx has an unknown fate: once its grace ran
     // out without a server it counts as an attempt (DESIGN, fail closed), so
@@ -551,12 +564,28 @@ mod tests {
     #[test]
     fn a_cap_reached_with_an_unknown_fate_create_among_failed_boots_is_settled_but_not_from_a_clean_fate() {
         let max = 3;
-        assert!(is_settled(&tracked(Fate::failing_boots(2)), &parked_after(3), max));
-        assert!(is_settled(&tracked(Fate::failing_forever()), &parked_after(3), max));
-        assert!(!is_settled(&tracked(Fate::failing_boots(2)), &parked_after(2), max), "under the cap is not parked");
-        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max), "a clean fate must end running");
+        // Every attempt made a server (the cloud accepted 3 creates).
+        let made = 3;
+        assert!(is_settled(&tracked(Fate::failing_boots(2)), &parked_after(3), max, made));
+        assert!(is_settled(&tracked(Fate::failing_forever()), &parked_after(3), max, made));
+        assert!(
+            !is_settled(&tracked(Fate::failing_boots(2)), &parked_after(2), max, made),
+            "under the cap is not parked"
+        );
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, made), "a clean fate must end running");
         let vanishes = Fate::vanish_after_launch(std::time::Duration::from_millis(1_500));
-        assert!(is_settled(&tracked(vanishes.clone()), &parked_after(3), max), "every boot vanished unseen");
-        assert!(!is_settled(&tracked(vanishes), &parked_after(1), max));
+        assert!(is_settled(&tracked(vanishes.clone()), &parked_after(3), max, made), "every boot vanished unseen");
+        assert!(!is_settled(&tracked(vanishes), &parked_after(1), max, made));
+    }
+
+    /// Seen at 3,000 Servers: a clean fate whose three creates each met a
+    /// cloud outage (503, never a server) parks at the cap, by design.
+    #[test]
+    fn a_clean_fate_parked_at_the_cap_is_settled_only_when_some_attempt_made_no_server() {
+        let max = 3;
+        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 0), "three outages");
+        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 2));
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, 3), "three servers made: a wrong park");
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(2), max, 0), "under the cap it must go on");
     }
 }
