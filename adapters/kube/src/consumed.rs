@@ -8,6 +8,7 @@
 //! never referenced.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -249,25 +250,36 @@ impl<K: NamespacedKind, S: BuildHasher> ConsumedCache<K, S> {
         let list = object.meta().finalizers.as_deref().unwrap_or_default();
         let mut indexes = self.indexes.lock().unwrap_or_else(PoisonError::into_inner);
         let reference = ObjectRef::from_obj(object.as_ref());
-        let current = indexes.get(&reference).is_some_and(|index| std::ptr::eq(index.of.as_ptr(), Arc::as_ptr(object)));
-        if !current {
-            if indexes.len() > PRUNE_INDEXES_PAST {
-                // Objects gone from the store (or replaced by a newer version) lose their index.
-                indexes.retain(|_, index| index.of.strong_count() > 0);
-            }
-            let mut positions = HashMap::with_capacity(list.len());
-            for (position, finalizer) in list.iter().enumerate() {
-                positions.entry(self.hasher.hash_one(finalizer.as_str())).or_insert(position);
-            }
-            indexes.insert(reference.clone(), FinalizerIndex { of: Arc::downgrade(object), positions });
+        let indexes_this_version = |index: &FinalizerIndex<K>| std::ptr::eq(index.of.as_ptr(), Arc::as_ptr(object));
+        if indexes.len() > PRUNE_INDEXES_PAST && !indexes.get(&reference).is_some_and(indexes_this_version) {
+            // Objects gone from the store (or replaced by a newer version) lose their index.
+            indexes.retain(|_, index| index.of.strong_count() > 0);
         }
-        let Some(index) = indexes.get(&reference) else { return false };
+        let index = match indexes.entry(reference) {
+            Entry::Occupied(entry) if indexes_this_version(entry.get()) => entry.into_mut(),
+            Entry::Occupied(mut entry) => {
+                entry.insert(FinalizerIndex::of(object, list, &self.hasher));
+                entry.into_mut()
+            }
+            Entry::Vacant(entry) => entry.insert(FinalizerIndex::of(object, list, &self.hasher)),
+        };
         match index.positions.get(&self.hasher.hash_one(wanted)) {
             None => false,
             Some(&position) if list.get(position).is_some_and(|f| f == wanted) => true,
             // Another finalizer with the same hash: only a scan can tell.
             Some(_) => list.iter().any(|f| f == wanted),
         }
+    }
+}
+
+impl<K> FinalizerIndex<K> {
+    /// The index of `object`'s finalizers `list`.
+    fn of(object: &Arc<K>, list: &[String], hasher: &impl BuildHasher) -> Self {
+        let mut positions = HashMap::with_capacity(list.len());
+        for (position, finalizer) in list.iter().enumerate() {
+            positions.entry(hasher.hash_one(finalizer.as_str())).or_insert(position);
+        }
+        FinalizerIndex { of: Arc::downgrade(object), positions }
     }
 }
 
