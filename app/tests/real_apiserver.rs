@@ -1,0 +1,361 @@
+//! Against the reference: a real kube-apiserver and etcd (`.ci/build-control-plane`),
+//! driven as a cluster admin and a user drive it, with kubectl and the
+//! operator's own binary.
+//!
+//! - the install of `deploy/overlays/example` with `kubectl apply
+//!   --server-side` (validation on), and our Server CRD refusing every
+//!   invalid Server with the same error as the upstream CRD;
+//! - the operator running as the ServiceAccount of `deploy/base` (a token
+//!   from `kubectl create token`, never admin) through a Server's life, with
+//!   no request of its refused (the audit log).
+//!
+//! Without the binaries these tests skip with a message naming the script;
+//! under `CI=true` they fail.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use server_e2e::control_plane::{ControlPlane, control_plane_or_skip, expect_success};
+use support::{free_port, get, wait_for};
+
+const SERVICE_ACCOUNT_USER: &str = "system:serviceaccount:server-controller:server-controller";
+const UPSTREAM_CRDS: &str = "fixtures/unikorn-crds";
+const NETWORK: &str = "0c6f8a9e-5b1d-4d8e-9f3a-2b7c1e4d5a60";
+const SECURITY_GROUP: &str = "7d2e4f1a-8c3b-4e5d-a6f7-1b2c3d4e5f60";
+const FLAVOR: &str = "8c2b1d54-2a56-4bb3-9b0c-1d2f6e1f4a01";
+const IMAGE: &str = "0e8d4f4c-58a4-4d55-93b5-0b65e1c7c3f2";
+
+fn repository() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The install a cluster admin does: the namespaces the README names, then
+/// the example overlay, server-side, with validation on.
+fn install(plane: &ControlPlane) {
+    for namespace in ["server-controller", "unikorn-region", "tenant"] {
+        plane.kubectl_ok(&["create", "namespace", namespace]);
+    }
+    let overlay = repository().join("deploy/overlays/example");
+    plane.kubectl_ok(&["apply", "--server-side", "--validate=strict", "-k", &overlay.display().to_string()]);
+    wait_established(plane, "servers.region.unikorn-cloud.org");
+}
+
+fn wait_established(plane: &ControlPlane, crd: &str) {
+    plane.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")]);
+}
+
+/// The upstream CRDs of the kinds a Server consumes (all but Server).
+fn install_consumed_kinds(plane: &ControlPlane) {
+    for entry in std::fs::read_dir(repository().join(UPSTREAM_CRDS)).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if name.ends_with("_servers") {
+            continue;
+        }
+        plane.kubectl_ok(&["apply", "--server-side", "-f", &path.display().to_string()]);
+        let (group, plural) = name.split_once('_').unwrap();
+        wait_established(plane, &format!("{plural}.{group}"));
+    }
+}
+
+fn server(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+        "kind": "Server",
+        "metadata": {
+            "name": name,
+            "namespace": "tenant",
+            "labels": {
+                "unikorn-cloud.org/name": name,
+                "regions.unikorn-cloud.org/region-id": "region-a",
+                "regions.unikorn-cloud.org/identity-id": "identity-1",
+            },
+        },
+        "spec": spec,
+    })
+}
+
+fn minimal_spec() -> Value {
+    json!({ "flavorID": FLAVOR, "image": { "id": IMAGE } })
+}
+
+/// Servers users write, each valid under the upstream CRD.
+fn valid_servers() -> Vec<Value> {
+    let full = json!({
+        "flavorID": FLAVOR,
+        "image": { "id": IMAGE },
+        "provider": "openstack",
+        "networks": [{
+            "id": NETWORK,
+            "allowedAddressPairs": [{ "cidr": "10.1.0.0/16", "macAddress": "fa:16:3e:00:00:01" }],
+        }],
+        "securityGroups": [{ "id": SECURITY_GROUP }],
+        "publicIPAllocation": { "enabled": true },
+        "sshInjection": "ca",
+        "sshCertificateAuthorityID": "ca-1",
+        "tags": [{ "name": "team", "value": "storage" }],
+        "userData": "I2Nsb3VkLWNvbmZpZwpydW5jbWQ6IFtbZWNobywgaGldXQo=",
+        "volumes": [{ "id": "v1" }, { "id": "v2" }],
+        "pause": false,
+    });
+    vec![server("minimal", minimal_spec()), server("full", full)]
+}
+
+/// Servers the upstream CRD refuses, each breaking one of its rules.
+fn invalid_servers() -> Vec<(&'static str, Value)> {
+    let with = |name: &str, edit: &dyn Fn(&mut Value)| {
+        let mut object = server(name, minimal_spec());
+        edit(&mut object["spec"]);
+        object
+    };
+    vec![
+        ("flavor not a uuid", with("bad-flavor", &|s| s["flavorID"] = json!("m1.small"))),
+        ("image id not a uuid", with("bad-image", &|s| s["image"]["id"] = json!("ubuntu"))),
+        ("network id not a uuid", with("bad-network", &|s| s["networks"] = json!([{ "id": "net-1" }]))),
+        ("unknown field", with("unknown-field", &|s| s["flavourID"] = json!(FLAVOR))),
+        ("missing image", with("no-image", &|s| drop(s.as_object_mut().unwrap().remove("image")))),
+        ("missing flavorID", with("no-flavor", &|s| drop(s.as_object_mut().unwrap().remove("flavorID")))),
+        (
+            "bad CIDR",
+            with("bad-cidr", &|s| {
+                s["networks"] = json!([{ "id": NETWORK, "allowedAddressPairs": [{ "cidr": "10.0.0.0/33" }] }])
+            }),
+        ),
+        ("duplicate volume ids", with("dup-volumes", &|s| s["volumes"] = json!([{ "id": "v1" }, { "id": "v1" }]))),
+        ("provider not in the enum", with("bad-provider", &|s| s["provider"] = json!("aws"))),
+        ("sshInjection not in the enum", with("bad-injection", &|s| s["sshInjection"] = json!("password"))),
+        ("userData not base64", with("bad-user-data", &|s| s["userData"] = json!("not base64!"))),
+        ("wrong type", with("bad-type", &|s| s["publicIPAllocation"] = json!({ "enabled": "yes" }))),
+    ]
+}
+
+/// What the API server answers `kubectl create --dry-run=server` with
+/// validation on: `Ok` or kubectl's error text.
+fn dry_run_create(plane: &ControlPlane, object: &Value) -> Result<(), String> {
+    let output = plane.kubectl_with_input(
+        &["create", "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-"],
+        &object.to_string(),
+    );
+    if output.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&output.stderr).trim().to_owned()) }
+}
+
+/// The answers to every valid and invalid Server, in order.
+fn answers(plane: &ControlPlane) -> Vec<(String, Result<(), String>)> {
+    let valid = valid_servers().into_iter().map(|object| (format!("valid {}", object["metadata"]["name"]), object));
+    let invalid = invalid_servers().into_iter().map(|(what, object)| (what.to_owned(), object));
+    valid.chain(invalid).map(|(what, object)| (what, dry_run_create(plane, &object))).collect()
+}
+
+#[test]
+fn install_with_kubectl_and_validate_servers_as_the_upstream_crd_does() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    eprintln!("control plane: {} ({})", plane.version, plane.url);
+    install(&plane);
+
+    let ours = answers(&plane);
+    for (what, answer) in &ours {
+        if what.starts_with("valid ") {
+            assert!(answer.is_ok(), "{what} refused by our CRD: {answer:?}");
+        } else {
+            assert!(answer.is_err(), "{what} accepted by our CRD");
+        }
+    }
+
+    // The same objects under the upstream CRD, installed in place of ours.
+    let upstream = repository().join(UPSTREAM_CRDS).join("region.unikorn-cloud.org_servers.yaml");
+    plane.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", &upstream.display().to_string()]);
+    wait_established(&plane, "servers.region.unikorn-cloud.org");
+    wait_for("the upstream CRD to serve", Duration::from_secs(30), || {
+        let schema = plane.kubectl_ok(&["get", "crd", "servers.region.unikorn-cloud.org", "-o", "json"]);
+        !schema.contains("server-controller")
+    });
+    let theirs = answers(&plane);
+    for ((what, ours), (_, theirs)) in ours.iter().zip(&theirs) {
+        assert_eq!(ours, theirs, "{what}: our CRD and the upstream CRD answer differently");
+    }
+}
+
+#[test]
+fn infrastructure_ref_is_immutable_under_our_crd_as_upstream() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    install(&plane);
+    let mut object = server("pinned", minimal_spec());
+    object["spec"]["infrastructureRef"] = json!("host-1");
+    let created = plane.kubectl_with_input(&["create", "-f", "-"], &object.to_string());
+    expect_success("creating a pinned Server", &created);
+    let patch = json!({ "spec": { "infrastructureRef": "host-2" } }).to_string();
+    let output = plane
+        .kubectl()
+        .args(["-n", "tenant", "patch", "server", "pinned", "--type=merge", "-p", &patch])
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "a changed infrastructureRef was accepted");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("infrastructureRef is immutable"), "{stderr}");
+}
+
+/// A Server through its whole life with the operator authenticated as its
+/// own ServiceAccount: created, provisioned, its Network and SecurityGroup
+/// referenced, deleted, released. Not one of its requests is refused.
+#[test]
+fn operator_does_its_job_under_the_rbac_of_deploy() {
+    let Some(plane) = control_plane_or_skip() else { return };
+    install(&plane);
+    install_consumed_kinds(&plane);
+    seed_tenant(&plane);
+    let kubeconfig = plane.service_account_kubeconfig("server-controller", "server-controller");
+
+    let metrics = free_port();
+    let log = plane.dir.join("operator.log");
+    let mut operator = Operator::start(&kubeconfig, metrics, &log);
+    wait_for("the operator's /readyz", Duration::from_secs(90), || {
+        operator.assert_running(&log);
+        get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
+    });
+
+    let mut object = server("web-1", minimal_spec());
+    object["spec"]["networks"] = json!([{ "id": NETWORK }]);
+    object["spec"]["securityGroups"] = json!([{ "id": SECURITY_GROUP }]);
+    expect_success("kubectl apply", &plane.kubectl_with_input(&["apply", "-f", "-"], &object.to_string()));
+
+    let running = wait_json(&plane, &["-n", "tenant", "get", "server", "web-1"], Duration::from_secs(90), |s| {
+        s["status"]["phase"] == "Running" && s["status"]["provisionedAt"].is_string()
+    });
+    assert_eq!(running["metadata"]["finalizers"], json!(["server-controller.unikorn-cloud.org/server"]), "{running}");
+    for (kind, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP)] {
+        let referenced =
+            plane.kubectl_ok(&["-n", "tenant", "get", kind, name, "-o", "jsonpath={.metadata.finalizers}"]);
+        assert!(!referenced.trim().is_empty(), "{kind}/{name} holds no reference: {referenced}");
+    }
+
+    plane.kubectl_ok(&["-n", "tenant", "delete", "server", "web-1", "--wait=true", "--timeout=90s"]);
+    for (kind, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP)] {
+        wait_for(&format!("{kind}/{name} released"), Duration::from_secs(60), || {
+            plane
+                .kubectl_ok(&["-n", "tenant", "get", kind, name, "-o", "jsonpath={.metadata.finalizers}"])
+                .trim()
+                .is_empty()
+        });
+    }
+    operator.stop();
+
+    let refused = plane.audited(SERVICE_ACCOUNT_USER, 403);
+    assert!(refused.is_empty(), "the operator was refused under its RBAC:\n{}", refused.join("\n"));
+    let served = plane.audited(SERVICE_ACCOUNT_USER, 200).len() + plane.audited(SERVICE_ACCOUNT_USER, 201).len();
+    assert!(served > 0, "the audit log shows no request of the operator's ServiceAccount");
+    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!log.contains("403"), "the operator logged a 403:\n{log}");
+}
+
+/// The tenant a Server of region-a needs, as the region's other controllers
+/// would leave it: a ready Identity, a Network and a SecurityGroup.
+fn seed_tenant(plane: &ControlPlane) {
+    let labels = json!({
+        "regions.unikorn-cloud.org/region-id": "region-a",
+        "regions.unikorn-cloud.org/identity-id": "identity-1",
+    });
+    let object = |kind: &str, name: &str, spec: Value| {
+        json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "kind": kind,
+            "metadata": { "name": name, "namespace": "tenant", "labels": labels },
+            "spec": spec,
+        })
+    };
+    let objects = [
+        object("Identity", "identity-1", json!({})),
+        object("Network", NETWORK, json!({ "prefix": "192.168.0.0/24" })),
+        object("SecurityGroup", SECURITY_GROUP, json!({})),
+    ];
+    for object in objects {
+        expect_success("seeding the tenant", &plane.kubectl_with_input(&["create", "-f", "-"], &object.to_string()));
+    }
+    let available = json!({ "status": { "conditions": [{
+        "type": "Available", "status": "True", "reason": "Provisioned",
+        "message": "Provisioned", "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }]}});
+    plane.kubectl_ok(&[
+        "-n",
+        "tenant",
+        "patch",
+        "identity",
+        "identity-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &available.to_string(),
+    ]);
+}
+
+fn wait_json(plane: &ControlPlane, args: &[&str], timeout: Duration, check: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + timeout;
+    let mut last = Value::Null;
+    while Instant::now() < deadline {
+        let output = plane.kubectl().args(args).args(["-o", "json"]).output().unwrap();
+        if output.status.success() {
+            last = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+            if check(&last) {
+                return last;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("timed out on kubectl {}; last seen:\n{last:#}", args.join(" "));
+}
+
+/// `server-controller run` as the ServiceAccount, with the in-process
+/// simulated cloud serving region-a.
+struct Operator {
+    child: std::process::Child,
+}
+
+impl Operator {
+    fn start(kubeconfig: &Path, metrics: std::net::SocketAddr, log: &Path) -> Operator {
+        let log_file = std::fs::File::create(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+            .args(["run", "--cloud", "sim", "--sim-region", "region-a"])
+            .args(["--yield-interval", "500ms", "--monitor-interval", "500ms", "--log-format", "json"])
+            .args(["--leader-election-namespace", "server-controller"])
+            .arg("--metrics-addr")
+            .arg(metrics.to_string())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .expect("the operator starts");
+        Operator { child }
+    }
+
+    fn assert_running(&mut self, log: &Path) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("the operator exited ({status}):\n{}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,475 @@
+//! The reference Kubernetes control plane for tests, as envtest starts it:
+//! etcd and kube-apiserver (built by `.ci/build-control-plane`) on loopback
+//! ports picked here, in a temporary directory, with a test CA, serving and
+//! admin client certificates, ServiceAccount token signing (so `kubectl
+//! create token` works), `--authorization-mode=RBAC`, the ServiceAccount
+//! admission plugin off and an audit log of every request. No
+//! kube-controller-manager runs: no garbage collection, no namespace
+//! finalization, no default ServiceAccount per namespace.
+//!
+//! Each process runs under a small shell watchdog that holds a pipe from this
+//! process: when the [`ControlPlane`] is dropped, or the test process dies
+//! however it dies, the pipe closes and the watchdog stops the process by PID
+//! and removes its data.
+//!
+//! Where the binaries are: `$CONTROL_PLANE_BIN`, else the newest build in
+//! `~/.cache/server-controller/control-plane/`. Outside CI a missing build
+//! skips the test with a message naming the script; under `CI=true` it fails.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose,
+};
+
+/// The script that builds the binaries, named in every message about them.
+pub const BUILD_SCRIPT: &str = ".ci/build-control-plane";
+/// How long etcd and kube-apiserver get to turn ready.
+const STARTUP: Duration = Duration::from_secs(120);
+
+/// Why the control plane could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    #[error("no kube-apiserver and etcd build found (looked in {looked}); run `bash {BUILD_SCRIPT}` to build them")]
+    Missing { looked: String },
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("creating the test certificates: {0}")]
+    Certificates(#[from] rcgen::Error),
+    #[error("{what} did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
+    NotReady { what: &'static str, log: String, tail: String },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
+    let what = what.into();
+    move |source| ControlPlaneError::Io { what, source }
+}
+
+/// etcd and kube-apiserver running for a test; both stop when it is dropped.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// The temporary directory: certificates, kubeconfigs, logs, etcd's data.
+    pub dir: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+    /// The directory holding the binaries, and their build stamp.
+    pub bin: PathBuf,
+    pub version: String,
+    ca_pem: String,
+    apiserver: Option<Supervised>,
+    etcd: Option<Supervised>,
+}
+
+/// The control plane for this test, or `None` (with a message) when its
+/// binaries are not built and this is not CI. Under CI a missing or broken
+/// control plane fails the test.
+pub fn control_plane_or_skip() -> Option<ControlPlane> {
+    let under_ci = std::env::var("CI").as_deref() == Ok("true");
+    match ControlPlane::start() {
+        Ok(plane) => Some(plane),
+        Err(error @ ControlPlaneError::Missing { .. }) if !under_ci => {
+            eprintln!("skipping: {error}");
+            None
+        }
+        Err(error) => panic!("the reference control plane did not start: {error}"),
+    }
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver and waits until kube-apiserver's
+    /// `/readyz` answers 200 to the admin.
+    pub fn start() -> Result<ControlPlane, ControlPlaneError> {
+        let bin = binaries()?;
+        let version = std::fs::read_to_string(bin.join("stamp")).unwrap_or_default().trim().to_owned();
+        let dir = unique_dir()?;
+        let certs = Certificates::generate()?;
+        certs.write(&dir)?;
+        std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(io("writing the audit policy"))?;
+
+        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let etcd_data = etcd_data_dir(&dir)?;
+        let etcd = Supervised::spawn(
+            "etcd",
+            &bin.join("etcd"),
+            &[
+                "--name=test".into(),
+                format!("--data-dir={}", etcd_data.display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=test={peer_url}"),
+                // Tests keep nothing: no fsync, and the data on tmpfs where there is one.
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+            &dir.join("etcd.log"),
+            Some(&etcd_data),
+        )?;
+        let path = |file: &str| dir.join(file).display().to_string();
+        let apiserver = Supervised::spawn(
+            "kube-apiserver",
+            &bin.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", path("apiserver-certs")),
+                format!("--tls-cert-file={}", path("serving.crt")),
+                format!("--tls-private-key-file={}", path("serving.key")),
+                format!("--client-ca-file={}", path("ca.crt")),
+                "--authorization-mode=RBAC".into(),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!("--service-account-key-file={}", path("service-accounts.key")),
+                format!("--service-account-signing-key-file={}", path("service-accounts.key")),
+                // As envtest: no controller-manager makes the token Secrets it would want.
+                "--disable-admission-plugins=ServiceAccount".into(),
+                "--service-cluster-ip-range=10.0.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--endpoint-reconciler-type=none".into(),
+                format!("--audit-log-path={}", path("audit.log")),
+                format!("--audit-policy-file={}", path("audit-policy.yaml")),
+            ],
+            &dir.join("kube-apiserver.log"),
+            None,
+        )?;
+        let mut plane = ControlPlane {
+            url: format!("https://127.0.0.1:{api_port}"),
+            dir,
+            bin,
+            version,
+            ca_pem: certs.ca_pem.clone(),
+            apiserver: Some(apiserver),
+            etcd: Some(etcd),
+        };
+        plane.write_kubeconfig("kubeconfig", &certs.admin_user())?;
+        plane.wait_ready()?;
+        Ok(plane)
+    }
+
+    /// The admin's kubeconfig (a client certificate in `system:masters`).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    /// The audit log: one JSON event per request (user, verb, URI, code).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// kubectl as the admin.
+    pub fn kubectl(&self) -> Command {
+        self.kubectl_as(&self.kubeconfig())
+    }
+
+    /// kubectl with the given kubeconfig: the one built with kube-apiserver
+    /// (same version), else the one on PATH.
+    pub fn kubectl_as(&self, kubeconfig: &Path) -> Command {
+        let built = self.bin.join("kubectl");
+        let mut command = Command::new(if built.is_file() { built.as_os_str() } else { "kubectl".as_ref() });
+        command.env("KUBECONFIG", kubeconfig).arg("--cache-dir").arg(self.dir.join("kubectl-cache"));
+        command
+    }
+
+    /// Runs kubectl as the admin; panics with its output unless it succeeds.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl().args(args).output().unwrap_or_else(|e| panic!("kubectl does not run: {e}"));
+        expect_success(&format!("kubectl {}", args.join(" ")), &output)
+    }
+
+    /// Runs kubectl as the admin with `input` on stdin.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("kubectl does not run: {e}"));
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input.as_bytes()).unwrap_or_else(|e| panic!("writing kubectl's input: {e}"));
+        }
+        child.wait_with_output().unwrap_or_else(|e| panic!("kubectl did not finish: {e}"))
+    }
+
+    /// A kubeconfig that authenticates as the ServiceAccount `namespace/name`
+    /// with a token from `kubectl create token`, as a pod of it would.
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let token = self.kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=2h"]);
+        let file = format!("kubeconfig-{namespace}-{name}");
+        self.write_kubeconfig(&file, &format!("    token: {}\n", token.trim()))
+            .unwrap_or_else(|e| panic!("writing {file}: {e}"));
+        self.dir.join(file)
+    }
+
+    /// The audit events of requests `user` made that were answered `code`,
+    /// as `VERB URI` lines.
+    pub fn audited(&self, user: &str, code: u16) -> Vec<String> {
+        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| event["stage"] == "ResponseComplete" && event["user"]["username"] == user)
+            .filter(|event| event["responseStatus"]["code"].as_u64() == Some(u64::from(code)))
+            .map(|event| {
+                format!("{} {}", event["verb"].as_str().unwrap_or("?"), event["requestURI"].as_str().unwrap_or("?"))
+            })
+            .collect()
+    }
+
+    fn write_kubeconfig(&self, file: &str, user: &str) -> Result<(), ControlPlaneError> {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: user\n  user:\n{user}contexts:\n- name: test\n  context:\n    cluster: test\n    user: user\n    namespace: default\ncurrent-context: test\n",
+            url = self.url,
+            ca = BASE64.encode(&self.ca_pem),
+        );
+        std::fs::write(self.dir.join(file), text).map_err(io(format!("writing {file}")))
+    }
+
+    fn wait_ready(&mut self) -> Result<(), ControlPlaneError> {
+        let deadline = Instant::now() + STARTUP;
+        loop {
+            let ready = self
+                .kubectl()
+                .args(["get", "--raw", "/readyz"])
+                .stderr(Stdio::null())
+                .output()
+                .is_ok_and(|output| output.status.success());
+            if ready {
+                return Ok(());
+            }
+            for process in [&mut self.etcd, &mut self.apiserver].into_iter().flatten() {
+                if Instant::now() > deadline || process.exited() {
+                    return Err(ControlPlaneError::NotReady {
+                        what: process.name,
+                        log: process.log.display().to_string(),
+                        tail: tail(&process.log),
+                    });
+                }
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+/// Panics with the command's output unless it succeeded; its stdout.
+pub fn expect_success(what: &str, output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Every request to the API, answered; metadata only (no bodies: Secrets).
+const AUDIT_POLICY: &str =
+    "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
+
+/// A process under a shell watchdog: the watchdog ends with the process, and
+/// stops it by PID (TERM, then KILL after 5 s) on EOF on its stdin; then it
+/// removes `cleanup`.
+#[derive(Debug)]
+struct Supervised {
+    name: &'static str,
+    log: PathBuf,
+    watchdog: Child,
+    stdin: Option<ChildStdin>,
+}
+
+const WATCHDOG: &str = r#"
+program=$1; log=$2; cleanup=$3; shift 3
+exec 3<&0
+"$program" "$@" >>"$log" 2>&1 </dev/null &
+pid=$!
+( read -r _ <&3; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL "$pid" 2>/dev/null ) &
+reader=$!
+exec 3<&-
+wait "$pid"
+status=$?
+kill "$reader" 2>/dev/null
+[ -n "$cleanup" ] && rm -rf "$cleanup"
+exit "$status"
+"#;
+
+impl Supervised {
+    fn spawn(
+        name: &'static str,
+        program: &Path,
+        args: &[String],
+        log: &Path,
+        cleanup: Option<&Path>,
+    ) -> Result<Self, ControlPlaneError> {
+        let mut watchdog = Command::new("bash")
+            .arg("-c")
+            .arg(WATCHDOG)
+            .arg("watchdog")
+            .arg(program)
+            .arg(log)
+            .arg(cleanup.map(|p| p.display().to_string()).unwrap_or_default())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(io(format!("starting {}", program.display())))?;
+        let stdin = watchdog.stdin.take();
+        Ok(Supervised { name, log: log.to_owned(), watchdog, stdin })
+    }
+
+    /// Whether the process has stopped: its watchdog ends with it.
+    fn exited(&mut self) -> bool {
+        !matches!(self.watchdog.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Supervised {
+    fn drop(&mut self) {
+        // EOF on the watchdog's stdin stops the process; wait for it so its
+        // ports and data are free when the next test starts.
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.exited() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // kube-apiserver before etcd, as a cluster is stopped.
+        drop(self.apiserver.take());
+        drop(self.etcd.take());
+        if std::env::var_os("CONTROL_PLANE_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+struct Certificates {
+    ca_pem: String,
+    serving: (String, String),
+    admin: (String, String),
+    service_accounts: String,
+}
+
+impl Certificates {
+    fn generate() -> Result<Self, rcgen::Error> {
+        let mut ca = CertificateParams::new(Vec::new())?;
+        ca.distinguished_name.push(DnType::CommonName, "server-controller test CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])?;
+        serving.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let serving = serving.signed_by(&serving_key, &ca)?;
+
+        // kube-apiserver's client-certificate authenticator: user = CN, groups = O.
+        let admin_key = KeyPair::generate()?;
+        let mut admin = CertificateParams::new(Vec::new())?;
+        admin.distinguished_name.push(DnType::CommonName, "admin");
+        admin.distinguished_name.push(DnType::OrganizationName, "system:masters");
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let admin = admin.signed_by(&admin_key, &ca)?;
+
+        Ok(Certificates {
+            ca_pem: ca.pem(),
+            serving: (serving.pem(), serving_key.serialize_pem()),
+            admin: (admin.pem(), admin_key.serialize_pem()),
+            service_accounts: KeyPair::generate()?.serialize_pem(),
+        })
+    }
+
+    fn write(&self, dir: &Path) -> Result<(), ControlPlaneError> {
+        for (file, text) in [
+            ("ca.crt", &self.ca_pem),
+            ("serving.crt", &self.serving.0),
+            ("serving.key", &self.serving.1),
+            ("service-accounts.key", &self.service_accounts),
+        ] {
+            std::fs::write(dir.join(file), text).map_err(io(format!("writing {file}")))?;
+        }
+        Ok(())
+    }
+
+    /// The kubeconfig `user:` entry of the admin.
+    fn admin_user(&self) -> String {
+        format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            BASE64.encode(&self.admin.0),
+            BASE64.encode(&self.admin.1)
+        )
+    }
+}
+
+fn binaries() -> Result<PathBuf, ControlPlaneError> {
+    let complete = |dir: &Path| dir.join("kube-apiserver").is_file() && dir.join("etcd").is_file();
+    if let Some(dir) = std::env::var_os("CONTROL_PLANE_BIN").map(PathBuf::from) {
+        return if complete(&dir) {
+            Ok(dir)
+        } else {
+            Err(ControlPlaneError::Missing { looked: format!("CONTROL_PLANE_BIN={}", dir.display()) })
+        };
+    }
+    let cache =
+        std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/server-controller/control-plane");
+    let newest = std::fs::read_dir(&cache)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|dir| complete(dir))
+        .max_by_key(|dir| std::fs::metadata(dir.join("stamp")).and_then(|m| m.modified()).ok());
+    newest.ok_or_else(|| ControlPlaneError::Missing { looked: cache.display().to_string() })
+}
+
+fn unique_dir() -> Result<PathBuf, ControlPlaneError> {
+    let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("server-controller-control-plane-{}-{unique}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(io(format!("creating {}", dir.display())))?;
+    Ok(dir)
+}
+
+/// etcd's data directory: on tmpfs (`/dev/shm`) where there is one.
+fn etcd_data_dir(dir: &Path) -> Result<PathBuf, ControlPlaneError> {
+    let shm = Path::new("/dev/shm");
+    let data = match dir.file_name() {
+        Some(name) if shm.is_dir() => shm.join(name).join("etcd"),
+        _ => dir.join("etcd"),
+    };
+    std::fs::create_dir_all(&data).map_err(io(format!("creating {}", data.display())))?;
+    Ok(data)
+}
+
+fn free_port() -> Result<u16, ControlPlaneError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .map_err(io("picking a loopback port"))
+}
+
+fn tail(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
