@@ -227,7 +227,7 @@ fn operator_does_its_job_under_the_rbac_of_deploy() {
     let running = wait_json(&plane, &["-n", "tenant", "get", "server", "web-1"], Duration::from_secs(90), |s| {
         s["status"]["phase"] == "Running" && s["status"]["provisionedAt"].is_string()
     });
-    assert_eq!(running["metadata"]["finalizers"], json!(["server-controller.unikorn-cloud.org/server"]), "{running}");
+    assert_eq!(running["metadata"]["finalizers"], json!([server_core::model::SERVER_FINALIZER]), "{running}");
     for (kind, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP)] {
         let referenced =
             plane.kubectl_ok(&["-n", "tenant", "get", kind, name, "-o", "jsonpath={.metadata.finalizers}"]);
@@ -269,7 +269,7 @@ fn seed_tenant(plane: &ControlPlane) {
         })
     };
     let objects = [
-        object("Identity", "identity-1", json!({})),
+        object("Identity", "identity-1", json!({ "provider": "openstack" })),
         object("Network", NETWORK, json!({ "prefix": "192.168.0.0/24" })),
         object("SecurityGroup", SECURITY_GROUP, json!({})),
     ];

@@ -43,7 +43,7 @@ pub enum ControlPlaneError {
     Io { what: String, source: std::io::Error },
     #[error("creating the test certificates: {0}")]
     Certificates(#[from] rcgen::Error),
-    #[error("{what} did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
+    #[error("{what} stopped or did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
     NotReady { what: &'static str, log: String, tail: String },
 }
 
@@ -130,7 +130,7 @@ impl ControlPlane {
                 format!("--client-ca-file={}", path("ca.crt")),
                 "--authorization-mode=RBAC".into(),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                format!("--service-account-key-file={}", path("service-accounts.key")),
+                format!("--service-account-key-file={}", path("service-accounts.pub")),
                 format!("--service-account-signing-key-file={}", path("service-accounts.key")),
                 // As envtest: no controller-manager makes the token Secrets it would want.
                 "--disable-admission-plugins=ServiceAccount".into(),
@@ -367,7 +367,8 @@ struct Certificates {
     ca_pem: String,
     serving: (String, String),
     admin: (String, String),
-    service_accounts: String,
+    /// The ServiceAccount token signing key, private and public.
+    service_accounts: (String, String),
 }
 
 impl Certificates {
@@ -396,7 +397,10 @@ impl Certificates {
             ca_pem: ca.pem(),
             serving: (serving.pem(), serving_key.serialize_pem()),
             admin: (admin.pem(), admin_key.serialize_pem()),
-            service_accounts: KeyPair::generate()?.serialize_pem(),
+            service_accounts: {
+                let key = KeyPair::generate()?;
+                (key.serialize_pem(), key.public_key_pem())
+            },
         })
     }
 
@@ -405,7 +409,8 @@ impl Certificates {
             ("ca.crt", &self.ca_pem),
             ("serving.crt", &self.serving.0),
             ("serving.key", &self.serving.1),
-            ("service-accounts.key", &self.service_accounts),
+            ("service-accounts.key", &self.service_accounts.0),
+            ("service-accounts.pub", &self.service_accounts.1),
         ] {
             std::fs::write(dir.join(file), text).map_err(io(format!("writing {file}")))?;
         }

@@ -38,6 +38,8 @@ pub struct Details {
     /// `Status.details.causes`: `(reason, message, field)` of each violation
     /// of a 422 `Invalid`.
     pub causes: Vec<(String, String, String)>,
+    /// Served as kube-apiserver's mux serves an unknown path: plain text.
+    pub plain_text: bool,
 }
 
 /// The resource an error is about, for `Status.details`.
@@ -76,14 +78,38 @@ impl ApiError {
         Self::new(404, "NotFound", message).about(subject)
     }
 
-    /// 404 for a path that names no served resource.
+    /// 404 for a path that names no served resource: kube-apiserver's mux
+    /// answers it in plain text, `404 page not found`, not as a `Status`.
     pub(crate) fn unknown_path(path: &str) -> Self {
-        Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"))
+        let mut error =
+            Self::new(404, "NotFound", format!("the server could not find the requested resource ({path})"));
+        error.details.plain_text = true;
+        error
     }
 
     pub(crate) fn already_exists(subject: Subject<'_>) -> Self {
         let message = format!("{} \"{}\" already exists", subject.qualified(), subject.name);
         Self::new(409, "AlreadyExists", message).about(subject)
+    }
+
+    /// A delete precondition that does not hold (upstream
+    /// `apiserver/pkg/storage` `NewInvalidObjError` through the registry:
+    /// 409 `Conflict` about the Kind).
+    pub(crate) fn precondition_failed(
+        kind: &str,
+        subject: Subject<'_>,
+        field: &str,
+        wanted: &str,
+        recorded: &str,
+    ) -> Self {
+        let consequence = if field == "UID" { "deleted and then recreated" } else { "modified" };
+        let message = format!(
+            "Operation cannot be fulfilled on {kind}.{} \"{}\": the {field} in the precondition ({wanted}) does not match the {field} in record ({recorded}). The object might have been {consequence}",
+            subject.group, subject.name
+        );
+        let mut error = Self::new(409, "Conflict", message).about(subject);
+        error.details.kind = kind.to_string();
+        error
     }
 
     /// The optimistic-concurrency failure: a stale resourceVersion or uid precondition.
@@ -221,6 +247,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if self.details.plain_text {
+            return (code, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "404 page not found\n")
+                .into_response();
+        }
         let mut response = (code, axum::Json(self.to_status())).into_response();
         if self.details.retry_after_seconds > 0 {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(self.details.retry_after_seconds));

@@ -639,10 +639,12 @@ impl StoreState {
                 return Err(ApiError::conflict(subject));
             }
             None if write.require_resource_version => {
-                return Err(ApiError::invalid(
-                    subject,
-                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
-                ));
+                let cause = validation::Cause {
+                    reason: "FieldValueInvalid",
+                    field: "metadata.resourceVersion".into(),
+                    message: "Invalid value: 0: must be specified for an update".into(),
+                };
+                return Err(ApiError::invalid_fields(subject.plural, subject, &[cause]));
             }
             _ => {}
         }
@@ -673,12 +675,17 @@ impl StoreState {
             let existing = finalizers(&old);
             let added: Vec<&str> = finalizers(&new).into_iter().filter(|f| !existing.contains(f)).collect();
             if !added.is_empty() {
-                return Err(ApiError::invalid(
-                    subject,
-                    &format!(
-                        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers {added:?}"
+                // Go's %#v of a []string, as ValidateObjectMetaUpdate prints it.
+                let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+                let cause = validation::Cause {
+                    reason: "FieldValueForbidden",
+                    field: "metadata.finalizers".into(),
+                    message: format!(
+                        "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        quoted.join(", ")
                     ),
-                ));
+                };
+                return Err(ApiError::invalid_fields(&rtype.kind, subject, &[cause]));
             }
         }
         if target == Target::Main && spec_differs(&old, &new, rtype.status_subresource) {
@@ -737,10 +744,16 @@ impl StoreState {
     ) -> Result<Arc<Value>, ApiError> {
         let old = self.get(key, namespace, name)?;
         let subject = Subject::new(&key.0, &key.1, name);
-        if preconditions.uid.as_deref().is_some_and(|uid| Some(uid) != meta_str(&old, "uid"))
-            || preconditions.resource_version.as_deref().is_some_and(|rv| Some(rv) != meta_str(&old, "resourceVersion"))
-        {
-            return Err(ApiError::conflict(subject));
+        let kind = self.type_state(key)?.rtype.kind.clone();
+        for (field, wanted, recorded) in [
+            ("UID", preconditions.uid.as_deref(), meta_str(&old, "uid")),
+            ("ResourceVersion", preconditions.resource_version.as_deref(), meta_str(&old, "resourceVersion")),
+        ] {
+            if let Some(wanted) = wanted
+                && Some(wanted) != recorded
+            {
+                return Err(ApiError::precondition_failed(&kind, subject, field, wanted, recorded.unwrap_or_default()));
+            }
         }
         if write.commit == Commit::DryRun {
             return Ok(old);
@@ -821,8 +834,11 @@ impl StoreState {
         let Some(structural) = schema::crd_schema(crd, version) else { return Ok(()) };
         let unknown = schema::prune(structural, object);
         write.warnings.extend(schema::verdict(validation, &rtype.kind, version, &unknown)?);
-        let causes = validation::validate(structural, object, old);
+        let mut causes = validation::validate(structural, object, old);
         if !causes.is_empty() {
+            if validation::has_rules(structural) {
+                causes.push(validation::rules_not_checked());
+            }
             let name = meta_str(object, "name").unwrap_or_default();
             return Err(ApiError::invalid_fields(
                 &rtype.kind,

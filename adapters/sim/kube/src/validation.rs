@@ -35,6 +35,27 @@ impl Cause {
     }
 }
 
+/// Whether the schema carries CEL rules (`x-kubernetes-validations`) anywhere.
+pub(crate) fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(fields) => fields.contains_key("x-kubernetes-validations") || fields.values().any(has_rules),
+        Value::Array(items) => items.iter().any(has_rules),
+        _ => false,
+    }
+}
+
+/// The cause kube-apiserver appends when schema errors kept it from running
+/// the CEL rules (apiextensions-apiserver `customresource_handler`: "some
+/// validation rules were not checked"). SimKube never runs them: see
+/// [`crate`]'s known leniencies.
+pub(crate) fn rules_not_checked() -> Cause {
+    Cause {
+        reason: "FieldValueInvalid",
+        field: "<nil>".into(),
+        message: "Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+    }
+}
+
 /// The violations of `object` against `schema`; `old` is the stored object
 /// an update replaces (unchanged values are not validated again).
 pub(crate) fn validate(schema: &Value, object: &Value, old: Option<&Value>) -> Vec<Cause> {
@@ -128,7 +149,10 @@ fn check_string(schema: &Value, text: &str, value: &Value, path: &str, causes: &
     if let Some(format) = schema.get("format").and_then(Value::as_str)
         && !has_format(text, format)
     {
-        causes.push(invalid(path, value, format!("{path} in body must be of type {format}: {value}")));
+        // kube-openapi reports a format miss as a type error (`errors.InvalidType`).
+        let mut cause = invalid(path, value, format!("{path} in body must be of type {format}: {value}"));
+        cause.reason = "FieldValueTypeInvalid";
+        causes.push(cause);
     }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         // A pattern the regex engine cannot compile is the CRD's fault; the
