@@ -9,7 +9,7 @@ use super::options::Options;
 use super::plan::Plan;
 use super::provision::server_ref;
 use super::references;
-use crate::model::{SERVER_FINALIZER, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, SERVER_FINALIZER, Server};
 
 pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> Decision {
     match &facts.provider {
@@ -33,16 +33,23 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
             release(server, facts, plan)
         }
         ProviderView::Present(_) => {
+            // The provider shows the server this pass deletes: whatever create
+            // the note records has landed (one provider server per Server), so
+            // its fate is settled and the note goes before the delete. The
+            // absence read after the delete is then final at once.
+            if IssuedCreate::of(server).is_some() {
+                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+            }
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
             plan.finish(Outcome::Yield(Wait::DeletingProviderServer))
         }
         // A create of unknown fate may still land after this read: absence
-        // is confirmed once its grace is over. A create whose record the
-        // monitor has seen (scheduledAt, which a retry's reset clears) has
-        // landed: its fate is settled.
+        // is confirmed once its grace is over. Only the create-issued note
+        // says whether one is outstanding; nothing in the status does (a
+        // `scheduledAt` may describe an earlier attempt's server: a park at
+        // the cap keeps it).
         ProviderView::Absent
-            if server.status.scheduled_at.is_none()
-                && IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
+            if IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
         {
             plan.finish(Outcome::Yield(Wait::IssuedCreateBeforeRelease))
         }

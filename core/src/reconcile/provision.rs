@@ -129,11 +129,14 @@ fn outstanding_create(server: &Server, plan: &Plan) -> Option<IssuedCreate> {
     IssuedCreate::of(server).filter(|issued| issued.attempt == plan.status.provider_create_failures)
 }
 
-/// Whether the current attempt's create was issued so recently that its
-/// provider server's absence proves nothing yet: creating again could make a
-/// second server once the first lands.
+/// Whether a create was issued so recently that its provider server's
+/// absence proves nothing yet: creating again could make a second server
+/// once the first lands. Any note in its grace, whatever attempt it names:
+/// an operator lowering `providerCreateFailures` while a create is in flight
+/// makes its note name another attempt than the counter, and the create may
+/// land all the same.
 fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bool {
-    outstanding_create(server, plan).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
+    IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
 }
 
 /// At the cap the server is parked: no delete, no create, until an operator
