@@ -426,6 +426,58 @@ proptest::proptest! {
     }
 }
 
+/// Issue 25, item 5: a server taken over from another controller that
+/// vanishes before it booted. It has no create-issued note, so the edge of a
+/// lost create never rose: the Server stayed Provisioned with no provider
+/// server until the resync. Taken-over servers get the same wake edges as
+/// created ones, and the woken pass creates the Server's server again.
+#[test]
+fn an_adopted_server_that_vanishes_before_it_booted_wakes_a_pass() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let building = ProviderServer { adopted: true, ..record(ProviderStatus::Build, PowerState::NoState, None) };
+    let taken_over = reconcile(&server, &with_view(&server, ProviderView::Present(building.clone())), &options, at(10));
+    assert_eq!(event_reasons(&taken_over), ["ProviderServerAdopted"]);
+    persist(&mut server, &taken_over);
+    server.status = observe(&server.status, Some(&building), at(20));
+    // Gone before it booted: the monitor's "not found" must wake a pass.
+    let mut unseen = server.clone();
+    unseen.status = observe(&server.status, None, at(30));
+    assert!(should_wake(Some(&server), &unseen), "nothing would wake the Server");
+    assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the edge");
+    let pass = reconcile(&unseen, &with_view(&unseen, ProviderView::Absent), &options, at(31));
+    assert_eq!(creates(&pass), 1, "the woken pass makes the Server's server again");
+}
+
+proptest::proptest! {
+    /// Whatever the status before it, a server taken over, never seen to
+    /// boot, that the monitor then does not find is written and wakes a pass.
+    #[test]
+    fn an_adopted_server_the_monitor_loses_always_wakes_a_pass(
+        status in support::strategies::arb_status(),
+        seen_building in proptest::prelude::any::<bool>(),
+    ) {
+        let options = Options::with_max_attempts(100);
+        let mut server = adopted();
+        server.status = status;
+        server.status.launched_at = None;
+        server.status.provisioned_at = None;
+        server.status.phase = server.status.phase.filter(|phase| !phase.is_post_launch());
+        server.status.provider_create_retrying = false;
+        let building = ProviderServer { adopted: true, ..record(ProviderStatus::Build, PowerState::NoState, None) };
+        if seen_building {
+            server.status = observe(&server.status, Some(&building), at(11));
+        }
+        let done = reconcile(&server, &with_view(&server, ProviderView::Present(building)), &options, at(12));
+        proptest::prop_assume!(done.outcome == Outcome::Done);
+        persist(&mut server, &done);
+        let mut unseen = server.clone();
+        unseen.status = observe(&server.status, None, at(20));
+        proptest::prop_assert!(status_merge_patch(&server.status, &unseen.status).is_some());
+        proptest::prop_assert!(should_wake(Some(&server), &unseen));
+    }
+}
+
 // --- Arithmetic -------------------------------------------------------------
 
 #[test]
