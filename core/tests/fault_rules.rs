@@ -333,6 +333,51 @@ fn a_failed_server_being_cleared_for_retry_is_not_rewritten_by_each_poll() {
     assert_eq!(writes, 0, "status churned between the monitor and the reconciler");
 }
 
+/// Issue 25, item 6: a booted server whose compute host is down, which Nova
+/// reports UNKNOWN. The monitor writes Healthy Unknown (a wake edge); the
+/// woken pass, holding the same record, once reset it to "Creating provider
+/// server", the next poll wrote Unknown again, and so on: 5 polls, 10 status
+/// writes and 10 passes. The pass now writes what the monitor writes from
+/// the record, so after the first poll nothing is written and nothing wakes.
+#[test]
+fn a_booted_server_the_provider_reports_unknown_is_not_rewritten_each_poll() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let active = record(ProviderStatus::Active, PowerState::Running, Some(5));
+    server.status = observe(&server.status, Some(&active), at(6));
+    let settled = reconcile(&server, &with_view(&server, ProviderView::Present(active)), &options, at(7));
+    persist(&mut server, &settled);
+    let unknown = record(ProviderStatus::Unknown, PowerState::Running, Some(5));
+    let (mut writes, mut passes) = (0, 0);
+    for poll in 0..5 {
+        let t = 10 + 10 * poll;
+        let polled = observe(&server.status, Some(&unknown), at(t));
+        if status_merge_patch(&server.status, &polled).is_some() {
+            writes += 1;
+            let mut written = server.clone();
+            written.status = polled;
+            let woken = should_wake(Some(&server), &written);
+            server = written;
+            if woken {
+                passes += 1;
+                let pass = reconcile(
+                    &server,
+                    &with_view(&server, ProviderView::Present(unknown.clone())),
+                    &options,
+                    at(t + 1),
+                );
+                if writes_status(&pass) {
+                    writes += 1;
+                }
+                persist(&mut server, &pass);
+            }
+        }
+    }
+    assert_eq!((writes, passes), (1, 1), "the monitor and the passes rewrote each other");
+    let healthy = server.status.condition(ConditionType::Healthy).unwrap();
+    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Unknown));
+}
+
 // --- Wake edges -------------------------------------------------------------
 
 #[test]

@@ -1,4 +1,4 @@
-//! DESIGN §12 invariants 1–6, 8 and 10 as proptest properties.
+//! DESIGN §12 invariants 1–6, 8, 10 and 15 as proptest properties.
 //!
 //! Each property is a function over a set of [`Rules`], so the same property
 //! runs against server-core's rules (it must hold) and against deliberately
@@ -688,6 +688,31 @@ fn sequences_keep_the_invariants(rules: Rules) -> Result<(), String> {
     })
 }
 
+/// Invariant 15: one owner per field. A monitor poll and a pass that read
+/// the same provider record never rewrite each other's Healthy: once two
+/// rounds of a poll and a pass have settled it, the next poll of that record
+/// changes no Healthy, nor does the pass after it.
+fn monitor_and_pass_agree_on_health(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_record(), 1i32..5), |(mut server, record, max)| {
+        server.meta.deleting = false;
+        let options = Options::with_max_attempts(max);
+        let healthy = |status: &ServerStatus| status.condition(ConditionType::Healthy).cloned();
+        let facts = facts_with(&server, ProviderView::Present(record.clone()));
+        // Two rounds of a poll and a pass settle whatever the status was
+        // before (the first pass may end a retry the monitor waited on).
+        for t in [10, 20] {
+            server.status = (rules.observe)(&server.status, Some(&record), at(t));
+            server.status = (rules.reconcile)(&server, &facts, &options, at(t + 1)).status;
+        }
+        let settled = healthy(&server.status);
+        server.status = (rules.observe)(&server.status, Some(&record), at(30));
+        prop_assert_eq!(healthy(&server.status), settled.clone(), "the poll rewrote the pass's Healthy");
+        let pass = (rules.reconcile)(&server, &facts, &options, at(31));
+        prop_assert_eq!(healthy(&pass.status), settled, "the pass rewrote the poll's Healthy");
+        Ok(())
+    })
+}
+
 /// Invariant 6, one pass: whatever the status says (an old `scheduledAt`,
 /// any phase, any conditions), a deleting Server whose create-issued note is
 /// still within the grace (a create that may still land) is not released on
@@ -762,6 +787,11 @@ fn invariant_10_unknown_view_is_inert() {
 #[test]
 fn invariants_1_to_4_hold_over_sequences() {
     must_hold(sequences_keep_the_invariants(CORE));
+}
+
+#[test]
+fn invariant_15_monitor_and_pass_agree_on_health() {
+    must_hold(monitor_and_pass_agree_on_health(CORE));
 }
 
 #[test]
@@ -898,6 +928,32 @@ fn deletion_trusts_scheduled_at(server: &Server, facts: &Facts, options: &Option
     reconcile(&blind, facts, options, now)
 }
 
+/// A pass that says a present server is being created whenever Healthy is
+/// Unknown/Unknown, as it once did: for a record Nova reports UNKNOWN, the
+/// monitor and the passes then rewrite each other on every poll.
+fn present_unknown_reset_to_creating(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    let unseen = |status: &ServerStatus| {
+        status.condition(ConditionType::Healthy).is_some_and(|h| {
+            h.status == server_core::model::ConditionStatus::Unknown && h.reason == ConditionReason::Unknown
+        })
+    };
+    if matches!(facts.provider, ProviderView::Present(_))
+        && decision.outcome == Outcome::Done
+        && unseen(&decision.status)
+    {
+        set_condition(
+            &mut decision.status.conditions,
+            ConditionType::Healthy,
+            server_core::model::ConditionStatus::Unknown,
+            ConditionReason::Provisioning,
+            "Creating provider server",
+            now,
+        );
+    }
+    decision
+}
+
 /// A deletion that releases on any absence, a create in flight or not.
 fn deletion_ignores_the_grace(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
     let mut blind = server.clone();
@@ -934,6 +990,11 @@ fn the_sequences_catch_a_status_patch_that_loses_a_change() {
 #[test]
 fn the_sequences_catch_a_follow_up_that_creates_again() {
     must_catch(|| sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
+}
+
+#[test]
+fn invariant_15_catches_a_pass_that_resets_an_unknown_server_to_creating() {
+    must_catch(|| monitor_and_pass_agree_on_health(Rules { reconcile: present_unknown_reset_to_creating, ..CORE }));
 }
 
 #[test]

@@ -821,8 +821,14 @@ fn a_present_server_whose_create_status_was_lost_still_arms_the_lost_before_laun
     }
     facts.provider = present();
     let next = reconcile(&server, &facts, &OPTIONS, at(12));
-    let healthy = next.status.condition(server_core::model::ConditionType::Healthy).unwrap();
-    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Provisioning));
+    // What the monitor writes from the same record (a building server is
+    // Degraded), so the poll after it writes nothing and the vanishing is a change.
+    let ProviderView::Present(record) = &facts.provider else { unreachable!() };
+    let healthy = |status: &server_core::ServerStatus| {
+        status.condition(server_core::model::ConditionType::Healthy).map(|h| (h.status, h.reason, h.message.clone()))
+    };
+    assert_eq!(healthy(&next.status), healthy(&server_core::observe(&server.status, Some(record), at(12))));
+    assert_eq!(healthy(&next.status).map(|h| (h.0, h.1)), Some((ConditionStatus::False, ConditionReason::Degraded)));
     // The monitor then finds it gone: a status change, and it wakes a pass.
     let mut written = server.clone();
     written.status = next.status.clone();
