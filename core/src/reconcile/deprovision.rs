@@ -19,8 +19,16 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
         // The provider server may exist in a cloud this controller cannot
         // reach: the Server keeps its finalizer until one serves the region.
         ProviderView::RegionUnserved(unserved) => plan.finish(Outcome::Yield(Wait::RegionUnserved(unserved.clone()))),
-        // No identity, no project that could hold a provider server: nothing
-        // to delete, so the Server is released, and a person is told.
+        // The cloud account is missing but the Identity stays and is not being
+        // deleted: its project (and the provider server) may well exist, so
+        // the Server keeps its finalizer until the account is back. A missing
+        // account is not evidence the project is gone.
+        ProviderView::NoIdentity if facts.identity().is_some_and(|identity| !identity.is_deleting_identity()) => {
+            plan.finish(Outcome::Yield(Wait::NoCloudAccount))
+        }
+        // The Identity is gone or being deleted (its cloud account with it):
+        // no project can hold a provider server, nothing to delete, so the
+        // Server is released, and a person is told.
         ProviderView::NoIdentity => {
             plan.emit(Event {
                 type_: EventType::Warning,
