@@ -46,7 +46,7 @@ fn facts(server: &Server, provider: ProviderView) -> Facts {
         t,
     );
     Facts { provider, ..Facts::default() }
-        .with(ResourceKind::Identity, referenced("i").with(Detail::Identity { conditions }))
+        .with(ResourceKind::Identity, referenced("i").with(Detail::Identity { conditions, deleting: false }))
         .with(ResourceKind::Network, referenced("net"))
         .with(ResourceKind::SecurityGroup, referenced("sg"))
 }

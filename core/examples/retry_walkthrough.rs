@@ -129,7 +129,10 @@ fn main() {
         Timestamp::UNIX_EPOCH,
     );
     let facts = Facts::default()
-        .with(ResourceKind::Identity, Consumed::new("identity-a").with(Detail::Identity { conditions }))
+        .with(
+            ResourceKind::Identity,
+            Consumed::new("identity-a").with(Detail::Identity { conditions, deleting: false }),
+        )
         .with(ResourceKind::Network, Consumed::new("net-a"));
     let mut walk = Walkthrough { server, vm: None, facts, clock: 0, pass: 0 };
 

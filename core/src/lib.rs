@@ -40,8 +40,8 @@ pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
 pub use pass::Pass;
 pub use predicate::{
-    WakeSignals, booted_server_unseen, ever_booted, issued_create_unseen, provider_create_failure, record_shows_boot,
-    should_wake, wakes,
+    WakeSignals, booted_server_unseen, ever_booted, provider_create_failure, record_shows_boot, should_wake,
+    unbooted_server_unseen, wakes,
 };
 pub use reconcile::{
     Action, ActionFailure, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead, ProviderView,

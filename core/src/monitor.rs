@@ -20,8 +20,7 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
         return status.clone();
     }
     let mut next = status.clone();
-    let (health, reason, message) = health_of(record);
-    set_condition(&mut next.conditions, ConditionType::Healthy, health, reason, message, now);
+    project_health(&mut next, record, now);
 
     let Some(record) = record else {
         return next;
@@ -51,6 +50,15 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
         next.mac_address = record.mac_address.clone();
     }
     next
+}
+
+/// Sets the Healthy condition the monitor owns from a provider record (or
+/// its absence). A pass that holds a record writes Healthy only through this,
+/// so it writes what the monitor's next poll of the same record writes: the
+/// two never rewrite each other.
+pub(crate) fn project_health(status: &mut ServerStatus, record: Option<&ProviderServer>, now: Timestamp) {
+    let (health, reason, message) = health_of(record);
+    set_condition(&mut status.conditions, ConditionType::Healthy, health, reason, message, now);
 }
 
 fn health_of(record: Option<&ProviderServer>) -> (ConditionStatus, ConditionReason, &'static str) {

@@ -2,7 +2,9 @@
 //! it (§6). The watch trigger and the retry machine call these same functions:
 //! nothing else decides whether a server may be deleted and recreated.
 
-use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested};
+use crate::model::{
+    ADOPTED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested,
+};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
 use crate::reconcile::issued::IssuedCreate;
 
@@ -50,21 +52,24 @@ pub fn booted_server_unseen(status: &ServerStatus) -> bool {
             .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
 }
 
-/// A create this controller issued for the current attempt whose provider
-/// server the latest record does not show (the monitor found none, or the
-/// provider reports UNKNOWN), with no sign it ever booted: the case of the
-/// lost-before-launch rule, e.g. a short-lived provider server that came and
-/// went between two monitor polls. Only a pass can count it lost (once the
-/// create's grace is over) and retry; a Server whose last pass ended Done is
-/// requeued by nothing else.
-pub fn issued_create_unseen(server: &Server) -> bool {
+/// A provider server this controller holds for the Server, never seen to
+/// boot, that the latest record does not show (the monitor found none, or
+/// the provider reports UNKNOWN): a create it issued for the current attempt
+/// (the create-issued note), or a server it took over from another
+/// controller (the adoption note). The case of the lost-before-launch rule,
+/// e.g. a short-lived provider server that came and went between two
+/// monitor polls: only a pass can count it lost (once the create's grace is
+/// over) or create the Server's server again (a taken-over one has no create
+/// to count); a Server whose last pass ended Done is requeued by nothing else.
+pub fn unbooted_server_unseen(server: &Server) -> bool {
     let status = &server.status;
-    // The note is parsed last: the watch asks this of every write.
+    // The notes are read last: the watch asks this of every write.
     !ever_booted(status)
         && status
             .condition(ConditionType::Healthy)
             .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
-        && IssuedCreate::of(server).is_some_and(|issued| issued.attempt == status.provider_create_failures)
+        && (server.meta.annotations.contains_key(ADOPTED_ANNOTATION)
+            || IssuedCreate::of(server).is_some_and(|issued| issued.attempt == status.provider_create_failures))
 }
 
 /// The watch rule (§6): wake the reconciler for a new object, a spec change
@@ -79,8 +84,9 @@ pub fn issued_create_unseen(server: &Server) -> bool {
 ///   behind the operator's back is reported within one monitor poll rather
 ///   than at the next resync, and one reported missing that the provider
 ///   shows again is provisioned again;
-/// - [`issued_create_unseen`] rising: a create issued, never seen to boot,
-///   whose provider server the monitor no longer finds (lost before launch);
+/// - [`unbooted_server_unseen`] rising: a create issued, or a server taken
+///   over, never seen to boot, whose provider server the monitor no longer
+///   finds (lost before launch);
 /// - a first sign of a boot on a Server whose Available is Errored (a server
 ///   parked as failed whose slow create came up after all leaves its park);
 /// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]).
@@ -97,7 +103,7 @@ pub struct WakeSignals {
     create_failure: bool,
     create_failures: i32,
     booted_unseen: bool,
-    issued_create_unseen: bool,
+    unbooted_server_unseen: bool,
     ever_booted: bool,
     available_errored: bool,
     retry_requested: bool,
@@ -112,7 +118,7 @@ impl WakeSignals {
             create_failure: provider_create_failure(server),
             create_failures: status.provider_create_failures,
             booted_unseen: booted_server_unseen(status),
-            issued_create_unseen: issued_create_unseen(server),
+            unbooted_server_unseen: unbooted_server_unseen(server),
             ever_booted: ever_booted(status),
             available_errored: available_errored(status),
             retry_requested: retry_requested(&server.meta),
@@ -130,7 +136,7 @@ pub fn wakes(old: Option<&WakeSignals>, new: &WakeSignals) -> bool {
         || (!old.create_failure && new.create_failure)
         || new.create_failures < old.create_failures
         || old.booted_unseen != new.booted_unseen
-        || (!old.issued_create_unseen && new.issued_create_unseen)
+        || (!old.unbooted_server_unseen && new.unbooted_server_unseen)
         || (!old.ever_booted && new.ever_booted && new.available_errored)
         || (!old.retry_requested && new.retry_requested)
 }

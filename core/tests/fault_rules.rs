@@ -333,6 +333,51 @@ fn a_failed_server_being_cleared_for_retry_is_not_rewritten_by_each_poll() {
     assert_eq!(writes, 0, "status churned between the monitor and the reconciler");
 }
 
+/// Issue 25, item 6: a booted server whose compute host is down, which Nova
+/// reports UNKNOWN. The monitor writes Healthy Unknown (a wake edge); the
+/// woken pass, holding the same record, once reset it to "Creating provider
+/// server", the next poll wrote Unknown again, and so on: 5 polls, 10 status
+/// writes and 10 passes. The pass now writes what the monitor writes from
+/// the record, so after the first poll nothing is written and nothing wakes.
+#[test]
+fn a_booted_server_the_provider_reports_unknown_is_not_rewritten_each_poll() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let active = record(ProviderStatus::Active, PowerState::Running, Some(5));
+    server.status = observe(&server.status, Some(&active), at(6));
+    let settled = reconcile(&server, &with_view(&server, ProviderView::Present(active)), &options, at(7));
+    persist(&mut server, &settled);
+    let unknown = record(ProviderStatus::Unknown, PowerState::Running, Some(5));
+    let (mut writes, mut passes) = (0, 0);
+    for poll in 0..5 {
+        let t = 10 + 10 * poll;
+        let polled = observe(&server.status, Some(&unknown), at(t));
+        if status_merge_patch(&server.status, &polled).is_some() {
+            writes += 1;
+            let mut written = server.clone();
+            written.status = polled;
+            let woken = should_wake(Some(&server), &written);
+            server = written;
+            if woken {
+                passes += 1;
+                let pass = reconcile(
+                    &server,
+                    &with_view(&server, ProviderView::Present(unknown.clone())),
+                    &options,
+                    at(t + 1),
+                );
+                if writes_status(&pass) {
+                    writes += 1;
+                }
+                persist(&mut server, &pass);
+            }
+        }
+    }
+    assert_eq!((writes, passes), (1, 1), "the monitor and the passes rewrote each other");
+    let healthy = server.status.condition(ConditionType::Healthy).unwrap();
+    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Unknown));
+}
+
 // --- Wake edges -------------------------------------------------------------
 
 #[test]
@@ -426,6 +471,58 @@ proptest::proptest! {
     }
 }
 
+/// Issue 25, item 5: a server taken over from another controller that
+/// vanishes before it booted. It has no create-issued note, so the edge of a
+/// lost create never rose: the Server stayed Provisioned with no provider
+/// server until the resync. Taken-over servers get the same wake edges as
+/// created ones, and the woken pass creates the Server's server again.
+#[test]
+fn an_adopted_server_that_vanishes_before_it_booted_wakes_a_pass() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let building = ProviderServer { adopted: true, ..record(ProviderStatus::Build, PowerState::NoState, None) };
+    let taken_over = reconcile(&server, &with_view(&server, ProviderView::Present(building.clone())), &options, at(10));
+    assert_eq!(event_reasons(&taken_over), ["ProviderServerAdopted"]);
+    persist(&mut server, &taken_over);
+    server.status = observe(&server.status, Some(&building), at(20));
+    // Gone before it booted: the monitor's "not found" must wake a pass.
+    let mut unseen = server.clone();
+    unseen.status = observe(&server.status, None, at(30));
+    assert!(should_wake(Some(&server), &unseen), "nothing would wake the Server");
+    assert!(!should_wake(Some(&unseen), &unseen.clone()), "only the edge");
+    let pass = reconcile(&unseen, &with_view(&unseen, ProviderView::Absent), &options, at(31));
+    assert_eq!(creates(&pass), 1, "the woken pass makes the Server's server again");
+}
+
+proptest::proptest! {
+    /// Whatever the status before it, a server taken over, never seen to
+    /// boot, that the monitor then does not find is written and wakes a pass.
+    #[test]
+    fn an_adopted_server_the_monitor_loses_always_wakes_a_pass(
+        status in support::strategies::arb_status(),
+        seen_building in proptest::prelude::any::<bool>(),
+    ) {
+        let options = Options::with_max_attempts(100);
+        let mut server = adopted();
+        server.status = status;
+        server.status.launched_at = None;
+        server.status.provisioned_at = None;
+        server.status.phase = server.status.phase.filter(|phase| !phase.is_post_launch());
+        server.status.provider_create_retrying = false;
+        let building = ProviderServer { adopted: true, ..record(ProviderStatus::Build, PowerState::NoState, None) };
+        if seen_building {
+            server.status = observe(&server.status, Some(&building), at(11));
+        }
+        let done = reconcile(&server, &with_view(&server, ProviderView::Present(building)), &options, at(12));
+        proptest::prop_assume!(done.outcome == Outcome::Done);
+        persist(&mut server, &done);
+        let mut unseen = server.clone();
+        unseen.status = observe(&server.status, None, at(20));
+        proptest::prop_assert!(status_merge_patch(&server.status, &unseen.status).is_some());
+        proptest::prop_assert!(should_wake(Some(&server), &unseen));
+    }
+}
+
 // --- Arithmetic -------------------------------------------------------------
 
 #[test]
@@ -462,6 +559,11 @@ fn deletion_does_not_release_a_server_while_a_create_of_unknown_fate_may_land() 
     assert_eq!(settled.actions.last(), Some(&Action::RemoveFinalizer));
 }
 
+/// The deleting pass that finds the create's server deletes it and settles
+/// the note: the absence after that delete is final at once, however recent
+/// the create. A server that vanished on its own before any deleting pass
+/// saw it is waited for until the grace is over (the note is the only
+/// evidence of which create a record belongs to).
 #[test]
 fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
     let options = Options::default();
@@ -471,7 +573,13 @@ fn deletion_of_a_server_whose_create_was_seen_landed_is_not_delayed() {
     let building = ProviderServer { created: Some(at(11)), ..building };
     server.status = observe(&server.status, Some(&building), at(12));
     server.meta.deleting = true;
-    let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
+    let vanished = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(20));
+    assert!(vanished.outcome.requeues(), "{:?}", vanished.outcome);
+    let delete = reconcile(&server, &with_view(&server, ProviderView::Present(building)), &options, at(20));
+    assert_eq!(deletes(&delete), 1);
+    persist(&mut server, &delete);
+    assert!(!server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION), "the note is settled by the delete");
+    let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(21));
     assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer));
 }
 
@@ -508,4 +616,67 @@ fn a_failed_create_is_counted_once_even_when_a_reset_brings_the_counter_back_to_
 
 fn creates_in(decision: &Decision) -> usize {
     decision.actions.iter().filter(|a| matches!(a, Action::CreateProviderServer(_))).count()
+}
+
+/// Issue 25, item 4: a Server parked at the cap through lost-before-launch
+/// keeps its last attempt's `scheduledAt` (the park does not reset the
+/// runtime status). After a retry, a create whose answer is lost and a
+/// deletion 5 s later, the absence the deleting pass reads says nothing of
+/// that create: the old `scheduledAt` is no evidence that it landed. The
+/// deletion waits on the create-issued note's grace.
+#[test]
+fn deletion_waits_on_the_create_issued_note_not_on_an_old_scheduled_at() {
+    let options = Options::with_max_attempts(1).with_create_grace(std::time::Duration::from_secs(60));
+    let mut server = adopted();
+    issue_create(&mut server, &options, 10);
+    // The monitor sees the attempt's server, then it vanishes before booting.
+    let building = ProviderServer { created: Some(at(11)), ..record(ProviderStatus::Build, PowerState::NoState, None) };
+    server.status = observe(&server.status, Some(&building), at(12));
+    server.status = observe(&server.status, None, at(20));
+    let parked = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100));
+    persist(&mut server, &parked);
+    assert_eq!(server_core::lifecycle(&server, &options), server_core::Lifecycle::Parked(ParkKind::AtCap));
+    assert_eq!(server.status.scheduled_at, Some(at(11)), "the park keeps the last attempt's scheduledAt");
+    // The operator asks for a retry; its create's answer is lost.
+    server.meta.annotations.insert(server_core::model::RETRY_ANNOTATION.into(), "now".into());
+    let retried = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(200));
+    persist(&mut server, &retried);
+    let create = create_action(&retried);
+    fail_create(&mut server, &create, CloudError::Timeout { message: "no answer".into() }, 215);
+    // Deleted 5 s later: the create may still land.
+    server.meta.deleting = true;
+    let early = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(220));
+    assert!(
+        !early.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer | Action::RemoveReference(_))),
+        "released while the create may still land: {:?}",
+        early.actions
+    );
+    assert!(early.outcome.requeues());
+    // It lands: the deleting pass deletes it, and the absence after that delete is final at once.
+    let landed = record(ProviderStatus::Build, PowerState::NoState, None);
+    let deleting = reconcile(&server, &with_view(&server, ProviderView::Present(landed)), &options, at(230));
+    assert_eq!(deletes(&deleting), 1);
+    persist(&mut server, &deleting);
+    let gone = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(240));
+    assert_eq!(gone.actions.last(), Some(&Action::RemoveFinalizer), "a deleted create's absence is final");
+}
+
+/// An operator lowering `providerCreateFailures` while a create is in flight
+/// (its answer lost, within its grace) leaves a note naming another attempt
+/// than the counter. The create may land all the same: no second create is
+/// sent until its grace is over (found by the deletion sequences of
+/// invariants.rs, which model creates that land after their answer).
+#[test]
+fn a_reset_during_a_create_in_flight_does_not_create_again_within_its_grace() {
+    let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(60));
+    let mut server = adopted();
+    server.status.provider_create_failures = 1;
+    let create = issue_create(&mut server, &options, 10);
+    fail_create(&mut server, &create, CloudError::Timeout { message: "no answer".into() }, 15);
+    server.status.provider_create_failures = 0;
+    let early = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(30));
+    assert_eq!(creates(&early), 0, "{:?}", early.actions);
+    assert!(early.outcome.requeues());
+    let later = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100));
+    assert_eq!(creates(&later), 1, "once the grace is over the counter's attempt is created");
 }

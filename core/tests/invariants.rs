@@ -1,4 +1,4 @@
-//! DESIGN §12 invariants 1–5, 8 and 10 as proptest properties.
+//! DESIGN §12 invariants 1–6, 8, 10 and 15 as proptest properties.
 //!
 //! Each property is a function over a set of [`Rules`], so the same property
 //! runs against server-core's rules (it must hold) and against deliberately
@@ -226,6 +226,10 @@ enum Step {
     OperatorReset,
     /// A running server the Go controller made for this Server shows up.
     GoMadeAppears,
+    /// A create whose answer was lost lands now (before its grace is over).
+    LateCreateLands,
+    /// The user deletes the Server.
+    Delete,
 }
 
 /// A create's answer: each fault class the provider produces, by what it
@@ -243,6 +247,9 @@ enum CreateAnswer {
     AuthFailure,
     /// 403 quota: proves nothing landed; parks until the spec changes.
     Refused,
+    /// Timed out, and Nova is still working on it: its server lands later,
+    /// within the create's grace.
+    LandsLater,
 }
 
 impl CreateAnswer {
@@ -254,7 +261,7 @@ impl CreateAnswer {
         let message = "simulated".to_string();
         match self {
             CreateAnswer::Created => None,
-            CreateAnswer::LandedTimeout => Some(CloudError::Timeout { message }),
+            CreateAnswer::LandedTimeout | CreateAnswer::LandsLater => Some(CloudError::Timeout { message }),
             CreateAnswer::Landed5xx => Some(CloudError::Unavailable { status: 504, message }),
             CreateAnswer::NotLanded5xx => Some(CloudError::Unavailable { status: 503, message }),
             CreateAnswer::AuthFailure => Some(CloudError::Auth { message }),
@@ -271,6 +278,7 @@ fn arb_create_answer() -> impl Strategy<Value = CreateAnswer> {
         1 => Just(CreateAnswer::NotLanded5xx),
         1 => Just(CreateAnswer::AuthFailure),
         1 => Just(CreateAnswer::Refused),
+        1 => Just(CreateAnswer::LandsLater),
     ]
 }
 
@@ -302,6 +310,30 @@ fn arb_step() -> impl Strategy<Value = Step> {
         1 => Just(Step::DroppedInBuild),
         1 => Just(Step::OperatorReset),
         1 => Just(Step::GoMadeAppears),
+        1 => Just(Step::LateCreateLands),
+        1 => Just(Step::Delete),
+    ]
+}
+
+/// Steps biased towards what deletion depends on: creates whose answer is
+/// lost and whose server lands later, servers dropped before launch (parks
+/// at the cap keep the last attempt's runtime status), operator resets, and
+/// the deletion itself.
+fn arb_deletion_step() -> impl Strategy<Value = Step> {
+    let answer = prop_oneof![2 => Just(CreateAnswer::Created), 2 => Just(CreateAnswer::LandsLater)];
+    prop_oneof![
+        6 => (prop::bool::weighted(0.1), answer).prop_map(|(read_fails, answer)| Step::Reconcile {
+            read_fails,
+            write_lost: false,
+            crash_after: None,
+            answer,
+            follow_up_write_lost: false,
+        }),
+        3 => Just(Step::Monitor { write_lost: false, list_fails: false, lacks_launched_at: false }),
+        2 => Just(Step::DroppedInBuild),
+        1 => Just(Step::LateCreateLands),
+        1 => Just(Step::OperatorReset),
+        1 => Just(Step::Delete),
     ]
 }
 
@@ -319,6 +351,11 @@ struct World {
     refused_generation: Option<i64>,
     booted_ever_in_status: bool,
     latch: Option<Timestamp>,
+    /// A create whose answer was lost and whose server lands later: the
+    /// time by which it has landed (within the grace).
+    landing_by: Option<i64>,
+    /// The Server's finalizer was removed while it was being deleted.
+    released: bool,
 }
 
 impl World {
@@ -334,6 +371,8 @@ impl World {
             refused_generation: None,
             booted_ever_in_status: false,
             latch: None,
+            landing_by: None,
+            released: false,
         }
     }
 
@@ -414,6 +453,8 @@ impl World {
                     self.persist_status(status)?;
                 }
                 Action::CreateProviderServer(_) => {
+                    prop_assert!(!self.server.meta.deleting, "a create for a Server being deleted");
+                    prop_assert!(self.landing_by.is_none(), "a create sent while another may still land");
                     prop_assert_ne!(
                         self.refused_generation,
                         Some(self.server.meta.generation),
@@ -434,6 +475,12 @@ impl World {
                         self.vm =
                             Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1, adopted: false });
                     }
+                    if answer == CreateAnswer::LandsLater && self.vm.is_none() {
+                        // Accepted now (counted in this window, invariant 4);
+                        // its server appears before the grace (three steps) is over.
+                        self.creates_since_reset += 1;
+                        self.landing_by = Some(now.as_second() + 25);
+                    }
                     // Invariant 4.
                     prop_assert!(self.creates_since_reset <= self.max, "more creates than max");
                     if let Some(error) = answer.error() {
@@ -445,8 +492,12 @@ impl World {
                     }
                 }
                 Action::DeleteProviderServer(_) => {
-                    // Invariant 1, against everything status ever showed.
-                    prop_assert!(!self.booted_ever_in_status, "deleted a server that booted");
+                    // Invariant 1, against everything status ever showed
+                    // (deleting the Server deletes whatever it has).
+                    prop_assert!(
+                        self.server.meta.deleting || !self.booted_ever_in_status,
+                        "deleted a server that booted"
+                    );
                     if let Some(vm) = &mut self.vm {
                         if vm.delete_polls == 0 {
                             self.vm = None;
@@ -456,6 +507,14 @@ impl World {
                     }
                 }
                 Action::AddFinalizer => self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into()),
+                // Invariant 6: released only once no provider server is left
+                // and none can still land.
+                Action::RemoveFinalizer => {
+                    prop_assert!(self.vm.is_none(), "released with its provider server in place");
+                    prop_assert!(self.landing_by.is_none(), "released while a create may still land");
+                    self.released = true;
+                    return Ok(());
+                }
                 // An issued note is an attempt of unknown fate (the pass may
                 // crash before its create, or the create may land unseen).
                 Action::Annotate { key: server_core::model::CREATE_ISSUED_ANNOTATION, value: Some(_) } => {
@@ -468,9 +527,21 @@ impl World {
         Ok(())
     }
 
+    /// The late create lands.
+    fn land(&mut self) -> Result<(), TestCaseError> {
+        if self.landing_by.take().is_some() {
+            prop_assert!(self.vm.is_none(), "two provider servers for one Server");
+            self.vm = Some(Vm { state: VmState::Build, launched_at: None, delete_polls: 1, adopted: false });
+        }
+        Ok(())
+    }
+
     fn step(&mut self, step: &Step) -> Result<(), TestCaseError> {
         self.now += 10;
         let now = at(self.now);
+        if self.landing_by.is_some_and(|by| self.now >= by) {
+            self.land()?;
+        }
         match step {
             Step::Reconcile { read_fails, write_lost, crash_after, answer, follow_up_write_lost } => {
                 let view = match (read_fails, self.record()) {
@@ -505,6 +576,8 @@ impl World {
                 self.run(&decision, limit, (*write_lost, *follow_up_write_lost), *answer, now)?;
             }
             Step::SpecChange => self.server.meta.generation += 1,
+            Step::LateCreateLands => self.land()?,
+            Step::Delete => self.server.meta.deleting = true,
             Step::Monitor { write_lost, list_fails, lacks_launched_at } => {
                 if !list_fails {
                     let mut record = self.record();
@@ -556,7 +629,7 @@ impl World {
             // Only where no create of ours may be in flight: one server per uid.
             Step::GoMadeAppears => {
                 let issued = self.server.meta.annotations.contains_key(server_core::model::CREATE_ISSUED_ANNOTATION);
-                if self.vm.is_none() && !issued {
+                if self.vm.is_none() && !issued && self.landing_by.is_none() {
                     // Not a create of ours (invariant 4 counts those), but a
                     // server in place the retry machine may count as a failure.
                     self.attempts_since_reset += 1;
@@ -599,13 +672,81 @@ fn events_follow_a_write(decision: &Decision) -> bool {
     }
 }
 
-/// Invariants 1–4 over sequences of passes, monitor polls, provider changes,
-/// lost writes, crashes mid-pass and operator resets.
+/// Invariants 1–4 and 6 over sequences of passes, monitor polls, provider
+/// changes, lost writes, crashes mid-pass, operator resets, creates that land
+/// after their answer was lost, and the Server's deletion.
 fn sequences_keep_the_invariants(rules: Rules) -> Result<(), String> {
     run((prop::collection::vec(arb_step(), 1..80), 1i32..5), |(steps, max)| {
         let mut world = World::new(rules, max);
         for step in &steps {
             world.step(step)?;
+            if world.released {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Invariant 15: one owner per field. A monitor poll and a pass that read
+/// the same provider record never rewrite each other's Healthy: once two
+/// rounds of a poll and a pass have settled it, the next poll of that record
+/// changes no Healthy, nor does the pass after it.
+fn monitor_and_pass_agree_on_health(rules: Rules) -> Result<(), String> {
+    run((arb_server(), arb_record(), 1i32..5), |(mut server, record, max)| {
+        server.meta.deleting = false;
+        let options = Options::with_max_attempts(max);
+        let healthy = |status: &ServerStatus| status.condition(ConditionType::Healthy).cloned();
+        let facts = facts_with(&server, ProviderView::Present(record.clone()));
+        // Two rounds of a poll and a pass settle whatever the status was
+        // before (the first pass may end a retry the monitor waited on).
+        for t in [10, 20] {
+            server.status = (rules.observe)(&server.status, Some(&record), at(t));
+            server.status = (rules.reconcile)(&server, &facts, &options, at(t + 1)).status;
+        }
+        let settled = healthy(&server.status);
+        server.status = (rules.observe)(&server.status, Some(&record), at(30));
+        prop_assert_eq!(healthy(&server.status), settled.clone(), "the poll rewrote the pass's Healthy");
+        let pass = (rules.reconcile)(&server, &facts, &options, at(31));
+        prop_assert_eq!(healthy(&pass.status), settled, "the pass rewrote the poll's Healthy");
+        Ok(())
+    })
+}
+
+/// Invariant 6, one pass: whatever the status says (an old `scheduledAt`,
+/// any phase, any conditions), a deleting Server whose create-issued note is
+/// still within the grace (a create that may still land) is not released on
+/// an absent view, and one whose grace is over is.
+fn no_release_while_a_create_may_land(rules: Rules) -> Result<(), String> {
+    run((arb_status(), 0i64..200, any::<bool>()), |(status, issued_ago, with_note)| {
+        let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(100));
+        let now = 1_000;
+        let mut server = adopted();
+        server.status = status;
+        server.meta.deleting = true;
+        if with_note {
+            let note =
+                format!(r#"{{"attempt":{},"at":"{}"}}"#, server.status.provider_create_failures, at(now - issued_ago));
+            server.meta.annotations.insert(server_core::model::CREATE_ISSUED_ANNOTATION.into(), note);
+        }
+        let decision = (rules.reconcile)(&server, &facts_with(&server, ProviderView::Absent), &options, at(now));
+        let released = decision.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer));
+        let may_land = with_note && issued_ago < 100;
+        prop_assert_eq!(released, !may_land, "released: {}, a create may land: {}", released, may_land);
+        Ok(())
+    })
+}
+
+/// Invariant 6 over sequences biased towards deletion: a Server is released
+/// only once its provider server is gone and no create of it can still land.
+fn deletions_leave_nothing_behind(rules: Rules) -> Result<(), String> {
+    run((prop::collection::vec(arb_deletion_step(), 1..40), 1i32..3), |(steps, max)| {
+        let mut world = World::new(rules, max);
+        for step in &steps {
+            world.step(step)?;
+            if world.released {
+                break;
+            }
         }
         Ok(())
     })
@@ -646,6 +787,17 @@ fn invariant_10_unknown_view_is_inert() {
 #[test]
 fn invariants_1_to_4_hold_over_sequences() {
     must_hold(sequences_keep_the_invariants(CORE));
+}
+
+#[test]
+fn invariant_15_monitor_and_pass_agree_on_health() {
+    must_hold(monitor_and_pass_agree_on_health(CORE));
+}
+
+#[test]
+fn invariant_6_deletion_leaves_nothing_behind() {
+    must_hold(no_release_while_a_create_may_land(CORE));
+    must_hold(deletions_leave_nothing_behind(CORE));
 }
 
 // --- ... and each catches a deliberately broken rule ------------------------
@@ -765,6 +917,52 @@ fn patch_without_conditions(server: &Server, facts: &Facts, options: &Options, n
     decision
 }
 
+/// A deletion that takes a `scheduledAt` as proof the last create landed,
+/// as it once did: a park at the cap keeps the last attempt's, so a create
+/// issued since (an operator's reset) is not waited for.
+fn deletion_trusts_scheduled_at(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut blind = server.clone();
+    if blind.meta.deleting && blind.status.scheduled_at.is_some() {
+        blind.meta.annotations.remove(server_core::model::CREATE_ISSUED_ANNOTATION);
+    }
+    reconcile(&blind, facts, options, now)
+}
+
+/// A pass that says a present server is being created whenever Healthy is
+/// Unknown/Unknown, as it once did: for a record Nova reports UNKNOWN, the
+/// monitor and the passes then rewrite each other on every poll.
+fn present_unknown_reset_to_creating(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    let unseen = |status: &ServerStatus| {
+        status.condition(ConditionType::Healthy).is_some_and(|h| {
+            h.status == server_core::model::ConditionStatus::Unknown && h.reason == ConditionReason::Unknown
+        })
+    };
+    if matches!(facts.provider, ProviderView::Present(_))
+        && decision.outcome == Outcome::Done
+        && unseen(&decision.status)
+    {
+        set_condition(
+            &mut decision.status.conditions,
+            ConditionType::Healthy,
+            server_core::model::ConditionStatus::Unknown,
+            ConditionReason::Provisioning,
+            "Creating provider server",
+            now,
+        );
+    }
+    decision
+}
+
+/// A deletion that releases on any absence, a create in flight or not.
+fn deletion_ignores_the_grace(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut blind = server.clone();
+    if blind.meta.deleting {
+        blind.meta.annotations.remove(server_core::model::CREATE_ISSUED_ANNOTATION);
+    }
+    reconcile(&blind, facts, options, now)
+}
+
 /// A follow-up that sends the create again at once after an error answer.
 fn creates_again_at_once(server: &Server, action: &Action, failure: &ActionFailure, now: Timestamp) -> Decision {
     let mut decision = action_failed(server, action, failure, now);
@@ -792,6 +990,23 @@ fn the_sequences_catch_a_status_patch_that_loses_a_change() {
 #[test]
 fn the_sequences_catch_a_follow_up_that_creates_again() {
     must_catch(|| sequences_keep_the_invariants(Rules { action_failed: creates_again_at_once, ..CORE }));
+}
+
+#[test]
+fn invariant_15_catches_a_pass_that_resets_an_unknown_server_to_creating() {
+    must_catch(|| monitor_and_pass_agree_on_health(Rules { reconcile: present_unknown_reset_to_creating, ..CORE }));
+}
+
+#[test]
+fn invariant_6_catches_a_deletion_that_trusts_an_old_scheduled_at() {
+    must_catch(|| no_release_while_a_create_may_land(Rules { reconcile: deletion_trusts_scheduled_at, ..CORE }));
+}
+
+#[test]
+fn invariant_6_catches_a_deletion_that_does_not_wait_for_a_create_in_flight() {
+    let broken = Rules { reconcile: deletion_ignores_the_grace, ..CORE };
+    must_catch(|| no_release_while_a_create_may_land(broken));
+    must_catch(|| deletions_leave_nothing_behind(broken));
 }
 
 #[test]

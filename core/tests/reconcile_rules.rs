@@ -727,6 +727,38 @@ fn deleting_a_server_whose_identity_is_gone_releases_it_with_a_warning() {
     assert!(matches!(decision.outcome, Outcome::Yield(_)));
 }
 
+/// Issue 25, item 7: only the OpenstackIdentity was deleted; the Identity
+/// stays, is not being deleted, and its project still holds the server. A
+/// missing cloud account is no evidence the project is gone: the deleting
+/// Server keeps its finalizer and waits for the account, nothing abandoned.
+/// Once the Identity itself is being deleted (its project goes with it), the
+/// Server is released.
+#[test]
+fn deleting_a_server_whose_cloud_account_is_missing_under_a_live_identity_waits() {
+    let mut server = adopted();
+    server.meta.deleting = true;
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::NoIdentity;
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    assert_eq!(creates(&decision) + deletes(&decision), 0);
+    assert!(
+        !decision.actions.iter().any(|a| matches!(a, Action::RemoveFinalizer | Action::RemoveReference(_))),
+        "released with its provider server possibly running: {:?}",
+        decision.actions
+    );
+    assert_eq!(event_reasons(&decision), Vec::<&str>::new());
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::NoCloudAccount));
+
+    // The Identity's own deletion is the evidence.
+    match facts.consumed.get_mut(&ResourceKind::Identity).and_then(|i| i.first_mut()).map(|i| &mut i.detail) {
+        Some(server_core::model::Detail::Identity { deleting, .. }) => *deleting = true,
+        _ => panic!("the facts hold an Identity"),
+    }
+    let decision = reconcile(&server, &facts, &OPTIONS, at(20));
+    assert_eq!(decision.actions.last(), Some(&Action::RemoveFinalizer));
+    assert_eq!(event_reasons(&decision), ["ProviderServerAbandoned"]);
+}
+
 #[test]
 fn a_server_whose_region_is_not_served_waits_with_the_reason_and_is_never_released() {
     let unserved = RegionUnserved::UnsupportedProvider { region: "region-k".into(), provider: "kubernetes".into() };
@@ -821,8 +853,14 @@ fn a_present_server_whose_create_status_was_lost_still_arms_the_lost_before_laun
     }
     facts.provider = present();
     let next = reconcile(&server, &facts, &OPTIONS, at(12));
-    let healthy = next.status.condition(server_core::model::ConditionType::Healthy).unwrap();
-    assert_eq!((healthy.status, healthy.reason), (ConditionStatus::Unknown, ConditionReason::Provisioning));
+    // What the monitor writes from the same record (a building server is
+    // Degraded), so the poll after it writes nothing and the vanishing is a change.
+    let ProviderView::Present(record) = &facts.provider else { unreachable!() };
+    let healthy = |status: &server_core::ServerStatus| {
+        status.condition(server_core::model::ConditionType::Healthy).map(|h| (h.status, h.reason, h.message.clone()))
+    };
+    assert_eq!(healthy(&next.status), healthy(&server_core::observe(&server.status, Some(record), at(12))));
+    assert_eq!(healthy(&next.status).map(|h| (h.0, h.1)), Some((ConditionStatus::False, ConditionReason::Degraded)));
     // The monitor then finds it gone: a status change, and it wakes a pass.
     let mut written = server.clone();
     written.status = next.status.clone();

@@ -87,7 +87,10 @@ impl ConsumedKind for Identity {
     const KIND: ResourceKind = ResourceKind::Identity;
 
     fn detail(&self) -> Detail {
-        Detail::Identity { conditions: self.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default() }
+        Detail::Identity {
+            conditions: self.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default(),
+            deleting: self.metadata.deletion_timestamp.is_some(),
+        }
     }
 }
 

@@ -84,9 +84,11 @@ pub(crate) async fn gather(
 
 const NO_LABELS: &str = "the server has no region or identity label";
 
-/// Whether a deleting Server's identity is gone: its Identity, or what its
-/// region's identity source reads (e.g. its OpenstackIdentity), read live
-/// (a cache too new to hold it must not release the Server).
+/// Whether a deleting Server has no identity to call its cloud as: its
+/// Identity, or what its region's identity source reads (e.g. its
+/// OpenstackIdentity), is not found, read live (a cache too new to hold it
+/// must not release the Server). The core decides what that means: only an
+/// Identity gone or being deleted (in the live facts) releases the Server.
 pub(crate) async fn identity_gone(
     client: &Client,
     clouds: &CloudRegistry,

@@ -242,7 +242,7 @@ fn ready_identity() -> Consumed {
         "ok",
         at(1),
     );
-    Consumed::new("identity-1").with(Detail::Identity { conditions })
+    Consumed::new("identity-1").with(Detail::Identity { conditions, deleting: false })
 }
 
 fn core_server() -> CoreServer {

@@ -135,8 +135,13 @@ pub enum Detail {
     Network { provider_id: Option<String> },
     /// An SSH certificate authority's `spec.publicKey`: what cloud-init trusts.
     SshCertificateAuthority { public_key: String },
-    /// An Identity's conditions, which say whether it is ready.
-    Identity { conditions: Vec<Condition> },
+    /// An Identity's conditions, which say whether it is ready, and whether
+    /// it is being deleted (its cloud account going with it).
+    Identity {
+        conditions: Vec<Condition>,
+        #[serde(default)]
+        deleting: bool,
+    },
 }
 
 impl Consumed {
@@ -157,7 +162,7 @@ impl Consumed {
     /// Go controller checks. False for any other kind.
     pub fn is_ready_identity(&self) -> bool {
         match &self.detail {
-            Detail::Identity { conditions } => find_condition(conditions, ConditionType::Available)
+            Detail::Identity { conditions, .. } => find_condition(conditions, ConditionType::Available)
                 .is_some_and(|c| c.status == ConditionStatus::True && c.reason == ConditionReason::Provisioned),
             _ => false,
         }
@@ -169,6 +174,11 @@ impl Consumed {
             Detail::SshCertificateAuthority { public_key } => Some(public_key),
             _ => None,
         }
+    }
+
+    /// For an Identity: whether it is being deleted. False for any other kind.
+    pub fn is_deleting_identity(&self) -> bool {
+        matches!(self.detail, Detail::Identity { deleting: true, .. })
     }
 
     /// For a Network: the provider's network ID, if recorded.

@@ -9,7 +9,7 @@ use super::options::Options;
 use super::plan::Plan;
 use super::provision::server_ref;
 use super::references;
-use crate::model::{SERVER_FINALIZER, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, SERVER_FINALIZER, Server};
 
 pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> Decision {
     match &facts.provider {
@@ -19,8 +19,16 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
         // The provider server may exist in a cloud this controller cannot
         // reach: the Server keeps its finalizer until one serves the region.
         ProviderView::RegionUnserved(unserved) => plan.finish(Outcome::Yield(Wait::RegionUnserved(unserved.clone()))),
-        // No identity, no project that could hold a provider server: nothing
-        // to delete, so the Server is released, and a person is told.
+        // The cloud account is missing but the Identity stays and is not being
+        // deleted: its project (and the provider server) may well exist, so
+        // the Server keeps its finalizer until the account is back. A missing
+        // account is not evidence the project is gone.
+        ProviderView::NoIdentity if facts.identity().is_some_and(|identity| !identity.is_deleting_identity()) => {
+            plan.finish(Outcome::Yield(Wait::NoCloudAccount))
+        }
+        // The Identity is gone or being deleted (its cloud account with it):
+        // no project can hold a provider server, nothing to delete, so the
+        // Server is released, and a person is told.
         ProviderView::NoIdentity => {
             plan.emit(Event {
                 type_: EventType::Warning,
@@ -33,16 +41,23 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
             release(server, facts, plan)
         }
         ProviderView::Present(_) => {
+            // The provider shows the server this pass deletes: whatever create
+            // the note records has landed (one provider server per Server), so
+            // its fate is settled and the note goes before the delete. The
+            // absence read after the delete is then final at once.
+            if IssuedCreate::of(server).is_some() {
+                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+            }
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
             plan.finish(Outcome::Yield(Wait::DeletingProviderServer))
         }
         // A create of unknown fate may still land after this read: absence
-        // is confirmed once its grace is over. A create whose record the
-        // monitor has seen (scheduledAt, which a retry's reset clears) has
-        // landed: its fate is settled.
+        // is confirmed once its grace is over. Only the create-issued note
+        // says whether one is outstanding; nothing in the status does (a
+        // `scheduledAt` may describe an earlier attempt's server: a park at
+        // the cap keeps it).
         ProviderView::Absent
-            if server.status.scheduled_at.is_none()
-                && IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
+            if IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace)) =>
         {
             plan.finish(Outcome::Yield(Wait::IssuedCreateBeforeRelease))
         }

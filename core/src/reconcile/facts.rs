@@ -15,11 +15,13 @@ pub enum ProviderView {
     Absent,
     /// The read failed or timed out; the reason is for logs and status.
     Unknown(String),
-    /// There is no cloud account to ask as: the Server's Identity (or what
-    /// its region's identity source reads, e.g. an OpenstackIdentity) is
-    /// gone, so no provider project can hold a server
-    /// of it. Like `Unknown` it never leads to a create or a delete; a
-    /// deleting Server is then released without one.
+    /// There is no cloud account to ask as: the Server's Identity, or what
+    /// its region's identity source reads (e.g. an OpenstackIdentity), is
+    /// not found. Like `Unknown` it never leads to a create or a delete. A
+    /// deleting Server is released without one only when the Identity
+    /// itself is gone or being deleted (its project goes with it); a missing
+    /// OpenstackIdentity under an Identity that stays is no evidence that the
+    /// project is gone, and the Server waits.
     NoIdentity,
     /// This controller has no cloud for the Server's region (why is typed).
     /// Like `Unknown` it never leads to a create or a delete, and a deleting

@@ -17,7 +17,7 @@ use crate::model::{
     ConditionReason, ConditionStatus, ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
     REGION_LABEL, ResourceKind, Server, SshInjection, set_condition,
 };
-use crate::monitor::observe;
+use crate::monitor::{observe, project_health};
 use crate::port::{CreateRequest, Owner, ServerRef};
 use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
 use crate::provider_metadata::provider_tags;
@@ -129,11 +129,14 @@ fn outstanding_create(server: &Server, plan: &Plan) -> Option<IssuedCreate> {
     IssuedCreate::of(server).filter(|issued| issued.attempt == plan.status.provider_create_failures)
 }
 
-/// Whether the current attempt's create was issued so recently that its
-/// provider server's absence proves nothing yet: creating again could make a
-/// second server once the first lands.
+/// Whether a create was issued so recently that its provider server's
+/// absence proves nothing yet: creating again could make a second server
+/// once the first lands. Any note in its grace, whatever attempt it names:
+/// an operator lowering `providerCreateFailures` while a create is in flight
+/// makes its note name another attempt than the counter, and the create may
+/// land all the same.
 fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bool {
-    outstanding_create(server, plan).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
+    IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
 }
 
 /// At the cap the server is parked: no delete, no create, until an operator
@@ -188,13 +191,17 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
 /// change that wakes a pass (the lost-before-launch edge of `should_wake`)
 /// rather than a repeat it does not write.
 fn arm_lost_before_launch_edge(plan: &mut Plan) {
-    if plan
-        .status
-        .condition(ConditionType::Healthy)
-        .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
-    {
+    if unseen_health(plan) {
         healthy_provisioning(plan, CREATING_MESSAGE);
     }
+}
+
+/// Whether Healthy says the provider does not show the server (not found,
+/// or UNKNOWN): the state whose entry is a wake edge.
+fn unseen_health(plan: &Plan) -> bool {
+    plan.status
+        .condition(ConditionType::Healthy)
+        .is_some_and(|h| h.status == ConditionStatus::Unknown && h.reason == ConditionReason::Unknown)
 }
 
 /// Healthy is Unknown while the controller is (re)creating the server.
@@ -230,12 +237,18 @@ fn ensure_exists(
     mut plan: Plan,
 ) -> super::Decision {
     match view {
-        ProviderView::Present(_) => {
+        ProviderView::Present(record) => {
             // The create's own status write may have been lost (a conflict
             // ends that pass); a present server is no longer "not found",
             // and the create-time arming of the lost-before-launch edge
             // must still hold, or its vanishing would be no change to wake on.
-            arm_lost_before_launch_edge(&mut plan);
+            // Healthy is the monitor's: the pass writes what the monitor
+            // writes from this record, never something its next poll
+            // overwrites (a record Nova reports UNKNOWN stays Unknown).
+            if unseen_health(&plan) {
+                let now = plan.now;
+                project_health(&mut plan.status, Some(record), now);
+            }
             report_unapplied_spec_change(server, &mut plan);
             for action in references::to_prune(server, facts) {
                 plan.trail(action);

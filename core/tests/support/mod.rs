@@ -47,7 +47,10 @@ pub fn facts() -> Facts {
         at(0),
     );
     Facts::default()
-        .with(ResourceKind::Identity, Consumed::new("identity-a").with(Detail::Identity { conditions }))
+        .with(
+            ResourceKind::Identity,
+            Consumed::new("identity-a").with(Detail::Identity { conditions, deleting: false }),
+        )
         .with(ResourceKind::Network, Consumed::new("net-a"))
         .with(ResourceKind::Network, Consumed::new("net-old"))
         .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
@@ -60,7 +63,7 @@ pub fn facts() -> Facts {
 /// The Identity's conditions in `facts`, to change them.
 pub fn identity_conditions(facts: &mut Facts) -> &mut Vec<Condition> {
     match facts.consumed.get_mut(&ResourceKind::Identity).and_then(|i| i.first_mut()).map(|i| &mut i.detail) {
-        Some(Detail::Identity { conditions }) => conditions,
+        Some(Detail::Identity { conditions, .. }) => conditions,
         _ => panic!("the facts hold an Identity"),
     }
 }

@@ -80,8 +80,9 @@ pub(crate) enum NoCloud {
 
 impl NoCloud {
     /// The provider's view when the cloud cannot be called; `identity_gone`
-    /// says (for a deleting Server) whether its identity is gone for good,
-    /// which releases it even in a region this controller does not serve.
+    /// says (for a deleting Server) that its identity or its cloud account is
+    /// not found: the core releases it (even in a region this controller
+    /// does not serve) only when the Identity itself is gone or being deleted.
     pub(crate) fn view(&self, identity_gone: bool) -> ProviderView {
         match self {
             _ if identity_gone => ProviderView::NoIdentity,

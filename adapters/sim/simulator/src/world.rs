@@ -86,7 +86,8 @@ impl Tenant {
             message: "Provisioned".into(),
             last_transition_time: now,
         };
-        let identity = Consumed::new(identity_name(index)).with(Detail::Identity { conditions: vec![ready] });
+        let identity =
+            Consumed::new(identity_name(index)).with(Detail::Identity { conditions: vec![ready], deleting: false });
         let ca = Consumed::new("ca").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() });
         let facts = Facts { provider: ProviderView::Absent, ..Facts::default() }
             .with(ResourceKind::Identity, identity)
