@@ -103,6 +103,19 @@ impl Replica {
         config: &ControllerConfig,
         create_answer_delay: Duration,
     ) -> Replica {
+        let url = api.parse().unwrap_or_else(|e| panic!("bad url {api}: {e}"));
+        Replica::start_on(env.cloud.port(), name, kube::Config::new(url), config, create_answer_delay)
+    }
+
+    /// Starts a replica with its own client from `kube_config` and `cloud`
+    /// serving [`REGION`].
+    pub fn start_on(
+        cloud: Arc<dyn CloudPort>,
+        name: &str,
+        kube_config: kube::Config,
+        config: &ControllerConfig,
+        create_answer_delay: Duration,
+    ) -> Replica {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -111,10 +124,8 @@ impl Replica {
             .unwrap_or_else(|e| panic!("no runtime for {name}: {e}"));
         // The client's connection pool and buffer task belong to this runtime.
         let _inside = runtime.enter();
-        let url = api.parse().unwrap_or_else(|e| panic!("bad url {api}: {e}"));
-        let client =
-            kube::Client::try_from(kube::Config::new(url)).unwrap_or_else(|e| panic!("no client for {name}: {e}"));
-        let cloud: Arc<dyn CloudPort> = Arc::new(SlowAnswers { cloud: env.cloud.port(), create_answer_delay });
+        let client = kube::Client::try_from(kube_config).unwrap_or_else(|e| panic!("no client for {name}: {e}"));
+        let cloud: Arc<dyn CloudPort> = Arc::new(SlowAnswers { cloud, create_answer_delay });
         let config = ControllerConfig {
             leader_election: Some(test_lease(name)),
             reporting_instance: Some(name.into()),
@@ -256,6 +267,11 @@ impl CutProxy {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The proxy's address (for a TLS upstream: `https://` and this).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Cuts every connection through the proxy.

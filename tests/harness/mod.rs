@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 
 pub mod control_plane;
 pub mod ha;
+pub mod real;
 
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
@@ -530,7 +531,7 @@ impl Drop for Env {
 }
 
 /// The tenant every test runs as.
-fn tenant() -> Tenant {
+pub(crate) fn tenant() -> Tenant {
     Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
 }
 

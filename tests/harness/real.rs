@@ -1,0 +1,141 @@
+//! The end-to-end world on the reference API server: a [`ControlPlane`]
+//! with the upstream CRDs of the kinds a Server consumes and our Server CRD,
+//! the tenant a Server of [`REGION`] needs (a ready Identity with its
+//! OpenstackIdentity, a Network and a SecurityGroup), seeded with kubectl as
+//! the region's other controllers would leave them, and a SimCloud for the
+//! operator's replicas to share.
+//!
+//! Unlike [`crate::Env`] nothing here reaches into a store: every write and
+//! read goes through kube-apiserver, so the server assigns uids and
+//! resourceVersions.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::{Value, json};
+use server_simcloud::{CloudConfig, SimCloud, Timing};
+
+use crate::control_plane::{ControlPlane, control_plane_or_skip, expect_success};
+use crate::{IDENTITY, NAMESPACE, NETWORK, REGION, SECURITY_GROUP, tenant};
+
+/// A control plane serving a seeded tenant, and the cloud the operator uses.
+#[derive(Debug)]
+pub struct RealWorld {
+    pub plane: ControlPlane,
+    pub cloud: SimCloud,
+}
+
+impl RealWorld {
+    /// `None` (with a message) when the control plane is not built, outside CI.
+    pub fn start(seed: u64) -> Option<RealWorld> {
+        let plane = control_plane_or_skip()?;
+        plane.kubectl_ok(&["create", "namespace", NAMESPACE]);
+        install_crds(&plane);
+        // Clean servers that build in seconds: a real clock runs these tests.
+        let mut cloud = CloudConfig::reliable(seed);
+        cloud.mix.timing = Timing::FAST;
+        let world = RealWorld { plane, cloud: SimCloud::new(cloud) };
+        world.seed_tenant();
+        Some(world)
+    }
+
+    /// A client configuration as the admin, through `via` (a proxy in front
+    /// of the API server) when given.
+    pub async fn kube_config(&self, via: Option<SocketAddr>) -> kube::Config {
+        let kubeconfig = Kubeconfig::read_from(self.plane.kubeconfig())
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.plane.kubeconfig().display()));
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("the admin kubeconfig does not load: {e}"));
+        if let Some(addr) = via {
+            let url = format!("https://{addr}");
+            config.cluster_url = url.parse().unwrap_or_else(|e| panic!("bad url {url}: {e}"));
+        }
+        config.default_namespace = NAMESPACE.into();
+        config
+    }
+
+    /// Creates a Server of the tenant with kubectl; its uid.
+    pub fn create_server(&self, name: &str, spec: Value) -> String {
+        let object = json!({
+            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+            "kind": "Server",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": {
+                    server_core::model::REGION_LABEL: REGION,
+                    server_core::model::IDENTITY_LABEL: IDENTITY,
+                },
+            },
+            "spec": spec,
+        });
+        let output = self
+            .plane
+            .kubectl_with_input(&["create", "-o", "jsonpath={.metadata.uid}", "-f", "-"], &object.to_string());
+        expect_success(&format!("creating Server {name}"), &output)
+    }
+
+    /// The Server as the API server has it, or `None` once it is gone.
+    pub fn server(&self, name: &str) -> Option<Value> {
+        let output = self
+            .plane
+            .kubectl()
+            .args(["-n", NAMESPACE, "get", "server", name, "-o", "json", "--ignore-not-found"])
+            .output()
+            .unwrap_or_else(|e| panic!("kubectl does not run: {e}"));
+        let text = expect_success(&format!("reading Server {name}"), &output);
+        if text.trim().is_empty() { None } else { serde_json::from_str(&text).ok() }
+    }
+
+    fn seed_tenant(&self) {
+        let tenant = tenant();
+        let with_kind = |mut object: Value, kind: &str| {
+            object["kind"] = json!(kind);
+            if let Some(fields) = object.as_object_mut() {
+                fields.remove("status");
+            }
+            object
+        };
+        let objects = [
+            with_kind(tenant.identity(false), "Identity"),
+            with_kind(tenant.openstack_identity(), "OpenstackIdentity"),
+            with_kind(tenant.object(NETWORK, json!({ "prefix": "192.168.0.0/24" })), "Network"),
+            with_kind(tenant.object(SECURITY_GROUP, json!({})), "SecurityGroup"),
+        ];
+        for object in objects {
+            let output = self.plane.kubectl_with_input(&["create", "-f", "-"], &object.to_string());
+            expect_success("seeding the tenant", &output);
+        }
+        let ready = json!({ "status": server_sim_testbed::Tenant::provisioned() }).to_string();
+        let identity = ["-n", NAMESPACE, "patch", "identity", IDENTITY, "--subresource=status", "--type=merge", "-p"];
+        self.plane.kubectl_ok(&[&identity[..], &[ready.as_str()]].concat());
+    }
+}
+
+/// The upstream CRDs of the consumed kinds, and ours of Server.
+fn install_crds(plane: &ControlPlane) {
+    let upstream = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/unikorn-crds");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&upstream).unwrap_or_else(|e| panic!("{}: {e}", upstream.display())) {
+        let path = entry.unwrap_or_else(|e| panic!("{}: {e}", upstream.display())).path();
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        if stem.ends_with("_servers") {
+            continue;
+        }
+        plane.kubectl_ok(&["apply", "--server-side", "-f", &path.display().to_string()]);
+        if let Some((group, plural)) = stem.split_once('_') {
+            names.push(format!("crd/{plural}.{group}"));
+        }
+    }
+    let ours = serde_json::to_string(&server_kube::crd::server_crd()).unwrap_or_else(|e| panic!("the CRD: {e}"));
+    expect_success(
+        "installing the Server CRD",
+        &plane.kubectl_with_input(&["apply", "--server-side", "-f", "-"], &ours),
+    );
+    names.push("crd/servers.region.unikorn-cloud.org".into());
+    let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    wait.extend(names.iter().map(String::as_str));
+    plane.kubectl_ok(&wait);
+}
