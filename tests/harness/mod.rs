@@ -507,7 +507,7 @@ impl Env {
     /// statistic (DESIGN "Every provider resource is released").
     pub fn leaks(&self) -> Vec<String> {
         let watched: Vec<String> = self.watched_uids.lock().map(|u| u.clone()).unwrap_or_default();
-        let gone = |name: &str| self.server(name).is_none();
+        let gone = |name: &str| self.server_json(name).is_none();
         let mut leaks: Vec<String> = watched
             .iter()
             .filter(|uid| gone(uid.strip_prefix("uid-").unwrap_or(uid)))

@@ -59,10 +59,12 @@ fn owns_port(server: &ServerRef, port: &Port) -> bool {
 
 /// A failure of a step before `POST /servers`: that step's, never a server
 /// create of unknown fate (nothing that could make a server was sent). A
-/// missing network or group stays what it is: a wait, typed already.
+/// missing network or group stays what it is: a wait, typed already; a
+/// refusal too (Neutron's quota on the port parks the Server as DESIGN's
+/// table of create answers says, with Neutron's message).
 fn before(step: CreateStep) -> impl Fn(CloudError) -> CloudError {
     move |error| match error {
-        error @ (CloudError::NotReady { .. } | CloudError::BeforeCreate { .. }) => error,
+        error @ (CloudError::NotReady { .. } | CloudError::Refused { .. } | CloudError::BeforeCreate { .. }) => error,
         error => CloudError::BeforeCreate { step, source: Box::new(error) },
     }
 }
