@@ -162,6 +162,7 @@ fn describe(action: &Action) -> String {
             )
         }
         Action::DeleteProviderServer(_) => "delete the provider server".into(),
+        Action::ReleaseAttachment(resource) => format!("release the provider server's {resource}"),
         Action::Emit(event) => {
             let type_ = match event.type_ {
                 EventType::Normal => "Normal",

@@ -44,7 +44,7 @@ pub use predicate::{
     unbooted_server_unseen, wakes,
 };
 pub use reconcile::{
-    Action, ActionFailure, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead, ProviderView,
-    RegionUnserved, Wait, action_failed, live_read_needed, needs_facts, reconcile,
+    Action, ActionFailure, AttachmentsView, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead,
+    ProviderView, RegionUnserved, Wait, action_failed, live_read_needed, needs_facts, reads_attachments, reconcile,
 };
 pub use status_patch::{StatusPatch, StatusPatchError, apply_status_patch, status_merge_patch};

@@ -191,6 +191,7 @@ pub fn fold_landed(server: &mut Server, action: &Action, status: &ServerStatus) 
         | Action::RemoveReference(_)
         | Action::CreateProviderServer(_)
         | Action::DeleteProviderServer(_)
+        | Action::ReleaseAttachment(_)
         | Action::Emit(_) => {}
     }
 }

@@ -23,8 +23,14 @@ pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CloudError>> 
 ///   to that uid exists, it returns that server and makes no second one;
 /// - `get` answers `Ok(None)` only when the provider authoritatively says the
 ///   server does not exist; anything it cannot tell is an `Err`;
-/// - `delete` answers `Gone` only when the provider no longer lists the server,
-///   and releases what the create allocated (ports, floating IPs).
+/// - `delete` answers `Gone` only when the provider no longer lists the server;
+///   it deletes the server alone: what else the Server holds at the provider
+///   (ports, floating IPs) is told by `attachments` and released by `release`,
+///   one resource at a time, as the core decides (DESIGN "Every provider
+///   resource is released");
+/// - `attachments` answers only what the provider listed with authority
+///   (an empty list is a confirmed absence); anything it cannot tell is an `Err`;
+/// - `release` is idempotent: a resource already gone is released.
 pub trait CloudPort: Send + Sync {
     fn create<'a>(
         &'a self,
@@ -40,6 +46,17 @@ pub trait CloudPort: Send + Sync {
     /// Every server of the identity's project, in one call: the monitor asks
     /// once per (region, identity) per poll.
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>>;
+    /// The Server's provider resources besides its server (its ports and
+    /// floating IPs), each by its ID. A cloud that keeps none apart from the
+    /// server answers an empty list.
+    fn attachments<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<AttachedResource>>;
+    /// Releases (deletes) one such resource by its ID; one already gone is
+    /// released.
+    fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()>;
     /// What the region's Region resource says, each time it changes (a
     /// cloud that needs none of it ignores it). Not a cloud call.
     fn apply_region_settings(&self, settings: &RegionSettings) {
@@ -72,6 +89,41 @@ impl NetworkSelector {
     pub fn selects(&self, id: &str, tags: &[String]) -> bool {
         self.ids.as_ref().is_none_or(|ids| ids.iter().any(|wanted| wanted == id))
             && self.tags.as_ref().is_none_or(|wanted| wanted.iter().all(|tag| tags.contains(tag)))
+    }
+}
+
+/// A provider resource a Server holds besides its server, by its provider
+/// ID. Floating IPs order before ports: a floating IP is released before the
+/// port it is associated with (Neutron keeps a floating IP whose port goes,
+/// unassociated and still allocated).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum AttachedResource {
+    /// A Neutron floating IP (the Server's public IP).
+    FloatingIp { id: String },
+    /// A Neutron port the server boots with. Nova deletes only the ports it
+    /// made itself; a port the caller made survives its server.
+    Port { id: String },
+}
+
+impl AttachedResource {
+    pub fn id(&self) -> &str {
+        match self {
+            AttachedResource::FloatingIp { id } | AttachedResource::Port { id } => id,
+        }
+    }
+
+    /// The kind, for logs and messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AttachedResource::FloatingIp { .. } => "floating IP",
+            AttachedResource::Port { .. } => "port",
+        }
+    }
+}
+
+impl fmt::Display for AttachedResource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind(), self.id())
     }
 }
 
@@ -247,6 +299,31 @@ pub enum CloudError {
     /// failure, TLS handshake failed): it had no effect.
     #[error("provider unreachable: {message}")]
     Unreachable { message: String },
+    /// A step a create takes before it sends the server create (a lookup,
+    /// the port) failed with `source`: the server create was never sent, so
+    /// this is that step's failure, never a create of unknown fate, and
+    /// never a create attempt.
+    #[error("{step} (no server create was sent): {source}")]
+    BeforeCreate { step: CreateStep, source: Box<CloudError> },
+}
+
+/// The steps a create takes before its server create.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CreateStep {
+    /// Looking up what the create needs: an existing server, networks,
+    /// security groups.
+    Lookup,
+    /// Preparing the port the server boots with.
+    Port,
+}
+
+impl fmt::Display for CreateStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CreateStep::Lookup => "looking up what the create needs",
+            CreateStep::Port => "preparing the server's port",
+        })
+    }
 }
 
 /// What a failed call says about its own effect at the provider.
@@ -275,7 +352,10 @@ impl CloudError {
 
     /// Transient errors mean "ask again later"; they never park a server.
     pub fn is_transient(&self) -> bool {
-        !matches!(self, CloudError::Refused { .. } | CloudError::Auth { .. })
+        match self {
+            CloudError::BeforeCreate { source, .. } => source.is_transient(),
+            other => !matches!(other, CloudError::Refused { .. } | CloudError::Auth { .. }),
+        }
     }
 
     /// Whether the failed call may still have taken effect. A 502/504 from a
@@ -289,7 +369,9 @@ impl CloudError {
             | CloudError::Refused { .. }
             | CloudError::Auth { .. }
             | CloudError::Unreachable { .. }
-            | CloudError::NotReady { .. } => CallEffect::None,
+            | CloudError::NotReady { .. }
+            // Whatever the step's own answer, the server create was not sent.
+            | CloudError::BeforeCreate { .. } => CallEffect::None,
         }
     }
 }
@@ -324,6 +406,26 @@ mod tests {
         // wait, never a refusal and never an unknown-fate create.
         assert_eq!(CloudError::NotReady { message: String::new() }.effect(), CallEffect::None);
         assert!(CloudError::NotReady { message: String::new() }.is_transient());
+    }
+
+    /// A failure before the server create proves it was not sent, whatever
+    /// the step's own answer (a 5xx, a timeout); whether it passes is the
+    /// step's.
+    #[test]
+    fn a_failure_before_the_server_create_never_leaves_its_effect_unknown() {
+        for source in [
+            CloudError::from_http(503, ""),
+            CloudError::Timeout { message: String::new() },
+            CloudError::from_http(400, "bad pair"),
+            CloudError::from_http(401, ""),
+        ] {
+            for step in [CreateStep::Lookup, CreateStep::Port] {
+                let transient = source.is_transient();
+                let error = CloudError::BeforeCreate { step, source: Box::new(source.clone()) };
+                assert_eq!(error.effect(), CallEffect::None, "{error}");
+                assert_eq!(error.is_transient(), transient, "{error}");
+            }
+        }
     }
 
     #[test]

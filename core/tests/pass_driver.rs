@@ -86,7 +86,7 @@ impl Store {
             Action::WriteStatus(patch) => apply_status_patch(&mut self.server.status, patch).unwrap(),
             Action::Annotate { .. } | Action::Record(_) => apply_annotations(&mut self.server, action),
             Action::CreateProviderServer(_) => self.creates += 1,
-            Action::DeleteProviderServer(_) => self.deletes += 1,
+            Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_) => self.deletes += 1,
             Action::Emit(event) => self.events.push(event.reason),
             Action::AddReference(_) | Action::RemoveReference(_) => {}
         }
@@ -122,6 +122,7 @@ fn kind(action: &Action) -> &'static str {
         Action::Record(_) => "Record",
         Action::CreateProviderServer(_) => "Create",
         Action::DeleteProviderServer(_) => "Delete",
+        Action::ReleaseAttachment(_) => "Release",
         Action::Emit(_) => "Emit",
     }
 }

@@ -75,6 +75,22 @@ impl CloudPort for SlowAnswers {
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
         self.cloud.list(identity)
     }
+
+    fn attachments<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<server_core::port::AttachedResource>> {
+        self.cloud.attachments(identity, server)
+    }
+
+    fn release<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        resource: &'a server_core::port::AttachedResource,
+    ) -> PortFuture<'a, ()> {
+        self.cloud.release(identity, resource)
+    }
 }
 
 /// One operator replica on its own runtime.

@@ -455,6 +455,8 @@ impl Env {
     /// in once (tokens are cached per identity; the sim's last an hour).
     pub fn assert_invariants(&self) {
         assert!(!self.invariant_violated.load(Ordering::SeqCst), "two provider servers existed for one Server");
+        let leaks = self.leaks();
+        assert!(leaks.is_empty(), "cloud resources outlived their Servers: {leaks:#?}");
         if let Some(counters) = self.openstack_counters() {
             assert_eq!(counters.duplicate_server_creates, 0, "Nova was asked for a second server: {counters:?}");
             assert_eq!(counters.ports_deleted_while_attached, 0, "a port was deleted under its server: {counters:?}");
@@ -499,6 +501,36 @@ impl Env {
             let unbound: Vec<_> = openstack.floating_ips().into_iter().filter(|ip| ip.port_id.is_none()).collect();
             assert!(unbound.is_empty(), "floating IPs outlived their ports: {unbound:?}");
         }
+    }
+
+    /// Cloud resources no Server owns: a provider server, port or floating
+    /// IP of a Server that is gone from the API server (its deletion ended,
+    /// so nothing will ever release them). Each is a violation, not a
+    /// statistic (DESIGN "Every provider resource is released").
+    pub fn leaks(&self) -> Vec<String> {
+        let watched: Vec<String> = self.watched_uids.lock().map(|u| u.clone()).unwrap_or_default();
+        let gone = |name: &str| self.server_json(name).is_none();
+        let mut leaks: Vec<String> = watched
+            .iter()
+            .filter(|uid| gone(uid.strip_prefix("uid-").unwrap_or(uid)))
+            .filter(|uid| self.truth(uid).live > 0)
+            .map(|uid| format!("provider server of deleted Server {uid}"))
+            .collect();
+        if let Some(openstack) = self.openstack() {
+            let ports = openstack.ports();
+            let leaked_ports: Vec<&openstack::PortView> =
+                ports.iter().filter(|port| port.name.strip_prefix("server-").is_none_or(gone)).collect();
+            leaks.extend(leaked_ports.iter().map(|port| format!("port {} ({})", port.id, port.name)));
+            for ip in openstack.floating_ips() {
+                let held = ip.port_id.as_ref().is_some_and(|id| {
+                    ports.iter().any(|port| &port.id == id) && !leaked_ports.iter().any(|port| &port.id == id)
+                });
+                if !held {
+                    leaks.push(format!("floating IP {} ({})", ip.id, ip.address));
+                }
+            }
+        }
+        leaks
     }
 
     fn spawn_invariant_checker(&self) {

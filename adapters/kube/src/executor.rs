@@ -245,6 +245,18 @@ impl ActionIo<'_> {
                 }
                 Ok(())
             }
+            Action::ReleaseAttachment(resource) => {
+                let cloud = self.cloud()?;
+                cloud.call(|c| c.release(&cloud.identity, resource)).await.map_err(ActionFailure::Cloud)?;
+                info!(
+                    server = %self.name,
+                    namespace = %self.namespace,
+                    kind = resource.kind(),
+                    provider_id = %resource.id(),
+                    "released a provider resource of the server"
+                );
+                Ok(())
+            }
             Action::Emit(event) => {
                 // Events are informational: a lost one must not hold back the
                 // actions after it (the status that triggered it is already
@@ -377,6 +389,7 @@ pub(crate) fn action_name(action: &Action) -> &'static str {
         Action::Record(_) => "Record",
         Action::CreateProviderServer(_) => "CreateProviderServer",
         Action::DeleteProviderServer(_) => "DeleteProviderServer",
+        Action::ReleaseAttachment(_) => "ReleaseAttachment",
         Action::Emit(_) => "Emit",
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
-use server_core::{Facts, ProviderRead, ProviderView};
+use server_core::{AttachmentsView, Facts, ProviderRead, ProviderView, reads_attachments};
 
 use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry, ProviderListings, group_of};
@@ -79,6 +79,7 @@ pub(crate) async fn gather(
     if let Some(found) = found {
         gathered.cloud = found.map_err(|e| e.to_string());
     }
+    gathered.read_attachments(server).await;
     Ok(gathered)
 }
 
@@ -132,6 +133,16 @@ impl Gathered {
             self.facts.provider = handle.provider_view(server).await;
             self.facts.provider_read = ProviderRead::Live;
         }
+        self.read_attachments(server).await;
+    }
+
+    /// Reads the Server's ports and floating IPs when the core asks for them
+    /// (`reads_attachments`), live; otherwise they are not read.
+    async fn read_attachments(&mut self, server: &Server) {
+        self.facts.attachments = match &self.cloud {
+            Ok(handle) if reads_attachments(server, &self.facts) => handle.attachments_view(server).await,
+            _ => AttachmentsView::NotRead,
+        };
     }
 
     fn empty() -> Self {

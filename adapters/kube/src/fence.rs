@@ -20,7 +20,8 @@ use futures_util::Stream;
 use kube::Client;
 use kube::client::Body;
 use server_core::port::{
-    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+    AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
+    ProviderServer, ServerRef,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -203,6 +204,24 @@ impl CloudPort for FencedCloud {
         Box::pin(async move {
             self.check()?;
             self.cloud.list(identity).await
+        })
+    }
+
+    fn attachments<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<AttachedResource>> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.attachments(identity, server).await
+        })
+    }
+
+    fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.release(identity, resource).await
         })
     }
 }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use server_core::port::{
-    CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, NetworkSelector, PortFuture, ProviderServer,
-    ProviderStatus, RegionSettings, ServerRef,
+    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, IdentityContext,
+    NetworkSelector, PortFuture, ProviderServer, ProviderStatus, RegionSettings, ServerRef,
 };
 use tracing::{debug, info, warn};
 
@@ -45,6 +45,27 @@ struct Inner {
 impl fmt::Debug for OpenStackCloud {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenStackCloud").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+/// Whether a port named after the Server is the Server's: described as
+/// its own, or (made by the Go controller, which sets no description)
+/// undescribed and bound to no server. A port of a Server of the same name
+/// in another namespace of the project is neither.
+fn owns_port(server: &ServerRef, port: &Port) -> bool {
+    port.description == mapping::resource_description(server)
+        || (port.description.is_empty() && port.device_id.is_empty())
+}
+
+/// A failure of a step before `POST /servers`: that step's, never a server
+/// create of unknown fate (nothing that could make a server was sent). A
+/// missing network or group stays what it is: a wait, typed already; a
+/// refusal too (Neutron's quota on the port parks the Server as DESIGN's
+/// table of create answers says, with Neutron's message).
+fn before(step: CreateStep) -> impl Fn(CloudError) -> CloudError {
+    move |error| match error {
+        error @ (CloudError::NotReady { .. } | CloudError::Refused { .. } | CloudError::BeforeCreate { .. }) => error,
+        error => CloudError::BeforeCreate { step, source: Box::new(error) },
     }
 }
 
@@ -283,7 +304,7 @@ impl OpenStackCloud {
                 ),
             });
         };
-        if let Some(existing) = self.lookup(&session, &request.server).await? {
+        if let Some(existing) = self.lookup(&session, &request.server).await.map_err(before(CreateStep::Lookup))? {
             debug!(server_uid = uid, provider_id = %existing.id, "provider server exists; create is a no-op");
             if request.public_ip {
                 // A previous create may have stopped between server and floating IP.
@@ -302,14 +323,15 @@ impl OpenStackCloud {
                 request.network_ids.get(&network.id).map(String::as_str),
                 &request.security_group_ids,
             )
-            .await?;
+            .await
+            .map_err(before(CreateStep::Lookup))?;
         let port = match self.ensure_port(&session, request, network, &resolved).await {
             Err(CloudError::NotReady { message }) => {
                 // A kept Neutron ID went stale: read the names again next time.
                 self.inner.names.invalidate(identity).await;
                 return Err(CloudError::NotReady { message });
             }
-            other => other?,
+            other => other.map_err(before(CreateStep::Port))?,
         };
         let project = self.inner.index.project(identity);
         project.mark_uncertain(uid, self.inner.index.tick());
@@ -347,7 +369,7 @@ impl OpenStackCloud {
         server_id: &str,
     ) -> Result<Option<Port>, CloudError> {
         let ports = neutron::ports_named(session, &port_name(&server.name)).await?;
-        Ok(ports.into_iter().find(|p| p.device_id == server_id || p.device_id.is_empty()))
+        Ok(ports.into_iter().find(|p| p.device_id == server_id || (p.device_id.is_empty() && owns_port(server, p))))
     }
 
     /// The port the new server boots with: a leftover of an earlier attempt on
@@ -363,7 +385,8 @@ impl OpenStackCloud {
         let uid = request.server.uid.as_str();
         let body = mapping::port_body(request, network, resolved);
         let mut reusable = None;
-        for port in neutron::ports_named(session, &port_name(&request.server.name)).await? {
+        let named = neutron::ports_named(session, &port_name(&request.server.name)).await?;
+        for port in named.into_iter().filter(|port| owns_port(&request.server, port)) {
             if reusable.is_none() && port.network_id == resolved.network_id {
                 reusable = Some(port);
             } else {
@@ -396,7 +419,7 @@ impl OpenStackCloud {
             return Ok(());
         }
         let network_id = self.floating_network(session).await?;
-        let description = format!("Server {}/{}", request.server.namespace, request.server.name);
+        let description = mapping::resource_description(&request.server);
         let ip = neutron::create_floating_ip(session, &network_id, &port.id, &description).await?;
         info!(
             server_uid = %request.server.uid,
@@ -489,11 +512,54 @@ impl OpenStackCloud {
                 }
             }
         }
-        // Nova no longer has it: give back what the create allocated.
-        for port in neutron::ports_named(&session, &port_name(&server.name)).await? {
-            self.release_port(&session, &port).await?;
-        }
+        // Nova no longer has it. Its port and floating IP are the core's to
+        // release, each by its ID, once it has seen the server absent
+        // (`attachments`, `release`): Nova deletes asynchronously, so this
+        // call is rarely the one that sees it gone.
         Ok(DeleteProgress::Gone)
+    }
+
+    /// The Server's ports (named `server-<name>`, described as its own or,
+    /// made by the Go controller, undescribed and unbound) and their floating
+    /// IPs, with any floating IP described as the Server's whose port is
+    /// already gone. Floating IPs first.
+    async fn attachments_flow(
+        &self,
+        identity: &IdentityContext,
+        server: &ServerRef,
+    ) -> Result<Vec<AttachedResource>, CloudError> {
+        let session = self.session(identity);
+        let description = mapping::resource_description(server);
+        let ports: Vec<Port> = neutron::ports_named(&session, &port_name(&server.name))
+            .await?
+            .into_iter()
+            .filter(|port| owns_port(server, port))
+            .collect();
+        let mut found = std::collections::BTreeSet::new();
+        for port in &ports {
+            for ip in neutron::floating_ips_of(&session, &port.id).await? {
+                found.insert(AttachedResource::FloatingIp { id: ip.id });
+            }
+        }
+        for ip in neutron::floating_ips_described(&session, &description).await? {
+            if ip.port_id.is_none() || ports.iter().any(|port| Some(&port.id) == ip.port_id.as_ref()) {
+                found.insert(AttachedResource::FloatingIp { id: ip.id });
+            }
+        }
+        found.extend(ports.into_iter().map(|port| AttachedResource::Port { id: port.id }));
+        Ok(found.into_iter().collect())
+    }
+
+    /// Deletes one port or floating IP by its ID; one already gone (404) is
+    /// released.
+    async fn release_flow(&self, identity: &IdentityContext, resource: &AttachedResource) -> Result<(), CloudError> {
+        let session = self.session(identity);
+        match resource {
+            AttachedResource::FloatingIp { id } => neutron::delete_floating_ip(&session, id).await?,
+            AttachedResource::Port { id } => neutron::delete_port(&session, id).await?,
+        }
+        info!(kind = resource.kind(), provider_id = %resource.id(), "released");
+        Ok(())
     }
 
     async fn get_flow(
@@ -552,5 +618,17 @@ impl CloudPort for OpenStackCloud {
 
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
         Box::pin(self.list_flow(identity))
+    }
+
+    fn attachments<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<AttachedResource>> {
+        Box::pin(self.attachments_flow(identity, server))
+    }
+
+    fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
+        Box::pin(self.release_flow(identity, resource))
     }
 }

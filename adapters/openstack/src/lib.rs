@@ -94,4 +94,5 @@ pub use cloud::OpenStackCloud;
 pub use config::{ConfigError, Interface, NetworkSelector, OpenStackConfig};
 pub use mapping::{
     METADATA_GO_SERVER_ID, METADATA_SERVER_NAME, METADATA_SERVER_NAMESPACE, METADATA_SERVER_UID, port_name,
+    resource_description,
 };

@@ -37,6 +37,13 @@ pub fn port_name(server_name: &str) -> String {
     format!("server-{server_name}")
 }
 
+/// The description of the port and floating IP this controller makes for a
+/// Server: `Server <namespace>/<name>`. It tells them apart from resources
+/// of a Server of the same name in another namespace of the project.
+pub fn resource_description(server: &server_core::port::ServerRef) -> String {
+    format!("Server {}/{}", server.namespace, server.name)
+}
+
 /// The subset of a Nova server record the port needs (API v2.1 fields).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub(crate) struct NovaServer {
@@ -321,7 +328,7 @@ pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment, id
         .collect();
     json!({"port": {
         "name": port_name(&request.server.name),
-        "description": format!("Server {}/{}", request.server.namespace, request.server.name),
+        "description": resource_description(&request.server),
         "network_id": ids.network_id,
         "security_groups": ids.security_group_ids,
         "allowed_address_pairs": pairs,

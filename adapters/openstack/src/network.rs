@@ -12,6 +12,10 @@ use crate::compute::segment;
 pub(crate) struct Port {
     pub(crate) id: String,
     #[serde(default)]
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) description: String,
+    #[serde(default)]
     pub(crate) network_id: String,
     /// The Nova server the port is bound to (empty while unbound).
     #[serde(default)]
@@ -23,6 +27,10 @@ pub(crate) struct FloatingIp {
     pub(crate) id: String,
     #[serde(default)]
     pub(crate) floating_ip_address: Option<String>,
+    /// The port it is associated with (none once that port is deleted:
+    /// Neutron keeps the floating IP, unassociated).
+    #[serde(default)]
+    pub(crate) port_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -67,11 +75,15 @@ pub(crate) struct Named {
     pub(crate) tags: Vec<String>,
 }
 
-/// Ports of the token's project with this exact name.
+/// Ports of the token's project with this exact name (some Neutron
+/// backends match the `name` filter as a pattern, so `server-web` would
+/// also find `server-web-2`: the answer is filtered again here).
 pub(crate) async fn ports_named(session: &Session<'_>, name: &str) -> Result<Vec<Port>, CloudError> {
     const OPERATION: &str = "listing ports";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/ports").query("name", name);
-    Ok(session.send(&call).await?.json::<Ports>(OPERATION)?.ports)
+    let mut ports = session.send(&call).await?.json::<Ports>(OPERATION)?.ports;
+    ports.retain(|port| port.name.is_empty() || port.name == name);
+    Ok(ports)
 }
 
 pub(crate) async fn create_port(session: &Session<'_>, body: Value) -> Result<Port, CloudError> {
@@ -102,6 +114,17 @@ pub(crate) async fn delete_port(session: &Session<'_>, id: &str) -> Result<(), C
 pub(crate) async fn floating_ips_of(session: &Session<'_>, port_id: &str) -> Result<Vec<FloatingIp>, CloudError> {
     const OPERATION: &str = "listing floating IPs";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("port_id", port_id);
+    Ok(session.send(&call).await?.json::<FloatingIps>(OPERATION)?.floatingips)
+}
+
+/// Floating IPs of the token's project with this exact description (the
+/// ones this controller made for a Server carry `Server <namespace>/<name>`).
+pub(crate) async fn floating_ips_described(
+    session: &Session<'_>,
+    description: &str,
+) -> Result<Vec<FloatingIp>, CloudError> {
+    const OPERATION: &str = "listing floating IPs";
+    let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("description", description);
     Ok(session.send(&call).await?.json::<FloatingIps>(OPERATION)?.floatingips)
 }
 

@@ -9,8 +9,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
-    CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState, ProviderStatus,
-    RegionSettings, ServerRef,
+    AttachedResource, CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState,
+    ProviderStatus, RegionSettings, ServerRef,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -663,8 +663,17 @@ async fn foreign_server(h: &Harness) -> TestResult {
 
 // ---------------------------------------------------------------- delete
 
+/// Releases what `attachments` lists, each by its ID, as the core's actions do.
+async fn release_all(h: &Harness, uid: &str) -> Result<Vec<AttachedResource>, Box<dyn std::error::Error>> {
+    let attachments = h.cloud.attachments(&h.identity, &server_ref(uid)).await?;
+    for resource in &attachments {
+        h.cloud.release(&h.identity, resource).await?;
+    }
+    Ok(attachments)
+}
+
 #[tokio::test]
-async fn delete_removes_the_server_first_then_floating_ip_and_port() -> TestResult {
+async fn delete_removes_the_server_alone_then_its_floating_ip_and_port_go_by_id() -> TestResult {
     let h = Harness::new().await?;
     let uid = "uid-1";
     h.sim.cloud().script(uid, Fate::clean().with_delete_time(Duration::from_secs(10)));
@@ -681,6 +690,12 @@ async fn delete_removes_the_server_first_then_floating_ip_and_port() -> TestResu
 
     h.clock.advance(Duration::from_secs(10));
     assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::Gone);
+    // Nova keeps the port the caller made, and so its floating IP.
+    assert_eq!((h.sim.ports().len(), h.sim.floating_ips().len()), (1, 1));
+    let (port, ip) = (h.sim.ports()[0].id.clone(), h.sim.floating_ips()[0].id.clone());
+    let listed = h.cloud.attachments(&h.identity, &server_ref(uid)).await?;
+    assert_eq!(listed, [AttachedResource::FloatingIp { id: ip }, AttachedResource::Port { id: port }]);
+    release_all(&h, uid).await?;
     let order: Vec<Op> = h
         .sim
         .requests()
@@ -690,34 +705,76 @@ async fn delete_removes_the_server_first_then_floating_ip_and_port() -> TestResu
         .collect();
     assert_eq!(order, [Op::ServerDelete, Op::FloatingIpDelete, Op::PortDelete]);
     assert!(h.sim.ports().is_empty() && h.sim.floating_ips().is_empty());
+    assert!(h.cloud.attachments(&h.identity, &server_ref(uid)).await?.is_empty());
     assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
     assert_eq!(h.sim.cloud().truth(uid).live, 0);
 
-    // Deleting what is gone is done, and touches nothing.
+    // Deleting what is gone is done, and touches nothing; so is releasing it.
     assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::Gone);
     assert_eq!(h.ops(Op::ServerDelete), 1);
+    h.cloud.release(&h.identity, &AttachedResource::Port { id: "gone".into() }).await?;
+    h.cloud.release(&h.identity, &AttachedResource::FloatingIp { id: "gone".into() }).await?;
     Ok(())
 }
 
+/// Nova answers a DELETE at once and deletes later: a server with no slow
+/// fate is still there right after it, and gone once the delay has passed.
 #[tokio::test]
-async fn a_fast_delete_is_gone_in_one_call() -> TestResult {
+async fn nova_deletes_asynchronously_and_keeps_the_callers_port() -> TestResult {
     let h = Harness::new().await?;
     h.sim.cloud().script("uid-1", Fate::clean());
     h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
+    let record = h.cloud.get(&h.identity, &server_ref("uid-1")).await?;
+    assert!(record.is_some(), "Nova still shows a server it is deleting");
+    h.clock.advance(h.sim.config().delete_delay);
     assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert_eq!(h.sim.ports().len(), 1, "a port the caller made survives its server");
+    assert_eq!(release_all(&h, "uid-1").await?.len(), 1);
     assert!(h.sim.ports().is_empty());
     assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
     Ok(())
 }
 
 #[tokio::test]
-async fn delete_of_a_never_created_server_releases_a_leftover_port() -> TestResult {
+async fn a_never_created_servers_leftover_port_is_an_attachment() -> TestResult {
     let h = Harness::new().await?;
     h.sim.cloud().script("uid-1", Fate::refused(1));
     assert!(h.cloud.create(&h.identity, &request("uid-1", false)).await.is_err());
     assert_eq!(h.sim.ports().len(), 1);
     assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert_eq!(release_all(&h, "uid-1").await?.len(), 1);
     assert!(h.sim.ports().is_empty());
+    Ok(())
+}
+
+/// A floating IP whose port went first (released by hand, or by the Go
+/// controller) is found by its description and released too; a port of a
+/// Server of the same name in another namespace is not the Server's.
+#[tokio::test]
+async fn an_orphaned_floating_ip_is_found_and_another_namespaces_port_is_not() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean());
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    let mut other = request("uid-2", false);
+    other.server.namespace = "elsewhere".into();
+    other.server.name = server_ref("uid-1").name;
+    h.sim.cloud().script("uid-2", Fate::clean());
+    h.cloud.create(&h.identity, &other).await?;
+    h.clock.advance(Duration::from_secs(60));
+    for uid in ["uid-1", "uid-2"] {
+        h.cloud.delete(&h.identity, &server_ref(uid)).await?;
+    }
+    h.clock.advance(h.sim.config().delete_delay);
+    let ours = h.cloud.attachments(&h.identity, &server_ref("uid-1")).await?;
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    let port = ours.iter().find(|r| matches!(r, AttachedResource::Port { .. })).ok_or("no port")?;
+    h.cloud.release(&h.identity, port).await?;
+    let left = h.cloud.attachments(&h.identity, &server_ref("uid-1")).await?;
+    assert!(matches!(left.as_slice(), [AttachedResource::FloatingIp { .. }]), "{left:?}");
+    release_all(&h, "uid-1").await?;
+    assert_eq!(h.sim.ports().len(), 1, "the other namespace's port stays: {:?}", h.sim.ports());
+    assert!(h.sim.floating_ips().is_empty());
     Ok(())
 }
 
@@ -733,9 +790,12 @@ async fn a_soft_deleted_server_is_force_deleted_before_its_port_is_released() ->
     let record = h.cloud.get(&h.identity, &server_ref("uid-1")).await?.ok_or("absent")?;
     assert_eq!(record.status, ProviderStatus::Other("SOFT_DELETED".into()));
     assert_eq!(h.sim.ports().len(), 1);
-    // The next pass reclaims it, and only then gives back the port and IP.
-    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    // The next pass reclaims it; once Nova has, the port and IP go.
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
     assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::ServerAction)), (1, 1));
+    h.clock.advance(h.sim.config().delete_delay);
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    assert_eq!(release_all(&h, "uid-1").await?.len(), 2);
     assert!(h.sim.ports().is_empty() && h.sim.floating_ips().is_empty());
     assert_eq!(h.sim.counters().ports_deleted_while_attached, 0);
     Ok(())
@@ -746,6 +806,8 @@ async fn a_server_that_never_launched_is_deleted_outright_even_with_deferred_del
     let h = Harness::with(OpenStackSimConfig { soft_delete: true, ..Default::default() }, |_| {}).await?;
     h.sim.cloud().script("uid-1", Fate::clean());
     h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
+    h.clock.advance(h.sim.config().delete_delay);
     assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
     assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::ServerAction)), (1, 0));
     Ok(())
@@ -760,21 +822,28 @@ async fn delete_not_found_counts_as_done() -> TestResult {
     h.sim.inject(Target::Op(Op::ServerDelete), Fault::Status(404), 1);
     let progress = h.cloud.delete(&h.identity, &server_ref("uid-1")).await?;
     assert_eq!(progress, DeleteProgress::InProgress, "Nova still lists it");
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
+    h.clock.advance(h.sim.config().delete_delay);
     assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
     Ok(())
 }
 
 #[tokio::test]
-async fn a_failed_release_is_retried_and_gone_waits_for_it() -> TestResult {
+async fn a_failed_release_fails_and_the_next_one_releases() -> TestResult {
     let h = Harness::new().await?;
-    h.sim.cloud().script("uid-1", Fate::clean());
-    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    h.sim.cloud().script("uid-1", Fate::refused(1));
+    assert!(h.cloud.create(&h.identity, &request("uid-1", false)).await.is_err());
+    let attachments = h.cloud.attachments(&h.identity, &server_ref("uid-1")).await?;
+    let [port] = attachments.as_slice() else { return Err(format!("{attachments:?}").into()) };
     h.sim.inject(Target::Op(Op::PortDelete), Fault::Status(500), 1);
-    let error = h.cloud.delete(&h.identity, &server_ref("uid-1")).await.err();
+    let error = h.cloud.release(&h.identity, port).await.err();
     assert!(matches!(error, Some(CloudError::Unavailable { status: 500, .. })), "{error:?}");
     assert_eq!(h.sim.ports().len(), 1);
-    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    h.cloud.release(&h.identity, port).await?;
     assert!(h.sim.ports().is_empty());
+    // A listing that fails is an error, never "nothing left".
+    h.sim.inject(Target::Op(Op::PortList), Fault::Status(503), 1);
+    assert!(h.cloud.attachments(&h.identity, &server_ref("uid-1")).await.is_err());
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 use super::facts::RegionUnserved;
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
-use crate::port::{CloudError, CreateRequest, ServerRef};
+use crate::port::{AttachedResource, CloudError, CreateRequest, ServerRef};
 use crate::status_patch::StatusPatch;
 use crate::user_data::UserDataError;
 
@@ -56,6 +56,9 @@ pub enum Action {
     Record(Vec<(&'static str, Option<String>)>),
     CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
+    /// Release (delete) one of the Server's provider resources besides its
+    /// server, by its ID; idempotent (one already gone is released).
+    ReleaseAttachment(AttachedResource),
     Emit(Event),
 }
 
@@ -147,6 +150,12 @@ pub enum Wait {
     RetryReady,
     /// Deleting: the provider server's deletion is under way.
     DeletingProviderServer,
+    /// Deleting: the provider server is gone, but whether the Server's ports
+    /// and floating IPs are could not be told (`reason` says why).
+    AttachmentsUnknownBeforeRelease { reason: String },
+    /// Deleting: the provider server is gone; these resources of the Server
+    /// are being released, and the Server goes once none is left.
+    ReleasingAttachments { remaining: Vec<AttachedResource> },
     /// A provider call failed in a way that passes (busy, rate limited,
     /// unavailable, a create answer that proves nothing landed).
     Provider(CloudError),
@@ -175,6 +184,14 @@ impl Wait {
             Wait::DeletingFailedServer => DELETING_FAILED_MESSAGE.into(),
             Wait::RetryReady => RETRY_READY_MESSAGE.into(),
             Wait::DeletingProviderServer => "Deleting provider server".into(),
+            Wait::AttachmentsUnknownBeforeRelease { reason } => format!(
+                "Waiting for the provider to tell the server's ports and floating IPs before releasing the server: \
+                 {reason}"
+            ),
+            Wait::ReleasingAttachments { remaining } => {
+                let named: Vec<String> = remaining.iter().map(ToString::to_string).collect();
+                format!("Releasing the provider server's {}", named.join(", "))
+            }
             Wait::Provider(error) => format!("Waiting for the provider: {error}"),
             Wait::Conflict { message } => format!("Conflicting write, retrying: {message}"),
             Wait::ServerChanged => "the Server changed since it was read; deciding again".into(),

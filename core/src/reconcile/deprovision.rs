@@ -1,9 +1,12 @@
-//! Deletion: the provider server goes first; references are released only
-//! once the provider confirms it absent (and no create of unknown fate can
-//! still land), then the Server's finalizer goes.
+//! Deletion: the provider server goes first; then, once the provider
+//! confirms it absent (and no create of unknown fate can still land), every
+//! other provider resource of the Server (floating IPs, ports), each by its
+//! ID; references are released, and the Server's finalizer goes, only once
+//! the provider confirms all of them absent (DESIGN "Every provider resource
+//! is released").
 
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, Wait};
-use super::facts::{Facts, ProviderView};
+use super::facts::{AttachmentsView, Facts, ProviderView};
 use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
@@ -61,7 +64,34 @@ pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut
         {
             plan.finish(Outcome::Yield(Wait::IssuedCreateBeforeRelease))
         }
-        ProviderView::Absent => release(server, facts, plan),
+        ProviderView::Absent => release_attachments(server, facts, plan),
+    }
+}
+
+/// The provider server is confirmed gone: its ports and floating IPs go
+/// next, each by its ID; the Server is released only once the provider lists
+/// none of them. Nova keeps a port the caller made when its server goes, and
+/// Neutron keeps a floating IP when its port goes: nothing else frees them.
+fn release_attachments(server: &Server, facts: &Facts, mut plan: Plan) -> Decision {
+    match &facts.attachments {
+        AttachmentsView::Known(left) if left.is_empty() => release(server, facts, plan),
+        AttachmentsView::Known(left) => {
+            let mut remaining = left.clone();
+            // Floating IPs before the ports they may be associated with.
+            remaining.sort();
+            remaining.dedup();
+            for resource in &remaining {
+                plan.provider(Action::ReleaseAttachment(resource.clone()));
+            }
+            plan.finish(Outcome::Yield(Wait::ReleasingAttachments { remaining }))
+        }
+        AttachmentsView::Unknown(reason) => {
+            plan.finish(Outcome::Yield(Wait::AttachmentsUnknownBeforeRelease { reason: reason.clone() }))
+        }
+        // Not read is not "none": fail closed.
+        AttachmentsView::NotRead => plan.finish(Outcome::Yield(Wait::AttachmentsUnknownBeforeRelease {
+            reason: "they were not read in this pass".into(),
+        })),
     }
 }
 

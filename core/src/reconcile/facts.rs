@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::model::{Consumed, ResourceKind};
-use crate::port::ProviderServer;
+use crate::port::{AttachedResource, ProviderServer};
 
 /// What the provider says about the Server's provider server. The three
 /// kinds are load-bearing: only `Absent` may lead to a create, and `Unknown`
@@ -83,6 +83,21 @@ impl ProviderView {
     }
 }
 
+/// What the provider says about the Server's resources besides its server
+/// (ports, floating IPs). Read only when the core asks for it
+/// ([`reads_attachments`](super::reads_attachments)); a deleting Server is
+/// released only on `Known` with nothing in it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AttachmentsView {
+    /// Not read in this pass: nothing is known (never taken for "none").
+    #[default]
+    NotRead,
+    /// The provider listed them with authority: these, and no others.
+    Known(Vec<AttachedResource>),
+    /// The read failed; the reason is for status.
+    Unknown(String),
+}
+
 /// How the pass came by its [`ProviderView`]. A view read in the pass is
 /// live; a listed one is what the provider said earlier without being asked
 /// about this Server: the monitor's latest list of the Server's (region,
@@ -115,6 +130,8 @@ pub struct Facts {
     pub provider: ProviderView,
     /// Where `provider` came from.
     pub provider_read: ProviderRead,
+    /// The Server's ports and floating IPs, when the core asked for them.
+    pub attachments: AttachmentsView,
 }
 
 impl Default for Facts {
@@ -124,6 +141,7 @@ impl Default for Facts {
             other_identity_references: Vec::new(),
             provider: ProviderView::Absent,
             provider_read: ProviderRead::Live,
+            attachments: AttachmentsView::NotRead,
         }
     }
 }

@@ -34,8 +34,9 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         // landed, and its server may vanish before any pass sees it, so it
         // stays issued (absent later, without a boot and past the grace, it
         // is counted; bounded creates, fail closed). An answer that proves
-        // it did not land (409, 429, authentication, never sent) releases it,
-        // so nothing is counted for a create that never was.
+        // it did not land (409, 429, authentication, never sent, a step
+        // before the server create) releases it, so nothing is counted for a
+        // create that never was.
         (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) => {
             let mut plan = Plan::new(&server.status, false, now);
             if error.effect() == CallEffect::None && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
@@ -43,6 +44,12 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
             }
             let outcome = match error {
                 CloudError::Auth { .. } => Outcome::Error(PassError::Cloud(error.clone())),
+                // A step before the server create failed: that step's
+                // failure, retried on the next pass (a refused lookup or
+                // port is no refused create: no spec change is asked for).
+                CloudError::BeforeCreate { .. } if !error.is_transient() => {
+                    Outcome::Error(PassError::Cloud(error.clone()))
+                }
                 _ => Outcome::Yield(Wait::Provider(error.clone())),
             };
             plan.finish(outcome)

@@ -78,10 +78,12 @@ pub fn live_read_needed(
     let ProviderRead::Listed { at } = facts.provider_read else {
         return None;
     };
-    let changes_the_provider = decision
-        .actions
-        .iter()
-        .any(|action| matches!(action, Action::CreateProviderServer(_) | Action::DeleteProviderServer(_)));
+    let changes_the_provider = decision.actions.iter().any(|action| {
+        matches!(
+            action,
+            Action::CreateProviderServer(_) | Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_)
+        )
+    });
     if changes_the_provider {
         return Some(LiveRead::ChangesTheProvider);
     }

@@ -14,7 +14,7 @@ mod retry;
 pub(crate) mod validate;
 
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
-pub use facts::{Facts, ProviderRead, ProviderView, RegionUnserved};
+pub use facts::{AttachmentsView, Facts, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
 pub use options::Options;
@@ -33,6 +33,14 @@ use plan::Plan;
 /// [`reconcile`], which then decides nothing from the facts.
 pub fn needs_facts(server: &Server) -> bool {
     !server.spec.pause && (!server.meta.deleting || server.meta.has_finalizer(SERVER_FINALIZER))
+}
+
+/// Whether a pass over `server` must read the Server's provider resources
+/// besides its server ([`Facts::attachments`]), given the provider view it
+/// holds: a deleting Server whose provider server is confirmed absent
+/// (what is left of it decides whether it may go).
+pub fn reads_attachments(server: &Server, facts: &Facts) -> bool {
+    needs_facts(server) && server.meta.deleting && facts.provider == ProviderView::Absent
 }
 
 /// Decides one pass for `server` given what the adapter found.

@@ -8,7 +8,7 @@ use server_core::model::{
     reference_finalizer, set_condition,
 };
 use server_core::port::ProviderServer;
-use server_core::reconcile::{Action, Decision, Facts, ProviderView};
+use server_core::reconcile::{Action, AttachmentsView, Decision, Facts, ProviderView};
 
 pub const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ca@example";
 
@@ -46,7 +46,9 @@ pub fn facts() -> Facts {
         "Provisioned",
         at(0),
     );
-    Facts::default()
+    // The provider holds nothing of the Server besides its server (a
+    // deleting Server's ports and floating IPs are confirmed gone).
+    Facts { attachments: AttachmentsView::Known(Vec::new()), ..Facts::default() }
         .with(
             ResourceKind::Identity,
             Consumed::new("identity-a").with(Detail::Identity { conditions, deleting: false }),

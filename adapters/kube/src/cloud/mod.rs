@@ -17,7 +17,7 @@ use std::time::Duration;
 use kube::Client;
 use server_core::model::Server;
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
-use server_core::{ProviderView, RegionUnserved};
+use server_core::{AttachmentsView, ProviderView, RegionUnserved};
 
 pub(crate) use listings::{GroupKey, ProviderListings};
 pub(crate) use provider::DeclaredProvider;
@@ -62,6 +62,16 @@ impl CloudHandle {
             Ok(Some(record)) => ProviderView::Present(record),
             Ok(None) => ProviderView::Absent,
             Err(error) => ProviderView::Unknown(error.to_string()),
+        }
+    }
+
+    /// What the provider holds of `server` besides its server (ports,
+    /// floating IPs), or why that could not be told.
+    pub(crate) async fn attachments_view(&self, server: &Server) -> AttachmentsView {
+        let server = server_ref(server);
+        match self.call(|cloud| cloud.attachments(&self.identity, &server)).await {
+            Ok(attachments) => AttachmentsView::Known(attachments),
+            Err(error) => AttachmentsView::Unknown(error.to_string()),
         }
     }
 }

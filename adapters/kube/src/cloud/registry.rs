@@ -174,6 +174,20 @@ mod tests {
         fn list<'a>(&'a self, _: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
+        fn attachments<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a ServerRef,
+        ) -> PortFuture<'a, Vec<server_core::port::AttachedResource>> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
+        fn release<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::AttachedResource,
+        ) -> PortFuture<'a, ()> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
     }
 
     fn registry() -> CloudRegistry {

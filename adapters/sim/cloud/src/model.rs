@@ -385,6 +385,28 @@ impl CloudModel {
 
     /// [`CloudModel::delete`] by handle (`None`: a uid the cloud never saw).
     pub fn delete_by(&mut self, now: Timestamp, handle: Option<ServerHandle>) -> Result<DeleteProgress, CloudError> {
+        self.delete_taking(now, handle, Duration::ZERO)
+    }
+
+    /// [`CloudModel::delete`] for a cloud whose deletes take at least
+    /// `at_least` whatever the fate says (Nova's, which answers a DELETE at
+    /// once and deletes later: the server stays listed meanwhile).
+    pub fn delete_after(
+        &mut self,
+        now: Timestamp,
+        uid: &str,
+        at_least: Duration,
+    ) -> Result<DeleteProgress, CloudError> {
+        let handle = self.slots.get(uid).map(|&slot| ServerHandle(slot));
+        self.delete_taking(now, handle, at_least)
+    }
+
+    fn delete_taking(
+        &mut self,
+        now: Timestamp,
+        handle: Option<ServerHandle>,
+        at_least: Duration,
+    ) -> Result<DeleteProgress, CloudError> {
         let now = now.as_millisecond();
         self.counters.delete_calls += 1;
         if let Some(error) = self.outage_failure(now) {
@@ -404,7 +426,7 @@ impl CloudModel {
         let gone = match instance.gone {
             Some(gone) => gone,
             None => {
-                let gone = now.saturating_add(millis(state.fate.delete_time));
+                let gone = now.saturating_add(millis(state.fate.delete_time.max(at_least)));
                 instance.gone = Some(gone);
                 self.counters.deletions_started += 1;
                 if instance.launched(now) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use server_core::port::{
-    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+    AttachedResource, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
 };
 
 use super::clock::{Clock, SystemClock};
@@ -140,6 +140,27 @@ impl CloudPort for SimCloud {
             self.delay().await;
             let now = self.now();
             self.model().list(now, &identity.project_id)
+        })
+    }
+
+    /// SimCloud's servers carry their addresses themselves: a Server holds
+    /// nothing at this cloud besides its server.
+    fn attachments<'a>(
+        &'a self,
+        _identity: &'a IdentityContext,
+        _server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<AttachedResource>> {
+        Box::pin(async move {
+            self.delay().await;
+            Ok(Vec::new())
+        })
+    }
+
+    /// Nothing but servers exists here, so any other resource is already gone.
+    fn release<'a>(&'a self, _identity: &'a IdentityContext, _resource: &'a AttachedResource) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.delay().await;
+            Ok(())
         })
     }
 }

@@ -225,5 +225,8 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
             let response = reply::error(service, 504, "Gateway Timeout: the backend did not answer in time.");
             (response, ctx.hang())
         }
+        // A client's account of its own steps (the model never produces it):
+        // what its step failed with.
+        CloudError::BeforeCreate { source, .. } => model_error(ctx, service, source),
     }
 }

@@ -34,6 +34,13 @@
 //! 2.37 on (400); tokens are refused with keystonemiddleware's body on
 //! every service. Nova keys `addresses` by network name, links a next page
 //! whenever a page is full, and defers deletes only of launched servers.
+//! Nova deletes asynchronously (a server stays visible, `task_state:
+//! deleting`, after its DELETE is answered; [`OpenStackSimConfig::delete_delay`]),
+//! and a port the caller made survives its server (Nova deletes only the
+//! ports it made itself: nova/network/neutron.py `deallocate_for_instance`
+//! keeps ports whose `preserve_on_delete` is set, which it sets for every
+//! port it was handed), as does a floating IP whose port is deleted
+//! (Neutron disassociates it and keeps it allocated).
 
 mod faults;
 mod handlers;
@@ -82,6 +89,13 @@ pub struct OpenStackSimConfig {
     /// Nova's deferred delete (`reclaim_instance_interval`): a deleted server
     /// stays listed as `SOFT_DELETED` until force-deleted.
     pub soft_delete: bool,
+    /// How long at least a deleted server stays visible (`task_state:
+    /// deleting`) after its `DELETE` was answered 204. Nova deletes
+    /// asynchronously: the API casts `terminate_instance` to the compute host
+    /// and answers at once (nova/compute/api.py `_delete` ->
+    /// `compute_rpcapi.terminate_instance`, a cast), so a GET right after a
+    /// DELETE still finds the server. The model's fate may make it longer.
+    pub delete_delay: Duration,
 }
 
 impl Default for OpenStackSimConfig {
@@ -95,6 +109,7 @@ impl Default for OpenStackSimConfig {
             public_url: None,
             lost_answer_hang: None,
             soft_delete: false,
+            delete_delay: Duration::from_millis(500),
         }
     }
 }

@@ -249,7 +249,9 @@ fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     reply::json(StatusCode::OK, json!({ "port": render_port(ctx, state, &port) }))
 }
 
-/// Deleting a port disassociates its floating IP (which stays allocated).
+/// Deleting a port disassociates its floating IP, which stays allocated
+/// (neutron/db/l3_db.py `disassociate_floatingips`): only deleting the
+/// floating IP itself frees it.
 fn delete_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     state.counters.port_deletes += 1;
     let Some(port) = state.ports.get(id).filter(|p| p.project_id == ctx.project) else {
@@ -294,6 +296,9 @@ fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
         .filter(|f| f.project_id == ctx.project)
         .filter(|f| ctx.query("port_id").is_none_or(|port| f.port_id.as_deref() == Some(port)))
         .filter(|f| ctx.query("floating_network_id").is_none_or(|network| f.network_id == network))
+        // `description` filters the list (Networking API v2.0 reference,
+        // "List floating IPs": the `description` query parameter).
+        .filter(|f| ctx.query("description").is_none_or(|description| f.description == description))
         .map(|f| render_floating_ip(state, f))
         .collect();
     reply::json(StatusCode::OK, json!({ "floatingips": ips }))

@@ -149,9 +149,15 @@ fn action(ctx: &Ctx<'_>, id: &str) -> Handled {
     if response.status().is_success() { (reply::empty(StatusCode::ACCEPTED), hold) } else { (response, hold) }
 }
 
-/// Hands the server to the model's delete timeline.
+/// Hands the server to the model's delete timeline. Nova answers at once
+/// and deletes later (nova/compute/api.py `_delete` casts
+/// `terminate_instance` to the compute host): the server stays visible,
+/// `task_state: deleting`, for at least the configured delay. Its port, made
+/// by the caller, is left as it is: Nova deletes only ports it made itself
+/// (nova/network/neutron.py `deallocate_for_instance`, `preserve_on_delete`).
 fn reclaim(ctx: &Ctx<'_>, state: &mut State, uid: &str) -> Handled {
-    match ctx.model(|m| m.delete(ctx.now, uid)) {
+    let delay = ctx.sim.config().delete_delay;
+    match ctx.model(|m| m.delete_after(ctx.now, uid, delay)) {
         Ok(_) => {
             if let Some(book) = state.books.get_mut(uid) {
                 book.deleting = true;

@@ -105,6 +105,7 @@ pub(crate) fn action(action: &Action) -> String {
         Action::Emit(event) => format!("Emit({})", event.reason.as_str()),
         Action::CreateProviderServer(_) => "CreateProviderServer".into(),
         Action::DeleteProviderServer(_) => "DeleteProviderServer".into(),
+        Action::ReleaseAttachment(resource) => format!("ReleaseAttachment({resource})"),
         Action::AddReference(r) => format!("AddReference({})", r.name),
         Action::RemoveReference(r) => format!("RemoveReference({})", r.name),
         Action::Annotate { key, value } => format!("Annotate({key}={value:?})"),

@@ -15,7 +15,7 @@ use server_core::model::{
     NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, ResourceKind, SecurityGroupRef,
 };
 use server_core::port::IdentityContext;
-use server_core::{Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
+use server_core::{AttachmentsView, Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
 
 use super::checker::PassRead;
 
@@ -89,13 +89,19 @@ impl Tenant {
         let identity =
             Consumed::new(identity_name(index)).with(Detail::Identity { conditions: vec![ready], deleting: false });
         let ca = Consumed::new("ca").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() });
-        let facts = Facts { provider: ProviderView::Absent, ..Facts::default() }
-            .with(ResourceKind::Identity, identity)
-            .with(ResourceKind::Network, Consumed::new("net-a"))
-            .with(ResourceKind::Network, Consumed::new("net-b"))
-            .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
-            .with(ResourceKind::SecurityGroup, Consumed::new("sg-b"))
-            .with(ResourceKind::SshCertificateAuthority, ca);
+        // SimCloud's model holds nothing of a Server besides its server (its
+        // addresses are the server's own): every attachments read is "none".
+        let facts = Facts {
+            provider: ProviderView::Absent,
+            attachments: AttachmentsView::Known(Vec::new()),
+            ..Facts::default()
+        }
+        .with(ResourceKind::Identity, identity)
+        .with(ResourceKind::Network, Consumed::new("net-a"))
+        .with(ResourceKind::Network, Consumed::new("net-b"))
+        .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
+        .with(ResourceKind::SecurityGroup, Consumed::new("sg-b"))
+        .with(ResourceKind::SshCertificateAuthority, ca);
         let identity = IdentityContext {
             region_id: REGION.into(),
             identity_id: identity_name(index),

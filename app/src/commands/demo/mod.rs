@@ -211,7 +211,13 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         None
     };
 
-    let violations = verdict::check(&world, &cloud, &observer, max);
+    // Neutron's ports and floating IPs, when the cloud is the OpenStack
+    // simulator: each must belong to a Server that still exists.
+    let neutron = _openstack.openstack().map(|sim| verdict::Neutron {
+        ports: sim.ports().into_iter().map(|port| (port.id, port.name)).collect(),
+        floating_ips: sim.floating_ips().into_iter().map(|ip| (ip.id, ip.port_id)).collect(),
+    });
+    let violations = verdict::check(&world, &cloud, &observer, max, neutron.as_ref());
     let report = build_report(args, &world, &cloud, &observer, &tracked, violations, settled, started.elapsed());
     let passed = print_report(args, &report)?;
     if let Some(running) = running {

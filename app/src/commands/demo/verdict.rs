@@ -15,7 +15,21 @@ pub(crate) struct Violation {
     pub(crate) message: String,
 }
 
-pub(crate) fn check(world: &World, cloud: &SimCloud, observer: &Observer, max_attempts: i32) -> Vec<Violation> {
+/// What Neutron holds at the end: ports (ID, name) and floating IPs (ID,
+/// the port each is associated with).
+#[derive(Debug, Default)]
+pub(crate) struct Neutron {
+    pub(crate) ports: Vec<(String, String)>,
+    pub(crate) floating_ips: Vec<(String, Option<String>)>,
+}
+
+pub(crate) fn check(
+    world: &World,
+    cloud: &SimCloud,
+    observer: &Observer,
+    max_attempts: i32,
+    neutron: Option<&Neutron>,
+) -> Vec<Violation> {
     let max = max_attempts.max(1);
     let mut violations = Vec::new();
     let mut violation = |invariant: u8, server: &str, message: String| {
@@ -94,6 +108,26 @@ pub(crate) fn check(world: &World, cloud: &SimCloud, observer: &Observer, max_at
             && (json["spec"].get("volumes").is_none() || json["status"].get("volumes").is_none())
         {
             violation(7, name, "an unmodelled spec or status field was lost".into());
+        }
+    }
+    // 6, at the provider: a port or floating IP no Server owns is a leak
+    // (DESIGN "Every provider resource is released"), never a statistic.
+    if let Some(neutron) = neutron {
+        let owned = |port_name: &str| {
+            port_name
+                .strip_prefix("server-")
+                .and_then(|name| observer.servers.get(name))
+                .is_some_and(|history| !history.gone)
+        };
+        for (id, name) in neutron.ports.iter().filter(|(_, name)| !owned(name)) {
+            let server = name.strip_prefix("server-").unwrap_or(name);
+            violation(6, server, format!("port {id} ({name}) outlived its Server"));
+        }
+        for (id, port) in &neutron.floating_ips {
+            let held = port.as_ref().and_then(|port| neutron.ports.iter().find(|(p, _)| p == port));
+            if held.is_none_or(|(_, name)| !owned(name)) {
+                violation(6, "-", format!("floating IP {id} is held by no Server's port"));
+            }
         }
     }
     violations

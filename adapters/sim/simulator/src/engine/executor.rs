@@ -229,6 +229,8 @@ impl Engine {
             }
             Action::CreateProviderServer(request) => self.create_provider_server(i, request),
             Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, read),
+            // SimCloud's model holds nothing besides servers: already gone.
+            Action::ReleaseAttachment(_) => Ok(()),
             Action::AddReference(reference) => self.write_reference(i, reference, true),
             Action::RemoveReference(reference) => self.write_reference(i, reference, false),
         }
@@ -491,5 +493,6 @@ fn action_code(action: &Action) -> u64 {
         Action::CreateProviderServer(_) => 7,
         Action::DeleteProviderServer(_) => 8,
         Action::Emit(_) => 9,
+        Action::ReleaseAttachment(_) => 11,
     }
 }
