@@ -9,12 +9,13 @@
 //! read goes through kube-apiserver, so the server assigns uids and
 //! resourceVersions.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
-use server_simcloud::{CloudConfig, SimCloud, Timing};
+use server_simcloud::{CloudConfig, Fate, SimCloud, Timing};
 
 use crate::control_plane::{ControlPlane, control_plane_or_skip, expect_success};
 use crate::{IDENTITY, NAMESPACE, NETWORK, REGION, SECURITY_GROUP, tenant};
@@ -75,6 +76,42 @@ impl RealWorld {
             .plane
             .kubectl_with_input(&["create", "-o", "jsonpath={.metadata.uid}", "-f", "-"], &object.to_string());
         expect_success(&format!("creating Server {name}"), &output)
+    }
+
+    /// Creates a Server whose cloud fate is scripted before the operator can
+    /// act on it: created paused, its fate scripted by the uid the API server
+    /// gave it, then unpaused (a spec change, which wakes a pass).
+    pub fn create_server_with_fate(&self, name: &str, fate: Fate, spec: Value) -> String {
+        let mut paused = spec;
+        paused["pause"] = json!(true);
+        let uid = self.create_server(name, paused);
+        self.cloud.script(&uid, fate);
+        let resume = json!({ "spec": { "pause": false } }).to_string();
+        self.plane.kubectl_ok(&["-n", NAMESPACE, "patch", "server", name, "--type=merge", "-p", &resume]);
+        uid
+    }
+
+    /// The operator's Events about a Server, by reason, a series counted as
+    /// its count (events.k8s.io/v1, as `kubectl events` reads them).
+    pub fn events(&self, server: &str) -> BTreeMap<String, u64> {
+        let text = self.plane.kubectl_ok(&["-n", NAMESPACE, "get", "events.events.k8s.io", "-o", "json"]);
+        let list: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let mut counts = BTreeMap::new();
+        for event in list["items"].as_array().into_iter().flatten() {
+            if event["regarding"]["name"] != server {
+                continue;
+            }
+            let reason = event["reason"].as_str().unwrap_or_default().to_owned();
+            *counts.entry(reason).or_default() += event["series"]["count"].as_u64().unwrap_or(1);
+        }
+        counts
+    }
+
+    /// The finalizers of a consumed object of the tenant.
+    pub fn finalizers(&self, resource: &str, name: &str) -> Vec<String> {
+        let text = self.plane.kubectl_ok(&["-n", NAMESPACE, "get", resource, name, "-o", "json"]);
+        let object: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        serde_json::from_value(object["metadata"]["finalizers"].clone()).unwrap_or_default()
     }
 
     /// The Server as the API server has it, or `None` once it is gone.
