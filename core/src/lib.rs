@@ -21,7 +21,7 @@
 //! 5. its grant in `deploy/base/rbac.yaml`, which a test derives from that
 //!    table.
 //!
-//! Before the table it was 14 files in 5 crates. See ARCHITECTURE.md.
+//! See ARCHITECTURE.md, "Adding a consumed kind".
 
 pub mod explain;
 pub mod lifecycle;

@@ -19,7 +19,7 @@
 //! # How a batch is written
 //!
 //! Two encodings were measured (`e2e_scale`, 300 Servers on one Network,
-//! 16 passes at once, counted by SimKube; see the README):
+//! 16 passes at once, counted by SimKube; see docs/BENCH.md):
 //!
 //! - [`ReferencePatch::JsonPatch`] (the default): an RFC 6902 patch without
 //!   a resourceVersion. Additions append (`add /metadata/finalizers/-`);

@@ -1,5 +1,5 @@
 //! What the bench measured: one row per size, the steady-state window, as
-//! JSON for machines and a Markdown table for people (the README's).
+//! JSON for machines and a Markdown table for people (docs/BENCH.md's).
 
 use std::collections::BTreeMap;
 use std::fmt;
