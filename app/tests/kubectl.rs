@@ -5,8 +5,8 @@
 //! Server gets.
 //!
 //! Needs `kubectl` on PATH. Without it the test passes with a note, except
-//! under CI (`CI=true`), where a missing kubectl is a failure: `.ci/run-kubectl-deps`
-//! installs it.
+//! under CI (`CI=true`), where a missing kubectl is a failure: `.ci/build-control-plane`
+//! builds it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -62,9 +62,9 @@ fn kubectl_available() -> bool {
     if !found {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "kubectl is missing under CI; .ci/run-kubectl-deps installs it (Debian package kubernetes-client)"
+            "kubectl is missing under CI; .ci/build-control-plane builds it and .ci/run puts it on PATH"
         );
-        eprintln!("skipping: kubectl is not on PATH (install Debian's kubernetes-client to run this test)");
+        eprintln!("skipping: kubectl is not on PATH (`bash .ci/build-control-plane` builds one)");
     }
     found
 }

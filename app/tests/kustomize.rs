@@ -29,7 +29,7 @@ fn build(dir: &str) -> Vec<Value> {
         .arg("kustomize")
         .arg(deploy_dir(dir))
         .output()
-        .expect("kubectl runs (.ci/run-kubectl-deps installs it)");
+        .expect("kubectl runs (.ci/build-control-plane builds it)");
     assert!(output.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&output.stderr));
     let text = String::from_utf8(output.stdout).unwrap();
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
