@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -42,6 +43,13 @@ struct PhaseLabel {
     phase: String,
 }
 
+/// `outcome` of `reconciles_total`: `server_core::Outcome::label`'s values,
+/// and `failed` for a pass whose facts could not be gathered.
+const RECONCILE_OUTCOMES: &[&str] = &["done", "yield", "terminal", "error", "failed"];
+
+/// `stage` of `provider_create_retries_total`.
+const RETRY_STAGES: [&str; 3] = ["started", "ready", "exhausted"];
+
 /// The operator's metrics, registered once in a registry served at `/metrics`.
 #[derive(Debug)]
 pub(crate) struct OperatorMetrics {
@@ -54,6 +62,7 @@ pub(crate) struct OperatorMetrics {
     monitor_poll_duration: Histogram,
     monitor_patches: Counter,
     monitor_group_failures: Counter,
+    monitor_interval: Gauge<f64, AtomicU64>,
     keystone_login_failure_streaks: Counter,
     servers_by_phase: Family<PhaseLabel, Gauge>,
     leader: Gauge,
@@ -62,7 +71,11 @@ pub(crate) struct OperatorMetrics {
 }
 
 impl OperatorMetrics {
-    pub(crate) fn register(registry: &mut Registry) -> Self {
+    /// Registers every family with a sample from the start: the label values
+    /// known in advance at zero, so a rule sees the first increase of a
+    /// counter and needs no `absent()` before it. `monitor_interval` is the
+    /// `--monitor-interval` the monitor polls at (none: it does not run).
+    pub(crate) fn register(registry: &mut Registry, monitor_interval: Option<Duration>) -> Self {
         let metrics = OperatorMetrics {
             reconciles: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -73,11 +86,22 @@ impl OperatorMetrics {
             monitor_poll_duration: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             monitor_patches: Counter::default(),
             monitor_group_failures: Counter::default(),
+            monitor_interval: Gauge::default(),
             keystone_login_failure_streaks: Counter::default(),
             servers_by_phase: Family::default(),
             leader: Gauge::default(),
             known_phases: Mutex::new(Vec::new()),
         };
+        for outcome in RECONCILE_OUTCOMES {
+            drop(metrics.reconciles.get_or_create(&OutcomeLabel { outcome: (*outcome).to_owned() }));
+        }
+        for stage in RETRY_STAGES {
+            drop(metrics.retries.get_or_create(&StageLabel { stage }));
+        }
+        for reason in EventReason::ALL {
+            drop(metrics.events.get_or_create(&ReasonLabel { reason: reason.as_str() }));
+        }
+        metrics.monitor_interval.set(monitor_interval.map_or(0.0, |interval| interval.as_secs_f64()));
         let sub = registry.sub_registry_with_prefix("server_controller");
         sub.register("reconciles", "Reconcile passes by outcome", metrics.reconciles.clone());
         sub.register("reconcile_duration_seconds", "Duration of a reconcile pass", metrics.reconcile_duration.clone());
@@ -104,6 +128,11 @@ impl OperatorMetrics {
             "monitor_group_failures",
             "Monitor polls of a (region, identity) group whose cloud could not be asked",
             metrics.monitor_group_failures.clone(),
+        );
+        sub.register(
+            "monitor_interval_seconds",
+            "The interval the monitor polls at (--monitor-interval; 0 when the monitor is off)",
+            metrics.monitor_interval.clone(),
         );
         sub.register(
             "keystone_login_failure_streaks",
@@ -154,9 +183,9 @@ impl server_kube::Metrics for OperatorMetrics {
     fn event_emitted(&self, reason: EventReason) {
         self.events.get_or_create(&ReasonLabel { reason: reason.as_str() }).inc();
         let stage = match reason {
-            EventReason::ProviderCreateRetrying => Some("started"),
-            EventReason::ProviderCreateRetryReady => Some("ready"),
-            EventReason::ProviderCreateFailed => Some("exhausted"),
+            EventReason::ProviderCreateRetrying => Some(RETRY_STAGES[0]),
+            EventReason::ProviderCreateRetryReady => Some(RETRY_STAGES[1]),
+            EventReason::ProviderCreateFailed => Some(RETRY_STAGES[2]),
             _ => None,
         };
         if let Some(stage) = stage {
@@ -197,9 +226,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn known_label_values_are_shown_at_zero_from_the_start() {
+        let mut registry = Registry::default();
+        let _metrics = OperatorMetrics::register(&mut registry, Some(Duration::from_secs(30)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        for outcome in RECONCILE_OUTCOMES {
+            assert!(
+                text.contains(&format!("server_controller_reconciles_total{{outcome=\"{outcome}\"}} 0\n")),
+                "{text}"
+            );
+        }
+        for stage in RETRY_STAGES {
+            assert!(
+                text.contains(&format!("server_controller_provider_create_retries_total{{stage=\"{stage}\"}} 0\n"))
+            );
+        }
+        for reason in EventReason::ALL {
+            let reason = reason.as_str();
+            assert!(text.contains(&format!("server_controller_events_total{{reason=\"{reason}\"}} 0\n")), "{text}");
+        }
+        assert!(text.contains("server_controller_monitor_interval_seconds 30.0\n"), "{text}");
+    }
+
+    #[test]
     fn retries_are_counted_by_stage_and_rendered() {
         let mut registry = Registry::default();
-        let metrics = OperatorMetrics::register(&mut registry);
+        let metrics = OperatorMetrics::register(&mut registry, None);
         metrics.event_emitted(EventReason::ProviderCreateRetrying);
         metrics.event_emitted(EventReason::ProviderCreateRetrying);
         metrics.event_emitted(EventReason::ProviderCreateFailed);

@@ -25,6 +25,18 @@ fn crd_yaml_is_up_to_date() {
     );
 }
 
+/// The Helm chart installs the same CRD (its template adds only labels and
+/// the keep policy; `helm.rs` checks the rendering).
+#[test]
+fn the_charts_crd_is_the_bases() {
+    let chart = std::fs::read_to_string(deploy_file("../../charts/server-controller/files/crd.yaml")).unwrap();
+    let base = std::fs::read_to_string(deploy_file("crd.yaml")).unwrap();
+    assert!(
+        chart == base,
+        "charts/server-controller/files/crd.yaml differs from deploy/base/crd.yaml; regenerate both with\n  cargo run -p server-controller -- crd > deploy/base/crd.yaml\n  cp deploy/base/crd.yaml charts/server-controller/files/crd.yaml"
+    );
+}
+
 fn deployment() -> Value {
     let text = std::fs::read_to_string(deploy_file("deployment.yaml")).unwrap();
     let documents: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();

@@ -219,15 +219,16 @@ fn operator_does_its_job_under_the_rbac_of_deploy() {
         get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
     });
 
-    let mut object = server("web-1", minimal_spec());
-    object["spec"]["networks"] = json!([{ "id": NETWORK }]);
-    object["spec"]["securityGroups"] = json!([{ "id": SECURITY_GROUP }]);
-    expect_success("kubectl apply", &plane.kubectl_with_input(&["apply", "-f", "-"], &object.to_string()));
+    create_run_and_delete(&plane, "web-1");
+    operator.stop();
+    assert_nothing_refused(&plane, &log);
+}
 
-    let running = wait_json(&plane, &["-n", "tenant", "get", "server", "web-1"], Duration::from_secs(90), |s| {
-        s["status"]["phase"] == "Running" && s["status"]["provisionedAt"].is_string()
-    });
-    assert_eq!(running["metadata"]["finalizers"], json!([server_core::model::SERVER_FINALIZER]), "{running}");
+/// A Server of region-a with the tenant's Network and SecurityGroup: the
+/// operator provisions it and references both, then on delete releases
+/// them and the Server goes.
+fn create_run_and_delete(plane: &ControlPlane, name: &str) {
+    create_and_wait_running(plane, name);
     for (kind, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP)] {
         let referenced =
             plane.kubectl_ok(&["-n", "tenant", "get", kind, name, "-o", "jsonpath={.metadata.finalizers}"]);
@@ -239,16 +240,16 @@ fn operator_does_its_job_under_the_rbac_of_deploy() {
     let listed = plane.kubectl_ok(&["-n", "tenant", "get", "servers"]);
     let header = listed.lines().next().unwrap_or_default();
     assert!(header.contains("PHASE"), "{listed}");
-    assert!(listed.lines().any(|row| row.starts_with("web-1") && row.contains("Running")), "{listed}");
+    assert!(listed.lines().any(|row| row.starts_with(name) && row.contains("Running")), "{listed}");
     let explained = plane.kubectl_ok(&["explain", "servers.spec.flavorID"]);
     assert!(explained.contains("flavorID") && explained.contains("string"), "{explained}");
     let resized = json!({ "spec": { "flavorID": "9d3c2e65-3b67-4cc4-8c1d-2e3f7a2f5b02" } }).to_string();
-    plane.kubectl_ok(&["-n", "tenant", "patch", "server", "web-1", "--type=merge", "-p", &resized]);
+    plane.kubectl_ok(&["-n", "tenant", "patch", "server", name, "--type=merge", "-p", &resized]);
     wait_for("the SpecChangeNotApplied event in describe", Duration::from_secs(60), || {
-        plane.kubectl_ok(&["-n", "tenant", "describe", "server", "web-1"]).contains("SpecChangeNotApplied")
+        plane.kubectl_ok(&["-n", "tenant", "describe", "server", name]).contains("SpecChangeNotApplied")
     });
 
-    plane.kubectl_ok(&["-n", "tenant", "delete", "server", "web-1", "--wait=true", "--timeout=90s"]);
+    plane.kubectl_ok(&["-n", "tenant", "delete", "server", name, "--wait=true", "--timeout=90s"]);
     for (kind, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP)] {
         wait_for(&format!("{kind}/{name} released"), Duration::from_secs(60), || {
             plane
@@ -257,15 +258,125 @@ fn operator_does_its_job_under_the_rbac_of_deploy() {
                 .is_empty()
         });
     }
-    operator.stop();
+}
 
+fn create_and_wait_running(plane: &ControlPlane, name: &str) -> Value {
+    let mut object = server(name, minimal_spec());
+    object["spec"]["networks"] = json!([{ "id": NETWORK }]);
+    object["spec"]["securityGroups"] = json!([{ "id": SECURITY_GROUP }]);
+    expect_success("kubectl apply", &plane.kubectl_with_input(&["apply", "-f", "-"], &object.to_string()));
+
+    let running = wait_json(plane, &["-n", "tenant", "get", "server", name], Duration::from_secs(90), |s| {
+        s["status"]["phase"] == "Running" && s["status"]["provisionedAt"].is_string()
+    });
+    assert_eq!(running["metadata"]["finalizers"], json!([server_core::model::SERVER_FINALIZER]), "{running}");
+    running
+}
+
+/// No request of the operator's ServiceAccount was refused, and it made some.
+fn assert_nothing_refused(plane: &ControlPlane, log: &Path) {
     let refused = plane.audited(SERVICE_ACCOUNT_USER, 403);
     assert!(refused.is_empty(), "the operator was refused under its RBAC:\n{}", refused.join("\n"));
     let served = plane.audited(SERVICE_ACCOUNT_USER, 200).len() + plane.audited(SERVICE_ACCOUNT_USER, 201).len();
     assert!(served > 0, "the audit log shows no request of the operator's ServiceAccount");
-    let log = std::fs::read_to_string(&log).unwrap_or_default();
+    let log = std::fs::read_to_string(log).unwrap_or_default();
     // Not a bare "403": resourceVersions and durations contain it.
     assert!(!log.to_lowercase().contains("forbidden"), "the operator logged a refusal:\n{log}");
+}
+
+/// The chart installed with helm on the real API server (every object
+/// accepted with validation), then the operator run as the Deployment it
+/// rendered would run it: its args and env (plus the simulated cloud's
+/// region-a), as its ServiceAccount. It reads its region Secret, provisions
+/// and releases a Server. On `helm uninstall` the CRD and the Servers stay,
+/// each still holding the operator's finalizer.
+#[test]
+fn the_helm_chart_installs_and_its_operator_reconciles_a_server() {
+    let Some(helm) = support::helm_or_skip() else { return };
+    let Some(plane) = control_plane_or_skip() else { return };
+    for namespace in ["unikorn-region", "tenant"] {
+        plane.kubectl_ok(&["create", "namespace", namespace]);
+    }
+    install_consumed_kinds(&plane);
+    // An OpenStack region the chart makes the Secret of; no call reaches it.
+    let values = json!({
+        "regions": [{
+            "id": "region-o",
+            "secret": { "name": "server-controller-region-o" },
+            "config": { "authURL": "http://127.0.0.1:9/v3", "region": "RegionOne" },
+        }],
+        "regionNamespace": "unikorn-region",
+    });
+    std::fs::write(plane.dir.join("values.json"), values.to_string()).unwrap();
+    let helm_run = |args: &[&str]| {
+        let output = support::helm_command(&helm, &plane.dir.join("helm"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(plane.kubeconfig())
+            .output()
+            .expect("helm runs");
+        expect_success(&format!("helm {}", args.join(" ")), &output)
+    };
+    let chart = support::chart_dir().display().to_string();
+    let values = plane.dir.join("values.json").display().to_string();
+    helm_run(
+        &["install", "server-controller", &chart, "--namespace", "server-controller", "--create-namespace"]
+            .into_iter()
+            .chain(["--values", &values])
+            .collect::<Vec<_>>(),
+    );
+    wait_established(&plane, "servers.region.unikorn-cloud.org");
+    seed_tenant(&plane);
+
+    let manifest = helm_run(&["get", "manifest", "server-controller", "--namespace", "server-controller"]);
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&manifest).unwrap();
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").expect("the release's Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let mut args: Vec<String> =
+        container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+    assert!(args.iter().any(|a| a.starts_with("--openstack-secret=region-o=server-controller/")), "{args:?}");
+    args.extend(["--sim-region".to_owned(), "region-a".to_owned()]);
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|variable| {
+            let value = match (&variable["value"], variable["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+                (Value::String(value), _) => value.clone(),
+                (_, Some("metadata.name")) => "server-controller-0".to_owned(),
+                (_, Some("metadata.namespace")) => "server-controller".to_owned(),
+                _ => panic!("an env variable the test cannot resolve: {variable}"),
+            };
+            (variable["name"].as_str().unwrap().to_owned(), value)
+        })
+        .collect();
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let kubeconfig = plane.service_account_kubeconfig("server-controller", account);
+
+    let metrics = free_port();
+    let log = plane.dir.join("operator.log");
+    let mut operator = Operator::start_with(&args, &env, &kubeconfig, metrics, &log);
+    wait_for("the operator's /readyz", Duration::from_secs(90), || {
+        operator.assert_running(&log);
+        get(metrics, "/readyz").is_some_and(|(code, _)| code == 200)
+    });
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("region-o=openstack"), "the region of the chart's Secret is served:\n{text}");
+    create_run_and_delete(&plane, "web-1");
+    create_and_wait_running(&plane, "web-2");
+    let lease = plane.kubectl_ok(&["-n", "server-controller", "get", "lease", "-o", "name"]);
+    assert!(!lease.trim().is_empty(), "the leader Lease is in the release namespace");
+    operator.stop();
+    assert_nothing_refused(&plane, &log);
+
+    helm_run(&["uninstall", "server-controller", "--namespace", "server-controller"]);
+    plane.kubectl_ok(&["get", "crd", "servers.region.unikorn-cloud.org"]);
+    let left = plane.kubectl_ok(&["-n", "tenant", "get", "server", "web-2", "-o", "jsonpath={.metadata.finalizers}"]);
+    assert!(left.contains(server_core::model::SERVER_FINALIZER), "web-2 keeps the operator's finalizer: {left}");
+    let gone =
+        plane.kubectl().args(["-n", "server-controller", "get", "deployment", "server-controller"]).output().unwrap();
+    assert!(!gone.status.success(), "the Deployment is uninstalled");
 }
 
 /// The tenant a Server of region-a needs, as the region's other controllers
@@ -332,15 +443,32 @@ struct Operator {
 
 impl Operator {
     fn start(kubeconfig: &Path, metrics: std::net::SocketAddr, log: &Path) -> Operator {
+        let args = ["run", "--cloud", "sim", "--sim-region", "region-a", "--log-format", "json"]
+            .into_iter()
+            .chain(["--leader-election-namespace", "server-controller"])
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        Operator::start_with(&args, &[], kubeconfig, metrics, log)
+    }
+
+    /// `server-controller ARGS` with `ENV`, fast intervals, the metrics
+    /// address and the kubeconfig.
+    fn start_with(
+        args: &[String],
+        env: &[(String, String)],
+        kubeconfig: &Path,
+        metrics: std::net::SocketAddr,
+        log: &Path,
+    ) -> Operator {
         let log_file = std::fs::File::create(log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-            .args(["run", "--cloud", "sim", "--sim-region", "region-a"])
-            .args(["--yield-interval", "500ms", "--monitor-interval", "500ms", "--log-format", "json"])
-            .args(["--leader-election-namespace", "server-controller"])
+            .args(args)
+            .args(["--yield-interval", "500ms", "--monitor-interval", "500ms"])
             .arg("--metrics-addr")
             .arg(metrics.to_string())
             .arg("--kubeconfig")
             .arg(kubeconfig)
+            .envs(env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)

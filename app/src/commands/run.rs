@@ -467,7 +467,8 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let version = client.apiserver_version().await.context("cannot reach the Kubernetes API server")?;
     let mut registry = Registry::default();
-    let metrics = Arc::new(OperatorMetrics::register(&mut registry));
+    let monitor_interval = (!args.no_monitor).then_some(args.monitor_interval);
+    let metrics = Arc::new(OperatorMetrics::register(&mut registry, monitor_interval));
     let clouds = clouds(args, &client, &metrics).await?;
     let leader_election = lease_config(args, &client)?;
     let regions = clouds

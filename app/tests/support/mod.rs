@@ -99,3 +99,51 @@ pub fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) 
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The script that builds helm, named in every message about it.
+pub const HELM_BUILD_SCRIPT: &str = ".ci/build-helm";
+
+/// helm: `$HELM_BIN/helm`, else the newest build in
+/// `~/.cache/server-controller/helm/`; `None` (with a message naming the
+/// script) when there is none and this is not CI. Under `CI=true` a missing
+/// helm fails the test.
+pub fn helm_or_skip() -> Option<PathBuf> {
+    let found = match std::env::var_os("HELM_BIN").map(PathBuf::from) {
+        Some(dir) => Some(dir.join("helm")).filter(|helm| helm.is_file()),
+        None => {
+            let cache =
+                std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/server-controller/helm");
+            std::fs::read_dir(&cache)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+                .map(|entry| entry.path().join("helm"))
+                .filter(|helm| helm.is_file())
+                .max_by_key(|helm| std::fs::metadata(helm).and_then(|m| m.modified()).ok())
+        }
+    };
+    if found.is_none() {
+        let message = format!(
+            "no helm build found (HELM_BIN or ~/.cache/server-controller/helm); run `bash {HELM_BUILD_SCRIPT}`"
+        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+        eprintln!("skipping: {message}");
+    }
+    found
+}
+
+/// helm with its cache, configuration and data under `home`, never the user's.
+pub fn helm_command(helm: &std::path::Path, home: &std::path::Path) -> Command {
+    let mut command = Command::new(helm);
+    command
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG");
+    command
+}
+
+/// The chart's directory.
+pub fn chart_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/server-controller")
+}

@@ -264,6 +264,22 @@ pub enum EventReason {
 }
 
 impl EventReason {
+    /// Every reason, for metrics that show each from the start.
+    pub const ALL: [EventReason; 12] = [
+        EventReason::ProviderCreateRetrying,
+        EventReason::ProviderCreateRetryReady,
+        EventReason::ProviderCreateFailed,
+        EventReason::ProviderCreateRefused,
+        EventReason::ProviderServerMissing,
+        EventReason::ProviderServerAbandoned,
+        EventReason::UserDataRefused,
+        EventReason::RetryRequested,
+        EventReason::RetryRefused,
+        EventReason::ProviderServerAdopted,
+        EventReason::ProviderTagsDropped,
+        EventReason::SpecChangeNotApplied,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventReason::ProviderCreateRetrying => "ProviderCreateRetrying",
@@ -289,4 +305,34 @@ pub struct Event {
     /// What the controller did, for events.k8s.io `action`.
     pub action: &'static str,
     pub note: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventReason;
+
+    #[test]
+    fn all_holds_every_event_reason_once() {
+        // Exhaustive: a new reason does not compile here until it is listed,
+        // and then must be in ALL.
+        let position = |reason: EventReason| match reason {
+            EventReason::ProviderCreateRetrying
+            | EventReason::ProviderCreateRetryReady
+            | EventReason::ProviderCreateFailed
+            | EventReason::ProviderCreateRefused
+            | EventReason::ProviderServerMissing
+            | EventReason::ProviderServerAbandoned
+            | EventReason::UserDataRefused
+            | EventReason::RetryRequested
+            | EventReason::RetryRefused
+            | EventReason::ProviderServerAdopted
+            | EventReason::ProviderTagsDropped
+            | EventReason::SpecChangeNotApplied => EventReason::ALL.iter().position(|listed| *listed == reason),
+        };
+        let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");
+        for reason in EventReason::ALL {
+            assert!(position(reason).is_some());
+        }
+    }
 }

@@ -1,0 +1,142 @@
+//! The chart's alerts (`charts/server-controller/files/alerts.yaml`): their
+//! promtool unit tests pass, each alert has a test where it fires, and every
+//! series they read is on `/metrics` of an operator that has just started
+//! (so no rule waits for a first sample that only comes with trouble).
+//!
+//! Without promtool the promtool test skips with a message naming
+//! `.ci/run-promtool-deps`; under `CI=true` it fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{ServedDemo, free_port, get, wait_for};
+
+fn chart() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/server-controller")
+}
+
+fn yaml(path: &str) -> Value {
+    let text = std::fs::read_to_string(chart().join(path)).unwrap();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every rule of the rule file.
+fn rules() -> Vec<Value> {
+    yaml("files/alerts.yaml")["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .flat_map(|group| group["rules"].as_array().expect("rules").clone())
+        .collect()
+}
+
+/// The metric names an expression reads (`server_controller_...`).
+fn metric_names(expr: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut rest = expr;
+    while let Some(start) = rest.find("server_controller_") {
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// promtool, or `None` (with a message) outside CI when it is not installed.
+fn promtool_or_skip() -> Option<&'static str> {
+    let found = Command::new("promtool").arg("--version").output().is_ok_and(|output| output.status.success());
+    if found {
+        return Some("promtool");
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "promtool is missing; `bash .ci/run-promtool-deps` installs it"
+    );
+    eprintln!("skipping: promtool is missing; `bash .ci/run-promtool-deps` installs it");
+    None
+}
+
+#[test]
+fn the_alert_rules_pass_their_promtool_unit_tests() {
+    let Some(promtool) = promtool_or_skip() else { return };
+    for args in [["check", "rules", "files/alerts.yaml"], ["test", "rules", "tests/alerts-test.yaml"]] {
+        let output = Command::new(promtool).args(args).current_dir(chart()).output().expect("promtool runs");
+        assert!(
+            output.status.success(),
+            "promtool {}:\n{}\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_alert_has_a_unit_test_in_which_it_fires() {
+    let tests = yaml("tests/alerts-test.yaml");
+    let fired: BTreeSet<&str> = tests["tests"]
+        .as_array()
+        .expect("tests")
+        .iter()
+        .flat_map(|test| test["alert_rule_test"].as_array().into_iter().flatten())
+        .filter(|case| case["exp_alerts"].as_array().is_some_and(|alerts| !alerts.is_empty()))
+        .filter_map(|case| case["alertname"].as_str())
+        .collect();
+    let rules = rules();
+    assert!(rules.len() >= 5, "{} rules", rules.len());
+    for rule in &rules {
+        let alert = rule["alert"].as_str().expect("alerting rules only");
+        assert!(fired.contains(alert), "{alert} never fires in tests/alerts-test.yaml");
+        assert!(rule["labels"]["severity"].is_string(), "{alert} has no severity");
+    }
+}
+
+/// The series every rule reads are exported by `run` before anything
+/// happened: a counter or gauge, or a histogram's `_sum` and `_count`.
+#[test]
+fn every_series_the_alerts_read_is_exported_from_the_start() {
+    let wanted: BTreeSet<String> =
+        rules().iter().flat_map(|rule| metric_names(rule["expr"].as_str().expect("expr"))).collect();
+    assert!(wanted.len() >= 6, "{wanted:?}");
+
+    let demo = ServedDemo::start(0);
+    let metrics = free_port();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--cloud", "sim", "--sim-region", "region-a", "--namespace", "demo"])
+        .args(["--leader-election-id", "alerts-test-leader"])
+        .arg("--metrics-addr")
+        .arg(metrics.to_string())
+        .arg("--kubeconfig")
+        .arg(demo.kubeconfig())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the operator starts");
+    let mut body = String::new();
+    wait_for("/metrics", Duration::from_secs(60), || {
+        get(metrics, "/metrics").is_some_and(|(code, text)| {
+            body = text;
+            code == 200
+        })
+    });
+    let _ = operator.kill();
+    let _ = operator.wait();
+
+    let exported: BTreeSet<&str> =
+        body.lines().filter(|line| !line.starts_with('#')).filter_map(|line| line.split(['{', ' ']).next()).collect();
+    let missing: Vec<&String> = wanted.iter().filter(|name| !exported.contains(name.as_str())).collect();
+    assert!(missing.is_empty(), "read by the alerts but not on /metrics at the start: {missing:?}\n{body}");
+    assert!(
+        body.lines().any(|line| line == "server_controller_monitor_interval_seconds 30.0"),
+        "the monitor's interval (30 s by default) is exported:\n{body}"
+    );
+}
