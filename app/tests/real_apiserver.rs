@@ -24,6 +24,9 @@ use serde_json::{Value, json};
 use server_e2e::control_plane::{ControlPlane, control_plane_or_skip, expect_success};
 use support::{free_port, get, wait_for};
 
+/// region-a served by the in-process simulated cloud: clean servers that
+/// build in seconds (the scenarios script no failures).
+const SIMULATED_REGION: [&str; 6] = ["--sim-region", "region-a", "--sim-fault-rate", "0", "--sim-timing", "fast"];
 const SERVICE_ACCOUNT_USER: &str = "system:serviceaccount:server-controller:server-controller";
 const UPSTREAM_CRDS: &str = "fixtures/unikorn-crds";
 const NETWORK: &str = "0c6f8a9e-5b1d-4d8e-9f3a-2b7c1e4d5a60";
@@ -336,7 +339,7 @@ fn the_helm_chart_installs_and_its_operator_reconciles_a_server() {
     let mut args: Vec<String> =
         container["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
     assert!(args.iter().any(|a| a.starts_with("--openstack-secret=region-o=server-controller/")), "{args:?}");
-    args.extend(["--sim-region".to_owned(), "region-a".to_owned()]);
+    args.extend(SIMULATED_REGION.iter().map(|arg| (*arg).to_owned()));
     let env: Vec<(String, String)> = container["env"]
         .as_array()
         .unwrap()
@@ -443,8 +446,9 @@ struct Operator {
 
 impl Operator {
     fn start(kubeconfig: &Path, metrics: std::net::SocketAddr, log: &Path) -> Operator {
-        let args = ["run", "--cloud", "sim", "--sim-region", "region-a", "--log-format", "json"]
+        let args = ["run", "--cloud", "sim", "--log-format", "json"]
             .into_iter()
+            .chain(SIMULATED_REGION)
             .chain(["--leader-election-namespace", "server-controller"])
             .map(str::to_owned)
             .collect::<Vec<_>>();

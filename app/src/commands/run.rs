@@ -148,6 +148,19 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_SIM_SEED", default_value_t = 1)]
     sim_seed: u64,
 
+    /// Share of the simulated cloud's servers given a faulty fate, and the
+    /// scale of its call failures (0 to 1; 0: every server boots and no call
+    /// fails).
+    #[cfg(feature = "sim")]
+    #[arg(long, env = "SERVER_CONTROLLER_SIM_FAULT_RATE", default_value_t = server_simcloud::FateMix::DEFAULT_FAULT_RATE, value_parser = parse_fault_rate)]
+    sim_fault_rate: f64,
+
+    /// How long the simulated cloud takes: `realistic` (builds in 20-60 s)
+    /// or `fast` (seconds, for tests and playgrounds).
+    #[cfg(feature = "sim")]
+    #[arg(long, env = "SERVER_CONTROLLER_SIM_TIMING", value_enum, default_value_t = SimTiming::Realistic)]
+    sim_timing: SimTiming,
+
     /// An OpenStack region: `REGION_ID=FILE`, the region label value and a
     /// JSON file of its endpoint configuration (auth URL, region name, ...).
     /// Repeat for each region.
@@ -304,7 +317,12 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
         let sim_regions = sim_regions(args);
         if !sim_regions.is_empty() {
             refuse_servers_made_elsewhere(client, args.namespace.as_deref(), &sim_regions).await?;
-            let cloud = server_simcloud::SimCloud::new(server_simcloud::CloudConfig::new(args.sim_seed));
+            let mut config = server_simcloud::CloudConfig::with_fault_rate(args.sim_seed, args.sim_fault_rate);
+            config.mix.timing = match args.sim_timing {
+                SimTiming::Realistic => server_simcloud::Timing::REALISTIC,
+                SimTiming::Fast => server_simcloud::Timing::FAST,
+            };
+            let cloud = server_simcloud::SimCloud::new(config);
             for region in sim_regions {
                 if registry.get(&region).is_some() {
                     anyhow::bail!(
@@ -548,6 +566,17 @@ async fn terminated() {
 
 #[cfg(test)]
 mod tests {
+
+    #[cfg(feature = "sim")]
+    #[test]
+    fn a_sim_fault_rate_outside_zero_to_one_is_refused_with_an_example() {
+        assert_eq!(super::parse_fault_rate("0"), Ok(0.0));
+        assert_eq!(super::parse_fault_rate("0.3"), Ok(0.3));
+        for bad in ["1.5", "-0.1", "NaN", "many"] {
+            let error = super::parse_fault_rate(bad).expect_err(bad);
+            assert!(error.contains("between 0 and 1"), "{error}");
+        }
+    }
     use clap::Parser;
 
     use super::*;
@@ -646,5 +675,21 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("ten").is_err());
         assert!(parse_duration("5 parsecs").is_err());
+    }
+}
+
+/// The simulated cloud's clock scale (`--sim-timing`).
+#[cfg(feature = "sim")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SimTiming {
+    Realistic,
+    Fast,
+}
+
+#[cfg(feature = "sim")]
+fn parse_fault_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!("{text:?} is not a share between 0 and 1 (e.g. 0.3)")),
     }
 }
