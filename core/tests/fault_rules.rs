@@ -680,3 +680,18 @@ fn a_reset_during_a_create_in_flight_does_not_create_again_within_its_grace() {
     let later = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(100));
     assert_eq!(creates(&later), 1, "once the grace is over the counter's attempt is created");
 }
+
+/// A note of an attempt the counter has already moved past is settled: the
+/// counter moved only by counting that attempt. The next attempt's create
+/// goes out at once, not after the settled create's grace.
+#[test]
+fn a_note_of_an_attempt_already_counted_does_not_hold_up_the_next_create() {
+    let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(60));
+    let mut server = adopted();
+    server.status.provider_create_failures = 1;
+    issue_create(&mut server, &options, 10);
+    // Its server was seen failing, deleted and counted: the counter is past it.
+    server.status.provider_create_failures = 2;
+    let next = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(12));
+    assert_eq!(creates(&next), 1, "{:?}", next.actions);
+}

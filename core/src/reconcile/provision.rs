@@ -131,12 +131,16 @@ fn outstanding_create(server: &Server, plan: &Plan) -> Option<IssuedCreate> {
 
 /// Whether a create was issued so recently that its provider server's
 /// absence proves nothing yet: creating again could make a second server
-/// once the first lands. Any note in its grace, whatever attempt it names:
-/// an operator lowering `providerCreateFailures` while a create is in flight
-/// makes its note name another attempt than the counter, and the create may
-/// land all the same.
+/// once the first lands. A note of the current attempt or a later one: an
+/// operator lowering `providerCreateFailures` while a create is in flight
+/// makes its note name a later attempt than the counter, and the create may
+/// land all the same. A note of an earlier attempt is settled: the counter
+/// moved past it only by counting that attempt, after its server was seen
+/// failing or its grace ran out.
 fn awaiting_issued_create(server: &Server, options: &Options, plan: &Plan) -> bool {
-    IssuedCreate::of(server).is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
+    IssuedCreate::of(server)
+        .filter(|issued| issued.attempt >= plan.status.provider_create_failures)
+        .is_some_and(|issued| issued.in_grace(plan.now, options.create_grace))
 }
 
 /// At the cap the server is parked: no delete, no create, until an operator
