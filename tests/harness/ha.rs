@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use server_core::port::{
-    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef, Term,
 };
 use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator, RegionCloud};
 use tokio::net::{TcpListener, TcpStream};
@@ -90,6 +90,10 @@ impl CloudPort for SlowAnswers {
         resource: &'a server_core::port::AttachedResource,
     ) -> PortFuture<'a, ()> {
         self.cloud.release(identity, resource)
+    }
+
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
+        Arc::new(SlowAnswers { cloud: self.cloud.for_term(term), create_answer_delay: self.create_answer_delay })
     }
 }
 
