@@ -62,6 +62,11 @@ impl Executor {
         let Some(mut server) = object.core() else {
             return Ok(self.report_unreadable(term, object).await);
         };
+        if let Ok(content) = &object.content
+            && term.unread_said.first_time(&server.meta.uid, &content.unread)
+        {
+            self.report_partly_unreadable(term, object, &content.unread).await;
+        }
         let mut gathered = if needs_facts(&server) {
             gather(&term.client, caches, &term.clouds, &term.listings, self.config.cloud_timeout, &server).await?
         } else {
@@ -132,6 +137,26 @@ impl Executor {
             .await
             .map_err(|e| Error::kube(format!("reading the user data of Server {}", server.meta.name), e))?;
         Ok((live.metadata.generation == Some(server.meta.generation)).then_some(live.spec.spec.user_data).flatten())
+    }
+
+    /// A Server holding values the core read as something else (a condition
+    /// status of "Maybe" read as Unknown) is managed as usual; this says so,
+    /// once (log and Warning Event, naming at most a few paths, never a
+    /// value).
+    async fn report_partly_unreadable(&self, term: &Term, object: &CachedServer, unread: &[String]) {
+        const NAMED: usize = 4;
+        let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
+        let mut paths = unread.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+        if unread.len() > NAMED {
+            paths.push_str(&format!(" and {} more", unread.len() - NAMED));
+        }
+        warn!(server = %name, %namespace, %paths, "the Server holds values this controller does not understand; read as Unknown");
+        let note = format!(
+            "{paths}: a value this controller does not understand, read as Unknown. The rest of the Server is managed as usual."
+        );
+        if let Err(error) = term.events.publish_unreadable(note, &object.object_ref(&())).await {
+            warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
+        }
     }
 
     /// A Server whose content cannot be read is reported on itself (log and

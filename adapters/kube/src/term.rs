@@ -40,6 +40,39 @@ pub(crate) struct Term {
     pub(crate) references: Arc<ReferenceWriter>,
     /// The Event series this term continues.
     pub(crate) events: EventPublisher,
+    /// What this term has said it could not read, per Server uid.
+    pub(crate) unread_said: UnreadSaid,
+}
+
+/// What was said, per Server, about values it holds that could not be read
+/// (read as something else), so each is said once, not on every pass.
+#[derive(Debug, Default)]
+pub(crate) struct UnreadSaid {
+    said: Mutex<std::collections::HashMap<String, Vec<String>>>,
+}
+
+/// Past this many Servers the memory is cleared: at worst a Server's
+/// unreadable values are said once more.
+const MAX_UNREAD_SAID: usize = 50_000;
+
+impl UnreadSaid {
+    /// Whether `unread` (paths) of the Server `uid` is news: not said yet.
+    /// An empty list forgets the Server (its values were fixed).
+    pub(crate) fn first_time(&self, uid: &str, unread: &[String]) -> bool {
+        let mut said = self.said.lock().unwrap_or_else(PoisonError::into_inner);
+        if unread.is_empty() {
+            said.remove(uid);
+            return false;
+        }
+        if said.get(uid).is_some_and(|known| known.as_slice() == unread) {
+            return false;
+        }
+        if said.len() >= MAX_UNREAD_SAID {
+            said.clear();
+        }
+        said.insert(uid.to_owned(), unread.to_vec());
+        true
+    }
 }
 
 impl std::fmt::Debug for Term {
@@ -115,6 +148,7 @@ impl Terms {
             listings: ProviderListings::default(),
             references: ReferenceWriter::new(client.clone(), config.reference_patch, self.metrics.clone()),
             events: EventPublisher::new(client.clone(), config.reporting_instance.clone()),
+            unread_said: UnreadSaid::default(),
             client,
         }
     }
@@ -177,6 +211,17 @@ mod tests {
             Err::<http::Response<Body>, tower::BoxError>("no API server in this test".into())
         });
         Client::new(service, "default")
+    }
+
+    #[test]
+    fn what_could_not_be_read_is_said_once_per_server_until_it_changes() {
+        let said = UnreadSaid::default();
+        let paths = vec!["status.conditions[0].status".to_owned()];
+        assert!(said.first_time("u1", &paths));
+        assert!(!said.first_time("u1", &paths), "not on every pass");
+        assert!(said.first_time("u2", &paths), "another Server");
+        assert!(!said.first_time("u1", &[]), "fixed: nothing to say");
+        assert!(said.first_time("u1", &paths), "broken again: said again");
     }
 
     fn key() -> crate::cloud::GroupKey {
