@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use server_core::model::CREATE_ISSUED_ANNOTATION;
 use server_e2e::cloud::Fate;
-use server_e2e::ha::{CutProxy, LeadershipLog, Replica, test_lease};
+use server_e2e::ha::{CutProxy, LeadershipLog, MidCallBlock, Replica, test_lease};
 use server_e2e::*;
 
 /// Creates answer this long after they land: past several passes.
@@ -253,6 +253,124 @@ async fn a_leader_cut_off_from_the_api_stops_before_its_lease_expires() {
         let mut every = before;
         every.extend(during);
         assert_created_once(&env, &every);
+        assert!(!log.overlapped(), "two replicas acted at once");
+        a.kill();
+        b.terminate().await;
+    })
+    .await
+}
+
+/// Moves the lead from `from` to `to`: `to`'s API connection healed,
+/// `from`'s cut, and `to` leading (a new term of `to`).
+async fn hand_over(from: (&Replica, &CutProxy), to: (&Replica, &CutProxy)) {
+    to.1.heal();
+    from.1.cut();
+    wait_until(&format!("{} to lead", to.0.name), PATIENCE, || to.0.leads() && !from.0.leads()).await;
+}
+
+fn spec_on(network: &str) -> serde_json::Value {
+    let mut spec = Env::spec();
+    spec["networks"] = serde_json::json!([{ "id": network }]);
+    spec
+}
+
+/// Issue 25 item 2: the reference writer's memory of a Network's
+/// finalizers is its term's. `s`: term 1 (A) moves it from N to N2 (A
+/// removes its reference from N), term 2 (B) moves it back (B adds it),
+/// term 3 (A) deletes it: A must remove the reference from N although its
+/// memory of term 1 says N has none. `m`, the mirror: term 1 (A) adds its
+/// reference to N3, term 2 (B) moves it to N4, term 3 (A) moves it back:
+/// A must add it although its memory says N3 has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_term_trusts_the_reference_writers_memory_of_an_earlier_one() {
+    within(async {
+        use server_core::model::reference_finalizer;
+        let env = Env::new(CloudKind::Direct, 75).await;
+        let (n, n2, n3, n4) = (
+            NETWORK,
+            "3a1c5e7f-0b2d-4f6a-8c9e-1d3f5a7b9c20",
+            "4b2d6f8a-1c3e-4a7b-9d0f-2e4a6b8c0d31",
+            "5c3e7a9b-2d4f-4b8c-8e1a-3f5b7c9d1e42",
+        );
+        for network in [n2, n3, n4] {
+            env.seed("networks", network, serde_json::json!({"prefix": "192.168.7.0/24"}));
+        }
+        let (pa, pb) = (CutProxy::start(env.api_addr()).await, CutProxy::start(env.api_addr()).await);
+        let mut a = Replica::start(&env, "replica-a", &pa.url(), &config(), Duration::ZERO);
+        wait_until("replica-a to lead", PATIENCE, || a.leads()).await;
+        let mut b = Replica::start(&env, "replica-b", &pb.url(), &config(), Duration::ZERO);
+        let log = LeadershipLog::start(vec![a.fence.clone(), b.fence.clone()]);
+        let has =
+            |network: &str, server: &str| env.finalizers("networks", network).contains(&reference_finalizer(server));
+
+        // Term 1, A.
+        let s = env.create_server("s", fast(Fate::clean()), spec_on(n));
+        let m = env.create_server("m", fast(Fate::clean()), spec_on(n3));
+        wait_running(&env, &["s".to_owned(), "m".to_owned()]).await;
+        env.patch_spec("s", spec_on(n2)).await;
+        env.wait("A to move s's reference from N to N2", || has(n2, "s") && !has(n, "s")).await;
+        assert!(has(n3, "m"));
+
+        // Term 2, B.
+        hand_over((&a, &pa), (&b, &pb)).await;
+        env.patch_spec("s", spec_on(n)).await;
+        env.patch_spec("m", spec_on(n4)).await;
+        env.wait("B to move s's reference back to N", || has(n, "s") && !has(n2, "s")).await;
+        env.wait("B to move m's reference to N4", || has(n4, "m") && !has(n3, "m")).await;
+
+        // Term 3, A again.
+        hand_over((&b, &pb), (&a, &pa)).await;
+        env.idle(5).await;
+        env.delete_server("s").await;
+        env.wait("s to be gone", || env.server("s").is_none()).await;
+        assert!(!has(n, "s"), "N keeps the reference of a deleted Server: it can never be deleted");
+        env.patch_spec("m", spec_on(n3)).await;
+        env.wait("A to move m's reference back to N3", || has(n3, "m") && !has(n4, "m")).await;
+        assert_eq!((env.truth(&s).creates_accepted, env.truth(&m).creates_accepted), (1, 1));
+        assert!(!log.overlapped(), "two replicas acted at once");
+        env.assert_invariants();
+        a.terminate().await;
+        b.kill();
+    })
+    .await
+}
+
+/// Issue 25 item 3: the fence is checked before each request, not once per
+/// cloud call. A's create of `t` and its delete of `d`'s server are held
+/// midway (a slow Neutron, a slow Nova) when A is cut off from the API;
+/// once A's fence has closed they go on, and must send neither the
+/// `POST /servers` nor the `DELETE` (B may lead by then, and may have made
+/// what A would delete).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_mid_call_sends_nothing_once_its_fence_closed() {
+    within(async {
+        let env = Env::new(CloudKind::Direct, 76).await;
+        let pa = CutProxy::start(env.api_addr()).await;
+        let port = MidCallBlock::new(env.cloud.port());
+        let (armed, blocked, sent) = (port.armed.clone(), port.blocked.clone(), port.sent.clone());
+        let url = pa.url().parse().unwrap_or_else(|e| panic!("bad url: {e}"));
+        let port = std::sync::Arc::new(port);
+        let mut a = Replica::start_on(port.clone(), "replica-a", kube::Config::new(url), &config(), Duration::ZERO);
+        wait_until("replica-a to lead", PATIENCE, || a.leads()).await;
+        let mut b = Replica::start(&env, "replica-b", &env.api_url(), &config(), Duration::ZERO);
+        let log = LeadershipLog::start(vec![a.fence.clone(), b.fence.clone()]);
+        let d = env.create_server("d", fast(Fate::clean()), Env::spec());
+        wait_running(&env, &["d".to_owned()]).await;
+
+        armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let t = env.create_server("t", fast(Fate::clean()), Env::spec());
+        env.delete_server("d").await;
+        let both = || blocked.lock().map(|b| b.len() >= 2).unwrap_or(false);
+        wait_until("A's create and delete to be held midway", PATIENCE, both).await;
+        let before = sent.lock().map(|s| s.len()).unwrap_or_default();
+        pa.cut();
+        wait_until("A's fence to close", PATIENCE, || !a.leads()).await;
+        port.unblock();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after: Vec<&str> = sent.lock().map(|s| s[before..].to_vec()).unwrap_or_default();
+        assert_eq!(after, Vec::<&str>::new(), "the old leader sent requests after its fence closed");
+        assert_eq!(env.truth(&t).creates_accepted, 0, "t's create is B's to make, after its grace");
+        assert_eq!(env.truth(&d).creates_accepted, 1);
         assert!(!log.overlapped(), "two replicas acted at once");
         a.kill();
         b.terminate().await;

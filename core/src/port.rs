@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -30,7 +32,10 @@ pub type PortFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, CloudError>> 
 ///   resource is released");
 /// - `attachments` answers only what the provider listed with authority
 ///   (an empty list is a confirmed absence); anything it cannot tell is an `Err`;
-/// - `release` is idempotent: a resource already gone is released.
+/// - `release` is idempotent: a resource already gone is released;
+/// - a port used for a leadership term (`for_term`) sends no request its
+///   term's gate does not admit, checked before *each* request (one call may
+///   be many), and keeps nothing it learnt about the cloud in another term.
 pub trait CloudPort: Send + Sync {
     fn create<'a>(
         &'a self,
@@ -61,6 +66,60 @@ pub trait CloudPort: Send + Sync {
     /// cloud that needs none of it ignores it). Not a cloud call.
     fn apply_region_settings(&self, settings: &RegionSettings) {
         let _ = settings;
+    }
+    /// This port as one leadership term uses it. Whatever the port remembers
+    /// of the cloud (an index of whose servers exist, a list it took) starts
+    /// empty for the term and is dropped with it: between two terms of this
+    /// replica another replica may have created or deleted anything. What
+    /// no other replica changes (credentials, tokens, names of networks a
+    /// person made) may be shared. Every request the returned port sends is
+    /// first admitted by `term`'s gate, with the deadline the gate gives.
+    /// Required, so that no port can forget to say what its memory is.
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort>;
+}
+
+/// One leadership term, as a cloud port sees it: a number, and the gate
+/// every request of the term passes before it is sent.
+#[derive(Clone)]
+pub struct Term {
+    /// Counts this replica's terms; 0 is the only term of a replica that
+    /// runs without leader election.
+    pub number: u64,
+    pub gate: Arc<dyn RequestGate>,
+}
+
+impl Term {
+    /// A term whose gate admits every request with its own timeout: a
+    /// single replica, or a one-off command (`explain`).
+    pub fn unfenced() -> Self {
+        Term { number: 0, gate: Arc::new(Unfenced) }
+    }
+}
+
+impl fmt::Debug for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Term").field("number", &self.number).finish_non_exhaustive()
+    }
+}
+
+/// Whether a request may be sent now, and how long it may run. The
+/// adapter's implementation is the leader's fence: a request is not sent
+/// once the term's lease may have passed to another replica, and none is
+/// given a deadline past the fence (the instant this replica stops acting,
+/// before any other may start).
+pub trait RequestGate: Send + Sync {
+    /// `Some(deadline)`: send it, giving up after `deadline` (at most
+    /// `timeout`); `None`: do not send it.
+    fn admit(&self, timeout: Duration) -> Option<Duration>;
+}
+
+/// Admits every request with its own timeout.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Unfenced;
+
+impl RequestGate for Unfenced {
+    fn admit(&self, timeout: Duration) -> Option<Duration> {
+        Some(timeout)
     }
 }
 

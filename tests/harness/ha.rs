@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use server_core::port::{
-    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef, Term,
 };
 use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator, RegionCloud};
 use tokio::net::{TcpListener, TcpStream};
@@ -90,6 +90,150 @@ impl CloudPort for SlowAnswers {
         resource: &'a server_core::port::AttachedResource,
     ) -> PortFuture<'a, ()> {
         self.cloud.release(identity, resource)
+    }
+
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
+        Arc::new(SlowAnswers { cloud: self.cloud.for_term(term), create_answer_delay: self.create_answer_delay })
+    }
+}
+
+/// A cloud port whose calls are several requests, as OpenStack's are (a
+/// lookup, then `POST /servers`; a read, then `DELETE`), and which, while
+/// armed, blocks between them until the test lets it go, as a slow Neutron
+/// or Nova holds a call midway. Each request is first admitted by the
+/// term's gate ([`CloudPort::for_term`]); what was sent is logged.
+pub struct MidCallBlock {
+    pub cloud: Arc<dyn CloudPort>,
+    gate: Arc<dyn server_core::port::RequestGate>,
+    pub armed: Arc<AtomicBool>,
+    /// Calls waiting midway, by what they wait to send.
+    pub blocked: Arc<Mutex<Vec<&'static str>>>,
+    release: Arc<tokio::sync::watch::Sender<bool>>,
+    /// Requests that changed the cloud, in order.
+    pub sent: Arc<Mutex<Vec<&'static str>>>,
+}
+
+impl std::fmt::Debug for MidCallBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MidCallBlock").field("sent", &self.sent).finish_non_exhaustive()
+    }
+}
+
+impl MidCallBlock {
+    pub fn new(cloud: Arc<dyn CloudPort>) -> MidCallBlock {
+        MidCallBlock {
+            cloud,
+            gate: Arc::new(server_core::port::Unfenced),
+            armed: Arc::default(),
+            blocked: Arc::default(),
+            release: Arc::new(tokio::sync::watch::channel(false).0),
+            sent: Arc::default(),
+        }
+    }
+
+    /// Lets every blocked call go on.
+    pub fn unblock(&self) {
+        self.release.send_replace(true);
+    }
+
+    fn admit(&self, request: &'static str) -> Result<(), server_core::port::CloudError> {
+        match self.gate.admit(Duration::from_secs(1)) {
+            Some(_) => Ok(()),
+            None => Err(server_core::port::CloudError::Unreachable { message: format!("{request}: not admitted") }),
+        }
+    }
+
+    /// The first request, then (armed) the wait, then the gate again.
+    async fn midway(&self, request: &'static str) -> Result<(), server_core::port::CloudError> {
+        self.admit("the first request")?;
+        if self.armed.load(Ordering::SeqCst) {
+            if let Ok(mut blocked) = self.blocked.lock() {
+                blocked.push(request);
+            }
+            let mut release = self.release.subscribe();
+            let _ = release.wait_for(|released| *released).await;
+        }
+        self.admit(request)
+    }
+
+    fn log(&self, request: &'static str) {
+        if let Ok(mut sent) = self.sent.lock() {
+            sent.push(request);
+        }
+    }
+}
+
+impl CloudPort for MidCallBlock {
+    fn create<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a CreateRequest,
+    ) -> PortFuture<'a, ProviderServer> {
+        Box::pin(async move {
+            self.midway("POST /servers").await?;
+            self.log("POST /servers");
+            self.cloud.create(identity, request).await
+        })
+    }
+
+    fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
+        Box::pin(async move {
+            self.midway("DELETE /servers").await?;
+            self.log("DELETE /servers");
+            self.cloud.delete(identity, server).await
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Option<ProviderServer>> {
+        Box::pin(async move {
+            self.admit("GET /servers")?;
+            self.cloud.get(identity, server).await
+        })
+    }
+
+    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+        Box::pin(async move {
+            self.admit("GET /servers/detail")?;
+            self.cloud.list(identity).await
+        })
+    }
+
+    fn attachments<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        server: &'a ServerRef,
+    ) -> PortFuture<'a, Vec<server_core::port::AttachedResource>> {
+        Box::pin(async move {
+            self.admit("GET /ports")?;
+            self.cloud.attachments(identity, server).await
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        resource: &'a server_core::port::AttachedResource,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.admit("DELETE /ports")?;
+            self.log("DELETE /ports");
+            self.cloud.release(identity, resource).await
+        })
+    }
+
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
+        Arc::new(MidCallBlock {
+            cloud: self.cloud.for_term(term),
+            gate: term.gate.clone(),
+            armed: self.armed.clone(),
+            blocked: self.blocked.clone(),
+            release: self.release.clone(),
+            sent: self.sent.clone(),
+        })
     }
 }
 
@@ -244,6 +388,8 @@ pub struct CutProxy {
     addr: SocketAddr,
     cut: Arc<AtomicBool>,
     connections: Arc<Mutex<Vec<AbortHandle>>>,
+    /// Connections accepted while cut, never answered.
+    held: Arc<Mutex<Vec<TcpStream>>>,
     task: JoinHandle<()>,
 }
 
@@ -259,13 +405,15 @@ impl CutProxy {
         let addr = listener.local_addr().unwrap_or_else(|e| panic!("proxy address: {e}"));
         let cut = Arc::new(AtomicBool::new(false));
         let connections: Arc<Mutex<Vec<AbortHandle>>> = Arc::new(Mutex::new(Vec::new()));
-        let (is_cut, open) = (cut.clone(), connections.clone());
+        let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (is_cut, open, holding) = (cut.clone(), connections.clone(), held.clone());
         let task = tokio::spawn(async move {
-            let mut held = Vec::new();
             while let Ok((mut inbound, _)) = listener.accept().await {
                 if is_cut.load(Ordering::SeqCst) {
                     // Accepted, never answered.
-                    held.push(inbound);
+                    if let Ok(mut holding) = holding.lock() {
+                        holding.push(inbound);
+                    }
                     continue;
                 }
                 let forward = tokio::spawn(async move {
@@ -278,7 +426,7 @@ impl CutProxy {
                 }
             }
         });
-        CutProxy { addr, cut, connections, task }
+        CutProxy { addr, cut, connections, held, task }
     }
 
     pub fn url(&self) -> String {
@@ -300,8 +448,14 @@ impl CutProxy {
         }
     }
 
+    /// Ends the cut: new connections go through again, and those held
+    /// unanswered are closed (their clients connect again), so a healed
+    /// replica's watches resume instead of hanging until their timeout.
     pub fn heal(&self) {
         self.cut.store(false, Ordering::SeqCst);
+        if let Ok(mut held) = self.held.lock() {
+            held.clear();
+        }
     }
 }
 

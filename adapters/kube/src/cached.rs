@@ -40,6 +40,10 @@ pub struct ServerContent {
     pub status: Option<ServerStatus>,
     /// Whether the Server has user data, left out of the cache.
     pub has_user_data: bool,
+    /// Paths of stored values read as something else
+    /// (`server_core::model::read_condition_statuses`): the Server is
+    /// managed, and what could not be read is said once.
+    pub unread: Vec<String>,
 }
 
 /// Where a Server's content failed to decode: a JSON path, never a value
@@ -68,7 +72,7 @@ impl CachedServer {
         let Server { mut metadata, mut spec, status } = server;
         trim(&mut metadata);
         let has_user_data = spec.spec.user_data.take().is_some();
-        CachedServer { metadata, content: Ok(ServerContent { spec, status, has_user_data }) }
+        CachedServer { metadata, content: Ok(ServerContent { spec, status, has_user_data, unread: Vec::new() }) }
     }
 
     /// The Server as the core sees it (without user data), if readable.
@@ -230,8 +234,10 @@ impl<'de> Deserialize<'de> for CachedServer {
         let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
             .map_err(|e| D::Error::custom(format!("Server metadata: {} does not decode", e.path())))?;
         trim(&mut metadata);
-        let content = match serde_path_to_error::deserialize::<_, Content>(Value::Object(content)) {
-            Ok(Content { spec, status }) => Ok(ServerContent { spec, status, has_user_data }),
+        let mut content = Value::Object(content);
+        let unread = content.get_mut("status").map(core_model::read_condition_statuses).unwrap_or_default();
+        let content = match serde_path_to_error::deserialize::<_, Content>(content) {
+            Ok(Content { spec, status }) => Ok(ServerContent { spec, status, has_user_data, unread }),
             Err(error) => Err(Malformed { path: error.path().to_string() }),
         };
         Ok(CachedServer { metadata, content })
@@ -294,6 +300,24 @@ mod tests {
         respec.metadata.generation = Some(3);
         assert!(server_core::wakes(Some(&cached.wake_signals()), &respec.wake_signals()), "generation still wakes");
         assert!(cached.core().is_none());
+    }
+
+    #[test]
+    fn a_condition_status_of_maybe_reads_as_unknown_and_the_server_is_managed() {
+        let cached = decode(json!({
+            "metadata": { "name": "maybe", "namespace": "ns", "uid": "u1", "generation": 2 },
+            "spec": { "flavorID": "f", "image": { "id": "i" } },
+            "status": { "phase": "Running", "conditions": [{
+                "type": "Healthy", "status": "Maybe", "reason": "Healthy",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]},
+        }));
+        let content = cached.content.as_ref().expect("readable: only a condition status is unknown");
+        assert_eq!(content.unread, vec!["status.conditions[0].status".to_owned()]);
+        let server = cached.core().expect("the core manages it");
+        let healthy = core_model::find_condition(&server.status.conditions, core_model::ConditionType::Healthy);
+        assert_eq!(healthy.map(|c| c.status), Some(core_model::ConditionStatus::Unknown));
+        assert_eq!(server.status.phase, Some(core_model::Phase::Running));
     }
 
     #[test]

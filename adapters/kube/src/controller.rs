@@ -60,12 +60,12 @@ pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, mut wakes: Wake
 async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
     let executor = &context.executor;
     // A follower only keeps its store warm; the leader's new term wakes everything.
-    if !executor.fence.holds() {
+    let Some(term) = executor.terms.current() else {
         return Ok(Requeue::await_change());
-    }
+    };
     let _in_flight = executor.progress.pass_started();
     let started = Instant::now();
-    let result = executor.reconcile(&server, &context.caches).await;
+    let result = executor.reconcile(&term, &server, &context.caches).await;
     let elapsed = started.elapsed();
     match result {
         Ok(outcome) => {

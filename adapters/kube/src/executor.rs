@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::port::DeleteProgress;
@@ -19,37 +19,33 @@ use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::cached::CachedServer;
-use crate::cloud::{CloudHandle, CloudRegistry, GroupKey, ProviderListings, group_of};
+use crate::cloud::{CloudHandle, GroupKey, group_of};
 use crate::config::ControllerConfig;
 use crate::consumed::Finalizers;
 use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
-use crate::events::EventPublisher;
 use crate::facts::{Gathered, gather};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
-use crate::references::{ReferenceWriter, Target};
+use crate::references::Target;
+use crate::term::{Term, Terms};
 
 /// Everything a pass needs, shared by all passes of a controller.
 pub(crate) struct Executor {
-    pub(crate) client: Client,
-    /// Writes the reference finalizers on consumed objects, coalesced per object.
-    pub(crate) references: Arc<ReferenceWriter>,
-    pub(crate) clouds: CloudRegistry,
-    /// The monitor's latest lists (and this controller's create answers):
-    /// where a pass takes its provider view from when the core allows.
-    pub(crate) listings: ProviderListings,
-    pub(crate) events: EventPublisher,
+    /// Each pass acts through the term it started in: its client, clouds,
+    /// listings (the monitor's lists, where a pass takes its provider view
+    /// from when the core allows), reference writer and event series.
+    pub(crate) terms: Arc<Terms>,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
-    /// Whether this replica may act; `client` and `clouds` enforce it.
+    /// Whether this replica may act; each term's client and clouds enforce it.
     pub(crate) fence: crate::Fence,
     pub(crate) progress: crate::health::Progress,
 }
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Executor").field("clouds", &self.clouds).field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Executor").field("terms", &self.terms).field("config", &self.config).finish_non_exhaustive()
     }
 }
 
@@ -57,12 +53,22 @@ impl Executor {
     /// One pass over `object`, reading consumed resources from `caches`.
     /// `Err` only when the facts could not be read; a failed action is the
     /// core's to judge and comes back as an outcome.
-    pub(crate) async fn reconcile(&self, object: &CachedServer, caches: &Caches) -> Result<Outcome, Error> {
+    pub(crate) async fn reconcile(
+        &self,
+        term: &Term,
+        object: &CachedServer,
+        caches: &Caches,
+    ) -> Result<Outcome, Error> {
         let Some(mut server) = object.core() else {
-            return Ok(self.report_unreadable(object).await);
+            return Ok(self.report_unreadable(term, object).await);
         };
+        if let Ok(content) = &object.content
+            && term.unread_said.first_time(&server.meta.uid, &content.unread)
+        {
+            self.report_partly_unreadable(term, object, &content.unread).await;
+        }
         let mut gathered = if needs_facts(&server) {
-            gather(&self.client, caches, &self.clouds, &self.listings, self.config.cloud_timeout, &server).await?
+            gather(&term.client, caches, &term.clouds, &term.listings, self.config.cloud_timeout, &server).await?
         } else {
             Gathered::skipped()
         };
@@ -84,7 +90,7 @@ impl Executor {
         }
         if creates(&decision) && object.content.as_ref().is_ok_and(|content| content.has_user_data) {
             // The cache leaves user data out: read it for the create alone.
-            match self.live_user_data(&server).await? {
+            match self.live_user_data(term, &server).await? {
                 Some(user_data) => server.spec.user_data = Some(user_data),
                 None => return Ok(Outcome::Yield(Wait::ServerChanged)),
             }
@@ -99,6 +105,7 @@ impl Executor {
         );
         let mut io = ActionIo {
             executor: self,
+            term,
             caches,
             regarding: object.object_ref(&()),
             resource_version: object.resource_version().unwrap_or_default(),
@@ -123,8 +130,8 @@ impl Executor {
 
     /// The Server's user data, read live, if its spec is still the one the
     /// pass decided on (`None` when it changed since).
-    async fn live_user_data(&self, server: &CoreServer) -> Result<Option<UserData>, Error> {
-        let api: Api<Server> = Api::namespaced(self.client.clone(), &server.meta.namespace);
+    async fn live_user_data(&self, term: &Term, server: &CoreServer) -> Result<Option<UserData>, Error> {
+        let api: Api<Server> = Api::namespaced(term.client.clone(), &server.meta.namespace);
         let live = api
             .get(&server.meta.name)
             .await
@@ -132,9 +139,29 @@ impl Executor {
         Ok((live.metadata.generation == Some(server.meta.generation)).then_some(live.spec.spec.user_data).flatten())
     }
 
+    /// A Server holding values the core read as something else (a condition
+    /// status of "Maybe" read as Unknown) is managed as usual; this says so,
+    /// once (log and Warning Event, naming at most a few paths, never a
+    /// value).
+    async fn report_partly_unreadable(&self, term: &Term, object: &CachedServer, unread: &[String]) {
+        const NAMED: usize = 4;
+        let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
+        let mut paths = unread.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+        if unread.len() > NAMED {
+            paths.push_str(&format!(" and {} more", unread.len() - NAMED));
+        }
+        warn!(server = %name, %namespace, %paths, "the Server holds values this controller does not understand; read as Unknown");
+        let note = format!(
+            "{paths}: a value this controller does not understand, read as Unknown. The rest of the Server is managed as usual."
+        );
+        if let Err(error) = term.events.publish_unreadable(note, &object.object_ref(&())).await {
+            warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
+        }
+    }
+
     /// A Server whose content cannot be read is reported on itself (log and
     /// Event, naming the field, never its value) and left alone until it changes.
-    async fn report_unreadable(&self, object: &CachedServer) -> Outcome {
+    async fn report_unreadable(&self, term: &Term, object: &CachedServer) -> Outcome {
         let problem = match &object.content {
             Err(malformed) => malformed.to_string(),
             Ok(_) => "it has no content".into(),
@@ -142,7 +169,7 @@ impl Executor {
         let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
         warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
         let note = format!("The Server cannot be read: {problem}. Fix that field; nothing is done until then.");
-        if let Err(error) = self.events.publish_unreadable(note, &object.object_ref(&())).await {
+        if let Err(error) = term.events.publish_unreadable(note, &object.object_ref(&())).await {
             warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
         }
         // Only a change to the Server can fix it: parked as an invalid spec.
@@ -159,6 +186,7 @@ fn creates(decision: &Decision) -> bool {
 /// writes, the consumed resources it read, and its cloud.
 struct ActionIo<'a> {
     executor: &'a Executor,
+    term: &'a Term,
     caches: &'a Caches,
     regarding: ObjectReference,
     resource_version: String,
@@ -223,7 +251,7 @@ impl ActionIo<'_> {
                     // The answer shows the server exists now: the next pass
                     // may decide from it (the core's rule says when).
                     let at = jiff::Timestamp::now();
-                    self.executor.listings.record_answer(group.clone(), &self.uid, created, at);
+                    self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
             }
@@ -231,7 +259,7 @@ impl ActionIo<'_> {
                 let cloud = self.cloud()?;
                 if let Some(group) = &self.group {
                     // What was listed or answered about it no longer stands.
-                    self.executor.listings.forget(group, &self.uid);
+                    self.term.listings.forget(group, &self.uid);
                 }
                 let progress = cloud.call(|c| c.delete(&cloud.identity, server)).await.map_err(ActionFailure::Cloud)?;
                 // Each pass re-sends the idempotent delete until the server is
@@ -261,7 +289,7 @@ impl ActionIo<'_> {
                 // Events are informational: a lost one must not hold back the
                 // actions after it (the status that triggered it is already
                 // written, so a later pass would not emit it again either).
-                match self.executor.events.publish(event, &self.regarding).await {
+                match self.term.events.publish(event, &self.regarding).await {
                     Ok(()) => self.executor.metrics.event_emitted(event.reason),
                     Err(error) => warn!(
                         server = %self.name,
@@ -283,7 +311,7 @@ impl ActionIo<'_> {
     /// The Servers, as written back: an answer is read as the cache reads
     /// a Server (its user data seen, not decoded); only its resourceVersion is used.
     fn servers(&self) -> Api<CachedServer> {
-        Api::namespaced(self.executor.client.clone(), &self.namespace)
+        Api::namespaced(self.term.client.clone(), &self.namespace)
     }
 
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
@@ -351,7 +379,7 @@ impl ActionIo<'_> {
                 ..Default::default()
             })
         };
-        self.executor.references.set(target.clone(), &reference.finalizer, add, cached).await
+        self.term.references.set(target.clone(), &reference.finalizer, add, cached).await
     }
 }
 

@@ -9,25 +9,34 @@
 //! a flag: it closes by itself when time passes, even if the elector is
 //! stuck in a hanging request.
 //!
-//! The fence is enforced at the two doors every effect goes through: the
-//! Kubernetes client ([`fenced_client`] refuses every write) and each
-//! region's cloud port ([`FencedCloud`] refuses every call). Reads of the
-//! API stay open, so a follower keeps its caches warm.
+//! The fence is enforced at the two doors every effect goes through, for
+//! one term at a time (`crate::term`): the Kubernetes client
+//! ([`fenced_client`] checks every write as it is sent) and each region's
+//! cloud port, which checks [`TermGate`] before every request it sends
+//! (and [`FencedCloud`] before every call). A term's doors stay shut once
+//! the term is over, even when a later term of the same replica has begun.
+//! Reads of the API stay open, so a follower keeps its caches warm.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures_util::Stream;
 use kube::Client;
 use kube::client::Body;
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
-    ProviderServer, ServerRef,
+    ProviderServer, RequestGate, ServerRef, Term,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Why a write or a cloud call was not sent.
 pub(crate) const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
+
+/// A request is not sent when the fence leaves it less than this (or less
+/// than its own timeout, if shorter): it would be cut off before an answer
+/// could come, and a create cut off is one of unknown fate.
+pub(crate) const MIN_REQUEST_TIME: Duration = Duration::from_millis(500);
 
 /// Whether this replica may act; clones share one fence.
 #[derive(Clone)]
@@ -38,10 +47,18 @@ pub struct Fence {
 struct FenceState {
     /// Without leader election the fence is always open.
     always_open: bool,
-    /// Acting is allowed strictly before this instant.
-    until: Mutex<Option<Instant>>,
+    /// Until when acting is allowed, and which term that is.
+    held: Mutex<Held>,
     /// Counts leadership terms: a new term starts when a closed fence opens.
     terms: watch::Sender<u64>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Held {
+    /// Acting is allowed strictly before this instant.
+    until: Option<Instant>,
+    /// The term the fence is (or was last) open for; 0 before the first.
+    term: u64,
 }
 
 impl std::fmt::Debug for Fence {
@@ -62,7 +79,7 @@ impl Fence {
     }
 
     fn new(always_open: bool) -> Self {
-        Fence { inner: Arc::new(FenceState { always_open, until: Mutex::new(None), terms: watch::channel(0).0 }) }
+        Fence { inner: Arc::new(FenceState { always_open, held: Mutex::default(), terms: watch::channel(0).0 }) }
     }
 
     /// Whether this replica may act now.
@@ -74,8 +91,44 @@ impl Fence {
         self.inner.always_open || self.until().is_some_and(|until| now < until)
     }
 
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.inner.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn until(&self) -> Option<Instant> {
-        *self.inner.until.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held().until
+    }
+
+    /// The term this replica acts in now, if it may act (always 0 without
+    /// leader election).
+    pub(crate) fn held_term(&self) -> Option<u64> {
+        let held = *self.held();
+        (self.inner.always_open || held.until.is_some_and(|until| Instant::now() < until)).then_some(held.term)
+    }
+
+    /// Whether `term` is the term this replica acts in now.
+    pub(crate) fn holds_term(&self, term: u64) -> bool {
+        self.admit(term, Duration::ZERO).is_some()
+    }
+
+    /// Whether the fence is open without an election (it never closes).
+    pub(crate) fn always_open(&self) -> bool {
+        self.inner.always_open
+    }
+
+    /// How long an act of `term` taking `timeout` may run if it starts now:
+    /// `None` when `term` is over (the fence closed, or opened again for a
+    /// later term) or the fence leaves less than [`MIN_REQUEST_TIME`] (or
+    /// `timeout`, if shorter); else `timeout`, cut to end when the fence
+    /// closes unless renewed. Never a deadline past the fence, which closes
+    /// lease duration − renew deadline before another replica may start.
+    pub(crate) fn admit(&self, term: u64, timeout: Duration) -> Option<Duration> {
+        if self.inner.always_open {
+            return Some(timeout);
+        }
+        let held = *self.held();
+        let left = held.until?.checked_duration_since(Instant::now())?;
+        (held.term == term && left >= timeout.min(MIN_REQUEST_TIME)).then_some(timeout.min(left))
     }
 
     /// The instant the fence closes unless extended (`None` when closed or always open).
@@ -90,20 +143,23 @@ impl Fence {
         if until <= now {
             return;
         }
-        let was_holding = {
-            let mut guard = self.inner.until.lock().unwrap_or_else(PoisonError::into_inner);
-            let was_holding = guard.is_some_and(|current| now < current);
-            *guard = Some(guard.map_or(until, |current| if was_holding { current.max(until) } else { until }));
-            was_holding
+        let started = {
+            let mut held = self.held();
+            let was_holding = held.until.is_some_and(|current| now < current);
+            held.until = Some(held.until.map_or(until, |current| if was_holding { current.max(until) } else { until }));
+            if !was_holding {
+                held.term += 1;
+            }
+            (!was_holding).then_some(held.term)
         };
-        if !was_holding {
-            self.inner.terms.send_modify(|term| *term += 1);
+        if let Some(term) = started {
+            self.inner.terms.send_replace(term);
         }
     }
 
     /// Closes the fence at once.
     pub(crate) fn revoke(&self) {
-        *self.inner.until.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.held().until = None;
     }
 
     /// Leadership terms started so far (0 before the first).
@@ -126,17 +182,24 @@ impl Fence {
     }
 }
 
-/// A client that sends reads as `client` would and refuses every write
-/// (POST, PUT, PATCH, DELETE) while the fence does not hold.
-pub(crate) fn fenced_client(client: Client, fence: Fence) -> Client {
+/// A client that sends reads as `client` would and sends a write (POST, PUT,
+/// PATCH, DELETE) only while `term` is the term this replica acts in, each
+/// write checked as it is sent and given up when the fence closes.
+pub(crate) fn fenced_client(client: Client, fence: Fence, term: u64) -> Client {
     let namespace = client.default_namespace().to_owned();
     let service = tower::service_fn(move |request: http::Request<Body>| {
         let (client, fence) = (client.clone(), fence.clone());
         async move {
-            if !is_read(request.method()) && !fence.holds() {
-                return Err(tower::BoxError::from(NOT_LEADER));
+            if is_read(request.method()) {
+                return client.send(request).await.map_err(tower::BoxError::from);
             }
-            client.send(request).await.map_err(tower::BoxError::from)
+            let Some(left) = fence.admit(term, Duration::MAX) else {
+                return Err(tower::BoxError::from(NOT_LEADER));
+            };
+            match tokio::time::timeout(left, client.send(request)).await {
+                Ok(sent) => sent.map_err(tower::BoxError::from),
+                Err(_) => Err(tower::BoxError::from("no answer before this replica's fence closed")),
+            }
         }
     });
     Client::new(service, namespace)
@@ -146,18 +209,33 @@ fn is_read(method: &http::Method) -> bool {
     matches!(*method, http::Method::GET | http::Method::HEAD | http::Method::OPTIONS)
 }
 
-/// A cloud port that refuses every call while the fence does not hold.
-/// The refusal is an answer that proves nothing was sent (a 503 from this
-/// side of the wire); what the core makes of it are writes, which the
-/// fenced client refuses too.
+/// The gate a term's cloud ports check before each request they send.
+#[derive(Clone, Debug)]
+pub(crate) struct TermGate {
+    pub(crate) fence: Fence,
+    pub(crate) term: u64,
+}
+
+impl RequestGate for TermGate {
+    fn admit(&self, timeout: Duration) -> Option<Duration> {
+        self.fence.admit(self.term, timeout)
+    }
+}
+
+/// A cloud port of one term that refuses every call once that term is
+/// over. The port itself checks each request it sends (one call may be
+/// many); this check covers ports whose call is one request. The refusal
+/// is an answer that proves nothing was sent (a 503 from this side of the
+/// wire); what the core makes of it are writes, which the term's client
+/// refuses too.
 pub(crate) struct FencedCloud {
     pub(crate) cloud: Arc<dyn CloudPort>,
-    pub(crate) fence: Fence,
+    pub(crate) gate: TermGate,
 }
 
 impl FencedCloud {
     fn check(&self) -> Result<(), CloudError> {
-        if self.fence.holds() {
+        if self.gate.fence.holds_term(self.gate.term) {
             Ok(())
         } else {
             Err(CloudError::Unavailable { status: 503, message: NOT_LEADER.into() })
@@ -224,6 +302,12 @@ impl CloudPort for FencedCloud {
             self.cloud.release(identity, resource).await
         })
     }
+
+    /// Already one term's port.
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
+        let gate = TermGate { fence: self.gate.fence.clone(), term: term.number };
+        Arc::new(FencedCloud { cloud: self.cloud.for_term(term), gate })
+    }
 }
 
 #[cfg(test)]
@@ -270,5 +354,23 @@ mod tests {
         fence.extend(Instant::now() + Duration::from_secs(10));
         assert_eq!(*fence.terms().borrow(), 2, "reacquiring after expiry is a new term");
         assert_eq!(terms.next().await, Some(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_is_admitted_only_in_its_term_and_never_past_the_fence() {
+        let fence = Fence::closed();
+        let thirty = Duration::from_secs(30);
+        assert_eq!(fence.admit(1, thirty), None, "closed");
+        fence.extend(Instant::now() + Duration::from_secs(10));
+        assert_eq!(fence.admit(1, thirty), Some(Duration::from_secs(10)), "cut to the fence");
+        assert_eq!(fence.admit(1, Duration::from_secs(2)), Some(Duration::from_secs(2)));
+        tokio::time::advance(Duration::from_millis(9_700)).await;
+        assert_eq!(fence.admit(1, thirty), None, "too little left to wait for an answer");
+        assert_eq!(fence.admit(1, Duration::from_millis(200)), Some(Duration::from_millis(200)));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        fence.extend(Instant::now() + Duration::from_secs(10));
+        assert_eq!(fence.admit(1, thirty), None, "term 1 is over, though this replica leads again");
+        assert!(fence.admit(2, thirty).is_some());
+        assert_eq!(Fence::open().admit(0, thirty), Some(thirty));
     }
 }

@@ -35,6 +35,7 @@ mod monitor;
 mod references;
 mod region;
 mod shutdown;
+mod term;
 pub mod wake;
 
 use std::future::Future;
@@ -99,36 +100,14 @@ impl Operator {
         config: ControllerConfig,
         metrics: Arc<dyn Metrics>,
     ) -> Self {
-        let (fence, acting, clouds) = match config.leader_election {
-            None => (Fence::open(), client.clone(), clouds),
-            Some(_) => {
-                let fence = Fence::closed();
-                (fence.clone(), fence::fenced_client(client.clone(), fence.clone()), clouds.fenced(&fence))
-            }
+        let fence = match config.leader_election {
+            None => Fence::open(),
+            Some(_) => Fence::closed(),
         };
         let progress = Progress::default();
-        let events = events::EventPublisher::new(acting.clone(), config.reporting_instance.clone());
-        let listings = cloud::ProviderListings::default();
-        let monitor = Monitor {
-            client: acting.clone(),
-            clouds: clouds.clone(),
-            config: config.clone(),
-            metrics: metrics.clone(),
-            listings: listings.clone(),
-            fence: fence.clone(),
-        };
-        let references = references::ReferenceWriter::new(acting.clone(), config.reference_patch, metrics.clone());
-        let executor = Executor {
-            references,
-            client: acting,
-            clouds,
-            listings,
-            events,
-            config,
-            metrics,
-            fence: fence.clone(),
-            progress: progress.clone(),
-        };
+        let terms = Arc::new(term::Terms::new(fence.clone(), client.clone(), clouds, config.clone(), metrics.clone()));
+        let monitor = Monitor { terms: terms.clone(), config: config.clone(), metrics: metrics.clone() };
+        let executor = Executor { terms, config, metrics, fence: fence.clone(), progress: progress.clone() };
         let (ready, _) = tokio::sync::watch::channel(false);
         Operator {
             executor: Arc::new(executor),
@@ -197,7 +176,7 @@ impl Operator {
         // IP network before its region's selector is known.
         let region_watch = match &self.config().region_namespace {
             Some(namespace) => {
-                let regions = region::load(&self.client, namespace, &self.executor.clouds).await?;
+                let regions = region::load(&self.client, namespace, self.executor.terms.registered_clouds()).await?;
                 Some(tokio::spawn(regions.run(shutdown.clone())))
             }
             None => None,

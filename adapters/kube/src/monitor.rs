@@ -13,7 +13,7 @@ use std::time::Instant;
 use futures_util::{StreamExt, stream};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use server_core::ServerStatus;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
@@ -23,12 +23,13 @@ use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
 use crate::cached::CachedServer;
-use crate::cloud::{CloudRegistry, GroupKey, ProviderListings};
+use crate::cloud::GroupKey;
 use crate::config::ControllerConfig;
 use crate::error::{api_code, short_message};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::term::{Term, Terms};
 
 /// What one poll did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,19 +47,16 @@ pub(crate) struct PollReport {
 }
 
 pub(crate) struct Monitor {
-    pub(crate) client: Client,
-    pub(crate) clouds: CloudRegistry,
+    /// Only the leader polls, through its current term's client and clouds,
+    /// and keeps each group's list in that term's listings for its passes.
+    pub(crate) terms: Arc<Terms>,
     pub(crate) config: ControllerConfig,
     pub(crate) metrics: Arc<dyn Metrics>,
-    /// Where each group's latest list is kept for the passes.
-    pub(crate) listings: ProviderListings,
-    /// Only the leader polls; `client` and `clouds` enforce it too.
-    pub(crate) fence: crate::Fence,
 }
 
 impl std::fmt::Debug for Monitor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Monitor").field("clouds", &self.clouds).finish_non_exhaustive()
+        f.debug_struct("Monitor").field("terms", &self.terms).finish_non_exhaustive()
     }
 }
 
@@ -77,11 +75,11 @@ impl Monitor {
                 () = &mut shutdown => break,
                 _ = ticks.tick() => {}
             }
-            if !self.fence.holds() {
+            let Some(term) = self.terms.current() else {
                 continue;
-            }
+            };
             let started = Instant::now();
-            let report = self.poll(caches).await;
+            let report = self.poll(&term, caches).await;
             self.metrics.monitor_poll_finished(started.elapsed(), report.patched);
             debug!(?report, elapsed = ?started.elapsed(), "monitor poll finished");
         }
@@ -93,7 +91,7 @@ impl Monitor {
     /// the Server has not changed since (its resourceVersion guards the
     /// patch: a reconciler write in between makes it conflict, not regress).
     /// Patches go out concurrently, a bounded number at a time.
-    pub(crate) async fn poll(&self, caches: &Caches) -> PollReport {
+    pub(crate) async fn poll(&self, term: &Term, caches: &Caches) -> PollReport {
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
         // The cache's own objects, shared: a poll copies no Server (at
         // 10,000 Servers a copy of each was the operator's largest peak).
@@ -122,7 +120,7 @@ impl Monitor {
             let (namespace, region, identity) = &key;
             // Before the list is sent, in whole seconds: no later than its start.
             let listed_at = now();
-            let Some(records) = self.list_group(caches, namespace, region, identity).await else {
+            let Some(records) = self.list_group(term, caches, namespace, region, identity).await else {
                 report.groups_failed += 1;
                 self.metrics.monitor_group_failed(region);
                 continue;
@@ -145,10 +143,10 @@ impl Monitor {
                 }
             }
             drop(by_uid);
-            self.listings.record_list(key, listed_at, records);
+            term.listings.record_list(key, listed_at, records);
         }
         let results: Vec<PatchResult> = stream::iter(patches)
-            .map(|write| self.patch(caches, write))
+            .map(|write| self.patch(term, caches, write))
             .buffer_unordered(PATCHES_AT_ONCE)
             .collect()
             .await;
@@ -166,12 +164,13 @@ impl Monitor {
     /// be asked this poll.
     async fn list_group(
         &self,
+        term: &Term,
         caches: &Caches,
         namespace: &str,
         region: &str,
         identity: &str,
     ) -> Option<Vec<ProviderServer>> {
-        let handle = match self.clouds.cached_handle(caches, namespace, region, identity, self.config.cloud_timeout) {
+        let handle = match term.clouds.cached_handle(caches, namespace, region, identity, self.config.cloud_timeout) {
             Ok(handle) => handle,
             Err(error) => {
                 warn!(%region, %identity, %error, "monitor: the cloud cannot be asked");
@@ -187,7 +186,7 @@ impl Monitor {
         }
     }
 
-    async fn patch(&self, caches: &Caches, write: StatusWrite) -> PatchResult {
+    async fn patch(&self, term: &Term, caches: &Caches, write: StatusWrite) -> PatchResult {
         let StatusWrite { name, namespace, resource_version, patch } = write;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
@@ -198,7 +197,7 @@ impl Monitor {
             return PatchResult::Conflict;
         }
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
-        let api: Api<CachedServer> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<CachedServer> = Api::namespaced(term.client.clone(), &namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(_) => PatchResult::Patched,
             // The Server changed since it was read; the next poll sees it fresh.

@@ -8,7 +8,7 @@ use std::time::Instant;
 use reqwest::header::HeaderMap;
 use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
-use server_core::port::{CloudError, IdentityContext};
+use server_core::port::{CloudError, IdentityContext, RequestGate};
 use tracing::debug;
 
 use crate::auth::{Auth, Token};
@@ -19,6 +19,8 @@ use crate::error;
 #[derive(Clone, Debug)]
 pub(crate) struct Http {
     client: reqwest::Client,
+    /// The configured request timeout, which the term's gate may shorten.
+    timeout: std::time::Duration,
 }
 
 /// A complete answer: status, headers and the whole body.
@@ -73,7 +75,7 @@ impl Http {
             .user_agent(concat!("server-controller/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ConfigError::Client(e.to_string()))?;
-        Ok(Http { client })
+        Ok(Http { client, timeout: config.request_timeout })
     }
 
     pub(crate) fn request(&self, method: Method, url: &str) -> RequestBuilder {
@@ -148,13 +150,24 @@ impl Service {
     }
 }
 
-/// One identity's view of the cloud: calls carry its token.
-#[derive(Clone, Copy, Debug)]
+/// One identity's view of the cloud in one leadership term: calls carry
+/// its token, and each request passes the term's gate before it is sent.
+#[derive(Clone, Copy)]
 pub(crate) struct Session<'a> {
     pub(crate) http: &'a Http,
     pub(crate) auth: &'a Auth,
     pub(crate) identity: &'a IdentityContext,
+    pub(crate) gate: &'a dyn RequestGate,
 }
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("identity", self.identity).finish_non_exhaustive()
+    }
+}
+
+/// Why a request was not sent: the term's gate refused it.
+pub(crate) const NOT_ADMITTED: &str = "not sent: this replica no longer holds the leader lease";
 
 /// A service call, built by the compute and network modules.
 #[derive(Debug)]
@@ -200,11 +213,19 @@ impl Session<'_> {
         self.send_with(&token, call).await
     }
 
+    /// Sends one request, if the term's gate admits it now, with the
+    /// deadline the gate gives (never past the fence). Not admitted, it is
+    /// not sent: its effect is none, as a refused connection's.
     async fn send_with(&self, token: &Token, call: &Call<'_>) -> Result<Reply, CloudError> {
+        let Some(deadline) = self.gate.admit(self.http.timeout) else {
+            debug!(operation = call.operation, "request not admitted by the term's gate");
+            return Err(CloudError::Unreachable { message: format!("{}: {NOT_ADMITTED}", call.operation) });
+        };
         let url = format!("{}{}", call.service.base(token).trim_end_matches('/'), call.path);
         let mut request = self
             .http
             .request(call.method.clone(), &url)
+            .timeout(deadline)
             .header("X-Auth-Token", token.header())
             .header(reqwest::header::ACCEPT, "application/json");
         if call.service == Service::Compute {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, IdentityContext,
-    NetworkSelector, PortFuture, ProviderServer, ProviderStatus, RegionSettings, ServerRef,
+    NetworkSelector, PortFuture, ProviderServer, ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
 };
 use tracing::{debug, info, warn};
 
@@ -22,17 +22,39 @@ use crate::network::{self as neutron, Port};
 use crate::resolve::NeutronNames;
 
 /// The cloud port of one OpenStack region. Cheap to clone (shared state).
+///
+/// What it keeps is in two parts. `inner` lives as long as the process:
+/// configuration, the HTTP client, tokens, the Neutron IDs of networks and
+/// security groups by name (people make those, never a replica; a stale ID
+/// is read again on the first "not found"), the Region's settings. `term`
+/// is what it learnt about the project's servers (the uid index), which
+/// only holds while no other replica acts: each leadership term gets a new
+/// one ([`CloudPort::for_term`]), with the term's gate, checked before
+/// every request.
 #[derive(Clone)]
 pub struct OpenStackCloud {
     inner: Arc<Inner>,
+    term: Arc<TermMemory>,
+}
+
+/// What one leadership term learns and may do.
+struct TermMemory {
+    /// Which Nova servers are whose, per identity, from one list each.
+    index: ServerIndex,
+    /// Admits each request of the term.
+    gate: Arc<dyn RequestGate>,
+}
+
+impl TermMemory {
+    fn new(term: &Term) -> Arc<Self> {
+        Arc::new(TermMemory { index: ServerIndex::default(), gate: term.gate.clone() })
+    }
 }
 
 struct Inner {
     config: OpenStackConfig,
     http: Http,
     auth: Auth,
-    /// Which Nova servers are whose, per identity, from one list each.
-    index: ServerIndex,
     /// Neutron IDs of networks and security groups by name, per identity.
     names: NeutronNames,
     /// What the region's Region resource says (see `apply_region_settings`).
@@ -94,11 +116,11 @@ impl OpenStackCloud {
                 config,
                 http,
                 auth,
-                index: ServerIndex::default(),
                 names: NeutronNames::default(),
                 region: std::sync::RwLock::default(),
                 lookup_list_gap: AtomicU64::new(0),
             }),
+            term: TermMemory::new(&Term::unfenced()),
         })
     }
 
@@ -130,12 +152,12 @@ impl OpenStackCloud {
     }
 
     fn session<'a>(&'a self, identity: &'a IdentityContext) -> Session<'a> {
-        Session { http: &self.inner.http, auth: &self.inner.auth, identity }
+        Session { http: &self.inner.http, auth: &self.inner.auth, identity, gate: self.term.gate.as_ref() }
     }
 
     /// Lists every server of the project and records them in the index.
     async fn list_into(&self, session: &Session<'_>, project: &Project) -> Result<Vec<NovaServer>, CloudError> {
-        let started = self.inner.index.tick();
+        let started = self.term.index.tick();
         let servers = compute::list_servers(session).await?;
         project.record_list(started, &servers);
         Ok(servers)
@@ -182,7 +204,7 @@ impl OpenStackCloud {
     /// Every live Nova server tied to the Server, oldest first, each read
     /// just now; a Go-made one is adopted first (see [`Self::adopt`]).
     async fn servers_of(&self, session: &Session<'_>, server: &ServerRef) -> Result<Vec<NovaServer>, CloudError> {
-        let project = self.inner.index.project(session.identity);
+        let project = self.term.index.project(session.identity);
         let uid = server.uid.as_str();
         for _ in 0..MAX_LISTS_PER_LOOKUP {
             let ids = match self.known(session, &project, uid).await? {
@@ -277,7 +299,7 @@ impl OpenStackCloud {
         for (key, value) in ownership {
             nova.metadata.insert(&key, value);
         }
-        project.remember(&server.uid, &id, self.inner.index.tick());
+        project.remember(&server.uid, &id, self.term.index.tick());
         info!(
             server_uid = %server.uid,
             namespace = %server.namespace,
@@ -333,12 +355,12 @@ impl OpenStackCloud {
             }
             other => other.map_err(before(CreateStep::Port))?,
         };
-        let project = self.inner.index.project(identity);
-        project.mark_uncertain(uid, self.inner.index.tick());
+        let project = self.term.index.project(identity);
+        project.mark_uncertain(uid, self.term.index.tick());
         let id =
             compute::create_server(&session, mapping::server_body(request, &port.id, identity.ssh_key_name.as_deref()))
                 .await?;
-        project.remember(uid, &id, self.inner.index.tick());
+        project.remember(uid, &id, self.term.index.tick());
         project.settle(uid);
         info!(
             server_uid = uid,
@@ -504,7 +526,7 @@ impl OpenStackCloud {
             }
             // Nova deletes asynchronously; a quick look spares a pass when it
             // was fast. Any doubt (still there, or no answer) is "in progress".
-            let project = self.inner.index.project(identity);
+            let project = self.term.index.project(identity);
             for nova in &servers {
                 match compute::get_server(&session, &nova.id).await {
                     Ok(None) => project.forget(uid, &nova.id),
@@ -573,7 +595,7 @@ impl OpenStackCloud {
 
     async fn list_flow(&self, identity: &IdentityContext) -> Result<Vec<ProviderServer>, CloudError> {
         let session = self.session(identity);
-        let project = self.inner.index.project(identity);
+        let project = self.term.index.project(identity);
         let servers = self.list_into(&session, &project).await?;
         // Servers this operator did not make (no uid) are not its business;
         // down-cell records cannot be told apart, so they are left out too.
@@ -630,5 +652,12 @@ impl CloudPort for OpenStackCloud {
 
     fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
         Box::pin(self.release_flow(identity, resource))
+    }
+
+    /// The same region with an empty uid index: a list taken in an earlier
+    /// term says nothing about what another replica did since (it may have
+    /// created the very server a lookup would call absent).
+    fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
+        Arc::new(OpenStackCloud { inner: self.inner.clone(), term: TermMemory::new(term) })
     }
 }

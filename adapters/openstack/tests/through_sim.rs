@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState,
-    ProviderStatus, RegionSettings, ServerRef,
+    ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -982,5 +982,92 @@ async fn tags_in_the_unikorn_scheme_reach_nova_converted_and_unfit_ones_are_left
     assert_eq!(metadata.get("compute:workload_class").map(String::as_str), Some("batch"));
     assert_eq!(metadata.get("team").map(String::as_str), Some("blue"));
     assert!(!metadata.keys().any(|k| k.contains('@')));
+    Ok(())
+}
+
+// ---------------------------------------------------------------- leadership terms (issue 25)
+
+/// A gate a test opens and closes, as the leader's fence would.
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl RequestGate for Switch {
+    fn admit(&self, timeout: Duration) -> Option<Duration> {
+        self.0.load(Ordering::SeqCst).then_some(timeout)
+    }
+}
+
+fn term(number: u64, gate: Arc<dyn RequestGate>) -> Term {
+    Term { number, gate }
+}
+
+/// Replica A lists the project and finds no server for `t`; B (another
+/// replica, its own adapter) creates it; A leads again. A's new term must
+/// not answer `t` absent from the list of its earlier term: the running `t`
+/// would be parked as missing, a deleted `t` released with its server
+/// alive, and a create would send a second `POST /servers`.
+#[tokio::test]
+async fn a_new_term_does_not_trust_what_an_earlier_term_listed() -> TestResult {
+    let h = Harness::new().await?;
+    let first = h.cloud.for_term(&term(1, Arc::new(server_core::port::Unfenced)));
+    assert!(first.list(&h.identity).await?.is_empty());
+    assert_eq!(first.get(&h.identity, &server_ref("t")).await?, None, "absent, from the list");
+
+    let b = h.fresh_cloud()?;
+    let made = b.create(&h.identity, &request("t", false)).await?;
+
+    let third = h.cloud.for_term(&term(3, Arc::new(server_core::port::Unfenced)));
+    let seen = third.get(&h.identity, &server_ref("t")).await?;
+    assert_eq!(seen.map(|s| s.id), Some(made.id.clone()), "the server B made, not the earlier term's absence");
+    third.create(&h.identity, &request("t", false)).await?;
+    assert_eq!(h.ops(Op::ServerCreate), 1, "no second POST /servers");
+    assert_eq!(third.delete(&h.identity, &server_ref("t")).await?, DeleteProgress::InProgress);
+    assert_eq!(h.ops(Op::ServerDelete), 1, "the delete reaches the live server");
+    Ok(())
+}
+
+/// A's create waits on Neutron; meanwhile its fence closes (B may lead
+/// next). The `POST /servers` after the port is checked on its own and
+/// not sent: the call was admitted, the request is not.
+#[tokio::test]
+async fn a_create_whose_fence_closed_mid_call_sends_no_server_create() -> TestResult {
+    let h = Harness::new().await?;
+    let gate = Arc::new(Switch(true.into()));
+    let port = h.cloud.for_term(&term(1, gate.clone()));
+    h.sim.inject(Target::Op(Op::PortCreate), Fault::Delay(Duration::from_millis(600)), 1);
+    let identity = h.identity.clone();
+    let create = tokio::spawn(async move { port.create(&identity, &request("t", false)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gate.0.store(false, Ordering::SeqCst);
+    let error = create.await?.err();
+    assert!(matches!(&error, Some(CloudError::Unreachable { .. })), "not sent, so no effect: {error:?}");
+    assert_eq!(h.ops(Op::PortCreate), 1, "the port was asked for before the fence closed");
+    assert_eq!(h.ops(Op::ServerCreate), 0, "no POST /servers once the fence closed");
+    Ok(())
+}
+
+/// A's delete waits on Nova's list; its fence closes; the DELETE and any
+/// port release after it are not sent (B may be running a new server with
+/// a port of the same name by then).
+#[tokio::test]
+async fn a_delete_whose_fence_closed_mid_call_deletes_nothing() -> TestResult {
+    let h = Harness::new().await?;
+    h.cloud.create(&h.identity, &request("t", false)).await?;
+    let lists = h.ops(Op::ServerListDetail);
+    let gate = Arc::new(Switch(true.into()));
+    let port = h.cloud.for_term(&term(1, gate.clone()));
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_millis(600)), 1);
+    let identity = h.identity.clone();
+    let delete = tokio::spawn(async move {
+        let deleted = port.delete(&identity, &server_ref("t")).await;
+        let released = port.release(&identity, &AttachedResource::Port { id: "any".into() }).await;
+        (deleted, released)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gate.0.store(false, Ordering::SeqCst);
+    let (deleted, released) = delete.await?;
+    assert!(matches!(&deleted, Err(CloudError::Unreachable { .. })), "{deleted:?}");
+    assert!(matches!(&released, Err(CloudError::Unreachable { .. })), "{released:?}");
+    assert_eq!(h.ops(Op::ServerListDetail), lists + 1, "the list was sent before the fence closed");
+    assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::PortDelete)), (0, 0), "nothing deleted once it closed");
     Ok(())
 }

@@ -7,7 +7,9 @@ mod meta;
 mod spec;
 mod status;
 
-pub use condition::{Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, set_condition};
+pub use condition::{
+    Condition, ConditionReason, ConditionStatus, ConditionType, find_condition, read_condition_statuses, set_condition,
+};
 pub use consumed::{Consumed, Detail, Named, ResourceKind, Scope};
 pub use meta::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,

@@ -126,15 +126,19 @@ impl CloudRegistry {
         *self.declared.write().unwrap_or_else(PoisonError::into_inner) = providers;
     }
 
-    /// The same clouds, each refusing every call while `fence` does not
-    /// hold; the declared providers stay shared.
-    pub(crate) fn fenced(&self, fence: &crate::Fence) -> CloudRegistry {
+    /// The clouds as leadership term `number` uses them: each region's port
+    /// for that term (its memory of the cloud new, [`CloudPort::for_term`]),
+    /// checking the term's gate before every request and refusing every
+    /// call once the term is over. The declared providers stay shared.
+    pub(crate) fn for_term(&self, fence: &crate::Fence, number: u64) -> CloudRegistry {
+        let gate = crate::fence::TermGate { fence: fence.clone(), term: number };
+        let term = server_core::port::Term { number, gate: Arc::new(gate.clone()) };
         let clouds = self
             .clouds
             .iter()
             .map(|(region, cloud)| {
                 let port: Arc<dyn CloudPort> =
-                    Arc::new(crate::fence::FencedCloud { cloud: cloud.port.clone(), fence: fence.clone() });
+                    Arc::new(crate::fence::FencedCloud { cloud: cloud.port.for_term(&term), gate: gate.clone() });
                 (region.clone(), RegionCloud { port, ..cloud.clone() })
             })
             .collect();
@@ -153,7 +157,7 @@ impl fmt::Debug for CloudRegistry {
 #[cfg(test)]
 mod tests {
     use server_core::port::{
-        CloudError, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+        CloudError, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef, Term,
     };
 
     use super::*;
@@ -187,6 +191,9 @@ mod tests {
             _: &'a server_core::port::AttachedResource,
         ) -> PortFuture<'a, ()> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
+        fn for_term(&self, _: &Term) -> Arc<dyn CloudPort> {
+            Arc::new(NoCalls)
         }
     }
 
@@ -271,9 +278,9 @@ mod tests {
     }
 
     #[test]
-    fn fenced_copies_share_what_the_regions_declare() {
+    fn each_terms_copy_shares_what_the_regions_declare() {
         let registry = registry();
-        let fenced = registry.fenced(&crate::Fence::open());
+        let fenced = registry.for_term(&crate::Fence::open(), 0);
         declare(&registry, &[("region-o", "kubernetes")]);
         assert!(fenced.serving("region-o").is_err());
         assert_eq!(fenced.get("region-s").map(RegionCloud::provider), Some(ProviderKind::Simulated));

@@ -9,6 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use server_core::port::{
     AttachedResource, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
+    Term,
 };
 
 use super::clock::{Clock, SystemClock};
@@ -162,5 +163,13 @@ impl CloudPort for SimCloud {
             self.delay().await;
             Ok(())
         })
+    }
+
+    /// The same cloud: SimCloud remembers nothing about the cloud besides
+    /// the model, which *is* the cloud, and each call is one request, so
+    /// the caller's check before each call (server-kube's fence) is the
+    /// check before each request.
+    fn for_term(&self, _term: &Term) -> Arc<dyn CloudPort> {
+        Arc::new(self.clone())
     }
 }
