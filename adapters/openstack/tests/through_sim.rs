@@ -9,8 +9,8 @@ use std::time::Duration;
 use jiff::Timestamp;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
-    AttachedResource, CloudError, CloudPort, CreateRequest, Credentials, DeleteProgress, IdentityContext, PowerState,
-    ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
+    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, IdentityContext,
+    PowerState, ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -952,11 +952,14 @@ async fn neutron_quota_and_a_full_subnet_are_refusals_with_the_providers_message
         assert!(message.contains(kind.message()), "{message}");
         assert_eq!(h.sim.counters().server_creates, 0);
     }
-    // Any other 409 stays a conflict to retry.
+    // Any other 409 stays a conflict to retry: the port step's, as no server
+    // create was sent.
     let h = Harness::new().await?;
     h.sim.inject(Target::Op(Op::PortCreate), Fault::Status(409), 1);
     let error = h.cloud.create(&h.identity, &request("uid-1", false)).await.err();
-    assert!(matches!(error, Some(CloudError::Conflict { .. })), "{error:?}");
+    let Some(CloudError::BeforeCreate { step: CreateStep::Port, source }) = &error else { panic!("{error:?}") };
+    assert!(matches!(**source, CloudError::Conflict { .. }), "{error:?}");
+    assert!(error.as_ref().is_some_and(CloudError::is_transient), "{error:?}");
     Ok(())
 }
 
