@@ -227,6 +227,28 @@ impl ControlPlane {
             .collect()
     }
 
+    /// What `user` was served (answered below 400), as
+    /// (`group/resource[/subresource]`, verb) from the audit log.
+    pub fn used_by(&self, user: &str) -> std::collections::BTreeSet<(String, String)> {
+        let text = std::fs::read_to_string(self.audit_log()).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|event| event["stage"] == "ResponseComplete" && event["user"]["username"] == user)
+            .filter(|event| event["responseStatus"]["code"].as_u64().is_some_and(|code| code < 400))
+            .filter_map(|event| {
+                let object = &event["objectRef"];
+                let mut resource = object["resource"].as_str()?.to_owned();
+                if let Some(group) = object["apiGroup"].as_str().filter(|g| !g.is_empty()) {
+                    resource = format!("{group}/{resource}");
+                }
+                if let Some(sub) = object["subresource"].as_str() {
+                    resource = format!("{resource}/{sub}");
+                }
+                Some((resource, event["verb"].as_str()?.to_owned()))
+            })
+            .collect()
+    }
+
     fn write_kubeconfig(&self, file: &str, user: &str) -> Result<(), ControlPlaneError> {
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\nusers:\n- name: user\n  user:\n{user}contexts:\n- name: test\n  context:\n    cluster: test\n    user: user\n    namespace: default\ncurrent-context: test\n",
