@@ -331,7 +331,8 @@ impl OpenStackCloud {
             if request.public_ip {
                 // A previous create may have stopped between server and floating IP.
                 if let Some(port) = self.server_port(&session, &request.server, &existing.id).await? {
-                    self.ensure_floating_ip(&session, request, &port).await?;
+                    let network_id = self.floating_network(&session).await?;
+                    self.ensure_floating_ip(&session, request, &port, &network_id).await?;
                 }
             }
             return Ok(mapping::provider_server(&existing));
@@ -347,6 +348,12 @@ impl OpenStackCloud {
             )
             .await
             .map_err(before(CreateStep::Lookup))?;
+        // The floating IP's network is chosen before anything is made: a
+        // choice that cannot be made refuses the create while no server exists.
+        let floating_network = match request.public_ip {
+            true => Some(self.floating_network(&session).await.map_err(before(CreateStep::Lookup))?),
+            false => None,
+        };
         let port = match self.ensure_port(&session, request, network, &resolved).await {
             Err(CloudError::NotReady { message }) => {
                 // A kept Neutron ID went stale: read the names again next time.
@@ -370,8 +377,8 @@ impl OpenStackCloud {
             port_id = %port.id,
             "created provider server"
         );
-        if request.public_ip {
-            self.ensure_floating_ip(&session, request, &port).await?;
+        if let Some(network_id) = &floating_network {
+            self.ensure_floating_ip(&session, request, &port, network_id).await?;
         }
         // Nova answered 202: the server exists and is being scheduled.
         Ok(ProviderServer {
@@ -436,13 +443,13 @@ impl OpenStackCloud {
         session: &Session<'_>,
         request: &CreateRequest,
         port: &Port,
+        network_id: &str,
     ) -> Result<(), CloudError> {
         if !neutron::floating_ips_of(session, &port.id).await?.is_empty() {
             return Ok(());
         }
-        let network_id = self.floating_network(session).await?;
         let description = mapping::resource_description(&request.server);
-        let ip = neutron::create_floating_ip(session, &network_id, &port.id, &description).await?;
+        let ip = neutron::create_floating_ip(session, network_id, &port.id, &description).await?;
         info!(
             server_uid = %request.server.uid,
             floating_ip_id = %ip.id,
@@ -464,7 +471,9 @@ impl OpenStackCloud {
 
     /// The configured external network; else, with a selector (the
     /// configuration's or the Region's), the first external network it
-    /// selects, as the Go controller picks; else the project's only one.
+    /// selects; else the first external network Neutron lists. Both as the
+    /// Go controller picks (uni-region's openstack provider takes the first
+    /// external network when no selector is given).
     async fn floating_network(&self, session: &Session<'_>) -> Result<String, CloudError> {
         let config = &self.inner.config;
         if let Some(id) = config.floating_network_id.as_deref().filter(|id| !id.is_empty()) {
@@ -485,16 +494,19 @@ impl OpenStackCloud {
                 }),
             };
         }
-        match networks.as_slice() {
-            [only] => Ok(only.id.clone()),
-            networks => Err(CloudError::Refused {
+        let count = networks.len();
+        match networks.into_iter().next() {
+            Some(first) => {
+                if count > 1 {
+                    debug!(network_id = %first.id, external_networks = count, "no selector: the first external network Neutron lists");
+                }
+                Ok(first.id)
+            }
+            None => Err(CloudError::Refused {
                 status: 400,
-                message: format!(
-                    "a public IP was requested but neither floatingNetworkID nor an externalNetworks selector (in the \
-                     configuration or the Region resource) is \
-                     configured and the project sees {} external networks",
-                    networks.len()
-                ),
+                message: "a public IP was requested but the project sees no external network: configure \
+                          floatingNetworkID or give the project access to one"
+                    .into(),
             }),
         }
     }

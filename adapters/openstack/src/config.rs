@@ -47,7 +47,9 @@ pub struct OpenStackConfig {
     #[serde(default = "defaults::login_backoff_max", deserialize_with = "duration")]
     pub login_backoff_max: Duration,
     /// External network floating IPs are allocated from. When unset and a
-    /// server asks for a public IP, the project's only external network is used.
+    /// server asks for a public IP, the selector's first match is used, or
+    /// without a selector the first external network Neutron lists (as the
+    /// Go controller does); either is chosen before the server is created.
     #[serde(default, rename = "floatingNetworkID", alias = "floatingNetworkId")]
     pub floating_network_id: Option<String>,
     /// Which external networks floating IPs may come from: the first

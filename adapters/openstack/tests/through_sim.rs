@@ -410,10 +410,11 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
         .collect(),
         ..Default::default()
     };
-    // Several external networks, no selector: which one cannot be told.
+    // Several external networks, no selector: the first Neutron lists, as
+    // the Go controller takes it.
     let h = Harness::with(sim_config.clone(), |_| {}).await?;
-    let refused = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
-    assert!(matches!(refused, Some(CloudError::Refused { status: 400, .. })), "{refused:?}");
+    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-a"));
     // By tags: the first listed network carrying all of them.
     let h = Harness::with(sim_config.clone(), |c| {
         c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["public".into(), "ipv4".into()]) });
@@ -456,6 +457,9 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
         matches!(&refused, Some(CloudError::Refused { status: 400, message }) if message.contains("private")),
         "{refused:?}"
     );
+    // ... before anything is made: no port, no server.
+    let counters = h.sim.counters();
+    assert_eq!((counters.port_creates, counters.server_creates), (0, 0), "{counters:?}");
     Ok(())
 }
 
