@@ -73,9 +73,11 @@ fn an_unreadable_kubeconfig_is_a_startup_error_naming_the_file() {
         .stdin(Stdio::null())
         .output()
         .expect("the operator starts");
-    assert!(!output.status.success());
+    // It never ran: a command-line error, not an operator that stopped.
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("cannot read the kubeconfig /nonexistent/server-controller.kubeconfig"), "{stderr}");
+    assert!(stderr.contains("error: cannot read the kubeconfig /nonexistent/server-controller.kubeconfig"), "{stderr}");
+    assert!(!stderr.contains("operator stopped"), "{stderr}");
 }
 
 #[test]
@@ -141,4 +143,22 @@ fn run_serves_an_openstack_and_a_simulated_region_side_by_side_and_refuses_a_reg
     assert!(output.status.success(), "the operator exited with {} after SIGTERM", output.status);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("regions=region-a=simulated,region-o=openstack"), "{stderr}");
+}
+
+/// A probe port already taken: one line naming the address and the cause
+/// once, exit code 2, before any API server is asked.
+#[test]
+fn a_taken_metrics_port_is_a_startup_error_naming_the_address_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let addr = taken.local_addr().expect("its address");
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--kubeconfig", "/nonexistent/kubeconfig", "--metrics-addr"])
+        .arg(addr.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with(&format!("error: cannot serve /metrics, /healthz and /readyz on {addr}")), "{stderr}");
+    assert_eq!(stderr.matches("in use").count(), 1, "the cause said more than once: {stderr}");
 }

@@ -223,11 +223,23 @@ pub(crate) fn run(args: &Args) -> ExitCode {
     };
     match runtime.block_on(operate(args)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
+        // It never ran: said as a command-line tool says it, exit code 2.
+        Err(Stopped::Starting(error)) => {
+            eprintln!("error: {}", cause_once(&error));
+            ExitCode::from(2)
+        }
+        Err(Stopped::Running(error)) => {
             tracing::error!(error = %cause_once(&error), "operator stopped");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Why `run` ended with an error: it could not start, or it stopped.
+#[derive(Debug)]
+enum Stopped {
+    Starting(anyhow::Error),
+    Running(anyhow::Error),
 }
 
 /// The largest `--provider-create-max-attempts` accepted: far above any
@@ -477,7 +489,21 @@ pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow:
     kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
-async fn operate(args: &Args) -> anyhow::Result<()> {
+/// What a started operator runs with.
+struct Started {
+    listener: tokio::net::TcpListener,
+    operator: Operator,
+    endpoints: Endpoints,
+}
+
+async fn operate(args: &Args) -> Result<(), Stopped> {
+    let started = start(args).await.map_err(Stopped::Starting)?;
+    serve(args, started).await.map_err(Stopped::Running)
+}
+
+/// Everything before the first pass: the probes' port, the API server, the
+/// clouds and the Lease. A failure here means the operator never ran.
+async fn start(args: &Args) -> anyhow::Result<Started> {
     // Probes that cannot be served are a startup error, not a warning at exit.
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
@@ -503,6 +529,11 @@ async fn operate(args: &Args) -> anyhow::Result<()> {
     let operator = Operator::with_metrics(client, clouds, controller_config(args, leader_election), metrics.clone());
     metrics.watch_leadership(operator.fence().clone());
     let endpoints = Endpoints::new(registry, operator.health());
+    Ok(Started { listener, operator, endpoints })
+}
+
+async fn serve(args: &Args, started: Started) -> anyhow::Result<()> {
+    let Started { listener, operator, endpoints } = started;
 
     let (stop, stopped) = watch::channel(false);
     let wait_stop = |mut stopped: watch::Receiver<bool>| async move {
