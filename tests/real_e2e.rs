@@ -13,19 +13,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use server_e2e::cloud::Fate;
 use server_e2e::ha::Replica;
-use server_e2e::real::RealWorld;
+use server_e2e::real::{RealWorld, running, wait_api};
 use server_e2e::{Env, NETWORK, SECURITY_GROUP, fast, test_config, within};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const RETRYING: &str = "ProviderCreateRetrying";
 const FAILED: &str = "ProviderCreateFailed";
 
-async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < PATIENCE, "timed out after {PATIENCE:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn wait_for(what: &str, check: impl FnMut() -> bool) {
+    wait_api(what, PATIENCE, check).await;
 }
 
 async fn wait_server(world: &RealWorld, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
@@ -36,10 +32,6 @@ async fn wait_server(world: &RealWorld, name: &str, what: &str, check: impl Fn(&
     })
     .await;
     last
-}
-
-fn running(server: &Value) -> bool {
-    server["status"]["phase"] == "Running" && server["status"]["provisionedAt"].is_string()
 }
 
 fn available(server: &Value) -> (String, String) {

@@ -11,10 +11,9 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use server_core::model::CREATE_ISSUED_ANNOTATION;
 use server_e2e::ha::{CutProxy, LeadershipLog, Replica, test_lease};
-use server_e2e::real::RealWorld;
+use server_e2e::real::{RealWorld, running, wait_api, wait_every};
 use server_e2e::{Env, test_config, within};
 
 /// Creates answer this long after they land: past several passes.
@@ -25,28 +24,9 @@ fn config() -> server_kube::ControllerConfig {
     server_kube::ControllerConfig { drain_timeout: Duration::from_secs(3), ..test_config() }
 }
 
-/// Polls `check` every `every` until it holds; how long that took.
-async fn wait_every(every: Duration, what: &str, within: Duration, mut check: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while !check() {
-        assert!(started.elapsed() < within, "timed out after {within:?} waiting for {what}");
-        tokio::time::sleep(every).await;
-    }
-    started.elapsed()
-}
-
 /// For a replica's fence: polled often, as it costs nothing.
 async fn wait_until(what: &str, within: Duration, check: impl FnMut() -> bool) -> Duration {
     wait_every(Duration::from_millis(5), what, within, check).await
-}
-
-/// For what kubectl reads from the API server.
-async fn wait_api(what: &str, within: Duration, check: impl FnMut() -> bool) -> Duration {
-    wait_every(Duration::from_millis(200), what, within, check).await
-}
-
-fn running(server: &Value) -> bool {
-    server["status"]["phase"] == "Running" && server["status"]["provisionedAt"].is_string()
 }
 
 /// Creates `count` Servers; their names and uids.

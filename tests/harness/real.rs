@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
@@ -149,6 +150,27 @@ impl RealWorld {
         let identity = ["-n", NAMESPACE, "patch", "identity", IDENTITY, "--subresource=status", "--type=merge", "-p"];
         self.plane.kubectl_ok(&[&identity[..], &[ready.as_str()]].concat());
     }
+}
+
+/// Whether a Server (as the API server has it) runs and has latched its boot.
+pub fn running(server: &Value) -> bool {
+    server["status"]["phase"] == "Running" && server["status"]["provisionedAt"].is_string()
+}
+
+/// Polls `check` every `every` until it holds, or fails the test after
+/// `within`; how long it took.
+pub async fn wait_every(every: Duration, what: &str, within: Duration, mut check: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < within, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(every).await;
+    }
+    started.elapsed()
+}
+
+/// [`wait_every`] at a pace for what kubectl reads from the API server.
+pub async fn wait_api(what: &str, within: Duration, check: impl FnMut() -> bool) -> Duration {
+    wait_every(Duration::from_millis(200), what, within, check).await
 }
 
 /// The upstream CRDs of the consumed kinds, and ours of Server.
