@@ -61,3 +61,43 @@ fn bad_sizes_are_refused_before_anything_starts() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("\"zero\" is not a number of Servers"), "{stderr}");
 }
+
+/// The same bench on the real kube-apiserver and etcd: the operator runs as
+/// deploy/base's ServiceAccount, the audit log counts its requests, and the
+/// fate mix (refusals edited by the "user", retries, parks) settles there too.
+#[test]
+fn a_small_bench_on_the_real_api_server_settles_and_counts_the_operator_from_the_audit_log() {
+    // The harness decides: skipped outside CI without a build, a failure under CI.
+    if !server_e2e::control_plane::built_or_skip() {
+        return;
+    }
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["bench", "--api-server", "real", "--servers", "24", "--steady-servers", "24", "--steady-window", "6s"])
+        .args(["--monitor-interval", "2s", "--timeout", "240s", "--output", "json"])
+        .output()
+        .expect("the server-controller binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert!(output.status.success(), "{report:#}\n{stderr}");
+    assert!(report["api_server"].as_str().unwrap().starts_with("kube-apiserver and kubectl v1.34"), "{report:#}");
+
+    let size = &report["sizes"][0];
+    assert_eq!(size["settled"], true, "{size:#}");
+    let api = &size["api"];
+    // The operator's own requests only: the bench's seeding and watching are
+    // the admin's, so a Server's creation is not among them.
+    assert!(api["by_verb_and_resource"].get("create servers").is_none(), "{api:#}");
+    assert!(api["status_patches_per_server"].as_f64().unwrap() >= 1.0, "{api:#}");
+    assert!(api["network_patches_per_server"].as_f64().unwrap() > 0.0, "{api:#}");
+    assert_eq!(api["throttled"], 0, "{api:#}");
+    // Under deploy/base's RBAC nothing it asks for is forbidden.
+    let refused: u64 =
+        api["by_code"].as_object().map_or(0, |codes| codes.get("403").and_then(Value::as_u64).unwrap_or(0));
+    assert_eq!(refused, 0, "{api:#}");
+    let process = &size["api_server_process"];
+    assert!(process["peak_rss_bytes"].as_u64().unwrap() > 10_000_000, "{size:#}");
+
+    let steady = &report["steady_state"];
+    assert_eq!(steady["converged"], true, "{report:#}");
+    assert_eq!(steady["api_writes"], 0, "{steady:#}");
+}

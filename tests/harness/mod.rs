@@ -34,7 +34,7 @@ use server_simkube::{CounterSnapshot, Verb};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-pub mod control_plane;
+pub use server_sim_testbed::control_plane;
 pub mod ha;
 pub mod real;
 

@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -33,7 +32,7 @@ impl RealWorld {
     pub fn start(seed: u64) -> Option<RealWorld> {
         let plane = control_plane_or_skip()?;
         plane.kubectl_ok(&["create", "namespace", NAMESPACE]);
-        install_crds(&plane);
+        plane.install_crds().unwrap_or_else(|e| panic!("installing the CRDs: {e}"));
         // Clean servers that build in seconds: a real clock runs these tests.
         let mut cloud = CloudConfig::reliable(seed);
         cloud.mix.timing = Timing::FAST;
@@ -171,30 +170,4 @@ pub async fn wait_every(every: Duration, what: &str, within: Duration, mut check
 /// [`wait_every`] at a pace for what kubectl reads from the API server.
 pub async fn wait_api(what: &str, within: Duration, check: impl FnMut() -> bool) -> Duration {
     wait_every(Duration::from_millis(200), what, within, check).await
-}
-
-/// The upstream CRDs of the consumed kinds, and ours of Server.
-fn install_crds(plane: &ControlPlane) {
-    let upstream = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/unikorn-crds");
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(&upstream).unwrap_or_else(|e| panic!("{}: {e}", upstream.display())) {
-        let path = entry.unwrap_or_else(|e| panic!("{}: {e}", upstream.display())).path();
-        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        if stem.ends_with("_servers") {
-            continue;
-        }
-        plane.kubectl_ok(&["apply", "--server-side", "-f", &path.display().to_string()]);
-        if let Some((group, plural)) = stem.split_once('_') {
-            names.push(format!("crd/{plural}.{group}"));
-        }
-    }
-    let ours = serde_json::to_string(&server_kube::crd::server_crd()).unwrap_or_else(|e| panic!("the CRD: {e}"));
-    expect_success(
-        "installing the Server CRD",
-        &plane.kubectl_with_input(&["apply", "--server-side", "-f", "-"], &ours),
-    );
-    names.push("crd/servers.region.unikorn-cloud.org".into());
-    let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
-    wait.extend(names.iter().map(String::as_str));
-    plane.kubectl_ok(&wait);
 }

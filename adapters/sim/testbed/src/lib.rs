@@ -9,6 +9,9 @@
 //! - [`CloudBed`]: SimCloud handed to the operator either directly as its
 //!   port ([`CloudPath::Direct`]) or through the OpenStack simulator and the
 //!   real OpenStack adapter ([`CloudPath::OpenStack`]).
+//! - [`control_plane::ControlPlane`]: the reference API server, etcd and
+//!   kube-apiserver built by `.ci/build-control-plane`, for the tests and
+//!   `bench --kube real`.
 //!
 //! ```no_run
 //! # async fn doc() -> Result<(), server_sim_testbed::Error> {
@@ -25,10 +28,13 @@
 //! # Ok(()) }
 //! ```
 
+mod apiserver_bed;
 mod cloud;
+pub mod control_plane;
 mod kube_bed;
 mod tenant;
 
+pub use apiserver_bed::{ApiServerBed, ServerMirror};
 pub use cloud::{CloudBed, CloudPath};
 pub use kube_bed::KubeBed;
 pub use server_sim_openstack::OpenStackCounters;
@@ -49,6 +55,12 @@ pub enum Error {
     Url { url: String },
     #[error("cannot seed {resource}/{name}: {source}")]
     Seed { resource: String, name: String, source: Box<server_simkube::ApiError> },
+    #[error("the reference control plane: {0}")]
+    ControlPlane(Box<control_plane::ControlPlaneError>),
+    #[error("the API server refused {resource}/{name}: {source}")]
+    Api { resource: String, name: String, source: Box<kube::Error> },
+    #[error("{resource}/{name} is not an object to create: {reason}")]
+    Object { resource: String, name: String, reason: String },
     #[error("the OpenStack adapter refused its configuration: {0}")]
     OpenStack(#[from] Box<server_openstack::ConfigError>),
 }

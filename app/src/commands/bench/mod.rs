@@ -22,7 +22,7 @@ use crate::commands::run::parse_duration;
 use crate::telemetry::{self, LogFormat};
 use operator::{OperatorFlags, OperatorMetrics, OperatorProcess, ProcessSample};
 use report::{ApiCounts, BenchReport, CloudCounts, SizeResult, SteadyState, per};
-use world::BenchWorld;
+use world::{ApiServer, BenchWorld};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -85,6 +85,12 @@ pub(crate) struct Args {
     #[arg(long)]
     work_dir: Option<PathBuf>,
 
+    /// The API server: SimKube in this process, or the real kube-apiserver
+    /// and etcd (built by `.ci/build-control-plane`), the operator then
+    /// running as its ServiceAccount under deploy/base's RBAC.
+    #[arg(long, value_enum, default_value_t = ApiServer::Simkube)]
+    api_server: ApiServer,
+
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
 }
@@ -123,13 +129,18 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     }
     let mut sizes = Vec::new();
     let mut steady_state = None;
+    let mut api_server_names: Vec<String> = Vec::new();
     for &servers in &args.servers {
-        let (size, steady) = measure(args, servers, &work_dir).await?;
+        let (size, steady, api_server) = measure(args, servers, &work_dir).await?;
+        if !api_server_names.contains(&api_server) {
+            api_server_names.push(api_server);
+        }
         sizes.push(size);
         steady_state = steady_state.or(steady);
     }
     let all_settled = sizes.iter().all(|size| size.settled);
     let report = BenchReport {
+        api_server: api_server_names.join(", "),
         seed: args.seed,
         create_failure_rate: args.create_failure_rate,
         user_data_bytes: world::USER_DATA_BYTES,
@@ -156,9 +167,13 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
 }
 
 /// One size: the world, the operator, the wait, the counts.
-async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result<(SizeResult, Option<SteadyState>)> {
+async fn measure(
+    args: &Args,
+    servers: usize,
+    work_dir: &Path,
+) -> anyhow::Result<(SizeResult, Option<SteadyState>, String)> {
     eprintln!("bench: {servers} Servers: seeding the world");
-    let mut world = BenchWorld::start(servers, args.seed, args.create_failure_rate).await?;
+    let mut world = BenchWorld::start(args.api_server, servers, args.seed, args.create_failure_rate).await?;
     let dir = work_dir.join(format!("n{servers}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (kubeconfig, region) = world.write_configs(&dir, args.cloud_timeout)?;
@@ -175,6 +190,7 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
     };
     let sims_peak_is_this_size = operator::reset_own_peak_rss();
     let sims_at_start = ProcessSample::read(None)?;
+    let api_server_at_start = api_server_sample(&world);
     let started = Instant::now();
     let mut operator = OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?;
     let (settled, wall) = settle(args, &mut world, &mut operator, started).await?;
@@ -187,8 +203,9 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         wall.as_secs_f64()
     );
 
-    let api = world.kube.sim.counters();
+    let api = world.api_counters()?;
     let cloud = openstack_counters(&world)?;
+    let api_server_now = api_server_sample(&world);
     let metrics = operator.metrics().await.unwrap_or_default();
     let process = ProcessSample::read(Some(operator.pid()))?;
     let sims = ProcessSample::read(None)?;
@@ -210,6 +227,13 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
         rss_sims_is_this_size: sims_peak_is_this_size,
         sims_cpu_cores: (sims.cpu_seconds - sims_at_start.cpu_seconds) / wall.as_secs_f64().max(f64::EPSILON),
         rss_operator_bytes: process.peak_rss,
+        api_server_process: api_server_now.map(|now| report::ApiServerProcess {
+            peak_rss_bytes: now.peak_rss,
+            cpu_ms_per_server: per(
+                (now.cpu_seconds - api_server_at_start.map_or(0.0, |start| start.cpu_seconds)) * 1000.0,
+                servers,
+            ),
+        }),
         unsettled,
     };
     // Measured even when a few Servers did not settle: the report says so.
@@ -220,7 +244,7 @@ async fn measure(args: &Args, servers: usize, work_dir: &Path) -> anyhow::Result
     };
     // The operator stops before the world it talks to.
     drop(operator);
-    Ok((size, steady))
+    Ok((size, steady, world.api_server()))
 }
 
 /// How many unsettled Servers a report names.
@@ -238,12 +262,12 @@ async fn settle(
     let mut last_progress = Instant::now();
     loop {
         operator.check_running()?;
-        let mut done = world.observe(&mut settled, args.max_attempts)?;
+        let mut done = world.observe(&mut settled, args.max_attempts).await?;
         if done == servers {
             // Settled once is not settled now: look at every Server again.
             let elapsed = started.elapsed();
             settled.fill(false);
-            done = world.observe(&mut settled, args.max_attempts)?;
+            done = world.observe(&mut settled, args.max_attempts).await?;
             if done == servers {
                 return Ok((settled, elapsed));
             }
@@ -270,7 +294,7 @@ async fn steady_window(
     eprintln!("bench: {servers} Servers: steady-state window of {}", humantime::format_duration(args.steady_window));
     // Let the last passes and the monitor's follow-up settle before counting.
     tokio::time::sleep(args.monitor_interval + args.yield_interval).await;
-    let api_before = world.kube.sim.counters();
+    let api_before = world.api_counters()?;
     let cloud_before = openstack_counters(world)?;
     let metrics_before = operator.metrics().await?;
     let started = Instant::now();
@@ -279,7 +303,7 @@ async fn steady_window(
         tokio::time::sleep(Duration::from_millis(500).min(args.steady_window)).await;
     }
     let window = started.elapsed();
-    let api_after = world.kube.sim.counters();
+    let api_after = world.api_counters()?;
     let cloud_after = openstack_counters(world)?;
     let metrics_after: OperatorMetrics = operator.metrics().await?;
     let monitor_polls = metrics_after.monitor_polls - metrics_before.monitor_polls;
@@ -297,6 +321,18 @@ async fn steady_window(
         cloud_requests: report::cloud_requests(&cloud_after) - report::cloud_requests(&cloud_before),
         cloud_server_lists_per_poll: if monitor_polls > 0.0 { cloud_server_lists as f64 / monitor_polls } else { 0.0 },
         rss_operator_bytes: ProcessSample::read(Some(operator.pid()))?.peak_rss,
+    })
+}
+
+/// kube-apiserver's and etcd's CPU and peak RSS together, when they are
+/// processes of their own (the real API server).
+fn api_server_sample(world: &BenchWorld) -> Option<ProcessSample> {
+    let samples: Vec<ProcessSample> =
+        world.api_server_processes().into_iter().filter_map(|pid| ProcessSample::read(Some(pid)).ok()).collect();
+    (!samples.is_empty()).then(|| ProcessSample {
+        cpu_seconds: samples.iter().map(|s| s.cpu_seconds).sum(),
+        peak_rss: samples.iter().map(|s| s.peak_rss).sum(),
+        rss: samples.iter().map(|s| s.rss).sum(),
     })
 }
 

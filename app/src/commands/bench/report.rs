@@ -10,6 +10,8 @@ use server_simkube::{CounterSnapshot, Verb};
 
 #[derive(Debug, Serialize)]
 pub(crate) struct BenchReport {
+    /// SimKube, or kube-apiserver with its version.
+    pub(crate) api_server: String,
     pub(crate) seed: u64,
     pub(crate) create_failure_rate: f64,
     pub(crate) user_data_bytes: usize,
@@ -55,11 +57,21 @@ pub(crate) struct SizeResult {
     pub(crate) sims_cpu_cores: f64,
     /// Peak RSS (VmHWM) of the operator process alone.
     pub(crate) rss_operator_bytes: u64,
+    /// kube-apiserver and etcd together, on the real API server.
+    pub(crate) api_server_process: Option<ApiServerProcess>,
     /// The first few Servers that did not settle, and where they stand.
     pub(crate) unsettled: Vec<super::world::Unsettled>,
 }
 
-/// Counted by the API server (SimKube), not by the operator.
+/// kube-apiserver and etcd, measured as the operator is.
+#[derive(Debug, Serialize)]
+pub(crate) struct ApiServerProcess {
+    pub(crate) peak_rss_bytes: u64,
+    pub(crate) cpu_ms_per_server: f64,
+}
+
+/// Counted by the API server (SimKube's counters, or kube-apiserver's audit
+/// log of the operator's user), not by the operator.
 #[derive(Debug, Serialize)]
 pub(crate) struct ApiCounts {
     pub(crate) requests: u64,
@@ -70,13 +82,19 @@ pub(crate) struct ApiCounts {
     pub(crate) network_patches_per_server: f64,
     /// Answers 409 Conflict.
     pub(crate) conflicts: u64,
+    /// Answers 429 Too Many Requests (API Priority and Fairness on the real
+    /// API server).
+    pub(crate) throttled: u64,
     /// Those answers, by the verb and resource of the losing request: which
     /// writes race.
     pub(crate) conflicts_by_verb_and_resource: BTreeMap<String, u64>,
-    /// Request bodies received.
+    /// Request bodies received (zero on the real API server: its audit log
+    /// at the Metadata level does not carry them).
     pub(crate) bytes_written: u64,
     pub(crate) bytes_written_per_server: f64,
     pub(crate) by_verb_and_resource: BTreeMap<String, u64>,
+    /// Answers by HTTP status code.
+    pub(crate) by_code: BTreeMap<u16, u64>,
 }
 
 /// Counted by the OpenStack simulator (the cloud's HTTP API).
@@ -165,6 +183,7 @@ impl ApiCounts {
             status_patches_per_server: per(status as f64, servers),
             network_patches_per_server: per(networks as f64, servers),
             conflicts: counters.responses_by_code.get(&409).copied().unwrap_or(0),
+            throttled: counters.responses_by_code.get(&429).copied().unwrap_or(0),
             conflicts_by_verb_and_resource: counters
                 .answers
                 .iter()
@@ -178,6 +197,7 @@ impl ApiCounts {
                 .iter()
                 .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
                 .collect(),
+            by_code: counters.responses_by_code.clone(),
         }
     }
 }
@@ -204,7 +224,8 @@ impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "bench: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
+            "bench on {}: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
+            self.api_server,
             self.create_failure_rate,
             self.user_data_bytes / 1024,
             self.shared_networks,
@@ -215,15 +236,15 @@ impl fmt::Display for BenchReport {
         )?;
         writeln!(
             f,
-            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | Nova calls / Server | cloud requests / Server | live provider reads / Server | conflicts | bytes written / Server | peak RSS SimKube + cloud | peak RSS operator | CPU SimKube + cloud |"
+            "| N Servers | wall | settled | wall / Server | operator CPU / Server | API requests / Server | status patches / Server | Network patches / Server | cloud GETs / Server | Nova calls / Server | cloud requests / Server | live provider reads / Server | conflicts | 429s | bytes written / Server | peak RSS bench process | peak RSS operator | CPU bench process | kube-apiserver + etcd: peak RSS, CPU / Server |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")?;
         for s in &self.sizes {
             let settled =
                 if s.settled { "yes".to_owned() } else { format!("**no** ({}/{})", s.settled_servers, s.servers) };
             writeln!(
                 f,
-                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.1} KB | {} | {} | {:.2} cores |",
+                "| {} | {:.0} s | {} | {:.1} ms | {:.1} ms | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.2} cores | {} |",
                 s.servers,
                 s.wall_seconds,
                 settled,
@@ -237,10 +258,19 @@ impl fmt::Display for BenchReport {
                 s.cloud.requests_per_server,
                 s.live_reads_per_server,
                 s.api.conflicts,
-                s.api.bytes_written_per_server / 1000.0,
+                s.api.throttled,
+                match s.api_server_process {
+                    // The audit log does not carry request bodies.
+                    Some(_) => "n/a".to_owned(),
+                    None => format!("{:.1} KB", s.api.bytes_written_per_server / 1000.0),
+                },
                 megabytes(s.rss_sims_bytes),
                 megabytes(s.rss_operator_bytes),
                 s.sims_cpu_cores,
+                match &s.api_server_process {
+                    Some(p) => format!("{}, {:.1} ms", megabytes(p.peak_rss_bytes), p.cpu_ms_per_server),
+                    None => "in the bench process".to_owned(),
+                },
             )?;
         }
         for s in self.sizes.iter().filter(|s| !s.unsettled.is_empty()) {

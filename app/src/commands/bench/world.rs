@@ -1,5 +1,5 @@
 //! The bench's world, one per size: SimKube serving the operator's CRDs on a
-//! loopback port, the OpenStack simulator over SimCloud with the demo's fate
+//! loopback port (or the real kube-apiserver and etcd), the OpenStack simulator over SimCloud with the demo's fate
 //! mix, the demo tenant with 10 Networks and 10 SecurityGroups (each shared
 //! by a tenth of the Servers) and an SSH CA, and N Servers carrying 32 KB of
 //! user data each. Everything is seeded through the stores, so every request
@@ -13,9 +13,9 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use serde_json::{Value, json};
 use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
-use server_sim_testbed::{CloudBed, CloudPath, KubeBed};
+use server_sim_testbed::{ApiServerBed, CloudBed, CloudPath, KubeBed, ServerMirror, Tenant};
 use server_simcloud::{CloudConfig, SimCloud};
-use server_simkube::SimKube;
+use server_simkube::{CounterSnapshot, SimKube};
 
 use crate::commands::demo::scenario::{self, Planned, Role};
 use crate::commands::demo::world::{IDENTITY, NAMESPACE, REGION, SSH_CA, SSH_CA_KEY, World};
@@ -48,60 +48,194 @@ pub(crate) fn user_data() -> String {
     base64::engine::general_purpose::STANDARD.encode(text)
 }
 
+/// The API server the operator under measurement talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ApiServer {
+    /// SimKube in this process, seeded through its store.
+    Simkube,
+    /// kube-apiserver and etcd built by `.ci/build-control-plane`, seeded
+    /// through the API as an admin; the operator runs as the ServiceAccount
+    /// of deploy/base under its RBAC, and the audit log counts its requests.
+    Real,
+}
+
+/// Where the Servers live and how they are read and counted.
+enum Kube {
+    Sim(KubeBed),
+    // The mirror stops watching before the API server stops.
+    Real { mirror: ServerMirror, bed: Box<ApiServerBed>, operator: OperatorIdentity },
+}
+
+/// How the operator authenticates to the real API server.
+struct OperatorIdentity {
+    kubeconfig: PathBuf,
+    /// Its user name in the audit log.
+    user: String,
+}
+
+/// The operator's RBAC as deploy/base ships it: the bench's operator runs under it.
+const OPERATOR_RBAC: [&str; 2] = [
+    include_str!("../../../../deploy/base/rbac.yaml"),
+    include_str!("../../../../deploy/base/leader-election-rbac.yaml"),
+];
+/// The ServiceAccount those manifests grant, `namespace/name`.
+const OPERATOR_ACCOUNT: (&str, &str) = ("server-controller", "server-controller");
+/// Creates in flight while the bench seeds the real API server.
+const SEEDING_CONCURRENCY: usize = 16;
+
 pub(crate) struct BenchWorld {
-    pub(crate) kube: KubeBed,
+    kube: Kube,
     pub(crate) cloud: CloudBed,
     pub(crate) tracked: Vec<Tracked>,
 }
 
 impl BenchWorld {
-    /// SimKube and the OpenStack simulator on loopback ports, the tenant's
-    /// shared resources, and `servers` Servers whose fates come from the
-    /// demo's mix at `create_failure_rate`.
-    pub(crate) async fn start(servers: usize, seed: u64, create_failure_rate: f64) -> anyhow::Result<Self> {
-        let sim = SimKube::builder().seed(seed).strict_namespaces().build();
-        sim.store().ensure_namespace(NAMESPACE);
-        let kube = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE).await?;
+    /// The API server and the OpenStack simulator on loopback ports, the
+    /// tenant's shared resources, and `servers` Servers whose fates come from
+    /// the demo's mix at `create_failure_rate`.
+    pub(crate) async fn start(
+        api_server: ApiServer,
+        servers: usize,
+        seed: u64,
+        create_failure_rate: f64,
+    ) -> anyhow::Result<Self> {
         let tenant = World::tenant();
-        kube.seed_tenant(&tenant, true)?;
-        kube.seed(&tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY}))?;
-
         let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
         config.mix = scenario::mix(create_failure_rate);
         let cloud = CloudBed::start(CloudPath::OpenStack, SimCloud::new(config), &tenant, None).await?;
         for i in 0..SHARED_RESOURCES {
-            kube.seed(&tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")}))?;
             cloud.seed_neutron(&tenant, "networks", &network(i));
-            kube.seed(&tenant, "securitygroups", &security_group(i), json!({}))?;
             cloud.seed_neutron(&tenant, "securitygroups", &security_group(i));
         }
-
         let user_data = user_data();
-        let mut tracked = Vec::with_capacity(servers);
+        let (kube, uids) = match api_server {
+            ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data).await?,
+            ApiServer::Real => Self::seed_real(&tenant, servers, &user_data).await?,
+        };
+        let tracked = uids
+            .into_iter()
+            .enumerate()
+            .map(|(i, uid)| {
+                let fate = cloud.cloud.with_model(|model| model.fate(&uid));
+                let planned = Planned { name: server_name(i), role: Role::Drawn, unmodelled_fields: false };
+                Tracked { planned, uid, fate, rearmed: false }
+            })
+            .collect();
+        Ok(BenchWorld { kube, cloud, tracked })
+    }
+
+    async fn seed_simkube(
+        tenant: &Tenant,
+        servers: usize,
+        seed: u64,
+        user_data: &str,
+    ) -> anyhow::Result<(Kube, Vec<String>)> {
+        let sim = SimKube::builder().seed(seed).strict_namespaces().build();
+        sim.store().ensure_namespace(NAMESPACE);
+        let kube = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE).await?;
+        kube.seed_tenant(tenant, true)?;
+        kube.seed(tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY}))?;
+        for i in 0..SHARED_RESOURCES {
+            kube.seed(tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")}))?;
+            kube.seed(tenant, "securitygroups", &security_group(i), json!({}))?;
+        }
+        let mut uids = Vec::with_capacity(servers);
         for i in 0..servers {
-            let name = format!("server-{i:05}");
+            let name = server_name(i);
             let created = kube
                 .store()
-                .create("servers", server(&name, i, &user_data))
+                .create("servers", server(&name, i, user_data))
                 .map_err(|e| anyhow::anyhow!("cannot create {name}: {e:?}"))?;
-            let uid = created["metadata"]["uid"].as_str().context("SimKube gave no uid")?.to_owned();
-            let fate = cloud.cloud.with_model(|model| model.fate(&uid));
-            let planned = Planned { name, role: Role::Drawn, unmodelled_fields: false };
-            tracked.push(Tracked { planned, uid, fate, rearmed: false });
+            uids.push(created["metadata"]["uid"].as_str().context("SimKube gave no uid")?.to_owned());
         }
         kube.sim.reset_counters();
-        Ok(BenchWorld { kube, cloud, tracked })
+        Ok((Kube::Sim(kube), uids))
+    }
+
+    async fn seed_real(tenant: &Tenant, servers: usize, user_data: &str) -> anyhow::Result<(Kube, Vec<String>)> {
+        let bed = ApiServerBed::start(NAMESPACE).await?;
+        eprintln!("bench: {} at {}", bed.plane.version, bed.plane.url);
+        bed.seed_tenant(tenant, true).await?;
+        bed.seed(tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY})).await?;
+        for i in 0..SHARED_RESOURCES {
+            bed.seed(tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")})).await?;
+            bed.seed(tenant, "securitygroups", &security_group(i), json!({})).await?;
+        }
+        let (kubeconfig, user) = bed.service_account(&OPERATOR_RBAC, OPERATOR_ACCOUNT.0, OPERATOR_ACCOUNT.1)?;
+        let bed = Arc::new(bed);
+        let mut uids = vec![String::new(); servers];
+        let mut creates = tokio::task::JoinSet::new();
+        for i in 0..servers {
+            if creates.len() >= SEEDING_CONCURRENCY {
+                Self::record_uid(&mut creates, &mut uids).await?;
+            }
+            let (bed, object) = (Arc::clone(&bed), server(&server_name(i), i, user_data));
+            creates.spawn(async move { (i, bed.create("servers", object).await) });
+        }
+        while !creates.is_empty() {
+            Self::record_uid(&mut creates, &mut uids).await?;
+        }
+        let bed = Arc::into_inner(bed).context("a seeding task outlived the seeding")?;
+        let mut mirror = ServerMirror::start(&bed, NAMESPACE);
+        mirror.synced().await;
+        Ok((Kube::Real { mirror, bed: Box::new(bed), operator: OperatorIdentity { kubeconfig, user } }, uids))
+    }
+
+    async fn record_uid(
+        creates: &mut tokio::task::JoinSet<(usize, Result<kube::api::DynamicObject, server_sim_testbed::Error>)>,
+        uids: &mut [String],
+    ) -> anyhow::Result<()> {
+        if let Some(joined) = creates.join_next().await {
+            let (i, created) = joined.context("a seeding task failed")?;
+            let created = created.with_context(|| format!("cannot create {}", server_name(i)))?;
+            uids[i] = created.metadata.uid.context("kube-apiserver gave no uid")?;
+        }
+        Ok(())
+    }
+
+    /// Which API server this world runs, with its version.
+    pub(crate) fn api_server(&self) -> String {
+        match &self.kube {
+            Kube::Sim(_) => "SimKube".into(),
+            Kube::Real { bed, .. } => bed.plane.version.clone(),
+        }
+    }
+
+    /// The requests the operator made, as the API server counted them.
+    pub(crate) fn api_counters(&self) -> anyhow::Result<CounterSnapshot> {
+        match &self.kube {
+            Kube::Sim(kube) => Ok(kube.sim.counters()),
+            Kube::Real { bed, operator, .. } => Ok(bed.plane.audited_counters(&operator.user)?),
+        }
+    }
+
+    /// kube-apiserver's and etcd's PIDs, when they run as processes.
+    pub(crate) fn api_server_processes(&self) -> Vec<u32> {
+        match &self.kube {
+            Kube::Sim(_) => Vec::new(),
+            Kube::Real { bed, .. } => {
+                let (apiserver, etcd) = bed.plane.process_ids();
+                apiserver.into_iter().chain(etcd).collect()
+            }
+        }
     }
 
     /// Writes the kubeconfig and the region's OpenStack configuration a
     /// separate operator process connects with; returns their paths.
     pub(crate) fn write_configs(&self, dir: &Path, request_timeout: Duration) -> anyhow::Result<(PathBuf, PathBuf)> {
-        let kubeconfig = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {url}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n    namespace: {NAMESPACE}\ncurrent-context: bench\nusers:\n- name: bench\n  user: {{}}\n",
-            url = self.kube.served().url()
-        );
-        std::fs::write(&kubeconfig, text).with_context(|| format!("cannot write {}", kubeconfig.display()))?;
+        let kubeconfig = match &self.kube {
+            Kube::Sim(kube) => {
+                let kubeconfig = dir.join("kubeconfig");
+                let text = format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {url}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\n    namespace: {NAMESPACE}\ncurrent-context: bench\nusers:\n- name: bench\n  user: {{}}\n",
+                    url = kube.served().url()
+                );
+                std::fs::write(&kubeconfig, text).with_context(|| format!("cannot write {}", kubeconfig.display()))?;
+                kubeconfig
+            }
+            Kube::Real { operator, .. } => operator.kubeconfig.clone(),
+        };
         let openstack = self.cloud.openstack_config().context("the bench's cloud is not on the OpenStack path")?;
         let region = dir.join("openstack-region.json");
         let text = json!({
@@ -114,41 +248,64 @@ impl BenchWorld {
         Ok((kubeconfig, region))
     }
 
+    /// A Server as the API server has it (user data left out on the real one).
+    fn stored(&self, name: &str) -> Option<Arc<Value>> {
+        match &self.kube {
+            Kube::Sim(kube) => kube.store().get_shared("servers", Some(NAMESPACE), name),
+            Kube::Real { mirror, .. } => mirror.get(name),
+        }
+    }
+
+    /// Edits a Server's spec as its user would.
+    async fn edit(&self, name: &str, patch: Value) -> anyhow::Result<()> {
+        match &self.kube {
+            Kube::Sim(kube) => kube
+                .store()
+                .patch(
+                    "servers",
+                    Some(NAMESPACE),
+                    name,
+                    &server_simkube::Patch::Merge(server_simkube::PatchKind::Merge, patch),
+                )
+                .map(drop)
+                .map_err(|e| anyhow::anyhow!("cannot edit {name}: {e:?}")),
+            Kube::Real { bed, .. } => Ok(bed.merge_patch("servers", NAMESPACE, name, patch).await?),
+        }
+    }
+
     /// Looks at every Server not yet known settled, acts as its user would
     /// (edits a Server the provider refused), and marks those that reached
     /// the end their fate leads to. Returns how many are settled.
-    pub(crate) fn observe(&mut self, settled: &mut [bool], max_attempts: i32) -> anyhow::Result<usize> {
-        let store = self.kube.store();
-        for (t, done) in self.tracked.iter_mut().zip(settled.iter_mut()) {
-            if *done {
+    pub(crate) async fn observe(&mut self, settled: &mut [bool], max_attempts: i32) -> anyhow::Result<usize> {
+        for i in 0..self.tracked.len() {
+            if settled[i] {
                 continue;
             }
-            let Some(object) = store.get_shared("servers", Some(NAMESPACE), &t.planned.name) else {
-                continue;
-            };
+            let Some(object) = self.stored(&self.tracked[i].planned.name) else { continue };
             let Some(server) = core_view(&object) else { continue };
-            demo::rearm_if_refused(&store, t, &server, max_attempts)?;
+            if demo::needs_rearm(&self.tracked[i], &server, max_attempts) {
+                self.edit(&self.tracked[i].planned.name, demo::rearm_patch()).await?;
+                self.tracked[i].rearmed = true;
+            }
+            let t = &self.tracked[i];
             let history = demo::observer::History { latest: Some(server), ..Default::default() };
             let made = self.cloud.cloud.truth(&t.uid).creates_accepted;
-            *done = demo::is_settled(t, &history, max_attempts, made);
+            settled[i] = demo::is_settled(t, &history, max_attempts, made);
         }
         Ok(settled.iter().filter(|done| **done).count())
     }
-}
 
-impl BenchWorld {
     /// The first `limit` Servers not settled, each with its fate and where it stands.
     pub(crate) fn unsettled(&self, settled: &[bool], limit: usize, max_attempts: i32) -> Vec<Unsettled> {
-        let store = self.kube.store();
         self.tracked
             .iter()
             .zip(settled)
             .filter(|(_, done)| !**done)
             .take(limit)
             .map(|(t, _)| {
-                let object = store.get_shared("servers", Some(NAMESPACE), &t.planned.name);
+                let object = self.stored(&t.planned.name);
                 let history = demo::observer::History {
-                    latest: object.as_ref().and_then(core_view),
+                    latest: object.as_ref().and_then(|o| core_view(o)),
                     gone: object.is_none(),
                     ..Default::default()
                 };
@@ -160,6 +317,10 @@ impl BenchWorld {
             })
             .collect()
     }
+}
+
+fn server_name(i: usize) -> String {
+    format!("server-{i:05}")
 }
 
 /// A Server that did not reach the end its fate leads to.

@@ -302,15 +302,24 @@ pub(crate) fn rearm_if_refused(
     server: &server_core::Server,
     max: i32,
 ) -> anyhow::Result<()> {
-    if !t.rearmed && server_core::lifecycle(server, &rule_options(max)).park() == Some(ParkKind::Refused) {
-        let patch =
-            Patch::Merge(PatchKind::Merge, json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}}));
+    if needs_rearm(t, server, max) {
+        let patch = Patch::Merge(PatchKind::Merge, rearm_patch());
         store
             .patch("servers", Some(NAMESPACE), &t.planned.name, &patch)
             .map_err(|e| anyhow::anyhow!("cannot edit {}: {e:?}", t.planned.name))?;
         t.rearmed = true;
     }
     Ok(())
+}
+
+/// Whether the user has yet to edit a Server parked as refused.
+pub(crate) fn needs_rearm(t: &Tracked, server: &server_core::Server, max: i32) -> bool {
+    !t.rearmed && server_core::lifecycle(server, &rule_options(max)).park() == Some(ParkKind::Refused)
+}
+
+/// The user's edit of a refused Server: another flavor.
+pub(crate) fn rearm_patch() -> serde_json::Value {
+    json!({"spec": {"flavorID": "6a2b1c3d-0000-4000-8000-0000000000ff"}})
 }
 
 /// The rules' options as the demo's operator runs them.
@@ -327,7 +336,6 @@ fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
     server.status.condition(ConditionType::Healthy).is_some_and(|c| c.status == status)
 }
 
-/// Whether a Server reached the end its fate leads to.
 /// Whether a Server reached the end its fate leads to. `creates_accepted`
 /// is how many provider servers the cloud made for it.
 pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, creates_accepted: u32) -> bool {

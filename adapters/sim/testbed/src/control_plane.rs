@@ -28,6 +28,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+use server_simkube::{CounterSnapshot, Verb};
 
 /// The script that builds the binaries, named in every message about them.
 pub const BUILD_SCRIPT: &str = ".ci/build-control-plane";
@@ -43,6 +44,8 @@ pub enum ControlPlaneError {
     Io { what: String, source: std::io::Error },
     #[error("creating the test certificates: {0}")]
     Certificates(#[from] rcgen::Error),
+    #[error("{what} failed ({status}): {stderr}")]
+    Kubectl { what: String, status: String, stderr: String },
     #[error("{what} stopped or did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
     NotReady { what: &'static str, log: String, tail: String },
 }
@@ -82,6 +85,20 @@ pub fn control_plane_or_skip() -> Option<ControlPlane> {
     }
 }
 
+/// Whether the control plane's binaries are built, for a test that starts it
+/// in another process: `false` (with a message) outside CI when they are
+/// not; under CI a missing build fails the test.
+pub fn built_or_skip() -> bool {
+    match binaries() {
+        Ok(_) => true,
+        Err(error) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("skipping: {error}");
+            false
+        }
+        Err(error) => panic!("the reference control plane is not built: {error}"),
+    }
+}
+
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until kube-apiserver's
     /// `/readyz` answers 200 to the admin.
@@ -110,6 +127,9 @@ impl ControlPlane {
                 format!("--initial-cluster=test={peer_url}"),
                 // Tests keep nothing: no fsync, and the data on tmpfs where there is one.
                 "--unsafe-no-fsync".into(),
+                // The bench's 10,000 Servers of 32 KB, each written several
+                // times between compactions, outgrow the 2 GiB default.
+                "--quota-backend-bytes=8589934592".into(),
                 "--log-level=warn".into(),
             ],
             &dir.join("etcd.log"),
@@ -187,6 +207,58 @@ impl ControlPlane {
         expect_success(&format!("kubectl {}", args.join(" ")), &output)
     }
 
+    /// Runs kubectl as the admin with `input` (if any) on stdin; its stdout,
+    /// or an error carrying its stderr.
+    pub fn kubectl_checked(&self, args: &[&str], input: Option<&str>) -> Result<String, ControlPlaneError> {
+        let what = format!("kubectl {}", args.join(" "));
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io(what.clone()))?;
+        if let (Some(mut stdin), Some(input)) = (child.stdin.take(), input) {
+            stdin.write_all(input.as_bytes()).map_err(io(what.clone()))?;
+        }
+        let output = child.wait_with_output().map_err(io(what.clone()))?;
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(ControlPlaneError::Kubectl {
+                what,
+                status: output.status.to_string(),
+                stderr: String::from_utf8_lossy(&output.stderr).chars().take(2000).collect(),
+            })
+        }
+    }
+
+    /// Installs the CRDs of the kinds a Server consumes as the region chart
+    /// ships them (`fixtures/unikorn-crds`), and ours of Server, and waits
+    /// until every one is Established.
+    pub fn install_crds(&self) -> Result<(), ControlPlaneError> {
+        let mut names = Vec::new();
+        for (name, yaml) in UPSTREAM_CONSUMED_CRDS {
+            self.kubectl_checked(&["apply", "--server-side", "-f", "-"], Some(yaml))?;
+            names.push(format!("crd/{name}"));
+        }
+        let ours = serde_json::to_string(&server_kube::crd::server_crd())
+            .map_err(|e| ControlPlaneError::Io { what: "encoding the Server CRD".into(), source: e.into() })?;
+        self.kubectl_checked(&["apply", "--server-side", "-f", "-"], Some(&ours))?;
+        names.push("crd/servers.region.unikorn-cloud.org".into());
+        let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+        wait.extend(names.iter().map(String::as_str));
+        self.kubectl_checked(&wait, None).map(drop)
+    }
+
+    /// The PIDs of kube-apiserver and etcd (children of their watchdogs), to
+    /// measure them; `None` for one that is not running.
+    pub fn process_ids(&self) -> (Option<u32>, Option<u32>) {
+        let pid = |process: &Option<Supervised>| process.as_ref().and_then(Supervised::program_pid);
+        (pid(&self.apiserver), pid(&self.etcd))
+    }
+
     /// Runs kubectl as the admin with `input` on stdin.
     pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
         let mut child = self
@@ -225,6 +297,46 @@ impl ControlPlane {
                 format!("{} {}", event["verb"].as_str().unwrap_or("?"), event["requestURI"].as_str().unwrap_or("?"))
             })
             .collect()
+    }
+
+    /// Every request `user` made, counted from the audit log in SimKube's
+    /// terms (verb, `resource[/subresource]`, answer code), so a report reads
+    /// both servers alike. Request bodies are not audited at the Metadata
+    /// level: the byte counts stay zero. Rejections by API Priority and
+    /// Fairness are audited (429) like any answer.
+    pub fn audited_counters(&self, user: &str) -> Result<CounterSnapshot, ControlPlaneError> {
+        let file = std::fs::File::open(self.audit_log()).map_err(io("reading the audit log"))?;
+        let mut counters = CounterSnapshot::default();
+        for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
+            let line = line.map_err(io("reading the audit log"))?;
+            let Ok(event) = serde_json::from_str::<AuditEvent>(&line) else { continue };
+            if event.user.username != user {
+                continue;
+            }
+            let Some(verb) = Verb::ALL.into_iter().find(|verb| verb.as_str() == event.verb) else { continue };
+            // A watch is audited when its stream starts and again when it
+            // ends; one refused before it started has only the end.
+            let counted = match (verb, event.stage.as_str()) {
+                (Verb::Watch, "ResponseStarted") => true,
+                (Verb::Watch, "ResponseComplete") => event.response_status.code >= 400,
+                (_, stage) => stage == "ResponseComplete",
+            };
+            if !counted {
+                continue;
+            }
+            let resource = match &event.object_ref {
+                Some(object) => match &object.subresource {
+                    Some(sub) => format!("{}/{sub}", object.resource),
+                    None => object.resource.clone(),
+                },
+                None => "discovery".to_owned(),
+            };
+            let code = event.response_status.code;
+            *counters.requests.entry((verb, resource.clone())).or_default() += 1;
+            *counters.responses_by_code.entry(code).or_default() += 1;
+            *counters.answers.entry((verb, resource, code)).or_default() += 1;
+        }
+        Ok(counters)
     }
 
     /// What `user` was served (answered below 400), as
@@ -296,6 +408,65 @@ pub fn expect_success(what: &str, output: &Output) -> String {
     stdout
 }
 
+/// The fields of an audit event (audit.k8s.io/v1 `Event`) the counters read.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    stage: String,
+    verb: String,
+    user: AuditUser,
+    object_ref: Option<AuditObject>,
+    #[serde(default)]
+    response_status: AuditStatus,
+}
+
+#[derive(serde::Deserialize)]
+struct AuditUser {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(serde::Deserialize)]
+struct AuditObject {
+    #[serde(default)]
+    resource: String,
+    subresource: Option<String>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct AuditStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+/// The region chart's CRDs of the kinds a Server consumes, by CRD name.
+const UPSTREAM_CONSUMED_CRDS: [(&str, &str); 6] = [
+    (
+        "identities.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_identities.yaml"),
+    ),
+    (
+        "networks.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_networks.yaml"),
+    ),
+    (
+        "openstackidentities.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_openstackidentities.yaml"),
+    ),
+    (
+        "regions.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_regions.yaml"),
+    ),
+    (
+        "securitygroups.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_securitygroups.yaml"),
+    ),
+    (
+        "sshcertificateauthorities.region.unikorn-cloud.org",
+        include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_sshcertificateauthorities.yaml"),
+    ),
+];
+
 /// Every request to the API, answered; metadata only (no bodies: Secrets).
 const AUDIT_POLICY: &str =
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
@@ -349,6 +520,16 @@ impl Supervised {
             .map_err(io(format!("starting {}", program.display())))?;
         let stdin = watchdog.stdin.take();
         Ok(Supervised { name, log: log.to_owned(), watchdog, stdin })
+    }
+
+    /// The supervised program's PID: the watchdog's child running it.
+    fn program_pid(&self) -> Option<u32> {
+        let watchdog = self.watchdog.id();
+        let children = std::fs::read_to_string(format!("/proc/{watchdog}/task/{watchdog}/children")).ok()?;
+        children.split_whitespace().filter_map(|pid| pid.parse::<u32>().ok()).find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| self.name.starts_with(comm.trim()) || comm.trim().starts_with(self.name))
+        })
     }
 
     /// Whether the process has stopped: its watchdog ends with it.
