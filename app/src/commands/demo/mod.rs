@@ -382,6 +382,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::AtCap) => return "parked at the create cap".into(),
         Some(ParkKind::MissingAfterBoot) => return "vanished after boot, not recreated".into(),
         Some(ParkKind::Refused) => return "refused by the provider".into(),
+        Some(ParkKind::UserDataRefused) => return "parked: user data refused".into(),
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
         None => {}
     }
