@@ -9,6 +9,7 @@
 //! works (`main.rs` dispatches on the name it is run as).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use server_kube::{CloudRegistry, ControllerConfig};
@@ -97,8 +98,7 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 async fn explain(args: &Args) -> anyhow::Result<String> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let clouds: CloudRegistry =
-        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, &client, None, std::time::Duration::ZERO)
-            .await?;
+        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, &client, None, Duration::ZERO, None).await?;
     let config = ControllerConfig {
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         ..ControllerConfig::default()
