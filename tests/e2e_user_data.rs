@@ -82,10 +82,22 @@ async fn refused_user_data_parks_before_any_create(kind: CloudKind) {
 
     let broken_message = "user data refused (InvalidCloudConfig): the user data's cloud-config is not valid YAML: \
                           unclosed bracket '[' at line 3, column 6; cloud-init would skip it and apply none of it";
-    env.wait_server(&broken_name, "parked for its broken YAML", |s| {
-        available_reason(s) == "Errored" && available_message(s) == broken_message
-    })
-    .await;
+    // Its own park, whose message ends with the command that un-parks it:
+    // an edit of the user data (a retry alone checks the same data again).
+    let parked = env
+        .wait_server(&broken_name, "parked for its broken YAML", |s| {
+            available_reason(s) == "Errored" && available_message(s).starts_with(broken_message)
+        })
+        .await;
+    assert_eq!(env.park(&parked), Some(server_core::ParkKind::UserDataRefused));
+    let message = available_message(&parked);
+    assert!(
+        message.ends_with(&format!(
+            "fix spec.userData (a retry alone is refused again): kubectl edit server {broken_name} -n {}",
+            parked.metadata.namespace.clone().unwrap_or_default()
+        )),
+        "{message}"
+    );
     let too_large = env
         .wait_server(&large_name, "parked for its size", |s| {
             available_reason(s) == "Errored" && available_message(s).starts_with("user data refused (TooLarge): ")

@@ -44,6 +44,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Run as `kubectl-server_explain` (a symlink kubectl finds on the PATH):
+    // the plugin `kubectl server-explain`, whose arguments are explain's.
+    if std::env::args_os().next().is_some_and(|argv0| commands::explain::run_as_plugin(&argv0)) {
+        let plugin = commands::explain::Plugin::parse();
+        return commands::explain::run(&plugin.args);
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => commands::run::run(&args),

@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use server_core::reconcile::EventReason;
+use server_core::reconcile::{EventReason, LiveRead};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -100,6 +100,16 @@ impl OperatorMetrics {
         }
         for reason in EventReason::ALL {
             drop(metrics.events.get_or_create(&ReasonLabel { reason: reason.as_str() }));
+        }
+        // How a pass came by the provider's view: the two the executor names
+        // and every reason the core gives for a live read.
+        let reads = ["listed", "unlisted"].into_iter().chain(LiveRead::ALL.map(LiveRead::label));
+        for how in reads {
+            drop(metrics.provider_reads.get_or_create(&ReadLabel { how: how.to_owned() }));
+        }
+        // Every phase the CRD allows, and "None", at 0 until the first poll.
+        for phase in ["Pending", "Queued", "Building", "Running", "Stopping", "Stopped", "None"] {
+            drop(metrics.servers_by_phase.get_or_create(&PhaseLabel { phase: phase.to_owned() }));
         }
         metrics.monitor_interval.set(monitor_interval.map_or(0.0, |interval| interval.as_secs_f64()));
         let sub = registry.sub_registry_with_prefix("server_controller");

@@ -171,7 +171,7 @@ mod tests {
         let logs = logs_of_failed_lists(unguarded, &captured).await;
         assert!(
             logs.contains(MARKER),
-            "the scenario no longer makes kube-client log a body: the test above proves nothing"
+            "the scenario does not make kube-client log a body: the test above proves nothing"
         );
     }
 }

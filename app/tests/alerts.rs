@@ -1,7 +1,10 @@
-//! The chart's alerts (`charts/server-controller/files/alerts.yaml`): their
-//! promtool unit tests pass, each alert has a test where it fires, and every
-//! series they read is on `/metrics` of an operator that has just started
-//! (so no rule waits for a first sample that only comes with trouble).
+//! The chart's alerts (`charts/server-controller/files/alerts.yaml`) and
+//! Grafana dashboard (`files/dashboard.json`): the alerts' promtool unit
+//! tests pass and each alert has a test where it fires; the dashboard is
+//! valid JSON whose every query reads a metric family the operator
+//! registers; and every series either reads is on `/metrics` of an operator
+//! that has just started (so no rule or panel waits for a first sample that
+//! only comes with trouble).
 //!
 //! Without promtool the promtool test skips with a message naming
 //! `.ci/run-promtool-deps`; under `CI=true` it fails.
@@ -99,13 +102,96 @@ fn every_alert_has_a_unit_test_in_which_it_fires() {
     }
 }
 
-/// The series every rule reads are exported by `run` before anything
-/// happened: a counter or gauge, or a histogram's `_sum` and `_count`.
+/// The dashboard, parsed.
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(chart().join("files/dashboard.json")).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("files/dashboard.json is not valid JSON: {e}"))
+}
+
+/// Every PromQL expression of the dashboard: its panels' queries and its
+/// template variables'.
+fn dashboard_exprs(dashboard: &Value) -> Vec<String> {
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            exprs.push(target["expr"].as_str().expect("expr").to_owned());
+        }
+    }
+    for variable in dashboard["templating"]["list"].as_array().expect("templating.list") {
+        if let Some(query) = variable["query"]["query"].as_str() {
+            exprs.push(query.to_owned());
+        }
+    }
+    exprs
+}
+
+/// The metric families `app/src/metrics.rs` registers (under the
+/// `server_controller` prefix): the names its `sub.register(` calls give.
+fn registered_families() -> BTreeSet<String> {
+    let source = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/metrics.rs")).unwrap();
+    source
+        .split("sub.register(")
+        .skip(1)
+        .filter_map(|call| call.split('"').nth(1).map(|name| format!("server_controller_{name}")))
+        .collect()
+}
+
+/// The family a series belongs to: `_total` of a counter, `_bucket`,
+/// `_sum` and `_count` of a histogram are its family's.
+fn family(series: &str) -> &str {
+    ["_total", "_bucket", "_sum", "_count"].iter().find_map(|suffix| series.strip_suffix(suffix)).unwrap_or(series)
+}
+
 #[test]
-fn every_series_the_alerts_read_is_exported_from_the_start() {
-    let wanted: BTreeSet<String> =
+fn the_dashboard_is_valid_and_reads_only_registered_metric_families() {
+    let dashboard = dashboard();
+    assert_eq!(dashboard["uid"], "server-controller", "a stable uid keeps links working across installs");
+    let panels = dashboard["panels"].as_array().expect("panels");
+    assert!(panels.len() >= 8, "{} panels", panels.len());
+    let ids: BTreeSet<u64> = panels.iter().map(|p| p["id"].as_u64().expect("a numeric panel id")).collect();
+    assert_eq!(ids.len(), panels.len(), "panel ids are unique");
+    for panel in panels {
+        assert!(panel["title"].as_str().is_some_and(|t| !t.is_empty()), "{panel}");
+        assert!(panel["targets"].as_array().is_some_and(|t| !t.is_empty()), "a panel without a query: {panel}");
+    }
+    let families = registered_families();
+    assert!(families.len() >= 12, "{families:?}");
+    let mut read = BTreeSet::new();
+    for expr in dashboard_exprs(&dashboard) {
+        let names = metric_names(&expr);
+        assert!(!names.is_empty(), "a query that reads none of the operator's metrics: {expr}");
+        for name in names {
+            assert!(families.contains(family(&name)), "{name} (in {expr}) is no metric family of app/src/metrics.rs");
+            read.insert(family(&name).to_owned());
+        }
+    }
+    // What the README's metrics table tells an operator to watch is on it.
+    for watched in [
+        "server_controller_leader",
+        "server_controller_servers",
+        "server_controller_provider_create_retries",
+        "server_controller_events",
+        "server_controller_reconciles",
+        "server_controller_monitor_poll_duration_seconds",
+        "server_controller_monitor_group_failures",
+        "server_controller_keystone_login_failure_streaks",
+    ] {
+        assert!(read.contains(watched), "the dashboard shows no {watched}");
+    }
+}
+
+/// The series every rule and every dashboard query reads are exported by
+/// `run` before anything happened: a counter or gauge, or a histogram's
+/// `_bucket`, `_sum` and `_count`.
+#[test]
+fn every_series_the_alerts_and_the_dashboard_read_is_exported_from_the_start() {
+    let mut wanted: BTreeSet<String> =
         rules().iter().flat_map(|rule| metric_names(rule["expr"].as_str().expect("expr"))).collect();
     assert!(wanted.len() >= 6, "{wanted:?}");
+    wanted.extend(dashboard_exprs(&dashboard()).iter().flat_map(|expr| metric_names(expr)));
+    // The one family whose label values are not known in advance: the kinds
+    // of actions that failed. Its panel shows no series until one fails.
+    wanted.remove("server_controller_action_failures_total");
 
     let demo = ServedDemo::start(0);
     let metrics = free_port();
@@ -134,7 +220,10 @@ fn every_series_the_alerts_read_is_exported_from_the_start() {
     let exported: BTreeSet<&str> =
         body.lines().filter(|line| !line.starts_with('#')).filter_map(|line| line.split(['{', ' ']).next()).collect();
     let missing: Vec<&String> = wanted.iter().filter(|name| !exported.contains(name.as_str())).collect();
-    assert!(missing.is_empty(), "read by the alerts but not on /metrics at the start: {missing:?}\n{body}");
+    assert!(
+        missing.is_empty(),
+        "read by the alerts or the dashboard but not on /metrics at the start: {missing:?}\n{body}"
+    );
     assert!(
         body.lines().any(|line| line == "server_controller_monitor_interval_seconds 30.0"),
         "the monitor's interval (30 s by default) is exported:\n{body}"

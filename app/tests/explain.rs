@@ -43,12 +43,20 @@ fn explain_says_why_a_server_is_parked_and_how_to_retry_it() {
     assert!(output.status.success(), "{}{text}", String::from_utf8_lossy(&output.stderr));
     assert!(text.starts_with("Server demo/server-001 (generation 1)\n"), "{text}");
     assert!(text.contains("parked: 3 of 3 create attempts failed before launch"), "{text}");
-    assert!(text.contains("annotate the Server server-controller.unikorn-cloud.org/retry=<anything>"), "{text}");
+    assert!(
+        text.contains("un-park:   fix the cause (image, flavor, capacity), then request a retry: kubectl annotate server server-001 -n demo server-controller.unikorn-cloud.org/retry=now"),
+        "{text}"
+    );
     assert!(text.contains("identity:  identity-a (ready)"), "{text}");
-    // No cloud configuration given: the provider is not asked, and nothing
-    // is created or deleted on that account.
-    assert!(text.contains("provider:  could not be read (no cloud is configured for region region-a"), "{text}");
-    assert!(!text.contains("create provider server"), "{text}");
+    // No cloud configuration given: the provider's view is unknown, the
+    // command says what it would need and decides nothing it cannot know.
+    assert!(
+        text.contains("provider:  unknown: this command was given no cloud configuration for region region-a"),
+        "{text}"
+    );
+    assert!(text.contains("--openstack-config region-a=FILE or --openstack-secret region-a=NAMESPACE/NAME"), "{text}");
+    assert!(text.contains("not guessed"), "{text}");
+    assert!(!text.contains("would now") && !text.contains("create provider server"), "{text}");
     assert_eq!(resource_version(&demo, "server-001"), before, "explain wrote to the Server");
 
     // The documented un-park: an annotation, consumed once, recorded in an event.
@@ -82,10 +90,41 @@ fn explain_names_what_it_cannot_find() {
     let output = explain(&demo, "demo/no-such-server");
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("cannot explain Server demo/no-such-server"), "{stderr}");
-    assert!(stderr.contains("not found"), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: cannot explain Server demo/no-such-server: there is no Server no-such-server in namespace demo \
+         (`kubectl get servers -n demo` lists them)"
+    );
 
-    let output = explain(&demo, "no-namespace");
+    let output = explain(&demo, "a/b/c");
     assert!(!output.status.success());
-    assert!(String::from_utf8_lossy(&output.stderr).contains("is not NAMESPACE/NAME"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not NAME or NAMESPACE/NAME"));
+}
+
+/// A NAME alone is looked up in the kubeconfig context's namespace, as
+/// kubectl does (the playground's context names `demo`); and the binary run
+/// as `kubectl-server_explain` is the kubectl plugin `kubectl server-explain`.
+#[test]
+fn explain_takes_the_kubeconfig_namespace_and_runs_as_a_kubectl_plugin() {
+    let demo = ServedDemo::start(1);
+    let output = explain(&demo, "server-000");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}{text}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.starts_with("Server demo/server-000 (generation 1)\n"), "{text}");
+
+    let plugins = demo.dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin dir");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_server-controller"), plugins.join("kubectl-server_explain"))
+        .expect("symlink");
+    let path = format!("{}:{}", plugins.display(), std::env::var("PATH").unwrap_or_default());
+    let output = Command::new("kubectl")
+        .args(["server-explain", "server-000", "-n", "demo"])
+        .env("PATH", path)
+        .env("KUBECONFIG", demo.kubeconfig())
+        .env_remove("SERVER_CONTROLLER_OPENSTACK_CONFIGS")
+        .output()
+        .expect("kubectl runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}{text}", String::from_utf8_lossy(&output.stderr));
+    assert!(text.starts_with("Server demo/server-000 (generation 1)\n"), "{text}");
 }

@@ -256,6 +256,49 @@ fn the_crd_is_the_operators_and_optional() {
     assert_eq!(without.len(), chart.len() - 1, "crds.install=false leaves out the CRD only");
 }
 
+/// The Grafana dashboard ships as a ConfigMap only when asked for, with the
+/// sidecar's label (grafana_dashboard: "1" unless set otherwise), holding
+/// files/dashboard.json as it is.
+#[test]
+fn the_dashboard_is_a_configmap_behind_a_value() {
+    let Some(helm) = helm_or_skip() else { return };
+    let configmap = |objects: &[Value]| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["name"] == "server-controller-dashboard")
+            .cloned()
+    };
+    assert!(configmap(&template(&helm, &[]).unwrap()).is_none(), "the dashboard is rendered by default");
+
+    let rendered = template(&helm, &["--set", "metrics.grafanaDashboard.enabled=true"]).unwrap();
+    let dashboard = configmap(&rendered).expect("metrics.grafanaDashboard.enabled=true renders the dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1", "{dashboard}");
+    assert_eq!(dashboard["metadata"]["namespace"], NAMESPACE);
+    let file = std::fs::read_to_string(chart_dir().join("files/dashboard.json")).unwrap();
+    let shipped: Value = serde_json::from_str(dashboard["data"]["server-controller.json"].as_str().expect("the JSON"))
+        .expect("the ConfigMap holds valid JSON");
+    assert_eq!(shipped, serde_json::from_str::<Value>(&file).unwrap());
+
+    let elsewhere = template(
+        &helm,
+        &[
+            "--set",
+            "metrics.grafanaDashboard.enabled=true",
+            "--set",
+            "metrics.grafanaDashboard.label=dashboards",
+            "--set",
+            "metrics.grafanaDashboard.labelValue=ops",
+            "--set",
+            "metrics.grafanaDashboard.namespace=monitoring",
+        ],
+    )
+    .unwrap();
+    let dashboard = configmap(&elsewhere).expect("rendered");
+    assert_eq!(dashboard["metadata"]["labels"]["dashboards"], "ops", "{dashboard}");
+    assert_eq!(dashboard["metadata"]["namespace"], "monitoring");
+    assert!(template(&helm, &["--set", "metrics.grafanaDashboard.namespace=Not_A_Namespace"]).is_err());
+}
+
 /// Values the schema or the templates refuse, each with helm's reason.
 #[test]
 fn bad_values_are_refused() {

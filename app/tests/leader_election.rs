@@ -38,10 +38,23 @@ fn replica(demo: &ServedDemo, name: &str, metrics: SocketAddr) -> Child {
         .env("KUBECONFIG", demo.kubeconfig())
         .env("POD_NAME", name)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(log(demo, name))
+        .stderr(log(demo, name))
         .spawn()
         .expect("the operator starts")
+}
+
+/// Where a replica's log goes (stdout and stderr).
+fn log(demo: &ServedDemo, name: &str) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(demo.dir.join(format!("{name}.log")))
+        .expect("a log file")
+}
+
+fn read_log(demo: &ServedDemo, name: &str) -> String {
+    std::fs::read_to_string(demo.dir.join(format!("{name}.log"))).unwrap_or_default()
 }
 
 fn terminate(child: &mut Child) -> std::process::ExitStatus {
@@ -77,6 +90,11 @@ fn one_of_two_replicas_leads_and_sigterm_hands_over_within_one_retry_period() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(get(metrics_b, "/healthz").map(|(code, _)| code), Some(200));
+    // The follower says who leads, once, when it sees the holder change.
+    let follower = read_log(&demo, "replica-b");
+    let said: Vec<&str> = follower.lines().filter(|line| line.contains("another replica leads")).collect();
+    assert_eq!(said.len(), 1, "{follower}");
+    assert!(said[0].contains(r#""holder":"replica-a""#), "{follower}");
 
     let terminated = Instant::now();
     let status = terminate(&mut a);

@@ -289,8 +289,8 @@ fn create_run_and_delete(plane: &ControlPlane, name: &str) {
     // CRD's OpenAPI, and the operator's Events in describe.
     let listed = plane.kubectl_ok(&["-n", "tenant", "get", "servers"]);
     let header = listed.lines().next().unwrap_or_default();
-    assert!(header.contains("PHASE"), "{listed}");
-    assert!(listed.lines().any(|row| row.starts_with(name) && row.contains("Running")), "{listed}");
+    assert!(header.contains("PROVIDER") && !header.contains("PHASE"), "{listed}");
+    assert!(listed.lines().any(|row| row.starts_with(name) && row.ends_with("Server is active")), "{listed}");
     let explained = plane.kubectl_ok(&["explain", "servers.spec.flavorID"]);
     assert!(explained.contains("flavorID") && explained.contains("string"), "{explained}");
     let resized = json!({ "spec": { "flavorID": "9d3c2e65-3b67-4cc4-8c1d-2e3f7a2f5b02" } }).to_string();

@@ -76,7 +76,12 @@ fn an_unreadable_kubeconfig_is_a_startup_error_naming_the_file() {
     // It never ran: a command-line error, not an operator that stopped.
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("error: cannot read the kubeconfig /nonexistent/server-controller.kubeconfig"), "{stderr}");
+    // The path once, unquoted; the cause once.
+    assert_eq!(
+        stderr.trim_end(),
+        "error: cannot read the kubeconfig /nonexistent/server-controller.kubeconfig: No such file or directory (os \
+         error 2)"
+    );
     assert!(!stderr.contains("operator stopped"), "{stderr}");
 }
 
@@ -161,4 +166,36 @@ fn a_taken_metrics_port_is_a_startup_error_naming_the_address_once() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.starts_with(&format!("error: cannot serve /metrics, /healthz and /readyz on {addr}")), "{stderr}");
     assert_eq!(stderr.matches("in use").count(), 1, "the cause said more than once: {stderr}");
+}
+
+/// Timeouts are checked against each other at start: a region whose
+/// `requestTimeout` is longer than `--cloud-timeout` is refused, naming both.
+#[test]
+fn a_region_request_timeout_longer_than_the_cloud_timeout_is_refused_at_start() {
+    let demo = ServedDemo::start(1);
+    let config = demo.dir.join("region-a.json");
+    std::fs::write(
+        &config,
+        r#"{"authURL": "https://keystone.example:5000/v3", "region": "RegionOne", "requestTimeout": "2m"}"#,
+    )
+    .expect("written");
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--no-monitor", "--cloud-timeout", "60s", "--metrics-addr"])
+        .arg(free_port().to_string())
+        .arg("--openstack-config")
+        .arg(format!("region-a={}", config.display()))
+        .arg("--kubeconfig")
+        .arg(demo.kubeconfig())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "error: region region-a's requestTimeout (2m) is longer than --cloud-timeout (1m); set requestTimeout at \
+             or under --cloud-timeout, or raise --cloud-timeout"
+        ),
+        "{stderr}"
+    );
 }

@@ -1,16 +1,37 @@
 //! What the controller would do with a Server now, and why, in words: the
 //! core's own decision for the facts at hand, rendered for the on-call
 //! engineer (`server-controller explain`). It runs the same `reconcile` a
-//! pass runs, so it can never disagree with the controller.
+//! pass runs, so it can never disagree with the controller; and without the
+//! provider's record it says so and decides nothing, rather than guess.
 
 use std::fmt;
 
 use jiff::Timestamp;
 
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
-use crate::model::{ConditionType, RETRY_ANNOTATION, Server};
+use crate::model::{ConditionType, Server};
 use crate::port::ProviderStatus;
-use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView, reconcile};
+use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView, needs_facts, reconcile};
+
+/// Why the command did not read the provider itself: what it would need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unread {
+    /// The command was given no cloud configuration for the Server's region
+    /// (the operator may well have one).
+    NoCloudGiven { region: String },
+}
+
+impl Unread {
+    fn describe(&self) -> String {
+        match self {
+            Unread::NoCloudGiven { region } => format!(
+                "unknown: this command was given no cloud configuration for region {region}. To read the \
+                 provider's record, give it as `run` is given it: --openstack-config {region}=FILE or \
+                 --openstack-secret {region}=NAMESPACE/NAME"
+            ),
+        }
+    }
+}
 
 /// A Server, what the controller knows about it, and what it would decide.
 #[derive(Clone, Debug)]
@@ -19,14 +40,31 @@ pub struct Explanation {
     pub facts: Facts,
     pub options: Options,
     pub lifecycle: Lifecycle,
-    pub decision: Decision,
+    /// Why the provider's view is not known here; `facts.provider` then
+    /// says nothing.
+    pub unread: Option<Unread>,
+    /// What a pass would decide; `None` when that depends on the provider's
+    /// record and the record was not read.
+    pub decision: Option<Decision>,
 }
 
-/// Decides for `server` as a pass would at `now`, without acting.
+/// Decides for `server` as a pass would at `now`, given the provider's view
+/// in `facts`, without acting.
 pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -> Explanation {
-    let decision = reconcile(&server, &facts, &options, now);
+    let decision = Some(reconcile(&server, &facts, &options, now));
     let lifecycle = lifecycle(&server, &options);
-    Explanation { server, facts, options, lifecycle, decision }
+    Explanation { server, facts, options, lifecycle, unread: None, decision }
+}
+
+/// As [`explain`], for a command that could not read the provider: where
+/// the Server stands (read from the Server alone) and what the command would
+/// need. A decision is given only when no pass reads the provider for it (a
+/// paused Server, a deletion that is not the controller's to finish); any
+/// other decision depends on the record, and is not guessed.
+pub fn explain_unread(server: Server, facts: Facts, options: Options, unread: Unread, now: Timestamp) -> Explanation {
+    let decision = (!needs_facts(&server)).then(|| reconcile(&server, &facts, &options, now));
+    let lifecycle = lifecycle(&server, &options);
+    Explanation { server, facts, options, lifecycle, unread: Some(unread), decision }
 }
 
 impl fmt::Display for Explanation {
@@ -34,7 +72,11 @@ impl fmt::Display for Explanation {
         let meta = &self.server.meta;
         let status = &self.server.status;
         writeln!(f, "Server {}/{} (generation {})", meta.namespace, meta.name, meta.generation)?;
-        writeln!(f, "  stands:    {}", stands(self.lifecycle, &self.options, status.provider_create_failures))?;
+        let stands = stands(self.lifecycle, &self.options, status.provider_create_failures);
+        writeln!(f, "  stands:    {stands}")?;
+        if let Some(park) = self.lifecycle.park() {
+            writeln!(f, "  un-park:   {}", park.unpark(&meta.namespace, &meta.name))?;
+        }
         for type_ in [ConditionType::Available, ConditionType::Healthy] {
             if let Some(condition) = status.condition(type_) {
                 writeln!(
@@ -51,38 +93,43 @@ impl fmt::Display for Explanation {
             writeln!(f, "  booted:    first at {at} (never deleted and recreated by the controller)")?;
         }
         writeln!(f, "  identity:  {}", identity(&self.facts))?;
-        writeln!(f, "  provider:  {}", provider(&self.facts.provider))?;
-        if self.decision.actions.is_empty() {
+        match &self.unread {
+            Some(unread) => writeln!(f, "  provider:  {}", unread.describe())?,
+            None => writeln!(f, "  provider:  {}", provider(&self.facts.provider))?,
+        }
+        let Some(decision) = &self.decision else {
+            return writeln!(
+                f,
+                "What the controller does next depends on the provider's record, which this command did not read: \
+                 not guessed."
+            );
+        };
+        if decision.actions.is_empty() {
             writeln!(f, "The controller would do nothing now.")?;
         } else {
             writeln!(f, "The controller would now:")?;
-            for (index, action) in self.decision.actions.iter().enumerate() {
+            for (index, action) in decision.actions.iter().enumerate() {
                 writeln!(f, "  {}. {}", index + 1, describe(action))?;
             }
         }
-        writeln!(f, "and then {}", outcome(&self.decision.outcome))
+        writeln!(f, "and then {}", outcome(&decision.outcome))
     }
 }
 
 fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
     let cap = options.provider_create_max_attempts.max(1);
     match lifecycle {
-        Lifecycle::Parked(ParkKind::AtCap) => format!(
-            "parked: {failures} of {cap} create attempts failed before launch. To retry, fix the cause, then \
-             annotate the Server {RETRY_ANNOTATION}=<anything>"
-        ),
-        Lifecycle::Parked(ParkKind::Refused) => {
-            format!(
-                "parked: the provider refused this generation's create; change the spec, or annotate the Server \
-                 {RETRY_ANNOTATION}=<anything> to try again as it is"
-            )
+        Lifecycle::Parked(ParkKind::AtCap) => {
+            format!("parked: {failures} of {cap} create attempts failed before launch")
+        }
+        Lifecycle::Parked(ParkKind::Refused) => "parked: the provider refused this generation's create".into(),
+        Lifecycle::Parked(ParkKind::UserDataRefused) => {
+            "parked: this generation's user data is refused, so no create was sent".into()
         }
         Lifecycle::Parked(ParkKind::MissingAfterBoot) => {
-            "parked: the server booted and the provider no longer has it; \
-             it may have held data, so it is not recreated (delete the Server and create a new one)"
-                .into()
+            "parked: the server booted and the provider does not have it".into()
         }
-        Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written; fix it".into(),
+        Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written".into(),
         Lifecycle::Provisioning => format!("provisioning ({failures} of {cap} create attempts failed so far)"),
         Lifecycle::Running => "running: provisioned, and the provider reports it healthy".into(),
         Lifecycle::Unhealthy => "booted, and the provider reports it not healthy; kept, it may hold data".into(),

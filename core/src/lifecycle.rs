@@ -5,7 +5,7 @@
 
 use crate::model::{
     CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus, ConditionType,
-    Server,
+    RETRY_ANNOTATION, Server, USER_DATA_REFUSED_ANNOTATION,
 };
 use crate::predicate::{booted_server_unseen, ever_booted};
 use crate::reconcile::Options;
@@ -19,6 +19,9 @@ pub enum ParkKind {
     AtCap,
     /// The provider refused this generation's create (quota, invalid request).
     Refused,
+    /// This generation's user data cannot be sent (not cloud-config cloud-init
+    /// runs, too large): the provider never saw a create.
+    UserDataRefused,
     /// The server booted and the provider no longer has it.
     MissingAfterBoot,
     /// The spec cannot be acted on as written (a repeated ID).
@@ -30,8 +33,30 @@ impl ParkKind {
         match self {
             ParkKind::AtCap => "parked-at-cap",
             ParkKind::Refused => "refused",
+            ParkKind::UserDataRefused => "user-data-refused",
             ParkKind::MissingAfterBoot => "missing-after-boot",
             ParkKind::InvalidSpec => "invalid-spec",
+        }
+    }
+
+    /// What a person does to un-park a Server of this park, ending with the
+    /// one command that does it for `namespace/name`.
+    pub fn unpark(self, namespace: &str, name: &str) -> String {
+        let retry = format!("kubectl annotate server {name} -n {namespace} {RETRY_ANNOTATION}=now");
+        let edit = format!("kubectl edit server {name} -n {namespace}");
+        match self {
+            ParkKind::AtCap => format!("fix the cause (image, flavor, capacity), then request a retry: {retry}"),
+            ParkKind::Refused => {
+                format!("change the spec, or remove the cause (e.g. free quota) and request a retry: {retry}")
+            }
+            ParkKind::UserDataRefused => {
+                format!("fix spec.userData (a retry alone is refused again): {edit}")
+            }
+            ParkKind::MissingAfterBoot => format!(
+                "it is never recreated (it may have held data); find out what deleted it, then delete the Server and \
+                 create a new one: kubectl delete server {name} -n {namespace}"
+            ),
+            ParkKind::InvalidSpec => format!("fix the spec: {edit}"),
         }
     }
 }
@@ -43,9 +68,13 @@ pub enum Park {
     AtCap {
         max: i32,
     },
-    /// The create of this generation is refused, by the provider or by the
-    /// user data check; `message` says why and what to change.
+    /// The provider refused the create of this generation; `message` says why.
     Refused {
+        message: String,
+    },
+    /// This generation's user data is refused before any create; `message`
+    /// says why (never quoting the data).
+    UserDataRefused {
         message: String,
     },
     MissingAfterBoot,
@@ -61,6 +90,7 @@ impl Park {
         match self {
             Park::AtCap { .. } => ParkKind::AtCap,
             Park::Refused { .. } => ParkKind::Refused,
+            Park::UserDataRefused { .. } => ParkKind::UserDataRefused,
             Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
         }
@@ -70,9 +100,17 @@ impl Park {
     pub fn message(&self) -> String {
         match self {
             Park::AtCap { max } => format!("Provider server create failed after {max} attempts"),
-            Park::Refused { message } | Park::InvalidSpec { message } => message.clone(),
+            Park::Refused { message } | Park::UserDataRefused { message } | Park::InvalidSpec { message } => {
+                message.clone()
+            }
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
         }
+    }
+
+    /// The Available condition's message of `namespace/name` in this park:
+    /// why, then how to un-park it, ending with the command.
+    pub fn available_message(&self, namespace: &str, name: &str) -> String {
+        format!("{}; to un-park, {}", self.message(), self.kind().unpark(namespace, name))
     }
 }
 
@@ -80,21 +118,29 @@ const MISSING_AFTER_BOOT_MESSAGE: &str =
     "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
 /// The message of a refusal recorded before its words were (an older
 /// controller's record).
-const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server; change the spec to try again";
+const REFUSED_FALLBACK_MESSAGE: &str = "provider refused to create the server";
 
 /// The park `server` is in, with its message, if it is parked.
 pub fn park(server: &Server, options: &Options) -> Option<Park> {
     Some(match lifecycle(server, options).park()? {
         ParkKind::AtCap => Park::AtCap { max: options.max_attempts() },
-        ParkKind::Refused => refused_park(server),
+        ParkKind::Refused => Park::Refused { message: refusal_message(server) },
+        ParkKind::UserDataRefused => Park::UserDataRefused { message: refusal_message(server) },
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
         ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
     })
 }
 
-/// The park of a Server whose create of this generation is refused.
-pub(crate) fn refused_park(server: &Server) -> Park {
-    Park::Refused { message: refusal_message(server) }
+/// The park of a Server whose create or user data of this generation is
+/// refused, from its record.
+pub(crate) fn refused_park(server: &Server) -> Option<Park> {
+    if user_data_refused_this_generation(server) {
+        Some(Park::UserDataRefused { message: refusal_message(server) })
+    } else if refused_this_generation(server) {
+        Some(Park::Refused { message: refusal_message(server) })
+    } else {
+        None
+    }
 }
 
 /// Why this generation's create is refused: the recorded words; for a record
@@ -172,6 +218,9 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         if status.provider_create_failures >= options.max_attempts() && !status.provider_create_retrying {
             return Lifecycle::Parked(ParkKind::AtCap);
         }
+        if user_data_refused_this_generation(server) {
+            return Lifecycle::Parked(ParkKind::UserDataRefused);
+        }
         if refused_this_generation(server) {
             return Lifecycle::Parked(ParkKind::Refused);
         }
@@ -195,12 +244,16 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
 
 /// The provider refused the create of the Server's current generation.
 pub(crate) fn refused_this_generation(server: &Server) -> bool {
-    server
-        .meta
-        .annotations
-        .get(CREATE_REFUSED_ANNOTATION)
-        .and_then(|g| g.parse::<i64>().ok())
-        .is_some_and(|g| g == server.meta.generation)
+    recorded_for_this_generation(server, CREATE_REFUSED_ANNOTATION)
+}
+
+/// The user data of the Server's current generation was refused.
+pub(crate) fn user_data_refused_this_generation(server: &Server) -> bool {
+    recorded_for_this_generation(server, USER_DATA_REFUSED_ANNOTATION)
+}
+
+fn recorded_for_this_generation(server: &Server, key: &str) -> bool {
+    server.meta.annotations.get(key).and_then(|g| g.parse::<i64>().ok()).is_some_and(|g| g == server.meta.generation)
 }
 
 #[cfg(test)]
@@ -267,6 +320,16 @@ mod tests {
         refused.meta.generation = 5;
         assert_eq!(lifecycle(&refused, &OPTIONS), Lifecycle::Errored, "a spec change re-arms");
 
+        // Refused user data is its own park: the provider never saw a create,
+        // and only a change to the user data helps.
+        let mut user_data = with(ERRORED, None);
+        user_data.meta.generation = 2;
+        user_data.meta.annotations.insert(USER_DATA_REFUSED_ANNOTATION.into(), "2".into());
+        assert_eq!(lifecycle(&user_data, &OPTIONS), Lifecycle::Parked(ParkKind::UserDataRefused));
+        assert_eq!(park(&user_data, &OPTIONS).map(|p| p.kind()), Some(ParkKind::UserDataRefused));
+        user_data.meta.generation = 3;
+        assert_eq!(lifecycle(&user_data, &OPTIONS), Lifecycle::Errored, "a spec change re-arms");
+
         let missing = booted(with(ERRORED, Some((ConditionStatus::Unknown, ConditionReason::Unknown))));
         assert_eq!(lifecycle(&missing, &OPTIONS), Lifecycle::Parked(ParkKind::MissingAfterBoot));
         let errored_running = booted(with(ERRORED, Some((ConditionStatus::True, ConditionReason::Healthy))));
@@ -299,6 +362,7 @@ mod tests {
             Lifecycle::Errored,
             Lifecycle::Parked(ParkKind::AtCap),
             Lifecycle::Parked(ParkKind::Refused),
+            Lifecycle::Parked(ParkKind::UserDataRefused),
             Lifecycle::Parked(ParkKind::MissingAfterBoot),
             Lifecycle::Parked(ParkKind::InvalidSpec),
             Lifecycle::Paused,
@@ -307,5 +371,33 @@ mod tests {
         let labels: std::collections::BTreeSet<_> = all.iter().map(|l| l.as_str()).collect();
         assert_eq!(labels.len(), all.len());
         assert!(all.iter().all(|l| l.park().is_some() == matches!(l, Lifecycle::Parked(_))));
+    }
+
+    /// Every park's Available message ends with the one command that
+    /// un-parks it, for this Server; refused user data is never told that a
+    /// retry alone helps.
+    #[test]
+    fn every_park_ends_with_the_command_that_unparks_it() {
+        let parks = [
+            Park::AtCap { max: 3 },
+            Park::Refused { message: "provider refused to create the server: quota".into() },
+            Park::UserDataRefused { message: "user data refused (TooLarge): too large".into() },
+            Park::MissingAfterBoot,
+            Park::InvalidSpec { message: "network n1 is named twice".into() },
+        ];
+        for park in parks {
+            let message = park.available_message("ns", "web");
+            let command = match park.kind() {
+                ParkKind::AtCap | ParkKind::Refused => {
+                    format!("kubectl annotate server web -n ns {RETRY_ANNOTATION}=now")
+                }
+                ParkKind::UserDataRefused | ParkKind::InvalidSpec => "kubectl edit server web -n ns".into(),
+                ParkKind::MissingAfterBoot => "kubectl delete server web -n ns".into(),
+            };
+            assert!(message.starts_with(&park.message()), "{message}");
+            assert!(message.ends_with(&command), "{message}");
+        }
+        let user_data = Park::UserDataRefused { message: String::new() }.available_message("ns", "web");
+        assert!(!user_data.contains(RETRY_ANNOTATION), "{user_data}");
     }
 }

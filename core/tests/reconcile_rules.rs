@@ -6,8 +6,8 @@ mod support;
 use server_core::Park;
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, Detail, IDENTITY_LABEL,
-    NetworkAttachment, ORGANIZATION_LABEL, Phase, REGION_LABEL, ResourceKind, SecurityGroupRef, SshInjection, UserData,
-    reference_finalizer,
+    NetworkAttachment, ORGANIZATION_LABEL, Phase, REGION_LABEL, RETRY_ANNOTATION, ResourceKind, SecurityGroupRef,
+    SshInjection, UserData, reference_finalizer,
 };
 use server_core::port::CloudError;
 use server_core::reconcile::{
@@ -241,8 +241,9 @@ fn unknown_reference_ids_are_a_clear_error() {
     assert!(matches!(&decision.outcome, Outcome::Error(PassError::UnknownReference { id, .. }) if id == "ca-missing"));
 }
 
-/// An outcome's message is the Available message its pass writes (a
-/// Done has none: its message depends on the direction).
+/// An outcome's message is what the Available message its pass writes
+/// says (a park's adds how to un-park the Server; a Done has none: its
+/// message depends on the direction).
 #[test]
 fn an_outcome_says_what_its_available_condition_says() {
     let mut unlabelled = server();
@@ -254,7 +255,11 @@ fn an_outcome_says_what_its_available_condition_says() {
     for (server, facts) in [(unlabelled, facts()), (repeated, facts()), (server(), unready)] {
         let decision = reconcile(&server, &facts, &OPTIONS, at(10));
         assert_ne!(decision.outcome, Outcome::Done);
-        assert_eq!(decision.outcome.message(), Some(available(&decision).message), "{:?}", decision.outcome);
+        let (said, written) = (decision.outcome.message().unwrap_or_default(), available(&decision).message);
+        match decision.outcome {
+            Outcome::Terminal(park) => assert_eq!(written, park.available_message("org", "web")),
+            _ => assert_eq!(said, written, "{:?}", decision.outcome),
+        }
     }
     assert_eq!(Outcome::Done.message(), None);
 }
@@ -361,7 +366,15 @@ fn the_last_allowed_failure_parks_the_server_terminally() {
     facts.provider = present();
     let decision = reconcile(&server, &facts, &OPTIONS, at(10));
     assert_eq!(decision.outcome, Outcome::Terminal(Park::AtCap { max: 3 }));
-    assert_eq!(available(&decision).message, "Provider server create failed after 3 attempts");
+    assert_eq!(
+        available(&decision).message,
+        format!(
+            "Provider server create failed after 3 attempts; to un-park, fix the cause (image, flavor, capacity), \
+             then request a retry: kubectl annotate server {name} -n {namespace} {RETRY_ANNOTATION}=now",
+            name = server.meta.name,
+            namespace = server.meta.namespace
+        )
+    );
     assert_eq!(decision.status.provider_create_failures, 3);
     assert!(!decision.status.provider_create_retrying);
     assert_eq!(event_reasons(&decision), ["ProviderCreateFailed"]);
@@ -535,12 +548,17 @@ fn refused_user_data_parks_before_any_create_until_the_spec_changes() {
         server.spec.user_data = Some(UserData(user_data.into_bytes()));
         let decision = reconcile(&server, &facts(), &OPTIONS, at(10));
         assert_eq!(creates(&decision), 0, "{reason}");
-        let Outcome::Terminal(Park::Refused { message }) = &decision.outcome else {
+        let Outcome::Terminal(Park::UserDataRefused { message }) = &decision.outcome else {
             panic!("{reason}: {:?}", decision.outcome)
         };
         assert!(message.starts_with(&format!("user data refused ({reason}): ")), "{message}");
         assert!(!message.contains(secret), "{message}");
-        assert_eq!(available(&decision).message, *message);
+        let available = available(&decision).message;
+        assert!(available.starts_with(message.as_str()), "{available}");
+        assert!(
+            available.ends_with("fix spec.userData (a retry alone is refused again): kubectl edit server web -n org"),
+            "{available}"
+        );
         assert_eq!(event_reasons(&decision), ["UserDataRefused"], "{reason}");
         persist(&mut server, &decision);
 

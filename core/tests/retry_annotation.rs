@@ -91,6 +91,33 @@ fn a_refused_server_forgets_the_refusal_and_creates_again() {
     assert_eq!(creates(&decision), 1);
 }
 
+/// A retry of refused user data checks it again; unchanged, it is refused
+/// again (no create), and the retry's event says that fixing the user data
+/// is what un-parks it.
+#[test]
+fn a_retry_of_refused_user_data_alone_is_refused_again() {
+    let mut server = adopted();
+    server.spec.user_data = Some(server_core::model::UserData(b"not a payload cloud-init runs\n".to_vec()));
+    let first = pass(&mut server, ProviderView::Absent, 10);
+    assert_eq!(creates(&first), 0);
+    assert_eq!(lifecycle(&server, &options()), Lifecycle::Parked(ParkKind::UserDataRefused));
+
+    request_retry(&mut server);
+    let decision = pass(&mut server, ProviderView::Absent, 20);
+    assert_eq!(creates(&decision), 0, "the same user data is refused again");
+    let notes: Vec<&str> = decision
+        .actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(event) if event.reason.as_str() == "RetryRequested" => Some(event.note.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notes.len(), 1, "{:?}", decision.actions);
+    assert!(notes[0].contains("Fix spec.userData"), "{notes:?}");
+    assert_eq!(lifecycle(&server, &options()), Lifecycle::Parked(ParkKind::UserDataRefused));
+}
+
 #[test]
 fn a_server_that_booted_and_vanished_is_never_recreated_by_a_retry() {
     let mut server = adopted();

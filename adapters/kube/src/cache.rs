@@ -4,9 +4,9 @@
 //! OpenstackIdentities, one list and one watch per kind over the
 //! controller's namespace scope for the operator's lifetime.
 //!
-//! They replace the reads every pass used to make (five requests, each list
-//! returning every object of the namespace: O(Servers) per pass, O(Servers²)
-//! per resync). A cache lags the API server: an object it holds may be
+//! Without them every pass would read the consumed kinds itself (five
+//! requests, each list returning every object of the namespace: O(Servers)
+//! per pass, O(Servers²) per resync). A cache lags the API server: an object it holds may be
 //! outdated, and one it lacks may only be new. Writes built from it carry its
 //! resourceVersion as precondition, so the first case ends in a Conflict and
 //! a retry; the second is confirmed with a live read where acting on the

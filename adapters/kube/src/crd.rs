@@ -37,16 +37,24 @@ pub const VERSION: &str = "v1alpha1";
     derive = "PartialEq",
     shortname = "srv",
     doc = "Server defines a server beloning to an identity.",
-    // What a person needs at a glance: where the machine is (phase), what the
-    // provider says (health), what the controller did (available: Provisioned
-    // means the create was issued, not that it booted), the create failures
-    // counted against the cap, and age. `-o wide` adds the addresses and what
-    // the server runs. Every upstream column's path is still shown.
-    printcolumn = r#"{"name": "phase", "type": "string", "jsonPath": ".status.phase", "description": "Where the provider server is: Pending, Building, Running, Stopped..."}"#,
-    printcolumn = r#"{"name": "health", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].reason", "description": "The provider's view: Healthy, Errored, Degraded, Provisioning or Unknown."}"#,
-    printcolumn = r#"{"name": "available", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason", "description": "The controller's view: Provisioning, Provisioned (the create was issued), Errored (see the condition's message) or Deprovisioning."}"#,
+    // What a person needs at a glance: what the provider says (health),
+    // what the controller did (available: Provisioned means the create was
+    // issued, not that it booted), the create failures counted against the
+    // cap, age, and the provider's last word in the monitor's words
+    // ("Server not found at the provider"). Phase is in `-o wide` only: its
+    // values are fixed by the upstream CRD (Pending ... Stopped, no
+    // "missing" or "error"), and a server the provider stopped listing keeps
+    // its last phase because the ProviderCreateFailure predicate reads it
+    // (a booted server must never look unbooted), so alone it can say
+    // "Running" of a server that is gone. `-o wide` adds the phase, the
+    // addresses and what the server runs. Every upstream column's path is
+    // still shown.
+    printcolumn = r#"{"name": "health", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].reason", "description": "The provider's view: Healthy, Errored, Degraded, Provisioning or Unknown (not found, or not read)."}"#,
+    printcolumn = r#"{"name": "available", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Available\")].reason", "description": "The controller's view: Provisioning, Provisioned (the create was issued), Errored (see the condition's message: a parked Server's ends with the command that un-parks it) or Deprovisioning."}"#,
     printcolumn = r#"{"name": "failures", "type": "integer", "jsonPath": ".status.providerCreateFailures", "description": "Provider creates that failed before launch, counted against --provider-create-max-attempts."}"#,
     printcolumn = r#"{"name": "age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "provider", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Healthy\")].message", "description": "What the provider last said of the server, as of the monitor's last poll: active, not active, in an error state, not found at the provider..."}"#,
+    printcolumn = r#"{"name": "phase", "type": "string", "jsonPath": ".status.phase", "priority": 1, "description": "The last phase the provider reported (Pending, Queued, Building, Running, Stopping, Stopped); kept when the provider no longer lists the server: read PROVIDER."}"#,
     printcolumn = r#"{"name": "privateIP", "type": "string", "jsonPath": ".status.privateIP", "priority": 1}"#,
     printcolumn = r#"{"name": "publicIP", "type": "string", "jsonPath": ".status.publicIP", "priority": 1}"#,
     printcolumn = r#"{"name": "flavor", "type": "string", "jsonPath": ".spec.flavorID", "priority": 1}"#,

@@ -21,6 +21,9 @@ pub enum Error {
     /// `--region-namespace` is set and its Regions cannot be read.
     #[error("{0}")]
     Regions(String),
+    /// The object asked for does not exist (the API server said 404).
+    #[error("{0}")]
+    NotFound(String),
 }
 
 impl Error {

@@ -4,7 +4,7 @@
 //! facts behind it. Reads only; nothing is written, created or deleted.
 
 use kube::{Api, Client};
-use server_core::explain::Explanation;
+use server_core::explain::{Explanation, Unread};
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 use server_core::{ProviderView, RegionUnserved};
 
@@ -25,8 +25,15 @@ pub async fn explain(
     name: &str,
 ) -> Result<Explanation, Error> {
     let servers: Api<Server> = Api::namespaced(client.clone(), namespace);
-    let object =
-        servers.get(name).await.map_err(|e| Error::kube(format!("cannot read Server {namespace}/{name}"), e))?;
+    let object = servers
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("cannot read Server {namespace}/{name}"), e))?
+        .ok_or_else(|| {
+            Error::NotFound(format!(
+                "there is no Server {name} in namespace {namespace} (`kubectl get servers -n {namespace}` lists them)"
+            ))
+        })?;
     let server = core_server(&object);
     let mut gathered = Gathered::live(client, &server).await?;
 
@@ -36,10 +43,14 @@ pub async fn explain(
             match clouds.live_handle(client, namespace, region_id, identity_id, config.cloud_timeout).await? {
                 Ok(handle) => handle.provider_view(&server).await,
                 // This command has no Region watch: a region it has no cloud
-                // for is most likely one it was not given.
-                Err(NoCloud::Unserved(RegionUnserved::NotConfigured { .. })) => ProviderView::Unknown(format!(
-                    "no cloud is configured for region {region_id} in this command; give it as `run` is given it"
-                )),
+                // for is one it was not given, whatever the operator has.
+                // The provider's view is unknown here, and the core decides
+                // nothing that depends on it.
+                Err(NoCloud::Unserved(RegionUnserved::NotConfigured { .. })) => {
+                    let unread = Unread::NoCloudGiven { region: region_id.to_owned() };
+                    let (facts, options) = (gathered.facts, config.rule_options());
+                    return Ok(server_core::explain::explain_unread(server, facts, options, unread, now()));
+                }
                 Err(no_cloud) => {
                     let gone = server.meta.deleting && identity_gone(client, clouds, &server, &gathered.facts).await?;
                     no_cloud.view(gone)

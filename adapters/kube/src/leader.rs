@@ -192,6 +192,14 @@ impl Elector {
         let resource_version = lease.metadata.resource_version.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
         if self.observed.as_ref().is_none_or(|o| o.resource_version != resource_version) {
+            // A follower says who leads whenever it sees the holder change.
+            let before = self.observed.as_ref().and_then(|o| o.holder.as_deref());
+            if let Some(leader) = holder.as_deref()
+                && before != Some(leader)
+                && leader != self.config.identity
+            {
+                info!(holder = %leader, lease = %self.config.name, identity = %self.config.identity, "another replica leads; following");
+            }
             let seconds = spec.lease_duration_seconds.and_then(|s| u64::try_from(s).ok());
             let duration = seconds.map_or(self.config.lease_duration, Duration::from_secs);
             self.observed = Some(Observed { resource_version, holder: holder.clone(), duration, at: now });

@@ -322,7 +322,9 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
     let hook = Some(metrics.login_failure_hook());
     // Lookups that need a new Nova list leave it to the monitor's next poll.
     let gap = args.monitor_interval;
-    let registry = openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook, gap).await?;
+    let registry =
+        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook, gap, Some(args.cloud_timeout))
+            .await?;
     #[cfg(feature = "sim")]
     let registry = {
         let mut registry = registry.supporting(server_kube::ProviderKind::Simulated);
@@ -421,6 +423,7 @@ pub(crate) async fn openstack_clouds(
     client: &kube::Client,
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
     lookup_list_gap: Duration,
+    cloud_timeout: Option<Duration>,
 ) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
     for (region, path) in configs {
@@ -428,6 +431,7 @@ pub(crate) async fn openstack_clouds(
             .with_context(|| format!("cannot read region {region}'s OpenStack configuration {path}"))?;
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
+        check_request_timeout(region, &config, cloud_timeout)?;
         register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
     }
     for (region, secret) in secrets {
@@ -446,9 +450,31 @@ pub(crate) async fn openstack_clouds(
             found.data.unwrap_or_default().into_iter().map(|(key, value)| (key, value.0)).collect();
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
+        check_request_timeout(region, &config, cloud_timeout)?;
         register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
     }
     Ok(registry)
+}
+
+/// A region whose `requestTimeout` is longer than `--cloud-timeout` is
+/// refused at start: every call would be abandoned at the cloud timeout
+/// while its request still waits, so the region's own timeout would never
+/// be what ends a request, and the grace a create of unknown fate is given
+/// (10 × `--cloud-timeout`) would be reckoned from the shorter of the two.
+fn check_request_timeout(
+    region: &str,
+    config: &OpenStackConfig,
+    cloud_timeout: Option<Duration>,
+) -> anyhow::Result<()> {
+    match cloud_timeout {
+        Some(limit) if config.request_timeout > limit => anyhow::bail!(
+            "region {region}'s requestTimeout ({}) is longer than --cloud-timeout ({}); set requestTimeout at or \
+             under --cloud-timeout, or raise --cloud-timeout",
+            humantime::format_duration(config.request_timeout),
+            humantime::format_duration(limit)
+        ),
+        _ => Ok(()),
+    }
 }
 
 /// Adds `region`'s OpenStack port to `registry`; a region given twice (by
@@ -476,8 +502,12 @@ fn register_openstack(
 pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
     let config = match kubeconfig {
         Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
+            // Read here, not by kube, whose message quotes the path twice
+            // ('"/path"') and repeats the cause.
+            let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
+            let file = kube::config::Kubeconfig::from_yaml(&text)
+                .with_context(|| format!("the kubeconfig {} is not a kubeconfig", path.display()))?;
             kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
                 .await
                 .with_context(|| format!("the kubeconfig {} is unusable", path.display()))?

@@ -21,9 +21,16 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
-/// The provider's words for the refusal [`CREATE_REFUSED_ANNOTATION`] records
-/// (bounded), so a parked Server keeps saying why even if the status write
-/// that reported it was lost.
+/// Records, on the Server, the generation whose user data the controller
+/// refused to send (not cloud-config it can run, too large), so the server
+/// stays parked across restarts until its spec changes. Its own record, not
+/// [`CREATE_REFUSED_ANNOTATION`]: the provider never saw this create, and
+/// only a change to the user data helps.
+pub const USER_DATA_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/user-data-refused-generation";
+
+/// The words of the refusal [`CREATE_REFUSED_ANNOTATION`] or
+/// [`USER_DATA_REFUSED_ANNOTATION`] records (bounded), so a parked Server
+/// keeps saying why even if the status write that reported it was lost.
 pub const CREATE_REFUSED_MESSAGE_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-message";
 
 /// Records, on the Server, the provider server taken over from another

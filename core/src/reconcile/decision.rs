@@ -112,7 +112,8 @@ impl Outcome {
     }
 
     /// What the outcome says (the Available message of a pass that ends in
-    /// it); `None` for Done, whose message depends on the direction.
+    /// it; a park's adds how to un-park the Server, [`Park::available_message`]);
+    /// `None` for Done, whose message depends on the direction.
     pub fn message(&self) -> Option<String> {
         match self {
             Outcome::Done => None,

@@ -38,7 +38,7 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         // before the server create) releases it, so nothing is counted for a
         // create that never was.
         (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) => {
-            let mut plan = Plan::new(&server.status, false, now);
+            let mut plan = Plan::new(server, false, now);
             if error.effect() == CallEffect::None && server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
                 plan.record(CREATE_ISSUED_ANNOTATION, None);
             }
@@ -74,7 +74,7 @@ fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) 
     let generation = server.meta.generation;
     let already_recorded = server.meta.annotations.get(CREATE_REFUSED_ANNOTATION) == Some(&generation.to_string());
     let provider_message = bounded(provider_message);
-    let mut plan = Plan::new(&server.status, false, now);
+    let mut plan = Plan::new(server, false, now);
     plan.record(CREATE_REFUSED_ANNOTATION, Some(generation.to_string()));
     let message = refused_message(provider_message);
     plan.record(CREATE_REFUSED_MESSAGE_ANNOTATION, Some(message.clone()));
@@ -94,7 +94,7 @@ fn park_refused_create(server: &Server, provider_message: &str, now: Timestamp) 
 
 /// The Available message of a refused create.
 fn refused_message(provider_message: &str) -> String {
-    format!("provider refused to create the server: {provider_message}; change the spec to try again")
+    format!("provider refused to create the server: {provider_message}")
 }
 
 /// The longest provider message kept with a refusal, in bytes.

@@ -41,6 +41,17 @@ pub enum LiveRead {
 }
 
 impl LiveRead {
+    /// Every reason, e.g. for a metric's label values known in advance.
+    pub const ALL: [LiveRead; 7] = [
+        LiveRead::ChangesTheProvider,
+        LiveRead::NotListed,
+        LiveRead::Deleting,
+        LiveRead::Retrying,
+        LiveRead::TooOld,
+        LiveRead::PredatesTheCreate,
+        LiveRead::NoCreateNoted,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             LiveRead::ChangesTheProvider => "changes_the_provider",

@@ -54,7 +54,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         return Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
     }
     let deleting = server.meta.deleting;
-    let mut plan = Plan::new(&server.status, deleting, now);
+    let mut plan = Plan::new(server, deleting, now);
     // A counter outside 0..=max (an option lowered since) heals into range.
     let max = options.max_attempts();
     plan.status.provider_create_failures = plan.status.provider_create_failures.clamp(0, max);

@@ -7,7 +7,7 @@
 use jiff::Timestamp;
 
 use super::decision::{Action, Decision, Event, Outcome};
-use crate::model::{ConditionReason, ConditionStatus, ConditionType, ServerStatus, set_condition};
+use crate::model::{ConditionReason, ConditionStatus, ConditionType, Server, ServerStatus, set_condition};
 use crate::status_patch::StatusPatch;
 
 #[derive(Debug)]
@@ -22,15 +22,19 @@ pub(crate) struct Plan {
     provider: Vec<Action>,
     trailing: Vec<Action>,
     deleting: bool,
+    /// The Server's namespace and name: a park's message names the command
+    /// that un-parks this Server.
+    namespace: String,
+    name: String,
     /// Said after "Provisioned" in Available's message of a finished pass.
     provisioned_note: Option<String>,
 }
 
 impl Plan {
-    pub(crate) fn new(status: &ServerStatus, deleting: bool, now: Timestamp) -> Self {
+    pub(crate) fn new(server: &Server, deleting: bool, now: Timestamp) -> Self {
         Plan {
-            before: status.clone(),
-            status: status.clone(),
+            before: server.status.clone(),
+            status: server.status.clone(),
             now,
             records: Vec::new(),
             leading: Vec::new(),
@@ -39,6 +43,8 @@ impl Plan {
             provider: Vec::new(),
             trailing: Vec::new(),
             deleting,
+            namespace: server.meta.namespace.clone(),
+            name: server.meta.name.clone(),
             provisioned_note: None,
         }
     }
@@ -84,7 +90,7 @@ impl Plan {
 
     /// Available's message this pass sets, were it to finish Done.
     pub(crate) fn provisioned_message(&self) -> String {
-        let (_, _, message) = available_for(&Outcome::Done, self.deleting);
+        let (_, _, message) = self.available_for(&Outcome::Done);
         match &self.provisioned_note {
             Some(note) if !self.deleting => format!("{message}; {note}"),
             _ => message,
@@ -93,12 +99,20 @@ impl Plan {
 
     /// Closes the pass: sets Available from the outcome and orders the actions.
     pub(crate) fn finish(mut self, outcome: Outcome) -> Decision {
-        let (status, reason, mut message) = available_for(&outcome, self.deleting);
+        let (status, reason, mut message) = self.available_for(&outcome);
         if outcome == Outcome::Done {
             message = self.provisioned_message();
         }
         set_condition(&mut self.status.conditions, ConditionType::Available, status, reason, message, self.now);
 
+        // A record is what this pass proved; it supersedes a change of the
+        // same annotation planned earlier in the pass (a retry forgets a
+        // refusal of the user data, and the check refuses it again).
+        let records = &self.records;
+        self.annotations.retain(|action| match action {
+            Action::Annotate { key, .. } => !records.iter().any(|(recorded, _)| recorded == key),
+            _ => true,
+        });
         let mut actions = Vec::new();
         let recording = !self.records.is_empty();
         if recording {
@@ -131,15 +145,27 @@ impl Plan {
         actions.extend(self.trailing);
         Decision { status: self.status, actions, outcome }
     }
+
+    /// Available for a pass of this Server that ends in `outcome`.
+    fn available_for(&self, outcome: &Outcome) -> (ConditionStatus, ConditionReason, String) {
+        available_for(outcome, self.deleting, &self.namespace, &self.name)
+    }
 }
 
-fn available_for(outcome: &Outcome, deleting: bool) -> (ConditionStatus, ConditionReason, String) {
+fn available_for(
+    outcome: &Outcome,
+    deleting: bool,
+    namespace: &str,
+    name: &str,
+) -> (ConditionStatus, ConditionReason, String) {
     match (outcome, deleting) {
         (Outcome::Done, false) => (ConditionStatus::True, ConditionReason::Provisioned, "Provisioned".into()),
         (Outcome::Done, true) => (ConditionStatus::False, ConditionReason::Deprovisioned, "Deprovisioned".into()),
         (Outcome::Yield(wait), false) => (ConditionStatus::False, ConditionReason::Provisioning, wait.message()),
         (Outcome::Yield(wait), true) => (ConditionStatus::False, ConditionReason::Deprovisioning, wait.message()),
-        (Outcome::Terminal(park), _) => (ConditionStatus::False, ConditionReason::Errored, park.message()),
+        (Outcome::Terminal(park), _) => {
+            (ConditionStatus::False, ConditionReason::Errored, park.available_message(namespace, name))
+        }
         (Outcome::Error(error), _) => (ConditionStatus::False, ConditionReason::Errored, error.to_string()),
     }
 }
@@ -154,7 +180,7 @@ mod tests {
     fn a_deleting_pass_says_deprovisioned_without_the_provisioned_note() {
         let note = "spec.flavorID is \"b\" but the server was created with \"a\"";
         for (deleting, expected) in [(false, format!("Provisioned; {note}")), (true, "Deprovisioned".to_owned())] {
-            let mut plan = Plan::new(&ServerStatus::default(), deleting, Timestamp::UNIX_EPOCH);
+            let mut plan = Plan::new(&Server::default(), deleting, Timestamp::UNIX_EPOCH);
             plan.note_provisioned(note.to_owned());
             let decision = plan.finish(Outcome::Done);
             let available = decision.status.condition(ConditionType::Available).map(|c| c.message.clone());

@@ -11,11 +11,11 @@ use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
 use super::references;
-use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park, refused_this_generation};
+use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park};
 use crate::model::{
-    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
-    ConditionReason, ConditionStatus, ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
-    REGION_LABEL, ResourceKind, Server, SshInjection, set_condition,
+    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus,
+    ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase, REGION_LABEL, ResourceKind, Server,
+    SshInjection, USER_DATA_REFUSED_ANNOTATION, set_condition,
 };
 use crate::monitor::{observe, project_health};
 use crate::port::{CreateRequest, Owner, ServerRef};
@@ -121,7 +121,7 @@ fn lost_before_launch(server: &Server, view: &ProviderView, options: &Options, p
     *view == ProviderView::Absent
         && outstanding_create(server, plan).is_some_and(|issued| !issued.in_grace(plan.now, options.create_grace))
         && !ever_booted(&plan.status)
-        && !refused_this_generation(server)
+        && refused_park(server).is_none()
 }
 
 /// The create issued for the current attempt, if one is outstanding.
@@ -161,7 +161,7 @@ fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Dec
             type_: EventType::Warning,
             reason: EventReason::ProviderCreateFailed,
             action: "ParkServer",
-            note: park.message(),
+            note: park.available_message(&server.meta.namespace, &server.meta.name),
         });
     }
     plan.finish(Outcome::Terminal(park))
@@ -276,20 +276,22 @@ fn ensure_exists(
         }
         // Every attempt is spent: the cap is sticky until an operator reset.
         _ if plan.status.provider_create_failures >= options.max_attempts() => park_at_cap(server, options, plan),
-        _ if refused_this_generation(server) => plan.finish(Outcome::Terminal(refused_park(server))),
-        _ if awaiting_issued_create(server, options, &plan) => plan.finish(Outcome::Yield(Wait::IssuedCreate)),
-        _ => create(server, facts, plan),
+        _ => match refused_park(server) {
+            Some(park) => plan.finish(Outcome::Terminal(park)),
+            None if awaiting_issued_create(server, options, &plan) => plan.finish(Outcome::Yield(Wait::IssuedCreate)),
+            None => create(server, facts, plan),
+        },
     }
 }
 
 /// User data that cannot be sent parks the server, before any create, until
-/// its spec changes: recorded as this generation's refused create, so later
-/// passes park from the record (and do not render the data again). The
+/// its spec changes: recorded as this generation's refused user data, so
+/// later passes park from the record (and do not render the data again). The
 /// message is the refusal's (bounded, never quoting the data); the event
 /// fires once, on entry.
 fn park_refused_user_data(server: &Server, error: &UserDataError, mut plan: Plan) -> super::Decision {
     let message = format!("user data refused ({}): {error}", error.reason());
-    plan.record(CREATE_REFUSED_ANNOTATION, Some(server.meta.generation.to_string()));
+    plan.record(USER_DATA_REFUSED_ANNOTATION, Some(server.meta.generation.to_string()));
     plan.record(CREATE_REFUSED_MESSAGE_ANNOTATION, Some(message.clone()));
     plan.emit(Event {
         type_: EventType::Warning,
@@ -297,7 +299,7 @@ fn park_refused_user_data(server: &Server, error: &UserDataError, mut plan: Plan
         action: "CreateProviderServer",
         note: message.clone(),
     });
-    plan.finish(Outcome::Terminal(Park::Refused { message }))
+    plan.finish(Outcome::Terminal(Park::UserDataRefused { message }))
 }
 
 fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {

@@ -7,7 +7,8 @@ use super::decision::{Event, EventReason, EventType};
 use super::options::Options;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
 use crate::model::{
-    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION, Server, retry_requested,
+    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION, Server,
+    USER_DATA_REFUSED_ANNOTATION, retry_requested,
 };
 use crate::predicate::provider_create_failure;
 
@@ -47,6 +48,20 @@ pub(crate) fn take(server: &Server, options: &Options) -> Option<Retry> {
                 remove_annotations.push(key);
             }
             normal("Retry requested: the refusal of this generation forgotten; creating again".into())
+        }
+        // The user data is checked again (a controller that reads more of it
+        // may take it), but as written it is most likely refused again: the
+        // event says so, and that fixing spec.userData is what un-parks it.
+        Lifecycle::Parked(ParkKind::UserDataRefused) => {
+            for key in [USER_DATA_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION] {
+                adjusted.meta.annotations.remove(key);
+                remove_annotations.push(key);
+            }
+            normal(
+                "Retry requested: the user data is checked again; unchanged, it is refused again. Fix \
+                 spec.userData to un-park the Server"
+                    .into(),
+            )
         }
         Lifecycle::Parked(ParkKind::MissingAfterBoot) => Event {
             type_: EventType::Warning,

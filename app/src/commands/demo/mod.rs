@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use crate::commands::run::{CloudKind, parse_duration};
 use crate::telemetry::{self, LogFormat};
 use observer::{History, Observer};
-use report::{ApiRequests, CreateAttempts, INVARIANTS, InvariantVerdict, Report};
+use report::{ApiRequests, CreateAttempts, INVARIANTS, InvariantVerdict, Report, Unsettled};
 use scenario::{Planned, Role};
 use world::{NAMESPACE, REGION, World};
 
@@ -142,7 +142,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
 
     let mut observer = Observer::default();
     let mut tracked = Vec::new();
-    for planned in scenario::plan(args.servers) {
+    for planned in scenario::plan(args.servers, args.create_failure_rate > 0.0) {
         let uid = world.create_server(&planned.name, planned.unmodelled_fields)?;
         if let Some(fate) = scenario::fate(planned.role, args.seed, &uid) {
             cloud.script(&uid, fate);
@@ -180,17 +180,13 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         })
     };
 
-    let progress = progress_bar(args);
+    let mut progress = Progress::new(args);
     let deadline = Instant::now() + args.timeout;
     let settled = loop {
         observer.sample(&world, &cloud);
         act_as_user(&world, &mut tracked, &mut observer, max)?;
-        let done = tracked
-            .iter()
-            .filter(|t| is_settled(t, &observer.servers[&t.planned.name], max, cloud.truth(&t.uid).creates_accepted))
-            .count();
-        progress.set_position(done as u64);
-        progress.set_message(format!("{} provider servers live", cloud.live_servers()));
+        let done = tracked.len() - unsettled(&tracked, &observer, &cloud, max).len();
+        progress.update(Instant::now(), done, cloud.live_servers(), || unsettled(&tracked, &observer, &cloud, max));
         if done == tracked.len() {
             break true;
         }
@@ -202,7 +198,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
     // A last look after the operator had time to write anything it owed.
     tokio::time::sleep(Duration::from_millis(300)).await;
     observer.sample(&world, &cloud);
-    progress.finish_and_clear();
+    progress.finish();
     // The playground keeps the operator running past the report.
     let running = if args.serve {
         Some(running)
@@ -217,7 +213,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         ports: sim.ports().into_iter().map(|port| (port.id, port.name)).collect(),
         floating_ips: sim.floating_ips().into_iter().map(|ip| (ip.id, ip.port_id)).collect(),
     });
-    let violations = verdict::check(&world, &cloud, &observer, max, neutron.as_ref());
+    let violations = verdict::check(&world, &cloud, &observer, max, neutron.as_ref(), settled);
     let report = build_report(args, &world, &cloud, &observer, &tracked, violations, settled, started.elapsed());
     let passed = print_report(args, &report)?;
     if let Some(running) = running {
@@ -261,16 +257,111 @@ async fn cloud_registry(kind: CloudKind, cloud: &SimCloud) -> anyhow::Result<(Cl
     Ok((CloudRegistry::new().with(REGION, RegionCloud::openstack(bed.port()?)), bed))
 }
 
-fn progress_bar(args: &Args) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(args.servers as u64), ProgressDrawTarget::stderr());
-    if args.output == Output::Json {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
+/// How long the count of settled Servers may stand still before the
+/// progress names the Servers it waits for, and why.
+const NAME_WAITS_AFTER: Duration = Duration::from_secs(10);
+
+/// The run's progress: a bar on a terminal; otherwise (stdout or stderr not
+/// a terminal: CI, a pipe) a line on stderr per 10 % settled. Either way,
+/// once no Server settled for [`NAME_WAITS_AFTER`], it names the Servers it
+/// waits for and where each stands.
+struct Progress {
+    bar: ProgressBar,
+    lines: bool,
+    total: usize,
+    started: Instant,
+    done: usize,
+    /// When `done` last changed.
+    changed: Instant,
+    /// The last tenth a line was printed for.
+    tenth: usize,
+    /// When the waits were last named on a line.
+    named: Option<Instant>,
+}
+
+impl Progress {
+    fn new(args: &Args) -> Self {
+        use std::io::IsTerminal as _;
+        let lines = !(std::io::stdout().is_terminal() && std::io::stderr().is_terminal());
+        Self::with(args, lines, Instant::now())
     }
-    let style = ProgressStyle::with_template("{spinner} settling servers [{bar:30}] {pos}/{len} {elapsed} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    bar.set_style(style.progress_chars("=> "));
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
+
+    fn with(args: &Args, lines: bool, now: Instant) -> Self {
+        let bar = ProgressBar::with_draw_target(Some(args.servers as u64), ProgressDrawTarget::stderr());
+        if lines || args.output == Output::Json {
+            bar.set_draw_target(ProgressDrawTarget::hidden());
+        } else {
+            let style =
+                ProgressStyle::with_template("{spinner} settling servers [{bar:30}] {pos}/{len} {elapsed} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style.progress_chars("=> "));
+            bar.enable_steady_tick(Duration::from_millis(120));
+        }
+        Progress { bar, lines, total: args.servers, started: now, done: 0, changed: now, tenth: 0, named: None }
+    }
+
+    fn update(&mut self, now: Instant, done: usize, live: usize, unsettled: impl FnOnce() -> Vec<Unsettled>) {
+        if done != self.done {
+            self.done = done;
+            self.changed = now;
+            self.named = None;
+        }
+        let elapsed = now.duration_since(self.started).as_secs_f64();
+        let tenth = (done * 10).checked_div(self.total).unwrap_or(10);
+        if self.lines && tenth > self.tenth {
+            self.tenth = tenth;
+            eprintln!("settling servers: {done}/{} ({}%) after {elapsed:.1} s", self.total, tenth * 10);
+        }
+        let stalled = now.duration_since(self.changed);
+        if stalled < NAME_WAITS_AFTER {
+            self.bar.set_position(done as u64);
+            self.bar.set_message(format!("{live} provider servers live"));
+            return;
+        }
+        let waiting = format!("waiting {:.0} s for {}", stalled.as_secs_f64(), report::name_unsettled(&unsettled()));
+        self.bar.set_position(done as u64);
+        self.bar.set_message(waiting.clone());
+        if self.lines && self.named.is_none_or(|at| now.duration_since(at) >= NAME_WAITS_AFTER) {
+            self.named = Some(now);
+            eprintln!("settling servers: {done}/{}, {waiting}", self.total);
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+        if self.lines && self.done < self.total {
+            let elapsed = self.started.elapsed().as_secs_f64();
+            eprintln!("settling servers: stopped at {}/{} after {elapsed:.1} s", self.done, self.total);
+        }
+    }
+}
+
+/// The Servers that have not reached the end their fate leads to, and where
+/// each stands (its Available condition, bounded).
+fn unsettled(tracked: &[Tracked], observer: &Observer, cloud: &SimCloud, max: i32) -> Vec<Unsettled> {
+    tracked
+        .iter()
+        .filter_map(|t| {
+            let history = &observer.servers[&t.planned.name];
+            if is_settled(t, history, max, cloud.truth(&t.uid).creates_accepted) {
+                return None;
+            }
+            let standing = match history.latest.as_ref().and_then(|s| s.status.condition(ConditionType::Available)) {
+                Some(available) => bounded(&format!("{}: {}", available.reason, available.message)),
+                None => "no Available condition yet".into(),
+            };
+            Some(Unsettled { server: t.planned.name.clone(), standing })
+        })
+        .collect()
+}
+
+/// At most 120 characters of `text`, cut at a character boundary.
+fn bounded(text: &str) -> String {
+    const MAX: usize = 120;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_owned(),
+    }
 }
 
 /// What users do during the run: delete the designated Server once it runs,
@@ -390,6 +481,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::AtCap) => return "parked at the create cap".into(),
         Some(ParkKind::MissingAfterBoot) => return "vanished after boot, not recreated".into(),
         Some(ParkKind::Refused) => return "refused by the provider".into(),
+        Some(ParkKind::UserDataRefused) => return "parked: user data refused".into(),
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
         None => {}
     }
@@ -450,6 +542,7 @@ fn build_report(
     settled: bool,
     elapsed: Duration,
 ) -> Report {
+    let unsettled = unsettled(tracked, observer, cloud, args.max_attempts.max(1));
     let mut grouped: BTreeMap<(String, String), usize> = BTreeMap::new();
     for t in tracked {
         let Some(history) = observer.servers.get(&t.planned.name) else { continue };
@@ -475,7 +568,8 @@ fn build_report(
         seed: args.seed,
         max_attempts: args.max_attempts.max(1),
         duration_seconds: elapsed.as_secs_f64(),
-        settled,
+        // A Server that settled in the last look counts as settled.
+        settled: settled || unsettled.is_empty(),
         outcomes,
         create_attempts: CreateAttempts {
             calls: c.create_calls,
@@ -507,6 +601,8 @@ fn build_report(
             })
             .collect(),
         violations,
+        timeout_seconds: args.timeout.as_secs_f64(),
+        unsettled,
     }
 }
 
@@ -534,7 +630,7 @@ keep running until Ctrl-C. Try this:
   kubectl get server {EXAMPLE_NAME} -w               # Pending, Building, Running
   kubectl delete server {EXAMPLE_NAME} --wait
 
-New Servers get a fate from --create-failure-rate (0 gives a clean cloud). This cloud
+New Servers get a fate from --create-failure-rate (0: a clean cloud for every Server). This cloud
 lives in this process: `server-controller run --cloud sim` against this API server
 would start an empty cloud of its own, so run it against a real cluster instead.",
         url = world.bed.served().url(),
@@ -601,5 +697,34 @@ mod tests {
         assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 2));
         assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, 3), "three servers made: a wrong park");
         assert!(!is_settled(&tracked(Fate::clean()), &parked_after(2), max, 0), "under the cap it must go on");
+    }
+
+    /// Once no Server settled for 10 s, the progress names the Servers it
+    /// waits for and where each stands; before that it does not.
+    #[test]
+    fn progress_names_what_it_waits_for_once_a_wait_passes_ten_seconds() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let args = Cli::parse_from(["demo", "--servers", "4"]).args;
+        let start = Instant::now();
+        let mut progress = Progress::with(&args, true, start);
+        let waiting = || {
+            vec![Unsettled { server: "server-002".into(), standing: "Provisioning: Waiting for the provider".into() }]
+        };
+        progress.update(start + Duration::from_secs(1), 3, 3, waiting);
+        assert!(!progress.bar.message().contains("server-002"), "{}", progress.bar.message());
+        progress.update(start + Duration::from_secs(11), 3, 3, waiting);
+        let message = progress.bar.message();
+        assert!(
+            message.starts_with("waiting 10 s for server-002 (Provisioning: Waiting for the provider)"),
+            "{message}"
+        );
+        // A Server settling starts the count again.
+        progress.update(start + Duration::from_secs(12), 4, 3, waiting);
+        assert!(!progress.bar.message().contains("server-002"), "{}", progress.bar.message());
     }
 }

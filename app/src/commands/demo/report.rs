@@ -23,6 +23,57 @@ pub(crate) struct Report {
     pub(crate) cloud_calls: BTreeMap<&'static str, u64>,
     pub(crate) invariants: Vec<InvariantVerdict>,
     pub(crate) violations: Vec<Violation>,
+    /// `--timeout`, in seconds.
+    pub(crate) timeout_seconds: f64,
+    /// The Servers that had not settled when the run ended, and why.
+    pub(crate) unsettled: Vec<Unsettled>,
+}
+
+/// A Server that had not reached the end its fate leads to, and where it stood.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub(crate) struct Unsettled {
+    pub(crate) server: String,
+    /// Its Available condition ("Provisioning: Waiting for ..."), bounded.
+    pub(crate) standing: String,
+}
+
+/// How many unsettled Servers a line names before it counts the rest.
+const NAMED: usize = 3;
+
+/// `server-003 (Provisioning: ...), server-007 (...) and 4 more`.
+pub(crate) fn name_unsettled(unsettled: &[Unsettled]) -> String {
+    let mut named: Vec<String> =
+        unsettled.iter().take(NAMED).map(|u| format!("{} ({})", u.server, u.standing)).collect();
+    if unsettled.len() > NAMED {
+        named.push(format!("and {} more", unsettled.len() - NAMED));
+    }
+    named.join(", ")
+}
+
+impl Report {
+    /// Why the run failed, one reason a line; empty when it passed.
+    pub(crate) fn failures(&self) -> Vec<String> {
+        let mut reasons = Vec::new();
+        if !self.violations.is_empty() {
+            let invariants: std::collections::BTreeSet<u8> = self.violations.iter().map(|v| v.invariant).collect();
+            let list: Vec<String> = invariants.iter().map(u8::to_string).collect();
+            reasons.push(format!(
+                "{} violation(s) of invariant(s) {} (listed above)",
+                self.violations.len(),
+                list.join(", ")
+            ));
+        }
+        if !self.settled {
+            reasons.push(format!(
+                "{} of {} Servers did not settle within --timeout {}s: {}",
+                self.unsettled.len(),
+                self.servers,
+                self.timeout_seconds,
+                name_unsettled(&self.unsettled)
+            ));
+        }
+        reasons
+    }
 }
 
 #[derive(Debug, Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -127,7 +178,14 @@ impl fmt::Display for Report {
         for v in &self.violations {
             writeln!(f, "      invariant {} on {}: {}", v.invariant, v.server, v.message)?;
         }
-        let verdict = if self.violations.is_empty() && self.settled { "PASS" } else { "FAIL" };
-        writeln!(f, "\n  verdict: {verdict}")
+        let failures = self.failures();
+        if failures.is_empty() {
+            return writeln!(f, "\n  verdict: PASS");
+        }
+        writeln!(f, "\n  verdict: FAIL")?;
+        for reason in failures {
+            writeln!(f, "    {reason}")?;
+        }
+        Ok(())
     }
 }

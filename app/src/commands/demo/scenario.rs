@@ -36,11 +36,14 @@ pub(crate) struct Planned {
     pub(crate) unmodelled_fields: bool,
 }
 
-pub(crate) fn plan(servers: usize) -> Vec<Planned> {
+/// The Servers to create. Without `showcase` (a clean cloud was asked for:
+/// `--create-failure-rate 0`) no Server plays a faulty role: every fate is
+/// drawn from the (clean) mix.
+pub(crate) fn plan(servers: usize, showcase: bool) -> Vec<Planned> {
     (0..servers)
         .map(|i| Planned {
             name: format!("server-{i:03}"),
-            role: SHOWCASE.get(i).copied().unwrap_or(Role::Drawn),
+            role: SHOWCASE.get(i).copied().filter(|_| showcase).unwrap_or(Role::Drawn),
             unmodelled_fields: i % 5 == 0,
         })
         .collect()

@@ -29,6 +29,7 @@ pub(crate) fn check(
     observer: &Observer,
     max_attempts: i32,
     neutron: Option<&Neutron>,
+    settled: bool,
 ) -> Vec<Violation> {
     let max = max_attempts.max(1);
     let mut violations = Vec::new();
@@ -74,7 +75,11 @@ pub(crate) fn check(
         }
         // 5. The watch and the retry machine agree: a failure the watch saw
         //    was acted on (counted, retrying or parked), never left idle.
+        //    Judged on a settled run only: a run cut short by --timeout
+        //    may end between a failure and the pass that acts on it (the
+        //    verdict then names the Servers that did not settle).
         if let Some(server) = &history.latest
+            && settled
             && !history.gone
             && provider_create_failure(server)
             && !server.status.provider_create_retrying
