@@ -62,6 +62,11 @@ impl Executor {
         let Some(mut server) = object.core() else {
             return Ok(self.report_unreadable(term, object).await);
         };
+        if term.own_writes.cache_is_behind(&server.meta.uid, &object.resource_version().unwrap_or_default()) {
+            // The watch has yet to bring this replica's last write; its
+            // event triggers the next pass.
+            return Ok(Outcome::Yield(Wait::ServerChanged));
+        }
         if let Ok(content) = &object.content
             && term.unread_said.first_time(&server.meta.uid, &content.unread)
         {
@@ -112,6 +117,7 @@ impl Executor {
             name: server.meta.name.clone(),
             namespace: server.meta.namespace.clone(),
             uid: server.meta.uid.clone(),
+            written: false,
             group: group_of(&server),
             cloud: gathered.cloud,
         };
@@ -193,6 +199,8 @@ struct ActionIo<'a> {
     name: String,
     namespace: String,
     uid: String,
+    /// Whether this pass has written the Server yet.
+    written: bool,
     /// Where the Server's provider server is listed (create answers are kept there).
     group: Option<GroupKey>,
     cloud: Result<CloudHandle, String>,
@@ -323,7 +331,7 @@ impl ActionIo<'_> {
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube(context, &e))?;
-        self.resource_version = patched.resource_version().unwrap_or_default();
+        self.wrote(patched.resource_version().unwrap_or_default());
         Ok(())
     }
 
@@ -356,8 +364,16 @@ impl ActionIo<'_> {
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube("writing the status", &e))?;
-        self.resource_version = patched.resource_version().unwrap_or_default();
+        self.wrote(patched.resource_version().unwrap_or_default());
         Ok(())
+    }
+
+    /// A guarded write succeeded: the pass goes on from `written`, and the
+    /// term remembers the version it replaced.
+    fn wrote(&mut self, written: String) {
+        self.term.own_writes.wrote(&self.uid, &self.resource_version, !self.written);
+        self.written = true;
+        self.resource_version = written;
     }
 
     /// Adds or removes the Server's reference finalizer on a consumed

@@ -136,6 +136,7 @@ impl Monitor {
                 if let Some(patch) = status_merge_patch(status, &next) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),
+                        uid: cached.metadata.uid.clone().unwrap_or_default(),
                         namespace: namespace.clone(),
                         resource_version: cached.resource_version().unwrap_or_default(),
                         patch,
@@ -187,7 +188,7 @@ impl Monitor {
     }
 
     async fn patch(&self, term: &Term, caches: &Caches, write: StatusWrite) -> PatchResult {
-        let StatusWrite { name, namespace, resource_version, patch } = write;
+        let StatusWrite { name, uid, namespace, resource_version, patch } = write;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
         // listed the cloud): its patch would only earn a 409. The next poll
@@ -196,10 +197,18 @@ impl Monitor {
         if cached.is_some_and(|server| server.resource_version().as_deref() != Some(resource_version.as_str())) {
             return PatchResult::Conflict;
         }
+        // Nor one this term wrote over since (a pass's write the watch has
+        // yet to bring).
+        if term.own_writes.cache_is_behind(&uid, &resource_version) {
+            return PatchResult::Conflict;
+        }
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
         let api: Api<CachedServer> = Api::namespaced(term.client.clone(), &namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(_) => PatchResult::Patched,
+            Ok(_) => {
+                term.own_writes.wrote(&uid, &resource_version, false);
+                PatchResult::Patched
+            }
             // The Server changed since it was read; the next poll sees it fresh.
             Err(error) if api_code(&error) == Some(409) => PatchResult::Conflict,
             Err(error) => {
@@ -224,6 +233,7 @@ fn label<'a>(server: &'a CachedServer, key: &str) -> Option<&'a str> {
 /// was decided from.
 struct StatusWrite {
     name: String,
+    uid: String,
     namespace: String,
     resource_version: String,
     patch: Value,
