@@ -203,7 +203,7 @@ async fn the_floating_ip_network_is_the_one_the_region_resource_selects() {
         };
         assert_eq!(network_of(&env, &first).as_deref(), Some("ext-b"));
 
-        env.sim
+        env.sim()
             .store()
             .modify("regions", Some(NAMESPACE), REGION, |region| {
                 region["spec"] = selector(json!({"ids": ["ext-c"]}));
@@ -233,7 +233,7 @@ async fn a_server_without_an_ssh_ca_boots_with_the_identitys_keypair() {
         // The identity's keypair, as its provisioning leaves it in Nova and
         // on the OpenstackIdentity.
         openstack(&env).add_keypair("identity-1-key");
-        env.sim
+        env.sim()
             .store()
             .modify("openstackidentities", Some(NAMESPACE), IDENTITY, |identity| {
                 identity["spec"]["sshKeyName"] = json!("identity-1-key");
@@ -280,7 +280,7 @@ async fn a_networks_status_names_its_neutron_network() {
         env.seed("networks", "net-status", json!({"prefix": "10.2.0.0/24"}));
         let recorded = sim.add_network(PROJECT, "made-elsewhere");
         let status = json!({"openstack": {"networkID": recorded}});
-        env.sim
+        env.sim()
             .store()
             .modify("networks", Some(NAMESPACE), "net-status", |network| network["status"] = status.clone())
             .unwrap_or_else(|e| panic!("{e}"));

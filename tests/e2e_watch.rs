@@ -33,8 +33,8 @@ async fn a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down(k
         .with_error_rate(Verb::List, FaultKind::Internal, 1.0)
         .with_error_rate(Verb::Watch, FaultKind::Internal, 1.0)
         .only_resources(["servers"]);
-    env.sim.faults().set(down);
-    env.sim.end_watches();
+    env.sim().faults().set(down);
+    env.sim().end_watches();
     env.idle(2).await;
 
     // Meanwhile, on what will be the relist's first page: a new Server, and
@@ -42,9 +42,9 @@ async fn a_relist_on_several_pages_wakes_what_changed_while_the_watch_was_down(k
     // the watch cannot resume: it relists, on three pages.
     let new = env.create_server("a-new", fast(Fate::clean()), Env::spec());
     env.delete_server("b1").await;
-    env.sim.compact();
+    env.sim().compact();
     let gones = env.counters().watch_gones;
-    env.sim.faults().set(FaultConfig::none());
+    env.sim().faults().set(FaultConfig::none());
     env.wait("the watch found its version compacted", || env.counters().watch_gones > gones).await;
 
     env.wait_server("a-new", "provisioned after the relist", provisioned).await;
