@@ -16,7 +16,8 @@ use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
 use server_e2e::*;
 
-cloud_scenarios!(
+// Fault injection into the API (errors, cut and refused watches): SimKube's.
+simkube_scenarios!(
     scenarios_converge_under_api_faults,
     a_network_newer_than_the_cache_is_confirmed_not_reported_unknown,
     a_frozen_cache_only_conflicts_and_never_leaks_a_reference,

@@ -144,11 +144,30 @@ impl RealApi {
         let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
         let dynamic: DynamicObject =
             serde_json::from_value(object).unwrap_or_else(|e| panic!("{resource}/{name} is no object: {e}"));
-        let created = self
-            .api(resource)
-            .create(&PostParams::default(), &dynamic)
-            .await
-            .unwrap_or_else(|e| panic!("creating {resource}/{name}: {e}"));
+        let api = self.api(resource);
+        let created = match api.create(&PostParams::default(), &dynamic).await {
+            Ok(created) => created,
+            // Seeding again replaces, spec and status, as a store insert does.
+            Err(kube::Error::Api(answer)) if answer.code == 409 && answer.reason == "AlreadyExists" => {
+                let mut replacement = dynamic;
+                let existing = api.get(&name).await.unwrap_or_else(|e| panic!("reading {resource}/{name}: {e}"));
+                replacement.metadata.resource_version = existing.metadata.resource_version;
+                let mut replaced = api
+                    .replace(&name, &PostParams::default(), &replacement)
+                    .await
+                    .unwrap_or_else(|e| panic!("replacing {resource}/{name}: {e}"));
+                // A status subresource keeps the old status through a replace.
+                if status.is_none() && replaced.data.get("status").is_some() {
+                    replaced.data.as_object_mut().map(|data| data.remove("status"));
+                    replaced = api
+                        .replace_status(&name, &PostParams::default(), &replaced)
+                        .await
+                        .unwrap_or_else(|e| panic!("clearing the status of {resource}/{name}: {e}"));
+                }
+                replaced
+            }
+            Err(e) => panic!("creating {resource}/{name}: {e}"),
+        };
         let mut created = serde_json::to_value(created).unwrap_or_default();
         // The status subresource ignores a status on create: set it after, as
         // the object's own controller would.
