@@ -117,7 +117,10 @@ impl RealApi {
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
         let object = serde_json::from_value(json!({ "metadata": { "name": namespace } }))
             .unwrap_or_else(|e| panic!("a namespace object: {e}"));
-        namespaces.create(&PostParams::default(), &object).await.unwrap_or_else(|e| panic!("creating {namespace}: {e}"));
+        namespaces
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap_or_else(|e| panic!("creating {namespace}: {e}"));
         RealApi { shared, namespace, admin, operator }
     }
 
@@ -193,11 +196,8 @@ impl RealApi {
     }
 
     pub async fn list(&self, resource: &str) -> Vec<Value> {
-        let list = self
-            .api(resource)
-            .list(&Default::default())
-            .await
-            .unwrap_or_else(|e| panic!("listing {resource}: {e}"));
+        let list =
+            self.api(resource).list(&Default::default()).await.unwrap_or_else(|e| panic!("listing {resource}: {e}"));
         list.items.into_iter().map(|object| serde_json::to_value(object).unwrap_or_default()).collect()
     }
 

@@ -39,8 +39,8 @@ pub mod apiserver;
 pub mod ha;
 pub mod real;
 
-pub use apiserver::{ApiServer, RealApi, api_server, on_the_real_server};
 use apiserver::block_on;
+pub use apiserver::{ApiServer, RealApi, api_server, on_the_real_server};
 
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
@@ -241,9 +241,10 @@ impl Env {
         // Each HTTP call gets half the controller's cloud timeout, so a slow
         // call fails as the adapter's timeout (transient) before the controller's.
         let timeout = Some(config.cloud_timeout / 2);
-        let cloud_bed = CloudBed::start_with(kind, SimCloud::new(cloud), &tenant_in(&namespace), timeout, openstack_config)
-            .await
-            .unwrap_or_else(|e| panic!("no cloud: {e}"));
+        let cloud_bed =
+            CloudBed::start_with(kind, SimCloud::new(cloud), &tenant_in(&namespace), timeout, openstack_config)
+                .await
+                .unwrap_or_else(|e| panic!("no cloud: {e}"));
         let env = Env {
             kind,
             api,
