@@ -16,7 +16,8 @@ use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
 use server_e2e::*;
 
-cloud_scenarios!(
+// Fault injection into the API (errors, cut and refused watches): SimKube's.
+simkube_scenarios!(
     scenarios_converge_under_api_faults,
     a_network_newer_than_the_cache_is_confirmed_not_reported_unknown,
     a_frozen_cache_only_conflicts_and_never_leaks_a_reference,
@@ -34,7 +35,7 @@ fn faults() -> FaultConfig {
 
 async fn scenarios_converge_under_api_faults(kind: CloudKind) {
     let mut env = Env::new(kind, 31).await;
-    env.sim.faults().set(faults());
+    env.sim().faults().set(faults());
     let happy = env.create_server("happy", fast(Fate::clean()), Env::spec());
     let flaky = env.create_server("flaky", fast(Fate::failing_boots(2)), Env::spec());
     let doomed = env.create_server("doomed", fast(Fate::failing_forever()), Env::spec());
@@ -75,7 +76,7 @@ async fn scenarios_converge_under_api_faults(kind: CloudKind) {
     // Deletion still cleans up everything (deletes go through the store, so
     // the harness itself is not subject to the faults).
     for name in ["happy", "flaky", "doomed", "data"] {
-        env.sim.store().delete("servers", Some(NAMESPACE), name).unwrap_or_else(|e| panic!("deleting {name}: {e}"));
+        env.sim().store().delete("servers", Some(NAMESPACE), name).unwrap_or_else(|e| panic!("deleting {name}: {e}"));
     }
     for name in ["happy", "flaky", "doomed", "data"] {
         env.wait(&format!("{name} is gone"), || env.server(name).is_none()).await;
@@ -101,7 +102,7 @@ async fn scenarios_converge_under_api_faults(kind: CloudKind) {
 async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown(kind: CloudKind) {
     let mut env = Env::new(kind, 32).await;
     let lag = Duration::from_millis(1500);
-    env.sim.faults().set(
+    env.sim().faults().set(
         FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1).with_latency(lag, Duration::ZERO),
     );
     env.start();
@@ -127,7 +128,7 @@ async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown(kind: 
     assert!(env.counters().count(Verb::List, "networks") >= 2, "no live list: the cache did not lag");
     assert!(env.finalizers("networks", late).contains(&reference_finalizer("late")));
     assert_eq!(env.truth(&uid).creates_accepted, 1);
-    env.sim.faults().clear();
+    env.sim().faults().clear();
     env.assert_invariants();
     env.stop().await;
 }
@@ -140,12 +141,12 @@ async fn a_network_newer_than_the_cache_is_confirmed_not_reported_unknown(kind: 
 /// live before releasing them, so none is left behind.
 async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference(kind: CloudKind) {
     let mut env = Env::new(kind, 33).await;
-    env.sim.faults().set(FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1));
+    env.sim().faults().set(FaultConfig::none().only_resources(["networks"]).with_watch_cut_after(1));
     env.start();
     env.wait("the networks watch to be open", || env.counters().count(Verb::Watch, "networks") >= 1).await;
     // Let the open watch get past fault injection before refusing the next ones.
     env.idle(2).await;
-    env.sim.faults().fail_next(Verb::Watch, Some("networks"), FaultKind::Internal, u32::MAX);
+    env.sim().faults().fail_next(Verb::Watch, Some("networks"), FaultKind::Internal, u32::MAX);
     env.seed("networks", "trigger", json!({"prefix": "192.168.1.0/24"}));
     env.wait("the networks watch to be cut", || env.counters().watch_cuts >= 1).await;
 
@@ -164,7 +165,7 @@ async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference(kind: CloudKi
 
     env.delete_server("brief").await;
     env.wait("the Server is gone", || env.server("brief").is_none()).await;
-    env.sim.faults().clear();
+    env.sim().faults().clear();
     for (plural, name) in [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)] {
         assert!(!env.finalizers(plural, name).contains(&reference), "{plural}/{name} keeps the reference");
     }

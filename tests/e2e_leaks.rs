@@ -37,9 +37,8 @@ async fn deleted_servers_leave_no_server_port_or_floating_ip(kind: CloudKind) {
         ("public-a", public_spec(), fast(Fate::clean())),
         ("public-b", public_spec(), fast(Fate::clean()).with_delete_time(Duration::from_secs(1))),
     ];
-    for (name, spec, fate) in &servers {
-        env.create_server(name, fate.clone(), spec.clone());
-    }
+    let uids: Vec<String> =
+        servers.iter().map(|(name, spec, fate)| env.create_server(name, fate.clone(), spec.clone())).collect();
     env.start();
     for (name, spec, _) in &servers {
         let public = spec.get("publicIPAllocation").is_some();
@@ -54,9 +53,9 @@ async fn deleted_servers_leave_no_server_port_or_floating_ip(kind: CloudKind) {
     for (name, _, _) in &servers {
         env.delete_server(name).await;
     }
-    for (name, _, _) in &servers {
+    for ((name, _, _), uid) in servers.iter().zip(&uids) {
         env.wait(&format!("{name} is gone"), || env.server(name).is_none()).await;
-        env.assert_released(&format!("uid-{name}"));
+        env.assert_released(uid);
     }
     if let Some(openstack) = env.openstack() {
         assert!(openstack.ports().is_empty(), "{:?}", openstack.ports());
@@ -87,7 +86,7 @@ async fn blips_before_the_server_create_are_not_create_attempts(kind: CloudKind)
         openstack.inject(Target::Op(Op::PortList), Fault::Status(500), 1);
     }
     let started = std::time::Instant::now();
-    env.create_server("blips", fast(Fate::clean()), Env::spec());
+    let uid = env.create_server("blips", fast(Fate::clean()), Env::spec());
     env.start();
     let server = env
         .wait_server("blips", "Provisioned and running", |s| {
@@ -102,7 +101,7 @@ async fn blips_before_the_server_create_are_not_create_attempts(kind: CloudKind)
     {
         assert_eq!(env.event_count("blips", reason), 0, "{reason}: {:?}", env.events("blips"));
     }
-    assert_eq!(env.truth("uid-blips").create_calls, 1);
+    assert_eq!(env.truth(&uid).create_calls, 1);
     if let Some(openstack) = env.openstack() {
         let counters = openstack.counters();
         assert_eq!(counters.server_creates, 1, "{counters:?}");

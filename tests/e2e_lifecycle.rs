@@ -136,7 +136,7 @@ fn assert_openstack_resources_match(openstack: &openstack::OpenStackSim, uid: &s
     let nova = nova.unwrap_or_else(|| panic!("Nova was never asked for {uid}"));
     assert_eq!((nova.flavor_id.as_str(), nova.image_id.as_str(), nova.project_id.as_str()), (FLAVOR, IMAGE, PROJECT));
     assert_eq!(nova.metadata.get("unikorn:server-name").map(String::as_str), Some("happy"));
-    assert_eq!(nova.metadata.get("unikorn:server-namespace").map(String::as_str), Some(NAMESPACE));
+    assert_eq!(nova.metadata.get("unikorn:server-namespace").map(String::as_str), server.metadata.namespace.as_deref());
     let ports = openstack.ports();
     let [port] = ports.as_slice() else { panic!("one port expected: {ports:?}") };
     assert_eq!(nova.port_id.as_deref(), Some(port.id.as_str()));

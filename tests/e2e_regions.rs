@@ -89,7 +89,7 @@ async fn one_operator_serves_each_region_with_the_cloud_its_region_resource_name
         assert_eq!(simulated.counters().create_calls, 0, "nothing is created in a region not served");
 
         // The Region is corrected: served on a later pass, without a restart.
-        env.sim
+        env.sim()
             .store()
             .modify("regions", Some(NAMESPACE), SIMULATED, |region| region["spec"]["provider"] = json!("simulated"))
             .unwrap_or_else(|e| panic!("{e}"));

@@ -52,9 +52,7 @@ fn passes(name: &str) -> usize {
 
 /// Event notes about a Server, by reason.
 fn event_notes(env: &Env, server: &str) -> Vec<(String, String)> {
-    env.sim
-        .store()
-        .list("events", Some(NAMESPACE))
+    env.objects("events")
         .into_iter()
         .filter(|e| e["regarding"]["name"] == server)
         .map(|e| {

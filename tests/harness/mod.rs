@@ -35,8 +35,12 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use server_sim_testbed::control_plane;
+pub mod apiserver;
 pub mod ha;
 pub mod real;
+
+use apiserver::block_on;
+pub use apiserver::{ApiServer, RealApi, api_server, on_the_real_server};
 
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
@@ -86,12 +90,40 @@ pub fn config_with_resync(every: Duration) -> ControllerConfig {
     ControllerConfig { resync_interval: Some(every), ..test_config() }
 }
 
-/// Defines each scenario `async fn name(kind: CloudKind)` as two tests,
-/// `name::direct` and `name::openstack`, each under the test-wide deadline.
-/// Separate tests (not a loop) so a failure names its kind and the two run
+/// Defines each scenario `async fn name(kind: CloudKind)` as three tests
+/// under the test-wide deadline: `name::direct` and `name::openstack` on
+/// SimKube, and `name::openstack_real` on the reference kube-apiserver (see
+/// [`apiserver`]; skipped outside CI when it is not built). The same body
+/// and assertions each time: [`Env`] takes the API server from the variant.
+/// Separate tests (not a loop) so a failure names its variant and they run
 /// in parallel.
 #[macro_export]
 macro_rules! cloud_scenarios {
+    ($($scenario:ident),+ $(,)?) => {$(
+        mod $scenario {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn direct() {
+                $crate::within(super::$scenario($crate::CloudKind::Direct)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn openstack() {
+                $crate::within(super::$scenario($crate::CloudKind::OpenStack)).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn openstack_real() {
+                $crate::on_the_real_server(super::$scenario($crate::CloudKind::OpenStack)).await
+            }
+        }
+    )+};
+}
+
+/// [`cloud_scenarios!`] for scenarios that need SimKube's own tools (fault
+/// injection into the API, compaction, store-level edits): `direct` and
+/// `openstack` on SimKube only. docs/TESTING.md lists them and why.
+#[macro_export]
+macro_rules! simkube_scenarios {
     ($($scenario:ident),+ $(,)?) => {$(
         mod $scenario {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,15 +151,30 @@ struct Running {
     task: JoinHandle<Result<(), server_kube::Error>>,
 }
 
+/// The API server of an [`Env`].
+enum Backend {
+    /// SimKube served; seeds, edits and reads go through its store.
+    SimKube(KubeBed),
+    /// A namespace on the reference kube-apiserver; everything through the API.
+    Real(RealApi),
+}
+
 /// One test's world.
 pub struct Env {
     pub kind: CloudKind,
-    pub sim: SimKube,
+    pub api: ApiServer,
+    /// The test's namespace: [`NAMESPACE`] on SimKube, one of its own on
+    /// the shared real control plane.
+    pub namespace: String,
     pub cloud: SimCloud,
+    /// The client of a user or an operator (on the real server the admin).
     pub client: Client,
+    /// The operator's client (SimKube's admin; on the real server
+    /// deploy/base's ServiceAccount).
+    operator_client: Client,
     pub config: ControllerConfig,
-    /// SimKube served, and SimCloud on the Env's path; dropped with the Env.
-    kube_bed: KubeBed,
+    /// The API server, and SimCloud on the Env's path; dropped with the Env.
+    backend: Backend,
     cloud_bed: CloudBed,
     /// Operator starts so far: each OpenStack adapter is a fresh one (a
     /// restarted process), so each may log in once.
@@ -136,7 +183,8 @@ pub struct Env {
     /// Regions served besides [`REGION`], each by its own cloud.
     other_regions: Vec<(String, RegionCloud)>,
     invariant_violated: Arc<AtomicBool>,
-    watched_uids: Arc<std::sync::Mutex<Vec<String>>>,
+    /// (uid, name) of every Server the test created.
+    watched_uids: Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
 
 impl Env {
@@ -168,23 +216,44 @@ impl Env {
         openstack_config: openstack::OpenStackSimConfig,
     ) -> Env {
         init_tracing();
-        let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
-        let kube_bed = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE)
-            .await
-            .unwrap_or_else(|e| panic!("no test bed: {e}"));
+        let api = api_server();
+        let (backend, namespace, client, operator_client) = match api {
+            ApiServer::SimKube => {
+                let sim = SimKube::builder().seed(seed).bookmark_interval(Duration::from_millis(100)).build();
+                let bed = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE)
+                    .await
+                    .unwrap_or_else(|e| panic!("no test bed: {e}"));
+                let client = bed.client.clone();
+                (Backend::SimKube(bed), NAMESPACE.to_owned(), client.clone(), client)
+            }
+            ApiServer::Real => {
+                let real = RealApi::start().await;
+                let (namespace, admin, operator) = (real.namespace.clone(), real.admin.clone(), real.operator.clone());
+                (Backend::Real(real), namespace, admin, operator)
+            }
+        };
+        let mut config = config;
+        for scope in [&mut config.namespace, &mut config.region_namespace] {
+            if scope.as_deref() == Some(NAMESPACE) {
+                *scope = Some(namespace.clone());
+            }
+        }
         // Each HTTP call gets half the controller's cloud timeout, so a slow
         // call fails as the adapter's timeout (transient) before the controller's.
         let timeout = Some(config.cloud_timeout / 2);
-        let cloud_bed = CloudBed::start_with(kind, SimCloud::new(cloud), &tenant(), timeout, openstack_config)
-            .await
-            .unwrap_or_else(|e| panic!("no cloud: {e}"));
+        let cloud_bed =
+            CloudBed::start_with(kind, SimCloud::new(cloud), &tenant_in(&namespace), timeout, openstack_config)
+                .await
+                .unwrap_or_else(|e| panic!("no cloud: {e}"));
         let env = Env {
             kind,
-            sim: kube_bed.sim.clone(),
+            api,
+            namespace,
             cloud: cloud_bed.cloud.clone(),
-            client: kube_bed.client.clone(),
+            client,
+            operator_client,
             config,
-            kube_bed,
+            backend,
             cloud_bed,
             starts: 0,
             running: None,
@@ -219,7 +288,7 @@ impl Env {
             registry.insert(region.clone(), cloud.clone());
         }
         self.starts += 1;
-        let operator = Operator::with_metrics(self.client.clone(), registry, self.config.clone(), metrics);
+        let operator = Operator::with_metrics(self.operator_client.clone(), registry, self.config.clone(), metrics);
         let (stop, stopped) = oneshot::channel::<()>();
         let shutdown = async move {
             let _ = stopped.await;
@@ -255,37 +324,97 @@ impl Env {
         }
     }
 
+    /// SimKube, for a scenario that uses its own tools (fault injection,
+    /// compaction, its store): such a scenario runs on SimKube only.
+    pub fn sim(&self) -> &SimKube {
+        match &self.backend {
+            Backend::SimKube(bed) => &bed.sim,
+            Backend::Real(_) => panic!("a SimKube-only scenario ran on the real API server"),
+        }
+    }
+
+    fn kube_bed(&self) -> &KubeBed {
+        match &self.backend {
+            Backend::SimKube(bed) => bed,
+            Backend::Real(_) => panic!("a SimKube-only scenario ran on the real API server"),
+        }
+    }
+
+    /// The test's namespace on the real API server, `None` on SimKube.
+    pub fn real(&self) -> Option<&RealApi> {
+        match &self.backend {
+            Backend::SimKube(_) => None,
+            Backend::Real(real) => Some(real),
+        }
+    }
+
     /// The address SimKube serves on.
     pub fn api_addr(&self) -> std::net::SocketAddr {
-        self.kube_bed.served().addr()
+        self.kube_bed().served().addr()
     }
 
     /// SimKube's URL, for a client of one's own.
     pub fn api_url(&self) -> String {
-        self.kube_bed.served().url()
+        self.kube_bed().served().url()
+    }
+
+    fn tenant(&self) -> Tenant {
+        tenant_in(&self.namespace)
     }
 
     // ---- fixtures ----------------------------------------------------------
 
-    /// Seeds an object through the store: no API request, status kept.
+    /// Seeds an object: through SimKube's store (no API request, status
+    /// kept), or created by the admin on the real server.
     pub fn seed(&self, plural: &str, name: &str, spec: Value) {
-        self.kube_bed.seed(&tenant(), plural, name, spec).unwrap_or_else(|e| panic!("{e}"));
-        self.cloud_bed.seed_neutron(&tenant(), plural, name);
+        match &self.backend {
+            Backend::SimKube(bed) => bed.seed(&self.tenant(), plural, name, spec).unwrap_or_else(|e| panic!("{e}")),
+            Backend::Real(real) => drop(block_on(real.create(plural, self.tenant().object(name, spec)))),
+        }
+        self.cloud_bed.seed_neutron(&self.tenant(), plural, name);
     }
 
     /// The Identity (ready or not) and its OpenstackIdentity.
     pub fn seed_identity(&self, ready: bool) {
-        self.kube_bed.seed_tenant(&tenant(), ready).unwrap_or_else(|e| panic!("{e}"));
+        match &self.backend {
+            Backend::SimKube(bed) => bed.seed_tenant(&self.tenant(), ready).unwrap_or_else(|e| panic!("{e}")),
+            Backend::Real(real) => block_on(real.seed_tenant(&self.tenant(), ready)),
+        }
     }
 
     /// Makes the Identity ready without a new Server event (as its own controller would).
     pub fn make_identity_ready(&self) {
-        self.sim
-            .store()
-            .modify("identities", Some(NAMESPACE), IDENTITY, |identity| {
-                identity["status"] = Tenant::provisioned();
-            })
-            .unwrap_or_else(|e| panic!("making the identity ready: {e}"));
+        self.edit("identities", IDENTITY, |identity| identity["status"] = Tenant::provisioned());
+    }
+
+    /// Edits a stored object as its own controller or a person with write
+    /// access would: in SimKube's store, or read, edited and written back
+    /// (spec and status each through its own endpoint) on the real server.
+    pub fn edit(&self, plural: &str, name: &str, edit: impl Fn(&mut Value)) {
+        match &self.backend {
+            Backend::SimKube(bed) => bed
+                .store()
+                .modify(plural, Some(&self.namespace), name, edit)
+                .map(drop)
+                .unwrap_or_else(|e| panic!("editing {plural}/{name}: {e}")),
+            Backend::Real(real) => block_on(real.edit(plural, name, edit)),
+        }
+    }
+
+    /// A stored object of the test's namespace as JSON.
+    pub fn object(&self, plural: &str, name: &str) -> Option<Value> {
+        match &self.backend {
+            Backend::SimKube(bed) => bed.store().get(plural, Some(&self.namespace), name),
+            Backend::Real(real) => block_on(real.get(plural, name)),
+        }
+    }
+
+    /// The objects of a kind in the test's namespace as JSON.
+    pub fn objects(&self, plural: &str) -> Vec<Value> {
+        match &self.backend {
+            Backend::SimKube(bed) => bed.store().list(plural, Some(&self.namespace)),
+            Backend::Real(real) => block_on(real.list(plural)),
+        }
     }
 
     /// A Server spec attached to the seeded network and security group.
@@ -298,24 +427,49 @@ impl Env {
         })
     }
 
-    /// Creates a Server with a chosen uid whose cloud fate is scripted first,
-    /// so the fate is in place before the controller can see the Server.
+    /// Creates a Server whose cloud fate is in place before the controller
+    /// can act on it. On SimKube the uid is chosen (`uid-<name>`) and the
+    /// fate scripted first. On the real server the API server assigns the
+    /// uid: the fate is scripted right after the create when the operator is
+    /// not running, else the Server is created paused, scripted, and unpaused
+    /// (a Server the spec pauses stays paused).
     pub fn create_server(&self, name: &str, fate: Fate, spec: Value) -> String {
         self.create_server_with_labels(name, fate, spec, &[(REGION_LABEL, REGION), (IDENTITY_LABEL, IDENTITY)])
     }
 
     pub fn create_server_with_labels(&self, name: &str, fate: Fate, spec: Value, labels: &[(&str, &str)]) -> String {
-        let uid = format!("uid-{name}");
-        self.cloud.script(&uid, fate);
         let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-        let object = json!({
-            "apiVersion": "region.unikorn-cloud.org/v1alpha1",
-            "metadata": { "name": name, "namespace": NAMESPACE, "uid": uid, "labels": labels },
-            "spec": spec,
-        });
-        self.sim.store().insert("servers", object).unwrap_or_else(|e| panic!("creating server {name}: {e}"));
+        let uid = match &self.backend {
+            Backend::SimKube(bed) => {
+                let uid = format!("uid-{name}");
+                self.cloud.script(&uid, fate);
+                let object = json!({
+                    "apiVersion": "region.unikorn-cloud.org/v1alpha1",
+                    "metadata": { "name": name, "namespace": self.namespace, "uid": uid, "labels": labels },
+                    "spec": spec,
+                });
+                bed.store().insert("servers", object).unwrap_or_else(|e| panic!("creating server {name}: {e}"));
+                uid
+            }
+            Backend::Real(real) => {
+                let hold = self.running.is_some() && spec["pause"] != json!(true);
+                let pause = spec.get("pause").cloned().unwrap_or(Value::Null);
+                let mut spec = spec;
+                if hold {
+                    spec["pause"] = json!(true);
+                }
+                let object = json!({ "metadata": { "name": name, "labels": labels }, "spec": spec });
+                let created = block_on(real.create("servers", object));
+                let uid = created["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+                self.cloud.script(&uid, fate);
+                if hold {
+                    block_on(real.merge_patch("servers", name, json!({ "spec": { "pause": pause } })));
+                }
+                uid
+            }
+        };
         if let Ok(mut uids) = self.watched_uids.lock() {
-            uids.push(uid.clone());
+            uids.push((uid.clone(), name.to_owned()));
         }
         uid
     }
@@ -323,7 +477,7 @@ impl Env {
     // ---- what a user or an operator does, through the API ------------------
 
     fn servers(&self) -> Api<Server> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     /// Merge-patches the Server's spec (a user edit: the generation moves).
@@ -349,28 +503,23 @@ impl Env {
     }
 
     /// Edits the stored Server directly (simulating lost or stale status).
-    pub fn edit_server(&self, name: &str, edit: impl FnOnce(&mut Value)) {
-        self.sim
-            .store()
-            .modify("servers", Some(NAMESPACE), name, edit)
-            .unwrap_or_else(|e| panic!("editing {name}: {e}"));
+    pub fn edit_server(&self, name: &str, edit: impl Fn(&mut Value)) {
+        self.edit("servers", name, edit);
     }
 
-    // ---- observations (through the store: no API requests) -----------------
+    // ---- observations (SimKube's store, or the admin's reads: never counted) --
 
     pub fn server(&self, name: &str) -> Option<Server> {
-        let value = self.sim.store().get("servers", Some(NAMESPACE), name)?;
+        let value = self.server_json(name)?;
         Some(serde_json::from_value(value).unwrap_or_else(|e| panic!("server {name} does not parse: {e}")))
     }
 
     pub fn server_json(&self, name: &str) -> Option<Value> {
-        self.sim.store().get("servers", Some(NAMESPACE), name)
+        self.object("servers", name)
     }
 
     pub fn finalizers(&self, plural: &str, name: &str) -> Vec<String> {
-        self.sim
-            .store()
-            .get(plural, Some(NAMESPACE), name)
+        self.object(plural, name)
             .and_then(|o| serde_json::from_value(o["metadata"]["finalizers"].clone()).ok())
             .unwrap_or_default()
     }
@@ -378,7 +527,7 @@ impl Env {
     /// Events about a Server, by reason, counting a series as its count.
     pub fn events(&self, server: &str) -> BTreeMap<String, u64> {
         let mut counts = BTreeMap::new();
-        for event in self.sim.store().list("events", Some(NAMESPACE)) {
+        for event in self.objects("events") {
             if event["regarding"]["name"] != server {
                 continue;
             }
@@ -394,9 +543,7 @@ impl Env {
     /// with `kubectl describe` (a series shows its first note).
     pub fn event_notes(&self, server: &str, reason: &str) -> Vec<String> {
         let mut notes: Vec<String> = self
-            .sim
-            .store()
-            .list("events", Some(NAMESPACE))
+            .objects("events")
             .into_iter()
             .filter(|event| event["regarding"]["name"] == server && event["reason"] == reason)
             .filter_map(|event| event["note"].as_str().map(str::to_owned))
@@ -409,8 +556,14 @@ impl Env {
         self.events(server).get(reason).copied().unwrap_or(0)
     }
 
+    /// The operator's API requests: SimKube's counters (which count the
+    /// test's own API writes too), or on the real server what the audit log
+    /// has of the operator's ServiceAccount in the test's namespace.
     pub fn counters(&self) -> CounterSnapshot {
-        self.sim.counters()
+        match &self.backend {
+            Backend::SimKube(bed) => bed.sim.counters(),
+            Backend::Real(real) => real.counters(),
+        }
     }
 
     pub fn truth(&self, uid: &str) -> UidTruth {
@@ -473,10 +626,21 @@ impl Env {
         self.openstack().map(OpenStackSim::counters)
     }
 
+    /// The name of the Server the test created with this uid.
+    pub fn name_of(&self, uid: &str) -> String {
+        let watched = self.watched_uids.lock().map(|u| u.clone()).unwrap_or_default();
+        match watched.into_iter().find(|(u, _)| u == uid) {
+            Some((_, name)) => name,
+            // A provider server seeded by hand on SimKube, its uid `uid-<name>`.
+            None if self.api == ApiServer::SimKube => uid.strip_prefix("uid-").unwrap_or(uid).to_owned(),
+            None => panic!("no Server of this test has uid {uid}"),
+        }
+    }
+
     /// Neutron ports made for the Server with this uid (None for the direct
-    /// path). Ports are named after the Server, whose uid here is `uid-<name>`.
+    /// path). Ports are named after the Server.
     pub fn openstack_ports_of(&self, uid: &str) -> Option<usize> {
-        let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
+        let name = port_name(&self.name_of(uid));
         self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
     }
 
@@ -508,13 +672,13 @@ impl Env {
     /// so nothing will ever release them). Each is a violation, not a
     /// statistic (DESIGN "Every provider resource is released").
     pub fn leaks(&self) -> Vec<String> {
-        let watched: Vec<String> = self.watched_uids.lock().map(|u| u.clone()).unwrap_or_default();
+        let watched = self.watched_uids.lock().map(|u| u.clone()).unwrap_or_default();
         let gone = |name: &str| self.server_json(name).is_none();
         let mut leaks: Vec<String> = watched
             .iter()
-            .filter(|uid| gone(uid.strip_prefix("uid-").unwrap_or(uid)))
-            .filter(|uid| self.truth(uid).live > 0)
-            .map(|uid| format!("provider server of deleted Server {uid}"))
+            .filter(|(_, name)| gone(name))
+            .filter(|(uid, _)| self.truth(uid).live > 0)
+            .map(|(uid, name)| format!("provider server of deleted Server {name} ({uid})"))
             .collect();
         if let Some(openstack) = self.openstack() {
             let ports = openstack.ports();
@@ -537,8 +701,8 @@ impl Env {
         let (cloud, uids, flag) = (self.cloud.clone(), self.watched_uids.clone(), self.invariant_violated.clone());
         tokio::spawn(async move {
             loop {
-                let watched: Vec<String> = uids.lock().map(|u| u.clone()).unwrap_or_default();
-                if watched.iter().any(|uid| cloud.truth(uid).live > 1) {
+                let watched = uids.lock().map(|u| u.clone()).unwrap_or_default();
+                if watched.iter().any(|(uid, _)| cloud.truth(uid).live > 1) {
                     flag.store(true, Ordering::SeqCst);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -562,9 +726,14 @@ impl Drop for Env {
     }
 }
 
-/// The tenant every test runs as.
+/// The tenant every SimKube test runs as.
 pub(crate) fn tenant() -> Tenant {
-    Tenant::new(NAMESPACE, REGION, IDENTITY).with_openstack(PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
+    tenant_in(NAMESPACE)
+}
+
+/// The tenant of a test's namespace.
+pub(crate) fn tenant_in(namespace: &str) -> Tenant {
+    Tenant::new(namespace, REGION, IDENTITY).with_openstack(PROJECT, OPENSTACK_USER, OPENSTACK_PASSWORD)
 }
 
 fn json_of(server: Option<&Server>) -> Value {

@@ -305,12 +305,29 @@ impl ControlPlane {
     /// level: the byte counts stay zero. Rejections by API Priority and
     /// Fairness are audited (429) like any answer.
     pub fn audited_counters(&self, user: &str) -> Result<CounterSnapshot, ControlPlaneError> {
+        self.audited_counters_in(user, None)
+    }
+
+    /// [`ControlPlane::audited_counters`] of the requests about objects in
+    /// `namespace` only (when given): one test's operator among several
+    /// sharing a control plane and a ServiceAccount, each confined to its
+    /// namespace.
+    pub fn audited_counters_in(
+        &self,
+        user: &str,
+        namespace: Option<&str>,
+    ) -> Result<CounterSnapshot, ControlPlaneError> {
         let file = std::fs::File::open(self.audit_log()).map_err(io("reading the audit log"))?;
         let mut counters = CounterSnapshot::default();
         for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
             let line = line.map_err(io("reading the audit log"))?;
             let Ok(event) = serde_json::from_str::<AuditEvent>(&line) else { continue };
             if event.user.username != user {
+                continue;
+            }
+            if namespace.is_some()
+                && event.object_ref.as_ref().and_then(|object| object.namespace.as_deref()) != namespace
+            {
                 continue;
             }
             let Some(verb) = Verb::ALL.into_iter().find(|verb| verb.as_str() == event.verb) else { continue };
@@ -431,6 +448,7 @@ struct AuditObject {
     #[serde(default)]
     resource: String,
     subresource: Option<String>,
+    namespace: Option<String>,
 }
 
 #[derive(Default, serde::Deserialize)]

@@ -277,8 +277,8 @@ impl BenchWorld {
     /// (edits a Server the provider refused), and marks those that reached
     /// the end their fate leads to. Returns how many are settled.
     pub(crate) async fn observe(&mut self, settled: &mut [bool], max_attempts: i32) -> anyhow::Result<usize> {
-        for i in 0..self.tracked.len() {
-            if settled[i] {
+        for (i, done) in settled.iter_mut().enumerate().take(self.tracked.len()) {
+            if *done {
                 continue;
             }
             let Some(object) = self.stored(&self.tracked[i].planned.name) else { continue };
@@ -290,7 +290,7 @@ impl BenchWorld {
             let t = &self.tracked[i];
             let history = demo::observer::History { latest: Some(server), ..Default::default() };
             let made = self.cloud.cloud.truth(&t.uid).creates_accepted;
-            settled[i] = demo::is_settled(t, &history, max_attempts, made);
+            *done = demo::is_settled(t, &history, max_attempts, made);
         }
         Ok(settled.iter().filter(|done| **done).count())
     }
@@ -305,7 +305,7 @@ impl BenchWorld {
             .map(|(t, _)| {
                 let object = self.stored(&t.planned.name);
                 let history = demo::observer::History {
-                    latest: object.as_ref().and_then(|o| core_view(o)),
+                    latest: object.as_ref().and_then(core_view),
                     gone: object.is_none(),
                     ..Default::default()
                 };
