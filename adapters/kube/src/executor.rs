@@ -62,7 +62,8 @@ impl Executor {
         let Some(mut server) = object.core() else {
             return Ok(self.report_unreadable(term, object).await);
         };
-        if term.own_writes.cache_is_behind(&server.meta.uid, &object.resource_version().unwrap_or_default()) {
+        let cached_version = object.resource_version().unwrap_or_default();
+        if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
             // The watch has yet to bring this replica's last write; its
             // event triggers the next pass.
             return Ok(Outcome::Yield(Wait::ServerChanged));
@@ -348,10 +349,15 @@ impl ActionIo<'_> {
             other => return other,
         }
         let body = json!({ "metadata": metadata });
-        self.servers()
+        let patched = self
+            .servers()
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| PatchError::from_kube(CONTEXT, &e))?;
+        // Unguarded: what it replaced is not known, what it made is.
+        let made = patched.resource_version().unwrap_or_default();
+        self.term.own_writes.wrote(&self.uid, None, &made, !self.written, std::time::Instant::now());
+        self.written = true;
         Ok(())
     }
 
@@ -371,7 +377,8 @@ impl ActionIo<'_> {
     /// A guarded write succeeded: the pass goes on from `written`, and the
     /// term remembers the version it replaced.
     fn wrote(&mut self, written: String) {
-        self.term.own_writes.wrote(&self.uid, &self.resource_version, !self.written);
+        let now = std::time::Instant::now();
+        self.term.own_writes.wrote(&self.uid, Some(&self.resource_version), &written, !self.written, now);
         self.written = true;
         self.resource_version = written;
     }

@@ -32,6 +32,7 @@ mod kube_api;
 mod leader;
 mod metrics;
 mod monitor;
+mod own_writes;
 mod references;
 mod region;
 mod shutdown;

@@ -199,14 +199,15 @@ impl Monitor {
         }
         // Nor one this term wrote over since (a pass's write the watch has
         // yet to bring).
-        if term.own_writes.cache_is_behind(&uid, &resource_version) {
+        if term.own_writes.cache_is_behind(&uid, &resource_version, std::time::Instant::now()) {
             return PatchResult::Conflict;
         }
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
         let api: Api<CachedServer> = Api::namespaced(term.client.clone(), &namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(_) => {
-                term.own_writes.wrote(&uid, &resource_version, false);
+            Ok(patched) => {
+                let made = patched.resource_version().unwrap_or_default();
+                term.own_writes.wrote(&uid, Some(&resource_version), &made, false, std::time::Instant::now());
                 PatchResult::Patched
             }
             // The Server changed since it was read; the next poll sees it fresh.

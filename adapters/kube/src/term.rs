@@ -20,6 +20,7 @@ use crate::config::ControllerConfig;
 use crate::events::EventPublisher;
 use crate::fence::{Fence, fenced_client};
 use crate::metrics::Metrics;
+use crate::own_writes::OwnWrites;
 use crate::references::ReferenceWriter;
 
 /// One leadership term: what the replica may act through, and what it
@@ -44,57 +45,6 @@ pub(crate) struct Term {
     pub(crate) unread_said: UnreadSaid,
     /// The versions of each Server this term's last pass wrote over.
     pub(crate) own_writes: OwnWrites,
-}
-
-/// The resourceVersions of each Server that this term's writes replaced, in
-/// the last pass that wrote it. A cached Server at one of them is older than
-/// a write of this replica, so a pass on it would decide on stale facts and
-/// its guarded writes could only earn a 409: the pass waits for the watch to
-/// bring the write, which triggers the next pass. Equality only: a
-/// resourceVersion is opaque, never ordered.
-#[derive(Debug, Default)]
-pub(crate) struct OwnWrites {
-    replaced: Mutex<std::collections::HashMap<String, Vec<String>>>,
-}
-
-/// Past this many Servers the memory is cleared: at worst a pass meets a 409.
-const MAX_OWN_WRITES: usize = 200_000;
-/// A pass writes a Server a few times; the oldest versions go first.
-const MAX_VERSIONS_PER_SERVER: usize = 8;
-
-impl OwnWrites {
-    /// Whether the cache's copy of Server `uid`, at `cached`, is one this
-    /// term's last writes replaced. A copy that is not forgets them: the
-    /// cache has caught up, or someone else wrote since.
-    pub(crate) fn cache_is_behind(&self, uid: &str, cached: &str) -> bool {
-        let mut replaced = self.replaced.lock().unwrap_or_else(PoisonError::into_inner);
-        if replaced.get(uid).is_some_and(|versions| versions.iter().any(|v| v == cached)) {
-            return true;
-        }
-        replaced.remove(uid);
-        false
-    }
-
-    /// A write of Server `uid` replaced version `from`; `first` when it is a
-    /// pass's first write (an earlier pass's versions are then forgotten).
-    /// The monitor's writes add to a pass's.
-    pub(crate) fn wrote(&self, uid: &str, from: &str, first: bool) {
-        if uid.is_empty() || from.is_empty() {
-            return;
-        }
-        let mut replaced = self.replaced.lock().unwrap_or_else(PoisonError::into_inner);
-        if replaced.len() >= MAX_OWN_WRITES {
-            replaced.clear();
-        }
-        let versions = replaced.entry(uid.to_owned()).or_default();
-        if first {
-            versions.clear();
-        }
-        if versions.len() >= MAX_VERSIONS_PER_SERVER {
-            versions.remove(0);
-        }
-        versions.push(from.to_owned());
-    }
 }
 
 /// What was said, per Server, about values it holds that could not be read
@@ -314,34 +264,5 @@ mod tests {
         assert!(matches!(refused, Err(CloudError::Unavailable { status: 503, .. })), "{refused:?}");
         let new = second.clouds.get("region").expect("the region").port.clone();
         assert!(new.list(&identity).await.is_ok());
-    }
-}
-
-#[cfg(test)]
-mod own_writes_tests {
-    use super::OwnWrites;
-
-    #[test]
-    fn a_cached_version_this_term_wrote_over_is_behind_until_the_cache_moves_on() {
-        let writes = OwnWrites::default();
-        assert!(!writes.cache_is_behind("uid-a", "5"), "nothing written: any copy is current");
-        // One pass: 5 -> 6 -> 7.
-        writes.wrote("uid-a", "5", true);
-        writes.wrote("uid-a", "6", false);
-        assert!(writes.cache_is_behind("uid-a", "5"));
-        assert!(writes.cache_is_behind("uid-a", "6"));
-        assert!(!writes.cache_is_behind("uid-b", "5"), "another Server is not held up");
-        // The watch brought 7 (or someone else's 8): current, and forgotten.
-        assert!(!writes.cache_is_behind("uid-a", "7"));
-        assert!(!writes.cache_is_behind("uid-a", "5"), "forgotten once the cache moved on");
-    }
-
-    #[test]
-    fn a_new_pass_forgets_the_versions_an_earlier_pass_replaced() {
-        let writes = OwnWrites::default();
-        writes.wrote("uid-a", "5", true);
-        writes.wrote("uid-a", "9", true);
-        assert!(writes.cache_is_behind("uid-a", "9"));
-        assert!(!writes.cache_is_behind("uid-a", "5"));
     }
 }
