@@ -68,6 +68,7 @@ impl Executor {
             // event triggers the next pass.
             return Ok(Outcome::Yield(Wait::ServerChanged));
         }
+        let _in_flight = term.passes.start(&server.meta.uid);
         if let Ok(content) = &object.content
             && term.unread_said.first_time(&server.meta.uid, &content.unread)
         {

@@ -202,6 +202,10 @@ impl Monitor {
         if term.own_writes.cache_is_behind(&uid, &resource_version, std::time::Instant::now()) {
             return PatchResult::Conflict;
         }
+        // Nor one a pass is acting on: the pass writes what it decides.
+        if term.passes.acting_on(&uid) {
+            return PatchResult::Conflict;
+        }
         let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
         let api: Api<CachedServer> = Api::namespaced(term.client.clone(), &namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {

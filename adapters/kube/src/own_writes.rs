@@ -130,3 +130,53 @@ mod tests {
         assert!(!writes.cache_is_behind("uid-a", "5", later));
     }
 }
+
+/// The Servers a pass of this term is acting on right now. The monitor
+/// leaves them to the pass: its status patch landing between the pass's
+/// status write and its annotation write would fail the latter, and the
+/// pass's Event (announced by the annotation) would be sent again.
+#[derive(Debug, Default)]
+pub(crate) struct PassesInFlight {
+    uids: Mutex<std::collections::HashSet<String>>,
+}
+
+impl PassesInFlight {
+    /// Marks a pass on Server `uid` until the returned guard is dropped.
+    pub(crate) fn start<'a>(&'a self, uid: &str) -> InFlight<'a> {
+        self.uids.lock().unwrap_or_else(PoisonError::into_inner).insert(uid.to_owned());
+        InFlight { passes: self, uid: uid.to_owned() }
+    }
+
+    /// Whether a pass on Server `uid` is acting now.
+    pub(crate) fn acting_on(&self, uid: &str) -> bool {
+        self.uids.lock().unwrap_or_else(PoisonError::into_inner).contains(uid)
+    }
+}
+
+/// A pass in flight; dropping it (however the pass ends) clears the mark.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a> {
+    passes: &'a PassesInFlight,
+    uid: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.passes.uids.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.uid);
+    }
+}
+
+#[cfg(test)]
+mod in_flight_tests {
+    use super::PassesInFlight;
+
+    #[test]
+    fn a_pass_is_in_flight_until_its_guard_is_dropped() {
+        let passes = PassesInFlight::default();
+        let guard = passes.start("uid-a");
+        assert!(passes.acting_on("uid-a"));
+        assert!(!passes.acting_on("uid-b"));
+        drop(guard);
+        assert!(!passes.acting_on("uid-a"));
+    }
+}

@@ -20,7 +20,7 @@ use crate::config::ControllerConfig;
 use crate::events::EventPublisher;
 use crate::fence::{Fence, fenced_client};
 use crate::metrics::Metrics;
-use crate::own_writes::OwnWrites;
+use crate::own_writes::{OwnWrites, PassesInFlight};
 use crate::references::ReferenceWriter;
 
 /// One leadership term: what the replica may act through, and what it
@@ -45,6 +45,8 @@ pub(crate) struct Term {
     pub(crate) unread_said: UnreadSaid,
     /// The versions of each Server this term's last pass wrote over.
     pub(crate) own_writes: OwnWrites,
+    /// The Servers a pass of this term is acting on.
+    pub(crate) passes: PassesInFlight,
 }
 
 /// What was said, per Server, about values it holds that could not be read
@@ -153,6 +155,7 @@ impl Terms {
             events: EventPublisher::new(client.clone(), config.reporting_instance.clone()),
             unread_said: UnreadSaid::default(),
             own_writes: OwnWrites::default(),
+            passes: PassesInFlight::default(),
             client,
         }
     }
