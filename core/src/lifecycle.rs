@@ -4,8 +4,8 @@
 //! annotations, latches and condition reasons, never message text.
 
 use crate::model::{
-    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus, ConditionType,
-    Server,
+    CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason,
+    ConditionStatus, ConditionType, Server,
 };
 use crate::predicate::{booted_server_unseen, ever_booted};
 use crate::reconcile::Options;
@@ -23,6 +23,9 @@ pub enum ParkKind {
     MissingAfterBoot,
     /// The spec cannot be acted on as written (a repeated ID).
     InvalidSpec,
+    /// The cloud's policy forbade this generation's create: a person must
+    /// grant what it asks for, then request a retry.
+    Forbidden,
 }
 
 impl ParkKind {
@@ -32,6 +35,7 @@ impl ParkKind {
             ParkKind::Refused => "refused",
             ParkKind::MissingAfterBoot => "missing-after-boot",
             ParkKind::InvalidSpec => "invalid-spec",
+            ParkKind::Forbidden => "forbidden",
         }
     }
 }
@@ -54,6 +58,11 @@ pub enum Park {
     InvalidSpec {
         message: String,
     },
+    /// The cloud's policy forbade the create of this generation; `message`
+    /// says what a person must do.
+    Forbidden {
+        message: String,
+    },
 }
 
 impl Park {
@@ -63,6 +72,7 @@ impl Park {
             Park::Refused { .. } => ParkKind::Refused,
             Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
+            Park::Forbidden { .. } => ParkKind::Forbidden,
         }
     }
 
@@ -70,7 +80,7 @@ impl Park {
     pub fn message(&self) -> String {
         match self {
             Park::AtCap { max } => format!("Provider server create failed after {max} attempts"),
-            Park::Refused { message } | Park::InvalidSpec { message } => message.clone(),
+            Park::Refused { message } | Park::InvalidSpec { message } | Park::Forbidden { message } => message.clone(),
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
         }
     }
@@ -89,6 +99,7 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::Refused => refused_park(server),
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
         ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
+        ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
     })
 }
 
@@ -172,6 +183,9 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         if status.provider_create_failures >= options.max_attempts() && !status.provider_create_retrying {
             return Lifecycle::Parked(ParkKind::AtCap);
         }
+        if forbidden_this_generation(server) {
+            return Lifecycle::Parked(ParkKind::Forbidden);
+        }
         if refused_this_generation(server) {
             return Lifecycle::Parked(ParkKind::Refused);
         }
@@ -191,6 +205,21 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         Some(ConditionStatus::False) => Lifecycle::Unhealthy,
         Some(ConditionStatus::Unknown) | None => Lifecycle::Unseen,
     }
+}
+
+/// The cloud's policy forbade the create of the Server's current generation.
+pub(crate) fn forbidden_this_generation(server: &Server) -> bool {
+    server
+        .meta
+        .annotations
+        .get(CREATE_FORBIDDEN_ANNOTATION)
+        .and_then(|g| g.parse::<i64>().ok())
+        .is_some_and(|g| g == server.meta.generation)
+}
+
+/// The park of a Server whose create of this generation a policy forbade.
+pub(crate) fn forbidden_park(server: &Server) -> Park {
+    Park::Forbidden { message: refusal_message(server) }
 }
 
 /// The provider refused the create of the Server's current generation.
@@ -301,6 +330,7 @@ mod tests {
             Lifecycle::Parked(ParkKind::Refused),
             Lifecycle::Parked(ParkKind::MissingAfterBoot),
             Lifecycle::Parked(ParkKind::InvalidSpec),
+            Lifecycle::Parked(ParkKind::Forbidden),
             Lifecycle::Paused,
             Lifecycle::Deleting,
         ];

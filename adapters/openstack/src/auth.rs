@@ -254,8 +254,11 @@ impl Auth {
         let request = http.request(Method::POST, &self.token_url).json(&request_body(identity)?);
         let reply = http.send(OPERATION, request).await?;
         if !reply.is_success() {
-            // 401 here is a credential Keystone does not accept: no refresh helps.
-            return Err(reply.error(OPERATION));
+            // 401 here is a credential Keystone does not accept: no refresh
+            // helps. 400, 403 and 404 are refusals of the login too (never a
+            // refused create): each says what a person must fix, and all of
+            // them back off per credential as a 401 does.
+            return Err(keystone_refusal(reply.status.as_u16(), reply.error(OPERATION)));
         }
         let request_id = reply.request_id();
         let value =
@@ -335,6 +338,37 @@ impl Auth {
             .ok_or_else(|| {
                 format!("the service catalog has no {interface} {service_type} endpoint in region {}", self.region)
             })
+    }
+}
+
+/// A token request Keystone answered with an error: 4xx is a refused login
+/// ([`CloudError::Auth`], with what to fix), anything else stays what it is
+/// (a 5xx passes).
+fn keystone_refusal(status: u16, error: CloudError) -> CloudError {
+    let fix = match status {
+        400 => {
+            "Keystone refused the token request as malformed (HTTP 400): check the OpenstackIdentity's credentials \
+                (user or application credential ID, project ID) and the region's authURL"
+        }
+        401 => {
+            "Keystone refused the credentials (HTTP 401): update the OpenstackIdentity's password or application \
+                credential"
+        }
+        403 => {
+            "Keystone forbade the login (HTTP 403): the user may be disabled or locked out, or hold no role on the \
+                project; a Keystone administrator must fix the user"
+        }
+        404 => {
+            "Keystone does not know the user, application credential or project (HTTP 404): correct the \
+                OpenstackIdentity, or recreate what it names"
+        }
+        _ => return error,
+    };
+    match error {
+        CloudError::Auth { message } | CloudError::Refused { message, .. } => {
+            CloudError::Auth { message: format!("{fix}; {message}") }
+        }
+        other => other,
     }
 }
 
@@ -450,6 +484,20 @@ mod tests {
         assert!(body["auth"].get("scope").is_none());
         assert!(matches!(request_body(&identity(Credentials::None)), Err(CloudError::Auth { .. })));
         Ok(())
+    }
+
+    /// Keystone's 4xx answers to a token request are refused logins, each
+    /// saying what to fix; a 5xx passes.
+    #[test]
+    fn keystone_refusals_are_refused_logins_that_say_what_to_fix() {
+        for (status, says) in
+            [(400, "malformed"), (401, "refused the credentials"), (403, "disabled"), (404, "does not know")]
+        {
+            let error = keystone_refusal(status, CloudError::from_http(status, "authenticating with Keystone: no"));
+            assert!(matches!(&error, CloudError::Auth { message } if message.contains(says)), "{status}: {error:?}");
+        }
+        let unavailable = keystone_refusal(503, CloudError::from_http(503, "authenticating with Keystone: down"));
+        assert!(matches!(unavailable, CloudError::Unavailable { status: 503, .. }));
     }
 
     #[test]

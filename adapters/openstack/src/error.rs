@@ -33,6 +33,8 @@ pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Optio
         }
         // What the port needs is not there (yet): wait, the create did not land.
         Some(Some(NeutronRefusal::NotThere)) if status == StatusCode::NOT_FOUND => CloudError::NotReady { message },
+        // oslo.policy said no: a person must grant a role, nothing else helps.
+        Some(Some(NeutronRefusal::Policy)) if status == StatusCode::FORBIDDEN => CloudError::NotPermitted { message },
         _ => CloudError::from_http(status.as_u16(), message),
     }
 }
@@ -46,6 +48,9 @@ enum NeutronRefusal {
     Refused,
     /// The network or security group a port names does not exist.
     NotThere,
+    /// The policy engine refused the call (neutron-lib
+    /// `exceptions.PolicyNotAuthorized`, HTTP 403).
+    Policy,
 }
 
 impl NeutronRefusal {
@@ -53,6 +58,7 @@ impl NeutronRefusal {
         match kind {
             "OverQuota" | "IpAddressGenerationFailure" => Some(NeutronRefusal::Refused),
             "NetworkNotFound" | "SecurityGroupNotFound" => Some(NeutronRefusal::NotThere),
+            "PolicyNotAuthorized" => Some(NeutronRefusal::Policy),
             _ => None,
         }
     }
@@ -200,6 +206,8 @@ mod tests {
         assert!(matches!(full, CloudError::Refused { status: 409, .. }));
         let in_use = from_status("x", StatusCode::CONFLICT, None, body("PortInUse").as_bytes());
         assert!(matches!(in_use, CloudError::Conflict { .. }));
+        let policy = from_status("creating port", StatusCode::FORBIDDEN, None, body("PolicyNotAuthorized").as_bytes());
+        assert!(matches!(policy, CloudError::NotPermitted { .. }) && !policy.is_transient(), "{policy:?}");
         let no_network = from_status("x", StatusCode::NOT_FOUND, None, body("NetworkNotFound").as_bytes());
         assert!(matches!(no_network, CloudError::NotReady { .. }) && no_network.is_transient());
         // The type decides, never the words of the message.

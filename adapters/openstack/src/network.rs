@@ -20,6 +20,20 @@ pub(crate) struct Port {
     /// The Nova server the port is bound to (empty while unbound).
     #[serde(default)]
     pub(crate) device_id: String,
+    #[serde(default)]
+    pub(crate) mac_address: Option<String>,
+    #[serde(default)]
+    pub(crate) security_groups: Vec<String>,
+    #[serde(default)]
+    pub(crate) allowed_address_pairs: Vec<AddressPair>,
+}
+
+/// One of a port's `allowed_address_pairs`.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct AddressPair {
+    pub(crate) ip_address: String,
+    #[serde(default)]
+    pub(crate) mac_address: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

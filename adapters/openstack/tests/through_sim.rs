@@ -9,8 +9,9 @@ use std::time::Duration;
 use jiff::Timestamp;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
-    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, IdentityContext,
-    PowerState, ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
+    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
+    IdentityContext, NetworkingQuery, PowerState, ProviderServer, ProviderStatus, RegionSettings, RequestGate,
+    ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -68,6 +69,36 @@ impl Harness {
     /// Another adapter instance (no token cache, no remembered ids).
     fn fresh_cloud(&self) -> Result<OpenStackCloud, Box<dyn std::error::Error>> {
         Ok(OpenStackCloud::new(self.cloud.config().clone())?)
+    }
+
+    /// A create, then what the core asks of the next pass for a public
+    /// Server: read the port, and give it a floating IP if it has none.
+    async fn create(&self, cloud: &OpenStackCloud, req: &CreateRequest) -> Result<ProviderServer, CloudError> {
+        let created = cloud.create(&self.identity, req).await?;
+        if req.public_ip {
+            self.ensure_public_ip(cloud, req, &created.id).await?;
+        }
+        Ok(created)
+    }
+
+    async fn ensure_public_ip(
+        &self,
+        cloud: &OpenStackCloud,
+        req: &CreateRequest,
+        provider_id: &str,
+    ) -> Result<(), CloudError> {
+        let query = NetworkingQuery {
+            server: req.server.clone(),
+            provider_id: provider_id.to_owned(),
+            security_groups: req.security_group_ids.clone(),
+        };
+        let networking = cloud.networking(&self.identity, &query).await?;
+        let port = networking.port.ok_or(CloudError::NotReady { message: "no port".into() })?;
+        if port.floating_ip.is_none() {
+            let request = FloatingIpRequest { server: req.server.clone(), port_id: port.id };
+            cloud.ensure_floating_ip(&self.identity, &request).await?;
+        }
+        Ok(())
     }
 
     fn ops(&self, op: Op) -> usize {
@@ -283,7 +314,7 @@ async fn endpoints_come_from_the_configured_region() -> TestResult {
 async fn create_makes_port_server_and_floating_ip() -> TestResult {
     let h = Harness::new().await?;
     let req = request("uid-1", true);
-    let created = h.cloud.create(&h.identity, &req).await?;
+    let created = h.create(&h.cloud, &req).await?;
     assert_eq!(created.server_uid, "uid-1");
     assert_eq!(created.status, ProviderStatus::Build);
 
@@ -344,10 +375,10 @@ async fn the_identity_keypair_goes_to_nova_only_where_it_is_used() -> TestResult
 async fn create_is_idempotent_per_server_uid() -> TestResult {
     let h = Harness::new().await?;
     let req = request("uid-1", true);
-    let first = h.cloud.create(&h.identity, &req).await?;
-    let again = h.cloud.create(&h.identity, &req).await?;
+    let first = h.create(&h.cloud, &req).await?;
+    let again = h.create(&h.cloud, &req).await?;
     // A restarted controller remembers nothing but finds it by metadata.
-    let restarted = h.fresh_cloud()?.create(&h.identity, &req).await?;
+    let restarted = h.create(&h.fresh_cloud()?, &req).await?;
     assert_eq!((again.id.as_str(), restarted.id.as_str()), (first.id.as_str(), first.id.as_str()));
     let counters = h.sim.counters();
     assert_eq!(counters.server_creates, 1, "one POST /servers");
@@ -413,14 +444,14 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
     // Several external networks, no selector: the first Neutron lists, as
     // the Go controller takes it.
     let h = Harness::with(sim_config.clone(), |_| {}).await?;
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-a"));
     // By tags: the first listed network carrying all of them.
     let h = Harness::with(sim_config.clone(), |c| {
         c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["public".into(), "ipv4".into()]) });
     })
     .await?;
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-b"));
     // By IDs and tags together.
     let h = Harness::with(sim_config.clone(), |c| {
@@ -430,7 +461,7 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
         });
     })
     .await?;
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-c"));
     // The Region resource's selector, when the configuration gives none;
     // the configuration's wins over it.
@@ -438,21 +469,21 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
         RegionSettings { external_networks: Some(NetworkSelector { ids: Some(vec!["ext-c".into()]), tags: None }) };
     let h = Harness::with(sim_config.clone(), |_| {}).await?;
     h.cloud.apply_region_settings(&from_region);
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-c"));
     let h = Harness::with(sim_config.clone(), |c| {
         c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["public".into()]) });
     })
     .await?;
     h.cloud.apply_region_settings(&from_region);
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     assert_eq!(h.sim.floating_ips().first().map(|ip| ip.network_id.clone()).as_deref(), Some("ext-b"));
     // Nothing selected: refused with the selector in the message.
     let h = Harness::with(sim_config, |c| {
         c.external_networks = Some(NetworkSelector { ids: None, tags: Some(vec!["private".into()]) });
     })
     .await?;
-    let refused = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
+    let refused = h.create(&h.cloud, &request("uid-1", true)).await.err();
     assert!(
         matches!(&refused, Some(CloudError::Refused { status: 400, message }) if message.contains("private")),
         "{refused:?}"
@@ -464,14 +495,19 @@ async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_
 }
 
 #[tokio::test]
-async fn a_missing_floating_ip_is_added_on_the_next_create() -> TestResult {
+async fn a_floating_ip_that_failed_once_is_made_by_the_next_ensure() -> TestResult {
     let h = Harness::with(OpenStackSimConfig::default(), |c| c.floating_network_id = Some("external".into())).await?;
     h.sim.inject(Target::Op(Op::FloatingIpCreate), Fault::Status(503), 1);
-    let error = h.cloud.create(&h.identity, &request("uid-1", true)).await.err();
+    let req = request("uid-1", true);
+    // The create makes the port and the server alone.
+    let created = h.cloud.create(&h.identity, &req).await?;
+    assert!(h.sim.floating_ips().is_empty());
+    let error = h.ensure_public_ip(&h.cloud, &req, &created.id).await.err();
     assert!(matches!(error, Some(CloudError::Unavailable { status: 503, .. })), "{error:?}");
     assert!(h.sim.floating_ips().is_empty());
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
-    assert_eq!(h.sim.floating_ips().len(), 1);
+    h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
+    h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
+    assert_eq!(h.sim.floating_ips().len(), 1, "made once, then kept");
     assert_eq!(h.sim.counters().server_creates, 1);
     Ok(())
 }
@@ -493,7 +529,7 @@ async fn records_map_queued_launch_time_addresses_and_mac() -> TestResult {
     let h = Harness::new().await?;
     let uid = "uid-1";
     h.sim.cloud().script(uid, Fate::clean().with_build_time(Duration::from_secs(30)));
-    h.cloud.create(&h.identity, &request(uid, true)).await?;
+    h.create(&h.cloud, &request(uid, true)).await?;
     let port = h.sim.ports().into_iter().next().ok_or("no port")?;
     let ip = h.sim.floating_ips().into_iter().next().ok_or("no floating IP")?;
 
@@ -681,7 +717,7 @@ async fn delete_removes_the_server_alone_then_its_floating_ip_and_port_go_by_id(
     let h = Harness::new().await?;
     let uid = "uid-1";
     h.sim.cloud().script(uid, Fate::clean().with_delete_time(Duration::from_secs(10)));
-    h.cloud.create(&h.identity, &request(uid, true)).await?;
+    h.create(&h.cloud, &request(uid, true)).await?;
     h.clock.advance(Duration::from_secs(40));
 
     assert_eq!(h.cloud.delete(&h.identity, &server_ref(uid)).await?, DeleteProgress::InProgress);
@@ -759,12 +795,12 @@ async fn a_never_created_servers_leftover_port_is_an_attachment() -> TestResult 
 async fn an_orphaned_floating_ip_is_found_and_another_namespaces_port_is_not() -> TestResult {
     let h = Harness::new().await?;
     h.sim.cloud().script("uid-1", Fate::clean());
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     let mut other = request("uid-2", false);
     other.server.namespace = "elsewhere".into();
     other.server.name = server_ref("uid-1").name;
     h.sim.cloud().script("uid-2", Fate::clean());
-    h.cloud.create(&h.identity, &other).await?;
+    h.create(&h.cloud, &other).await?;
     h.clock.advance(Duration::from_secs(60));
     for uid in ["uid-1", "uid-2"] {
         h.cloud.delete(&h.identity, &server_ref(uid)).await?;
@@ -786,7 +822,7 @@ async fn an_orphaned_floating_ip_is_found_and_another_namespaces_port_is_not() -
 async fn a_soft_deleted_server_is_force_deleted_before_its_port_is_released() -> TestResult {
     let h = Harness::with(OpenStackSimConfig { soft_delete: true, ..Default::default() }, |_| {}).await?;
     h.sim.cloud().script("uid-1", Fate::clean());
-    h.cloud.create(&h.identity, &request("uid-1", true)).await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
     // Deferred delete applies to a server that launched.
     h.clock.advance(Duration::from_secs(60));
     // Nova keeps listing the server as SOFT_DELETED: not gone yet.

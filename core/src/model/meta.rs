@@ -21,6 +21,12 @@ pub const SERVER_FINALIZER: &str = "unikorn";
 /// the server stays parked across restarts until its spec changes.
 pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-generation";
 
+/// Records, on the Server, the generation whose create the cloud's policy
+/// forbade (HTTP 403 `PolicyNotAuthorized`): parked until a person grants
+/// what the policy asks and requests a retry (or the spec changes). Its
+/// words are in [`CREATE_REFUSED_MESSAGE_ANNOTATION`].
+pub const CREATE_FORBIDDEN_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-forbidden-generation";
+
 /// The provider's words for the refusal [`CREATE_REFUSED_ANNOTATION`] records
 /// (bounded), so a parked Server keeps saying why even if the status write
 /// that reported it was lost.

@@ -12,9 +12,9 @@ pub use condition::{
 };
 pub use consumed::{Consumed, Detail, Named, ResourceKind, Scope};
 pub use meta::{
-    ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
-    IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL, REGION_LABEL, RETRY_ANNOTATION,
-    SERVER_FINALIZER, reference_finalizer, retry_requested,
+    ADOPTED_ANNOTATION, CREATE_FORBIDDEN_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION,
+    CREATE_REFUSED_MESSAGE_ANNOTATION, IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, ObjectMeta, PROJECT_LABEL,
+    REGION_LABEL, RETRY_ANNOTATION, SERVER_FINALIZER, reference_finalizer, retry_requested,
 };
 pub use spec::{
     AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, SshInjection,

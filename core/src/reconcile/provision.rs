@@ -11,7 +11,10 @@ use super::issued::IssuedCreate;
 use super::options::Options;
 use super::plan::Plan;
 use super::references;
-use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park, refused_this_generation};
+use crate::lifecycle::{
+    Lifecycle, Park, ParkKind, forbidden_park, forbidden_this_generation, lifecycle, park, refused_park,
+    refused_this_generation,
+};
 use crate::model::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION,
     ConditionReason, ConditionStatus, ConditionType, Consumed, NAME_LABEL, ORGANIZATION_LABEL, PROJECT_LABEL, Phase,
@@ -122,6 +125,7 @@ fn lost_before_launch(server: &Server, view: &ProviderView, options: &Options, p
         && outstanding_create(server, plan).is_some_and(|issued| !issued.in_grace(plan.now, options.create_grace))
         && !ever_booted(&plan.status)
         && !refused_this_generation(server)
+        && !forbidden_this_generation(server)
 }
 
 /// The create issued for the current attempt, if one is outstanding.
@@ -257,7 +261,8 @@ fn ensure_exists(
             for action in references::to_prune(server, facts) {
                 plan.trail(action);
             }
-            plan.finish(Outcome::Done)
+            let outcome = super::networking::converge(server, record, &facts.networking, &mut plan);
+            plan.finish(outcome)
         }
         _ if ever_booted(&plan.status) => {
             let already_reported = lifecycle(server, options) == Lifecycle::Parked(ParkKind::MissingAfterBoot);
@@ -276,6 +281,7 @@ fn ensure_exists(
         }
         // Every attempt is spent: the cap is sticky until an operator reset.
         _ if plan.status.provider_create_failures >= options.max_attempts() => park_at_cap(server, options, plan),
+        _ if forbidden_this_generation(server) => plan.finish(Outcome::Terminal(forbidden_park(server))),
         _ if refused_this_generation(server) => plan.finish(Outcome::Terminal(refused_park(server))),
         _ if awaiting_issued_create(server, options, &plan) => plan.finish(Outcome::Yield(Wait::IssuedCreate)),
         _ => create(server, facts, plan),

@@ -217,6 +217,7 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
         CloudError::Conflict { message } => (reply::error(service, 409, message), None),
         CloudError::RateLimited { message } => (reply::error(service, 429, message), None),
         CloudError::Auth { .. } => (reply::unauthorized(service), None),
+        CloudError::NotPermitted { message } => (reply::error(service, 403, message), None),
         CloudError::NotReady { message } => (reply::error(service, 404, message), None),
         // A backend the service cannot reach: what a load balancer in front
         // of the service answers (the model never produces it today).

@@ -383,6 +383,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::MissingAfterBoot) => return "vanished after boot, not recreated".into(),
         Some(ParkKind::Refused) => return "refused by the provider".into(),
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
+        Some(ParkKind::Forbidden) => return "forbidden by the cloud's policy".into(),
         None => {}
     }
     if server.status.phase == Some(Phase::Running) && healthy_is(server, ConditionStatus::False) {
