@@ -409,9 +409,10 @@ pub enum CloudError {
     /// 409: the provider is busy with the resource; try again.
     #[error("provider conflict: {message}")]
     Conflict { message: String },
-    /// 429: try again later.
-    #[error("provider rate limit: {message}")]
-    RateLimited { message: String },
+    /// 429, or 413 `overLimit`: try again later, not before `retry_after`
+    /// when the provider said (`Retry-After`).
+    #[error("provider rate limit: {message}{}", retry_after.map(|d| format!(" (asked to wait {}s)", d.as_secs())).unwrap_or_default())]
+    RateLimited { message: String, retry_after: Option<Duration> },
     /// 5xx: the provider failed; try again.
     #[error("provider unavailable (HTTP {status}): {message}")]
     Unavailable { status: u16, message: String },
@@ -483,7 +484,7 @@ impl CloudError {
         match status {
             401 => CloudError::Auth { message },
             409 => CloudError::Conflict { message },
-            429 => CloudError::RateLimited { message },
+            429 => CloudError::RateLimited { message, retry_after: None },
             500..=599 => CloudError::Unavailable { status, message },
             _ => CloudError::Refused { status, message },
         }
@@ -496,6 +497,16 @@ impl CloudError {
             other => {
                 !matches!(other, CloudError::Refused { .. } | CloudError::Auth { .. } | CloudError::NotPermitted { .. })
             }
+        }
+    }
+
+    /// How long the provider asked to be left alone (`Retry-After` on a 429
+    /// or a 413 `overLimit`), if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CloudError::RateLimited { retry_after, .. } => *retry_after,
+            CloudError::BeforeCreate { source, .. } => source.retry_after(),
+            _ => None,
         }
     }
 

@@ -99,8 +99,38 @@ fn a_floating_ip_that_cannot_be_made_never_says_create_refused() {
         assert!(message.contains("the provider server exists, but its public IP could not be allocated"), "{message}");
         assert!(!message.contains("refused to create"), "{message}");
         assert!(follow_up.actions.iter().all(|a| a.annotation_changes().is_empty()), "{:?}", follow_up.actions);
+        assert_eq!(available(&follow_up).message, message, "Available says it");
     }
     // A 503 passes: the next pass makes it.
     let follow_up = action_failed(&server, &ensure, &ActionFailure::Cloud(CloudError::from_http(503, "")), at(11));
     assert!(matches!(follow_up.outcome, Outcome::Yield(_)));
+}
+
+/// A rate limit is waited out as long as the provider asked, at least the
+/// yield interval and at most `Outcome::MAX_RETRY_AFTER`; a 413 `overLimit`
+/// (the adapter's `RateLimited`) on the create is no park, and what it asked
+/// survives a step before the create.
+#[test]
+fn a_rate_limit_requeues_after_what_the_provider_asked_bounded() {
+    use std::time::Duration;
+    let yield_interval = Duration::from_secs(10);
+    let limited = |secs: u64| CloudError::RateLimited {
+        message: "creating server: rate-limited (HTTP 413)".into(),
+        retry_after: Some(Duration::from_secs(secs)),
+    };
+    let mut server = adopted();
+    let create = issue_create(&mut server, 10);
+    for (asked, waits) in [(30, 30), (2, 10), (100_000, 300)] {
+        for error in
+            [limited(asked), CloudError::BeforeCreate { step: CreateStep::Port, source: Box::new(limited(asked)) }]
+        {
+            let follow_up = action_failed(&server, &create, &ActionFailure::Cloud(error.clone()), at(11));
+            assert!(matches!(follow_up.outcome, Outcome::Yield(_)), "{error}: {:?}", follow_up.outcome);
+            assert_eq!(follow_up.outcome.requeue_after(yield_interval), Some(Duration::from_secs(waits)), "{error}");
+        }
+    }
+    let unasked = CloudError::RateLimited { message: "429".into(), retry_after: None };
+    let follow_up = action_failed(&server, &create, &ActionFailure::Cloud(unasked), at(11));
+    assert_eq!(follow_up.outcome.requeue_after(yield_interval), Some(yield_interval));
+    assert_eq!(Outcome::Done.requeue_after(yield_interval), None);
 }

@@ -58,7 +58,8 @@ impl Reply {
     }
 
     pub(crate) fn error(&self, operation: &str) -> CloudError {
-        error::from_status(operation, self.status, self.request_id().as_deref(), &self.body)
+        let error = error::from_status(operation, self.status, self.request_id().as_deref(), &self.body);
+        error::throttled(self.status, &self.headers, &self.body, error)
     }
 }
 

@@ -39,6 +39,43 @@ pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Optio
     }
 }
 
+/// A 429, or a 413 that is a rate limit (Nova's `overLimit` fault, or any
+/// 413 with `Retry-After`), as [`CloudError::RateLimited`] with how long the
+/// provider asked to be left alone: the `Retry-After` header (seconds or an
+/// HTTP date), else the body's `retryAfter` (Nova's `RateLimitFault`,
+/// nova/api/openstack/wsgi.py, sends both). A 413 without either is a
+/// request too large: a refusal, unchanged.
+pub(crate) fn throttled(status: StatusCode, headers: &HeaderMap, body: &[u8], error: CloudError) -> CloudError {
+    let header = headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(retry_after);
+    let over_limit = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v.get("overLimit").cloned());
+    let in_body = over_limit
+        .as_ref()
+        .and_then(|fault| fault.get("retryAfter"))
+        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
+        .map(std::time::Duration::from_secs);
+    let limited = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::PAYLOAD_TOO_LARGE && (over_limit.is_some() || header.is_some()));
+    if !limited {
+        return error;
+    }
+    let message = match error {
+        CloudError::RateLimited { message, .. } | CloudError::Refused { message, .. } => message,
+        other => return other,
+    };
+    CloudError::RateLimited { message, retry_after: header.or(in_body) }
+}
+
+/// A `Retry-After` value: delay-seconds, or an HTTP date (RFC 9110 10.2.3).
+fn retry_after(value: &str) -> Option<std::time::Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(seconds));
+    }
+    let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
+    let wait = at.duration_since(jiff::Timestamp::now());
+    Some(std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO))
+}
+
 /// What a `NeutronError.type` means beyond its HTTP status
 /// (neutron-lib `exceptions`: `OverQuota`, `IpAddressGenerationFailure`,
 /// `NetworkNotFound`, `SecurityGroupNotFound`).
@@ -214,6 +251,33 @@ mod tests {
         let worded =
             br#"{"NeutronError": {"type": "HTTPConflict", "message": "Quota exceeded (OverQuota)", "detail": ""}}"#;
         assert!(from_status("x", StatusCode::CONFLICT, None, worded).is_transient());
+    }
+
+    /// 429 and a 413 `overLimit` are rate limits carrying `Retry-After`
+    /// (header first, else Nova's `retryAfter`); a plain 413 stays a refusal.
+    #[test]
+    fn rate_limits_carry_how_long_to_wait_and_a_plain_413_is_a_refusal() {
+        let limited = |status: StatusCode, header: Option<&'static str>, body: &[u8]| {
+            let mut headers = HeaderMap::new();
+            if let Some(value) = header {
+                headers.insert("retry-after", HeaderValue::from_static(value));
+            }
+            throttled(status, &headers, body, from_status("creating server", status, None, body))
+        };
+        let over = br#"{"overLimit": {"code": 413, "message": "This request was rate-limited.", "retryAfter": "30"}}"#;
+        let e = limited(StatusCode::PAYLOAD_TOO_LARGE, None, over);
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(30)), "{e:?}");
+        assert!(e.is_transient());
+        let e = limited(StatusCode::PAYLOAD_TOO_LARGE, Some("12"), over);
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(12)));
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("30"), b"");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(30)));
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("Wed, 21 Oct 2015 07:28:00 GMT"), b"");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::ZERO), "a date past is no wait: {e:?}");
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("soon"), b"");
+        assert!(matches!(e, CloudError::RateLimited { retry_after: None, .. }));
+        let too_large = limited(StatusCode::PAYLOAD_TOO_LARGE, None, b"body too large");
+        assert!(matches!(too_large, CloudError::Refused { status: 413, .. }), "{too_large:?}");
     }
 
     #[test]

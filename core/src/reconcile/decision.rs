@@ -108,6 +108,27 @@ impl Outcome {
         matches!(self, Outcome::Yield(_) | Outcome::Error(_))
     }
 
+    /// The longest a provider's `Retry-After` holds a Server back.
+    pub const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+    /// When the next pass runs after this outcome, given the fixed yield
+    /// interval: none for Done and Terminal; for a provider that asked to be
+    /// left alone for a while (`Retry-After` on a 429 or a 413 `overLimit`),
+    /// that long, at least the yield interval and at most
+    /// [`Outcome::MAX_RETRY_AFTER`]; else the yield interval.
+    pub fn requeue_after(&self, yield_interval: std::time::Duration) -> Option<std::time::Duration> {
+        let asked = match self {
+            Outcome::Yield(Wait::Provider(error)) | Outcome::Error(PassError::Cloud(error)) => error.retry_after(),
+            Outcome::Yield(_) | Outcome::Error(_) => None,
+            Outcome::Done | Outcome::Terminal(_) => return None,
+        };
+        Some(
+            asked.map_or(yield_interval, |asked| {
+                asked.max(yield_interval).min(Self::MAX_RETRY_AFTER.max(yield_interval))
+            }),
+        )
+    }
+
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Done => "done",

@@ -46,7 +46,10 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
                 Action::EnsureFloatingIp(_) => ServerPart::PublicIp,
                 _ => ServerPart::PortSecurity,
             };
-            unchanged(Outcome::Error(PassError::AfterCreate { what, error: error.clone() }))
+            // Said on Available (the next pass that converges says
+            // Provisioned again).
+            Plan::new(&server.status, false, now)
+                .finish(Outcome::Error(PassError::AfterCreate { what, error: error.clone() }))
         }
         // What the answer proves about the create decides whether it stays
         // issued. A timeout or a 5xx leaves its fate unknown: it may have
