@@ -894,14 +894,24 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
     let h = Harness::new().await?;
     h.cloud.list(&h.identity).await?;
     for (status, transient) in
-        [(409, true), (429, true), (500, true), (502, true), (503, true), (400, false), (403, false), (413, false)]
+        // Nova answers a 413 as its `overLimit` rate limit: transient.
+        [
+            (409, true),
+            (429, true),
+            (500, true),
+            (502, true),
+            (503, true),
+            (400, false),
+            (403, false),
+            (413, true),
+        ]
     {
         h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), 1);
         let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
         assert_eq!(error.is_transient(), transient, "{status}: {error:?}");
         let expected = match status {
             409 => matches!(error, CloudError::Conflict { .. }),
-            429 => matches!(error, CloudError::RateLimited { .. }),
+            413 | 429 => matches!(error, CloudError::RateLimited { .. }),
             500..=599 => matches!(error, CloudError::Unavailable { status: s, .. } if s == status),
             _ => matches!(error, CloudError::Refused { status: s, .. } if s == status),
         };
@@ -1112,5 +1122,51 @@ async fn a_delete_whose_fence_closed_mid_call_deletes_nothing() -> TestResult {
     assert!(matches!(&released, Err(CloudError::Unreachable { .. })), "{released:?}");
     assert_eq!(h.ops(Op::ServerListDetail), lists + 1, "the list was sent before the fence closed");
     assert_eq!((h.ops(Op::ServerDelete), h.ops(Op::PortDelete)), (0, 0), "nothing deleted once it closed");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- paging
+
+/// With Neutron's `pagination_max_limit` at 2, the network, the security
+/// groups and the ports a create needs are all past the first page: every
+/// list is followed to its last page (`*_links` `next`, `marker`), so the
+/// create resolves them, and the port and its floating IP are found after.
+/// (Before: names past the first page never resolved: "Neutron has no
+/// network-… yet" for ever.)
+#[tokio::test]
+async fn neutron_lists_are_followed_to_their_last_page() -> TestResult {
+    let config = OpenStackSimConfig { pagination_max_limit: Some(2), ..OpenStackSimConfig::default() };
+    let h = Harness::with(config, |_| {}).await?;
+    for i in 0..4 {
+        h.sim.add_network(PROJECT, &format!("network-decoy-{i}"));
+        h.sim.add_security_group(PROJECT, &format!("securitygroup-decoy-{i}"));
+    }
+    let late_network = h.sim.add_network(PROJECT, "network-net-late");
+    let late_group = h.sim.add_security_group(PROJECT, "securitygroup-late");
+    let mut req = request("uid-1", true);
+    req.networks[0].id = "net-late".into();
+    req.security_group_ids.push("late".into());
+    // Other Servers' ports fill the first pages of the port list.
+    for i in 0..3 {
+        let mut other = request(&format!("uid-other-{i}"), false);
+        other.server.name = "server-uid-1".into();
+        other.server.namespace = format!("other-{i}");
+        h.cloud.create(&h.identity, &other).await?;
+    }
+    let created = h.create(&h.cloud, &req).await?;
+    let port = h.sim.ports().into_iter().find(|p| p.server_uid.as_deref() == Some("uid-1")).ok_or("no port")?;
+    assert_eq!(port.network_id, late_network);
+    assert!(port.security_groups.contains(&late_group), "{:?}", port.security_groups);
+    assert_eq!(h.sim.floating_ips().len(), 1);
+    let query = NetworkingQuery {
+        server: req.server.clone(),
+        provider_id: created.id.clone(),
+        security_groups: req.security_group_ids.clone(),
+    };
+    let networking = h.cloud.networking(&h.identity, &query).await?;
+    assert_eq!(networking.port.map(|p| p.id), Some(port.id));
+    assert_eq!(networking.wanted_security_groups.last(), Some(&late_group));
+    let counters = h.sim.counters();
+    assert!(counters.network_lists >= 4 && counters.security_group_lists >= 4, "paged: {counters:?}");
     Ok(())
 }
