@@ -68,12 +68,14 @@ struct SlotState {
     failed: Option<FailedLogin>,
 }
 
-/// A streak of logins Keystone refused, and when to try again.
+/// A streak of logins that failed (refused, or Keystone failing or out of
+/// reach), and when to try again.
 #[derive(Debug)]
 struct FailedLogin {
     streak: u32,
     retry_at: Instant,
-    message: String,
+    /// What the last attempt failed with, answered again until `retry_at`.
+    error: CloudError,
 }
 
 impl SlotState {
@@ -163,14 +165,12 @@ impl Auth {
         }
         if let Some(failed) = state.failed.as_ref().filter(|f| Instant::now() < f.retry_at) {
             let wait = failed.retry_at.saturating_duration_since(Instant::now());
-            return Err(CloudError::Auth {
-                message: format!(
-                    "{}; Keystone is not asked again with this credential for {}s (after {} refused logins)",
-                    failed.message,
-                    wait.as_secs().max(1),
-                    failed.streak
-                ),
-            });
+            let note = format!(
+                "; Keystone is not asked again with this credential for {}s (after {} failed logins)",
+                wait.as_secs().max(1),
+                failed.streak
+            );
+            return Err(with_note(&failed.error, &note));
         }
         match self.issue(http, identity).await {
             Ok(token) => {
@@ -185,28 +185,34 @@ impl Auth {
                 state.token = Some(token.clone());
                 Ok(token)
             }
-            Err(CloudError::Auth { message }) => {
+            // A refused login, and a Keystone that fails (5xx) or cannot be
+            // reached, back off alike per credential: N Servers must not make
+            // N logins per pass against a Keystone that is down any more than
+            // against one that refuses them.
+            Err(error) => {
+                let refused = matches!(error, CloudError::Auth { .. });
                 let streak = state.failed.as_ref().map_or(0, |f| f.streak).saturating_add(1);
                 let backoff = self.backoff_for(streak);
                 if streak == 1 {
                     // One line per streak, not per Server or per attempt; no
                     // Keystone text (it may echo what was sent).
+                    let what = match refused {
+                        true => "Keystone refused the identity's login",
+                        false => "Keystone failed or could not be reached for the identity's login",
+                    };
                     warn!(
                         identity = %identity.identity_id,
                         project = %identity.project_id,
                         backoff_s = backoff.as_secs(),
-                        "Keystone refused the identity's login; it is retried with backoff, not on every pass"
+                        "{what}; it is retried with backoff, not on every pass"
                     );
-                    if let Some(hook) = &self.on_failure_streak {
+                    if refused && let Some(hook) = &self.on_failure_streak {
                         hook();
                     }
                 }
-                state.failed =
-                    Some(FailedLogin { streak, retry_at: Instant::now() + backoff, message: message.clone() });
-                Err(CloudError::Auth { message })
+                state.failed = Some(FailedLogin { streak, retry_at: Instant::now() + backoff, error: error.clone() });
+                Err(error)
             }
-            // No answer, or a failing Keystone: not a refused login.
-            Err(other) => Err(other),
         }
     }
 
@@ -339,6 +345,24 @@ impl Auth {
                 format!("the service catalog has no {interface} {service_type} endpoint in region {}", self.region)
             })
     }
+}
+
+/// `error` with `note` appended to its message (its class unchanged).
+fn with_note(error: &CloudError, note: &str) -> CloudError {
+    let mut error = error.clone();
+    match &mut error {
+        CloudError::Auth { message }
+        | CloudError::Unavailable { message, .. }
+        | CloudError::Timeout { message }
+        | CloudError::Unreachable { message }
+        | CloudError::Refused { message, .. }
+        | CloudError::Conflict { message }
+        | CloudError::RateLimited { message, .. }
+        | CloudError::NotPermitted { message }
+        | CloudError::NotReady { message } => message.push_str(note),
+        CloudError::BeforeCreate { .. } => {}
+    }
+    error
 }
 
 /// A token request Keystone answered with an error: 4xx is a refused login

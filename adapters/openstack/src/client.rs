@@ -167,6 +167,19 @@ impl std::fmt::Debug for Session<'_> {
     }
 }
 
+/// A token that could not be had: the service request was never sent, so
+/// its effect is none, whatever Keystone's failure was (a 5xx or a timeout
+/// of the token request is no create of unknown fate). A refused login stays
+/// what it is.
+fn not_sent(call: &Call<'_>, error: CloudError) -> CloudError {
+    match error {
+        CloudError::Timeout { message } | CloudError::Unavailable { message, .. } => {
+            CloudError::Unreachable { message: format!("{} (not sent, no token): {message}", call.operation) }
+        }
+        other => other,
+    }
+}
+
 /// Why a request was not sent: the term's gate refused it.
 pub(crate) const NOT_ADMITTED: &str = "not sent: this replica no longer holds the leader lease";
 
@@ -203,14 +216,14 @@ impl Session<'_> {
     /// revoked or expired early: the token is dropped, a new one fetched and
     /// the call sent once more; a second 401 is an authentication failure.
     pub(crate) async fn send(&self, call: &Call<'_>) -> Result<Reply, CloudError> {
-        let token = self.auth.token(self.http, self.identity).await?;
+        let token = self.auth.token(self.http, self.identity).await.map_err(|e| not_sent(call, e))?;
         let reply = self.send_with(&token, call).await?;
         if reply.status != StatusCode::UNAUTHORIZED {
             return Ok(reply);
         }
         debug!(operation = call.operation, "token refused; authenticating again");
         self.auth.invalidate(self.identity, &token).await;
-        let token = self.auth.token(self.http, self.identity).await?;
+        let token = self.auth.token(self.http, self.identity).await.map_err(|e| not_sent(call, e))?;
         self.send_with(&token, call).await
     }
 

@@ -137,6 +137,15 @@ pub(crate) fn redirected(operation: &str, status: StatusCode, headers: &HeaderMa
 /// A transport failure: no usable answer arrived, so the outcome is unknown.
 /// Connection failures count as timeouts too (transient, never a refusal).
 pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudError {
+    if let Some(certificate) = certificate_failure(error) {
+        // The handshake failed: nothing was sent. A person must fix trust.
+        return CloudError::Unreachable {
+            message: format!(
+                "{operation}: TLS certificate verification failed ({certificate}); configure the CA that signed the \
+                 endpoint's certificate (caCertificate) or correct the endpoint"
+            ),
+        };
+    }
     let what = if error.is_timeout() {
         "no answer in time"
     } else if error.is_connect() {
@@ -150,6 +159,26 @@ pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudEr
     // operation already says which call it was.
     let source = std::error::Error::source(error).map(|s| format!(": {s}")).unwrap_or_default();
     CloudError::Timeout { message: format!("{operation}: {what}{source}") }
+}
+
+/// The certificate error a TLS handshake failed with, if that is why
+/// `error` happened: rustls' `InvalidCertificate`, found by type down the
+/// source chain (an `io::Error` carries it as its inner error).
+fn certificate_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(current) = next {
+        let inner = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|e| e as &(dyn std::error::Error + 'static));
+        for candidate in [Some(current), inner].into_iter().flatten() {
+            if let Some(rustls::Error::InvalidCertificate(reason)) = candidate.downcast_ref::<rustls::Error>() {
+                return Some(format!("{reason:?}"));
+            }
+        }
+        next = inner.and_then(std::error::Error::source).or_else(|| current.source());
+    }
+    None
 }
 
 /// An answer that arrived but cannot be understood (a provider bug or a proxy
@@ -278,6 +307,29 @@ mod tests {
         assert!(matches!(e, CloudError::RateLimited { retry_after: None, .. }));
         let too_large = limited(StatusCode::PAYLOAD_TOO_LARGE, None, b"body too large");
         assert!(matches!(too_large, CloudError::Refused { status: 413, .. }), "{too_large:?}");
+    }
+
+    /// A handshake that failed on the certificate is told apart by type, however
+    /// deep it is wrapped; other I/O failures are not.
+    #[test]
+    fn a_certificate_failure_is_found_down_the_source_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let rustls_error = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = Outer(std::io::Error::new(std::io::ErrorKind::InvalidData, rustls_error));
+        assert_eq!(certificate_failure(&wrapped).as_deref(), Some("UnknownIssuer"));
+        let refused = Outer(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(certificate_failure(&refused), None);
     }
 
     #[test]

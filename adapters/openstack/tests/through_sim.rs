@@ -293,6 +293,32 @@ async fn a_refused_login_is_remembered_per_credential_and_retried_with_backoff()
     Ok(())
 }
 
+/// A Keystone that answers 503 (or cannot be reached) backs off per
+/// credential as a refused login does: twenty Servers' passes make one token
+/// request, each an error whose effect is none (no service request was
+/// sent), and once the backoff is over and Keystone is back, the next call
+/// logs in. (Before: one token request per pass, 602 in 29 s for 20 Servers.)
+#[tokio::test]
+async fn a_failing_keystone_is_retried_with_backoff_per_credential() -> TestResult {
+    let h = Harness::with(OpenStackSimConfig::default(), |c| {
+        c.login_backoff = Duration::from_millis(400);
+        c.login_backoff_max = Duration::from_millis(700);
+    })
+    .await?;
+    h.sim.inject(Target::Keystone, Fault::Status(503), u32::MAX);
+    for _ in 0..20 {
+        let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+        assert!(error.is_transient(), "{error:?}");
+        assert_eq!(error.effect(), server_core::port::CallEffect::None, "no service request was sent: {error:?}");
+    }
+    assert_eq!(h.sim.counters().token_requests, 1, "one token request during the backoff");
+    h.sim.clear_faults();
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    h.cloud.list(&h.identity).await?;
+    assert_eq!(h.sim.counters().token_requests, 2);
+    Ok(())
+}
+
 #[tokio::test]
 async fn endpoints_come_from_the_configured_region() -> TestResult {
     // The simulator's catalog lists a decoy region first: picking it would fail
@@ -937,10 +963,13 @@ async fn a_slow_answer_is_a_timeout() -> TestResult {
 
 #[tokio::test]
 async fn keystone_outages_are_transient() -> TestResult {
-    let h = Harness::new().await?;
+    let h = Harness::with(OpenStackSimConfig::default(), |c| c.login_backoff = Duration::from_millis(100)).await?;
     h.sim.inject(Target::Keystone, Fault::Status(503), 1);
-    let error = h.cloud.list(&h.identity).await.err();
-    assert!(matches!(error, Some(CloudError::Unavailable { status: 503, .. })), "{error:?}");
+    let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    // No token: the service request was never sent.
+    assert!(matches!(&error, CloudError::Unreachable { message } if message.contains("HTTP 503")), "{error:?}");
+    assert!(error.is_transient());
+    tokio::time::sleep(Duration::from_millis(150)).await;
     h.cloud.list(&h.identity).await?;
     Ok(())
 }
@@ -955,8 +984,8 @@ async fn an_unreachable_cloud_is_transient() -> TestResult {
     let mut config = OpenStackConfig::new(format!("http://{addr}/identity/v3"), "RegionOne");
     config.connect_timeout = Duration::from_millis(500);
     let cloud = OpenStackCloud::new(config)?;
-    let error = cloud.list(&h.identity).await.err();
-    assert!(matches!(error, Some(CloudError::Timeout { .. })), "{error:?}");
+    let error = cloud.list(&h.identity).await.err().ok_or("no error")?;
+    assert!(matches!(error, CloudError::Unreachable { .. }) && error.is_transient(), "{error:?}");
     Ok(())
 }
 
