@@ -98,7 +98,7 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::AtCap => Park::AtCap { max: options.max_attempts() },
         ParkKind::Refused => refused_park(server),
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
-        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::invalid_spec(server).unwrap_or_default() },
         ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
     })
 }
@@ -172,7 +172,7 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if validate::duplicate_id(server).is_some() {
+    if validate::invalid_spec(server).is_some() {
         return Lifecycle::Parked(ParkKind::InvalidSpec);
     }
     let status = &server.status;

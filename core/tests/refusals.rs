@@ -134,3 +134,25 @@ fn a_rate_limit_requeues_after_what_the_provider_asked_bounded() {
     assert_eq!(follow_up.outcome.requeue_after(yield_interval), Some(yield_interval));
     assert_eq!(Outcome::Done.requeue_after(yield_interval), None);
 }
+
+/// `spec.infrastructureRef` (a host pin this controller does not act on) is
+/// refused as an invalid spec, with a message naming it, before anything is
+/// created; never silently ignored.
+#[test]
+fn a_host_pin_is_refused_never_ignored() {
+    let mut server = adopted();
+    server.spec.infrastructure_ref = Some("compute-17".into());
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Absent;
+    let decision = reconcile(&server, &facts, &Options::default(), at(10));
+    assert_eq!(creates(&decision), 0);
+    let Outcome::Terminal(park) = &decision.outcome else { panic!("{:?}", decision.outcome) };
+    assert_eq!(park.kind(), ParkKind::InvalidSpec);
+    assert!(park.message().contains("spec.infrastructureRef"), "{}", park.message());
+    persist(&mut server, &decision);
+    assert_eq!(lifecycle(&server, &Options::default()), Lifecycle::Parked(ParkKind::InvalidSpec));
+    server.spec.infrastructure_ref = None;
+    server.meta.generation += 1;
+    let decision = reconcile(&server, &facts, &Options::default(), at(20));
+    assert_eq!(creates(&decision), 1, "without the pin it is created: {:?}", decision.outcome);
+}
