@@ -127,6 +127,8 @@ pub(crate) struct Tracked {
     pub(crate) uid: String,
     pub(crate) fate: Fate,
     pub(crate) rearmed: bool,
+    /// The Server asks for a public IP (the bench's half).
+    pub(crate) public: bool,
 }
 
 async fn demo(args: &Args) -> anyhow::Result<bool> {
@@ -149,7 +151,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         }
         let fate = cloud.with_model(|model| model.fate(&uid));
         observer.track(&planned.name, &uid, planned.unmodelled_fields);
-        tracked.push(Tracked { planned, uid, fate, rearmed: false });
+        tracked.push(Tracked { planned, uid, fate, rearmed: false, public: false });
     }
     // From here on, every request the API server counts is the operator's.
     world.bed.sim.reset_counters();
@@ -558,7 +560,7 @@ mod tests {
 
     fn tracked(fate: Fate) -> Tracked {
         let planned = Planned { name: "s".into(), role: Role::Drawn, unmodelled_fields: false };
-        Tracked { planned, uid: "u".into(), fate, rearmed: false }
+        Tracked { planned, uid: "u".into(), fate, rearmed: false, public: false }
     }
 
     /// A Server that never booted, with `failures` counted attempts and no retry pending.
