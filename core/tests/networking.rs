@@ -214,10 +214,7 @@ fn networking_follows_the_spec(rules: Reconcile) -> Result<(), String> {
 }
 
 fn booted_status() -> server_core::ServerStatus {
-    let mut status = server_core::ServerStatus::default();
-    status.provisioned_at = Some(at(5));
-    status.launched_at = Some(at(5));
-    status
+    server_core::ServerStatus { provisioned_at: Some(at(5)), launched_at: Some(at(5)), ..Default::default() }
 }
 
 #[test]
