@@ -933,7 +933,9 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
         ]
     {
         h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), 1);
-        let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+        // A fresh port each time: a rate limit's Retry-After keeps the next
+        // request of the same port back (see below).
+        let error = h.fresh_cloud()?.list(&h.identity).await.err().ok_or("no error")?;
         assert_eq!(error.is_transient(), transient, "{status}: {error:?}");
         let expected = match status {
             409 => matches!(error, CloudError::Conflict { .. }),
@@ -1197,5 +1199,27 @@ async fn neutron_lists_are_followed_to_their_last_page() -> TestResult {
     assert_eq!(networking.wanted_security_groups.last(), Some(&late_group));
     let counters = h.sim.counters();
     assert!(counters.network_lists >= 4 && counters.security_group_lists >= 4, "paged: {counters:?}");
+    Ok(())
+}
+
+/// After a rate limit with `Retry-After`, no request goes to that endpoint
+/// for the project until the wait is over: a pass woken early (another wake,
+/// another Server) gets the rate limit back, with what is left of the wait,
+/// without a request. (Before: the next pass sent again whatever the
+/// provider had asked.)
+#[tokio::test]
+async fn nothing_is_sent_to_a_provider_that_asked_to_be_left_alone() -> TestResult {
+    let h = Harness::new().await?;
+    h.cloud.list(&h.identity).await?;
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::RateLimit { status: 429, retry_after: 1 }, 1);
+    let first = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    assert_eq!(first.retry_after(), Some(Duration::from_secs(1)), "{first:?}");
+    let sent = h.sim.requests().len();
+    let again = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    assert!(again.retry_after().is_some_and(|left| left <= Duration::from_secs(1)), "{again:?}");
+    assert_eq!(again.effect(), server_core::port::CallEffect::None);
+    assert_eq!(h.sim.requests().len(), sent, "nothing sent while the provider asked to wait");
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    h.cloud.list(&h.identity).await?;
     Ok(())
 }
