@@ -130,6 +130,7 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
             "parked: the server booted and the provider does not have it".into()
         }
         Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written".into(),
+        Lifecycle::Parked(ParkKind::Forbidden) => "parked: the cloud's policy forbade this generation's create".into(),
         Lifecycle::Provisioning => format!("provisioning ({failures} of {cap} create attempts failed so far)"),
         Lifecycle::Running => "running: provisioned, and the provider reports it healthy".into(),
         Lifecycle::Unhealthy => "booted, and the provider reports it not healthy; kept, it may hold data".into(),
@@ -210,6 +211,13 @@ fn describe(action: &Action) -> String {
         }
         Action::DeleteProviderServer(_) => "delete the provider server".into(),
         Action::ReleaseAttachment(resource) => format!("release the provider server's {resource}"),
+        Action::UpdatePort(update) => format!(
+            "set port {}'s security groups ({}) and allowed address pairs ({}) to the spec's",
+            update.port_id,
+            update.security_groups.len(),
+            update.allowed_address_pairs.len()
+        ),
+        Action::EnsureFloatingIp(request) => format!("allocate a floating IP on port {}", request.port_id),
         Action::Emit(event) => {
             let type_ = match event.type_ {
                 EventType::Normal => "Normal",

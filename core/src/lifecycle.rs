@@ -4,8 +4,8 @@
 //! annotations, latches and condition reasons, never message text.
 
 use crate::model::{
-    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus, ConditionType,
-    RETRY_ANNOTATION, Server, USER_DATA_REFUSED_ANNOTATION,
+    CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason,
+    ConditionStatus, ConditionType, RETRY_ANNOTATION, Server, USER_DATA_REFUSED_ANNOTATION,
 };
 use crate::predicate::{booted_server_unseen, ever_booted};
 use crate::reconcile::Options;
@@ -26,6 +26,9 @@ pub enum ParkKind {
     MissingAfterBoot,
     /// The spec cannot be acted on as written (a repeated ID).
     InvalidSpec,
+    /// The cloud's policy forbade this generation's create: a person must
+    /// grant what it asks for, then request a retry.
+    Forbidden,
 }
 
 impl ParkKind {
@@ -36,6 +39,7 @@ impl ParkKind {
             ParkKind::UserDataRefused => "user-data-refused",
             ParkKind::MissingAfterBoot => "missing-after-boot",
             ParkKind::InvalidSpec => "invalid-spec",
+            ParkKind::Forbidden => "forbidden",
         }
     }
 
@@ -57,6 +61,9 @@ impl ParkKind {
                  create a new one: kubectl delete server {name} -n {namespace}"
             ),
             ParkKind::InvalidSpec => format!("fix the spec: {edit}"),
+            ParkKind::Forbidden => format!(
+                "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks                  for, then request a retry: {retry}"
+            ),
         }
     }
 }
@@ -83,6 +90,11 @@ pub enum Park {
     InvalidSpec {
         message: String,
     },
+    /// The cloud's policy forbade the create of this generation; `message`
+    /// says what a person must do.
+    Forbidden {
+        message: String,
+    },
 }
 
 impl Park {
@@ -93,6 +105,7 @@ impl Park {
             Park::UserDataRefused { .. } => ParkKind::UserDataRefused,
             Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
+            Park::Forbidden { .. } => ParkKind::Forbidden,
         }
     }
 
@@ -100,9 +113,10 @@ impl Park {
     pub fn message(&self) -> String {
         match self {
             Park::AtCap { max } => format!("Provider server create failed after {max} attempts"),
-            Park::Refused { message } | Park::UserDataRefused { message } | Park::InvalidSpec { message } => {
-                message.clone()
-            }
+            Park::Refused { message }
+            | Park::UserDataRefused { message }
+            | Park::InvalidSpec { message }
+            | Park::Forbidden { message } => message.clone(),
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
         }
     }
@@ -127,14 +141,17 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::Refused => Park::Refused { message: refusal_message(server) },
         ParkKind::UserDataRefused => Park::UserDataRefused { message: refusal_message(server) },
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
-        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::invalid_spec(server).unwrap_or_default() },
+        ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
     })
 }
 
 /// The park of a Server whose create or user data of this generation is
 /// refused, from its record.
 pub(crate) fn refused_park(server: &Server) -> Option<Park> {
-    if user_data_refused_this_generation(server) {
+    if forbidden_this_generation(server) {
+        Some(Park::Forbidden { message: refusal_message(server) })
+    } else if user_data_refused_this_generation(server) {
         Some(Park::UserDataRefused { message: refusal_message(server) })
     } else if refused_this_generation(server) {
         Some(Park::Refused { message: refusal_message(server) })
@@ -207,7 +224,7 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if validate::duplicate_id(server).is_some() {
+    if validate::invalid_spec(server).is_some() {
         return Lifecycle::Parked(ParkKind::InvalidSpec);
     }
     let status = &server.status;
@@ -220,6 +237,9 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         }
         if user_data_refused_this_generation(server) {
             return Lifecycle::Parked(ParkKind::UserDataRefused);
+        }
+        if forbidden_this_generation(server) {
+            return Lifecycle::Parked(ParkKind::Forbidden);
         }
         if refused_this_generation(server) {
             return Lifecycle::Parked(ParkKind::Refused);
@@ -240,6 +260,11 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         Some(ConditionStatus::False) => Lifecycle::Unhealthy,
         Some(ConditionStatus::Unknown) | None => Lifecycle::Unseen,
     }
+}
+
+/// The cloud's policy forbade the create of the Server's current generation.
+pub(crate) fn forbidden_this_generation(server: &Server) -> bool {
+    recorded_for_this_generation(server, CREATE_FORBIDDEN_ANNOTATION)
 }
 
 /// The provider refused the create of the Server's current generation.
@@ -365,6 +390,7 @@ mod tests {
             Lifecycle::Parked(ParkKind::UserDataRefused),
             Lifecycle::Parked(ParkKind::MissingAfterBoot),
             Lifecycle::Parked(ParkKind::InvalidSpec),
+            Lifecycle::Parked(ParkKind::Forbidden),
             Lifecycle::Paused,
             Lifecycle::Deleting,
         ];

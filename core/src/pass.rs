@@ -192,6 +192,8 @@ pub fn fold_landed(server: &mut Server, action: &Action, status: &ServerStatus) 
         | Action::CreateProviderServer(_)
         | Action::DeleteProviderServer(_)
         | Action::ReleaseAttachment(_)
+        | Action::UpdatePort(_)
+        | Action::EnsureFloatingIp(_)
         | Action::Emit(_) => {}
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{NetworkAttachment, Tag};
+use crate::model::{AllowedAddressPair, NetworkAttachment, Tag};
 
 /// A boxed future, so the port stays object-safe (`dyn CloudPort`) for the
 /// per-region registry without pulling an async-trait crate into the core.
@@ -62,6 +62,25 @@ pub trait CloudPort: Send + Sync {
     /// Releases (deletes) one such resource by its ID; one already gone is
     /// released.
     fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()>;
+    /// The port the Server's provider server (`provider_id`) boots with, and
+    /// the floating IP on it, as the provider lists them now; `None` when
+    /// the provider lists no such port. With it, the provider IDs the
+    /// Server's security groups (`security_groups`, the spec's IDs) resolve
+    /// to now: what the port should carry.
+    fn networking<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        query: &'a NetworkingQuery,
+    ) -> PortFuture<'a, Networking>;
+    /// Sets the port's security groups and allowed address pairs.
+    fn update_port<'a>(&'a self, identity: &'a IdentityContext, update: &'a PortUpdate) -> PortFuture<'a, ()>;
+    /// Makes sure the port carries a floating IP (idempotent: a port that
+    /// has one keeps it and nothing is made).
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a FloatingIpRequest,
+    ) -> PortFuture<'a, ()>;
     /// What the region's Region resource says, each time it changes (a
     /// cloud that needs none of it ignores it). Not a cloud call.
     fn apply_region_settings(&self, settings: &RegionSettings) {
@@ -184,6 +203,62 @@ impl fmt::Display for AttachedResource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind(), self.id())
     }
+}
+
+/// What [`CloudPort::networking`] is asked about.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetworkingQuery {
+    pub server: ServerRef,
+    /// The provider server whose port is read.
+    pub provider_id: String,
+    /// The spec's security group IDs, in spec order.
+    pub security_groups: Vec<String>,
+}
+
+/// The Server's port and what it should carry, as the provider tells them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Networking {
+    /// The port the server boots with (none listed: `None`).
+    pub port: Option<ServerPort>,
+    /// The provider IDs of the spec's security groups, in spec order.
+    pub wanted_security_groups: Vec<String>,
+}
+
+/// A Server's port, as the provider lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerPort {
+    pub id: String,
+    /// The port's own MAC address: an address pair without one uses it.
+    pub mac_address: Option<String>,
+    /// Provider IDs of its security groups.
+    pub security_groups: Vec<String>,
+    pub allowed_address_pairs: Vec<AllowedAddressPair>,
+    /// The floating IP associated with the port, if any.
+    pub floating_ip: Option<FloatingIp>,
+}
+
+/// A floating IP, by its provider ID.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloatingIp {
+    pub id: String,
+    pub address: Option<String>,
+}
+
+/// The security groups and address pairs a port is to carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortUpdate {
+    pub server: ServerRef,
+    pub port_id: String,
+    /// Provider IDs.
+    pub security_groups: Vec<String>,
+    pub allowed_address_pairs: Vec<AllowedAddressPair>,
+}
+
+/// A floating IP for the Server's port.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FloatingIpRequest {
+    pub server: ServerRef,
+    pub port_id: String,
 }
 
 /// Which Server a provider server belongs to. The uid is the idempotency key.
@@ -334,9 +409,10 @@ pub enum CloudError {
     /// 409: the provider is busy with the resource; try again.
     #[error("provider conflict: {message}")]
     Conflict { message: String },
-    /// 429: try again later.
-    #[error("provider rate limit: {message}")]
-    RateLimited { message: String },
+    /// 429, or 413 `overLimit`: try again later, not before `retry_after`
+    /// when the provider said (`Retry-After`).
+    #[error("provider rate limit: {message}{}", retry_after.map(|d| format!(" (asked to wait {}s)", d.as_secs())).unwrap_or_default())]
+    RateLimited { message: String, retry_after: Option<Duration> },
     /// 5xx: the provider failed; try again.
     #[error("provider unavailable (HTTP {status}): {message}")]
     Unavailable { status: u16, message: String },
@@ -349,6 +425,11 @@ pub enum CloudError {
     /// Authentication or configuration failed (bad credentials, no endpoint).
     #[error("provider authentication failed: {message}")]
     Auth { message: String },
+    /// 403 with the policy engine's refusal (Neutron `PolicyNotAuthorized`):
+    /// the cloud's policy does not let this identity do it. No spec change
+    /// and no waiting fixes a policy; a person must grant the role it asks for.
+    #[error("the cloud's policy does not allow it: {message}")]
+    NotPermitted { message: String },
     /// Something the request needs does not exist at the provider yet (a
     /// network or security group still being provisioned); nothing was sent
     /// that could have made a server. Try again.
@@ -403,7 +484,7 @@ impl CloudError {
         match status {
             401 => CloudError::Auth { message },
             409 => CloudError::Conflict { message },
-            429 => CloudError::RateLimited { message },
+            429 => CloudError::RateLimited { message, retry_after: None },
             500..=599 => CloudError::Unavailable { status, message },
             _ => CloudError::Refused { status, message },
         }
@@ -413,7 +494,19 @@ impl CloudError {
     pub fn is_transient(&self) -> bool {
         match self {
             CloudError::BeforeCreate { source, .. } => source.is_transient(),
-            other => !matches!(other, CloudError::Refused { .. } | CloudError::Auth { .. }),
+            other => {
+                !matches!(other, CloudError::Refused { .. } | CloudError::Auth { .. } | CloudError::NotPermitted { .. })
+            }
+        }
+    }
+
+    /// How long the provider asked to be left alone (`Retry-After` on a 429
+    /// or a 413 `overLimit`), if it said.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CloudError::RateLimited { retry_after, .. } => *retry_after,
+            CloudError::BeforeCreate { source, .. } => source.retry_after(),
+            _ => None,
         }
     }
 
@@ -426,6 +519,7 @@ impl CloudError {
             CloudError::Conflict { .. }
             | CloudError::RateLimited { .. }
             | CloudError::Refused { .. }
+            | CloudError::NotPermitted { .. }
             | CloudError::Auth { .. }
             | CloudError::Unreachable { .. }
             | CloudError::NotReady { .. }

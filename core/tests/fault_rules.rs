@@ -168,7 +168,7 @@ fn what_a_failed_create_proves_is_recorded_before_the_status_write() {
     for error in [
         CloudError::Auth { message: "token rejected".into() },
         CloudError::Conflict { message: "busy".into() },
-        CloudError::RateLimited { message: "slow down".into() },
+        CloudError::RateLimited { message: "slow down".into(), retry_after: None },
         CloudError::Unreachable { message: "connection refused".into() },
     ] {
         let mut server = adopted();

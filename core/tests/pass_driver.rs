@@ -88,7 +88,10 @@ impl Store {
             Action::CreateProviderServer(_) => self.creates += 1,
             Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_) => self.deletes += 1,
             Action::Emit(event) => self.events.push(event.reason),
-            Action::AddReference(_) | Action::RemoveReference(_) => {}
+            Action::AddReference(_)
+            | Action::RemoveReference(_)
+            | Action::UpdatePort(_)
+            | Action::EnsureFloatingIp(_) => {}
         }
     }
 
@@ -123,6 +126,8 @@ fn kind(action: &Action) -> &'static str {
         Action::CreateProviderServer(_) => "Create",
         Action::DeleteProviderServer(_) => "Delete",
         Action::ReleaseAttachment(_) => "Release",
+        Action::UpdatePort(_) => "UpdatePort",
+        Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
         Action::Emit(_) => "Emit",
     }
 }

@@ -595,7 +595,7 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
     let create = Action::CreateProviderServer(Default::default());
     for error in [
         CloudError::Conflict { message: "busy".into() },
-        CloudError::RateLimited { message: "slow down".into() },
+        CloudError::RateLimited { message: "slow down".into(), retry_after: None },
         CloudError::Unreachable { message: "connection refused".into() },
     ] {
         let decision = action_failed(&server, &create, &ActionFailure::Cloud(error), at(10));

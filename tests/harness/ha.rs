@@ -92,6 +92,30 @@ impl CloudPort for SlowAnswers {
         self.cloud.release(identity, resource)
     }
 
+    fn networking<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        query: &'a server_core::port::NetworkingQuery,
+    ) -> PortFuture<'a, server_core::port::Networking> {
+        self.cloud.networking(identity, query)
+    }
+
+    fn update_port<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        update: &'a server_core::port::PortUpdate,
+    ) -> PortFuture<'a, ()> {
+        self.cloud.update_port(identity, update)
+    }
+
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a server_core::port::FloatingIpRequest,
+    ) -> PortFuture<'a, ()> {
+        self.cloud.ensure_floating_ip(identity, request)
+    }
+
     fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
         Arc::new(SlowAnswers { cloud: self.cloud.for_term(term), create_answer_delay: self.create_answer_delay })
     }
@@ -222,6 +246,41 @@ impl CloudPort for MidCallBlock {
             self.admit("DELETE /ports")?;
             self.log("DELETE /ports");
             self.cloud.release(identity, resource).await
+        })
+    }
+
+    fn networking<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        query: &'a server_core::port::NetworkingQuery,
+    ) -> PortFuture<'a, server_core::port::Networking> {
+        Box::pin(async move {
+            self.admit("GET /ports")?;
+            self.cloud.networking(identity, query).await
+        })
+    }
+
+    fn update_port<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        update: &'a server_core::port::PortUpdate,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.admit("PUT /ports")?;
+            self.log("PUT /ports");
+            self.cloud.update_port(identity, update).await
+        })
+    }
+
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a server_core::port::FloatingIpRequest,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.admit("POST /floatingips")?;
+            self.log("POST /floatingips");
+            self.cloud.ensure_floating_ip(identity, request).await
         })
     }
 

@@ -644,6 +644,29 @@ impl Env {
         self.openstack().map(|sim| sim.ports().iter().filter(|p| p.name == name).count())
     }
 
+    /// The security groups (provider IDs) and allowed address pairs (CIDRs)
+    /// of the Server's port as the cloud holds them, on either path; `None`
+    /// while it has none.
+    pub fn port_security(&self, uid: &str) -> Option<(Vec<String>, Vec<String>)> {
+        if let Some(openstack) = self.openstack() {
+            let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
+            let port = openstack.ports().into_iter().find(|p| p.name == name)?;
+            return Some((port.security_groups, port.allowed_address_pairs.into_iter().map(|(ip, _)| ip).collect()));
+        }
+        let now = self.cloud.now();
+        let port = self.cloud.with_model(|m| m.port_of(uid, now))?;
+        Some((port.security_groups, port.allowed_address_pairs.into_iter().map(|p| p.cidr).collect()))
+    }
+
+    /// The Neutron ID of a security group the tests seeded (the direct
+    /// path's cloud knows a group by its own ID).
+    pub fn security_group_provider_id(&self, group: &str) -> String {
+        match self.openstack() {
+            Some(openstack) => openstack.security_group_id(&format!("securitygroup-{group}")).unwrap_or_default(),
+            None => group.to_owned(),
+        }
+    }
+
     /// OpenStack requests so far by endpoint (empty for the direct path).
     pub fn openstack_requests_by_op(&self) -> BTreeMap<Op, usize> {
         let mut by_op = BTreeMap::new();

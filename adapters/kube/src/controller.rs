@@ -18,10 +18,11 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::shutdown::Shutdown;
 
-/// What to do after a pass: requeue at the fixed interval after Yield or
-/// Error, otherwise wait for a wake.
+/// What to do after a pass: requeue after Yield or Error (at the fixed
+/// interval, or as long as the provider's `Retry-After` asked, bounded: the
+/// core's `Outcome::requeue_after`), otherwise wait for a wake.
 pub fn requeue_for(outcome: &Outcome, config: &ControllerConfig) -> Option<Duration> {
-    outcome.requeues().then_some(config.yield_interval)
+    outcome.requeue_after(config.yield_interval)
 }
 
 /// What every pass shares: the executor and the caches it reads from.

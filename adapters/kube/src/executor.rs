@@ -295,6 +295,30 @@ impl ActionIo<'_> {
                 );
                 Ok(())
             }
+            Action::UpdatePort(update) => {
+                let cloud = self.cloud()?;
+                cloud.call(|c| c.update_port(&cloud.identity, update)).await.map_err(ActionFailure::Cloud)?;
+                info!(
+                    server = %self.name,
+                    namespace = %self.namespace,
+                    port_id = %update.port_id,
+                    security_groups = update.security_groups.len(),
+                    allowed_address_pairs = update.allowed_address_pairs.len(),
+                    "set the port's security groups and allowed address pairs to the spec's"
+                );
+                Ok(())
+            }
+            Action::EnsureFloatingIp(request) => {
+                let cloud = self.cloud()?;
+                cloud.call(|c| c.ensure_floating_ip(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
+                info!(
+                    server = %self.name,
+                    namespace = %self.namespace,
+                    port_id = %request.port_id,
+                    "the server's port has its floating IP"
+                );
+                Ok(())
+            }
             Action::Emit(event) => {
                 // Events are informational: a lost one must not hold back the
                 // actions after it (the status that triggered it is already
@@ -442,6 +466,8 @@ pub(crate) fn action_name(action: &Action) -> &'static str {
         Action::CreateProviderServer(_) => "CreateProviderServer",
         Action::DeleteProviderServer(_) => "DeleteProviderServer",
         Action::ReleaseAttachment(_) => "ReleaseAttachment",
+        Action::UpdatePort(_) => "UpdatePort",
+        Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
         Action::Emit(_) => "Emit",
     }
 }

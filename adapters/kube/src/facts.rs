@@ -10,7 +10,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
-use server_core::{AttachmentsView, Facts, ProviderRead, ProviderView, reads_attachments};
+use server_core::{
+    AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, reads_attachments, reads_networking,
+};
 
 use crate::cache::Caches;
 use crate::cloud::{CloudHandle, CloudRegistry, ProviderListings, group_of};
@@ -137,11 +139,18 @@ impl Gathered {
     }
 
     /// Reads the Server's ports and floating IPs when the core asks for them
-    /// (`reads_attachments`), live; otherwise they are not read.
+    /// (`reads_attachments`), and a present server's port and floating IP
+    /// (`reads_networking`), live; otherwise they are not read.
     async fn read_attachments(&mut self, server: &Server) {
         self.facts.attachments = match &self.cloud {
             Ok(handle) if reads_attachments(server, &self.facts) => handle.attachments_view(server).await,
             _ => AttachmentsView::NotRead,
+        };
+        self.facts.networking = match (&self.cloud, &self.facts.provider) {
+            (Ok(handle), ProviderView::Present(record)) if reads_networking(server, &self.facts) => {
+                handle.networking_view(server, &record.id).await
+            }
+            _ => NetworkingView::NotRead,
         };
     }
 

@@ -303,6 +303,39 @@ impl CloudPort for FencedCloud {
         })
     }
 
+    fn networking<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        query: &'a server_core::port::NetworkingQuery,
+    ) -> PortFuture<'a, server_core::port::Networking> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.networking(identity, query).await
+        })
+    }
+
+    fn update_port<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        update: &'a server_core::port::PortUpdate,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.update_port(identity, update).await
+        })
+    }
+
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a server_core::port::FloatingIpRequest,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.ensure_floating_ip(identity, request).await
+        })
+    }
+
     /// Already one term's port.
     fn for_term(&self, term: &Term) -> Arc<dyn CloudPort> {
         let gate = TermGate { fence: self.gate.fence.clone(), term: term.number };

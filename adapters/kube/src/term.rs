@@ -206,6 +206,27 @@ mod tests {
         fn release<'a>(&'a self, _: &'a IdentityContext, _: &'a AttachedResource) -> PortFuture<'a, ()> {
             Box::pin(async { Ok(()) })
         }
+        fn networking<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::NetworkingQuery,
+        ) -> PortFuture<'a, server_core::port::Networking> {
+            Box::pin(async { Ok(server_core::port::Networking::default()) })
+        }
+        fn update_port<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::PortUpdate,
+        ) -> PortFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn ensure_floating_ip<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::FloatingIpRequest,
+        ) -> PortFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
         fn for_term(&self, term: &PortTerm) -> Arc<dyn CloudPort> {
             self.terms.lock().unwrap_or_else(PoisonError::into_inner).push(term.number);
             Arc::new(Recording { terms: self.terms.clone() })

@@ -304,7 +304,13 @@ struct Harness {
 
 impl Harness {
     fn facts(provider: ProviderView) -> Facts {
-        Facts { provider, ..Facts::default() }
+        // A present server's port carries what the spec asks (no groups, no
+        // public IP).
+        let networking = server_core::NetworkingView::Known(server_core::port::Networking {
+            port: Some(server_core::port::ServerPort { id: "port-1".into(), ..Default::default() }),
+            wanted_security_groups: Vec::new(),
+        });
+        Facts { provider, networking, ..Facts::default() }
             .with(ResourceKind::Identity, ready_identity())
             .with(ResourceKind::Network, Consumed::new("a1f8c0a2-55a4-4f1b-8d59-0ad3b1b9d0c7"))
     }

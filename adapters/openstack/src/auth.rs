@@ -68,12 +68,14 @@ struct SlotState {
     failed: Option<FailedLogin>,
 }
 
-/// A streak of logins Keystone refused, and when to try again.
+/// A streak of logins that failed (refused, or Keystone failing or out of
+/// reach), and when to try again.
 #[derive(Debug)]
 struct FailedLogin {
     streak: u32,
     retry_at: Instant,
-    message: String,
+    /// What the last attempt failed with, answered again until `retry_at`.
+    error: CloudError,
 }
 
 impl SlotState {
@@ -163,14 +165,12 @@ impl Auth {
         }
         if let Some(failed) = state.failed.as_ref().filter(|f| Instant::now() < f.retry_at) {
             let wait = failed.retry_at.saturating_duration_since(Instant::now());
-            return Err(CloudError::Auth {
-                message: format!(
-                    "{}; Keystone is not asked again with this credential for {}s (after {} refused logins)",
-                    failed.message,
-                    wait.as_secs().max(1),
-                    failed.streak
-                ),
-            });
+            let note = format!(
+                "; Keystone is not asked again with this credential for {}s (after {} failed logins)",
+                wait.as_secs().max(1),
+                failed.streak
+            );
+            return Err(with_note(&failed.error, &note));
         }
         match self.issue(http, identity).await {
             Ok(token) => {
@@ -185,28 +185,34 @@ impl Auth {
                 state.token = Some(token.clone());
                 Ok(token)
             }
-            Err(CloudError::Auth { message }) => {
+            // A refused login, and a Keystone that fails (5xx) or cannot be
+            // reached, back off alike per credential: N Servers must not make
+            // N logins per pass against a Keystone that is down any more than
+            // against one that refuses them.
+            Err(error) => {
+                let refused = matches!(error, CloudError::Auth { .. });
                 let streak = state.failed.as_ref().map_or(0, |f| f.streak).saturating_add(1);
                 let backoff = self.backoff_for(streak);
                 if streak == 1 {
                     // One line per streak, not per Server or per attempt; no
                     // Keystone text (it may echo what was sent).
+                    let what = match refused {
+                        true => "Keystone refused the identity's login",
+                        false => "Keystone failed or could not be reached for the identity's login",
+                    };
                     warn!(
                         identity = %identity.identity_id,
                         project = %identity.project_id,
                         backoff_s = backoff.as_secs(),
-                        "Keystone refused the identity's login; it is retried with backoff, not on every pass"
+                        "{what}; it is retried with backoff, not on every pass"
                     );
-                    if let Some(hook) = &self.on_failure_streak {
+                    if refused && let Some(hook) = &self.on_failure_streak {
                         hook();
                     }
                 }
-                state.failed =
-                    Some(FailedLogin { streak, retry_at: Instant::now() + backoff, message: message.clone() });
-                Err(CloudError::Auth { message })
+                state.failed = Some(FailedLogin { streak, retry_at: Instant::now() + backoff, error: error.clone() });
+                Err(error)
             }
-            // No answer, or a failing Keystone: not a refused login.
-            Err(other) => Err(other),
         }
     }
 
@@ -254,8 +260,11 @@ impl Auth {
         let request = http.request(Method::POST, &self.token_url).json(&request_body(identity)?);
         let reply = http.send(OPERATION, request).await?;
         if !reply.is_success() {
-            // 401 here is a credential Keystone does not accept: no refresh helps.
-            return Err(reply.error(OPERATION));
+            // 401 here is a credential Keystone does not accept: no refresh
+            // helps. 400, 403 and 404 are refusals of the login too (never a
+            // refused create): each says what a person must fix, and all of
+            // them back off per credential as a 401 does.
+            return Err(keystone_refusal(reply.status.as_u16(), reply.error(OPERATION)));
         }
         let request_id = reply.request_id();
         let value =
@@ -335,6 +344,55 @@ impl Auth {
             .ok_or_else(|| {
                 format!("the service catalog has no {interface} {service_type} endpoint in region {}", self.region)
             })
+    }
+}
+
+/// `error` with `note` appended to its message (its class unchanged).
+fn with_note(error: &CloudError, note: &str) -> CloudError {
+    let mut error = error.clone();
+    match &mut error {
+        CloudError::Auth { message }
+        | CloudError::Unavailable { message, .. }
+        | CloudError::Timeout { message }
+        | CloudError::Unreachable { message }
+        | CloudError::Refused { message, .. }
+        | CloudError::Conflict { message }
+        | CloudError::RateLimited { message, .. }
+        | CloudError::NotPermitted { message }
+        | CloudError::NotReady { message } => message.push_str(note),
+        CloudError::BeforeCreate { .. } => {}
+    }
+    error
+}
+
+/// A token request Keystone answered with an error: 4xx is a refused login
+/// ([`CloudError::Auth`], with what to fix), anything else stays what it is
+/// (a 5xx passes).
+fn keystone_refusal(status: u16, error: CloudError) -> CloudError {
+    let fix = match status {
+        400 => {
+            "Keystone refused the token request as malformed (HTTP 400): check the OpenstackIdentity's credentials \
+                (user or application credential ID, project ID) and the region's authURL"
+        }
+        401 => {
+            "Keystone refused the credentials (HTTP 401): update the OpenstackIdentity's password or application \
+                credential"
+        }
+        403 => {
+            "Keystone forbade the login (HTTP 403): the user may be disabled or locked out, or hold no role on the \
+                project; a Keystone administrator must fix the user"
+        }
+        404 => {
+            "Keystone does not know the user, application credential or project (HTTP 404): correct the \
+                OpenstackIdentity, or recreate what it names"
+        }
+        _ => return error,
+    };
+    match error {
+        CloudError::Auth { message } | CloudError::Refused { message, .. } => {
+            CloudError::Auth { message: format!("{fix}; {message}") }
+        }
+        other => other,
     }
 }
 
@@ -450,6 +508,20 @@ mod tests {
         assert!(body["auth"].get("scope").is_none());
         assert!(matches!(request_body(&identity(Credentials::None)), Err(CloudError::Auth { .. })));
         Ok(())
+    }
+
+    /// Keystone's 4xx answers to a token request are refused logins, each
+    /// saying what to fix; a 5xx passes.
+    #[test]
+    fn keystone_refusals_are_refused_logins_that_say_what_to_fix() {
+        for (status, says) in
+            [(400, "malformed"), (401, "refused the credentials"), (403, "disabled"), (404, "does not know")]
+        {
+            let error = keystone_refusal(status, CloudError::from_http(status, "authenticating with Keystone: no"));
+            assert!(matches!(&error, CloudError::Auth { message } if message.contains(says)), "{status}: {error:?}");
+        }
+        let unavailable = keystone_refusal(503, CloudError::from_http(503, "authenticating with Keystone: down"));
+        assert!(matches!(unavailable, CloudError::Unavailable { status: 503, .. }));
     }
 
     #[test]

@@ -21,7 +21,13 @@ pub(crate) struct Http {
     client: reqwest::Client,
     /// The configured request timeout, which the term's gate may shorten.
     timeout: std::time::Duration,
+    /// Until when each (service endpoint, project) asked to be left alone
+    /// (`Retry-After` on a rate limit): no request to it is sent before.
+    quiet: Arc<std::sync::Mutex<std::collections::HashMap<(String, String), tokio::time::Instant>>>,
 }
+
+/// The longest a `Retry-After` keeps requests back.
+const MAX_QUIET: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A complete answer: status, headers and the whole body.
 #[derive(Debug)]
@@ -58,7 +64,8 @@ impl Reply {
     }
 
     pub(crate) fn error(&self, operation: &str) -> CloudError {
-        error::from_status(operation, self.status, self.request_id().as_deref(), &self.body)
+        let error = error::from_status(operation, self.status, self.request_id().as_deref(), &self.body);
+        error::throttled(self.status, &self.headers, &self.body, error)
     }
 }
 
@@ -75,7 +82,7 @@ impl Http {
             .user_agent(concat!("server-controller/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ConfigError::Client(e.to_string()))?;
-        Ok(Http { client, timeout: config.request_timeout })
+        Ok(Http { client, timeout: config.request_timeout, quiet: Arc::default() })
     }
 
     pub(crate) fn request(&self, method: Method, url: &str) -> RequestBuilder {
@@ -166,6 +173,19 @@ impl std::fmt::Debug for Session<'_> {
     }
 }
 
+/// A token that could not be had: the service request was never sent, so
+/// its effect is none, whatever Keystone's failure was (a 5xx or a timeout
+/// of the token request is no create of unknown fate). A refused login stays
+/// what it is.
+fn not_sent(call: &Call<'_>, error: CloudError) -> CloudError {
+    match error {
+        CloudError::Timeout { message } | CloudError::Unavailable { message, .. } => {
+            CloudError::Unreachable { message: format!("{} (not sent, no token): {message}", call.operation) }
+        }
+        other => other,
+    }
+}
+
 /// Why a request was not sent: the term's gate refused it.
 pub(crate) const NOT_ADMITTED: &str = "not sent: this replica no longer holds the leader lease";
 
@@ -202,14 +222,14 @@ impl Session<'_> {
     /// revoked or expired early: the token is dropped, a new one fetched and
     /// the call sent once more; a second 401 is an authentication failure.
     pub(crate) async fn send(&self, call: &Call<'_>) -> Result<Reply, CloudError> {
-        let token = self.auth.token(self.http, self.identity).await?;
+        let token = self.auth.token(self.http, self.identity).await.map_err(|e| not_sent(call, e))?;
         let reply = self.send_with(&token, call).await?;
         if reply.status != StatusCode::UNAUTHORIZED {
             return Ok(reply);
         }
         debug!(operation = call.operation, "token refused; authenticating again");
         self.auth.invalidate(self.identity, &token).await;
-        let token = self.auth.token(self.http, self.identity).await?;
+        let token = self.auth.token(self.http, self.identity).await.map_err(|e| not_sent(call, e))?;
         self.send_with(&token, call).await
     }
 
@@ -221,7 +241,20 @@ impl Session<'_> {
             debug!(operation = call.operation, "request not admitted by the term's gate");
             return Err(CloudError::Unreachable { message: format!("{}: {NOT_ADMITTED}", call.operation) });
         };
-        let url = format!("{}{}", call.service.base(token).trim_end_matches('/'), call.path);
+        let base = call.service.base(token).trim_end_matches('/');
+        // A provider that asked to be left alone for a while is left alone:
+        // whichever pass comes first (another wake, another Server of the
+        // project) gets the rate limit back without a request.
+        let key = (base.to_owned(), token.project_id.clone());
+        let quiet = self.http.quiet.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).copied();
+        if let Some(until) = quiet.filter(|until| tokio::time::Instant::now() < *until) {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            return Err(CloudError::RateLimited {
+                message: format!("{}: not sent: the provider asked to be left alone (Retry-After)", call.operation),
+                retry_after: Some(left),
+            });
+        }
+        let url = format!("{base}{}", call.path);
         let mut request = self
             .http
             .request(call.method.clone(), &url)
@@ -239,6 +272,15 @@ impl Session<'_> {
         if let Some(body) = &call.body {
             request = request.json(body);
         }
-        self.http.send(call.operation, request).await
+        let reply = self.http.send(call.operation, request).await?;
+        if matches!(reply.status.as_u16(), 413 | 429)
+            && let Some(wait) = reply.error(call.operation).retry_after()
+        {
+            let until = tokio::time::Instant::now() + wait.min(MAX_QUIET);
+            let mut quiet = self.http.quiet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            quiet.retain(|_, at| tokio::time::Instant::now() < *at);
+            quiet.insert(key, until);
+        }
+        Ok(reply)
     }
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use server_core::model::AllowedAddressPair;
 use server_core::port::{
-    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, IdentityContext,
-    NetworkSelector, PortFuture, ProviderServer, ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
+    AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, FloatingIp, FloatingIpRequest,
+    IdentityContext, NetworkSelector, Networking, NetworkingQuery, PortFuture, PortUpdate, ProviderServer,
+    ProviderStatus, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
 };
 use tracing::{debug, info, warn};
 
@@ -327,14 +329,9 @@ impl OpenStackCloud {
             });
         };
         if let Some(existing) = self.lookup(&session, &request.server).await.map_err(before(CreateStep::Lookup))? {
+            // Its floating IP, if it lacks one, is the core's to ask for
+            // (`ensure_floating_ip`), on the next pass that reads its port.
             debug!(server_uid = uid, provider_id = %existing.id, "provider server exists; create is a no-op");
-            if request.public_ip {
-                // A previous create may have stopped between server and floating IP.
-                if let Some(port) = self.server_port(&session, &request.server, &existing.id).await? {
-                    let network_id = self.floating_network(&session).await?;
-                    self.ensure_floating_ip(&session, request, &port, &network_id).await?;
-                }
-            }
             return Ok(mapping::provider_server(&existing));
         }
         let resolved = self
@@ -349,11 +346,12 @@ impl OpenStackCloud {
             .await
             .map_err(before(CreateStep::Lookup))?;
         // The floating IP's network is chosen before anything is made: a
-        // choice that cannot be made refuses the create while no server exists.
-        let floating_network = match request.public_ip {
-            true => Some(self.floating_network(&session).await.map_err(before(CreateStep::Lookup))?),
-            false => None,
-        };
+        // choice that cannot be made refuses the create while no server
+        // exists. The floating IP itself is made after the server, as its
+        // own step the core asks for (`ensure_floating_ip`).
+        if request.public_ip {
+            self.floating_network(&session).await.map_err(before(CreateStep::Lookup))?;
+        }
         let port = match self.ensure_port(&session, request, network, &resolved).await {
             Err(CloudError::NotReady { message }) => {
                 // A kept Neutron ID went stale: read the names again next time.
@@ -377,9 +375,6 @@ impl OpenStackCloud {
             port_id = %port.id,
             "created provider server"
         );
-        if let Some(network_id) = &floating_network {
-            self.ensure_floating_ip(&session, request, &port, network_id).await?;
-        }
         // Nova answered 202: the server exists and is being scheduled.
         Ok(ProviderServer {
             id,
@@ -438,18 +433,60 @@ impl OpenStackCloud {
         Ok(port)
     }
 
-    async fn ensure_floating_ip(
+    /// The port `query.provider_id` boots with, the floating IP on it, and
+    /// the Neutron IDs of the spec's security groups.
+    async fn networking_flow(
         &self,
-        session: &Session<'_>,
-        request: &CreateRequest,
-        port: &Port,
-        network_id: &str,
+        identity: &IdentityContext,
+        query: &NetworkingQuery,
+    ) -> Result<Networking, CloudError> {
+        let session = self.session(identity);
+        let wanted = self.inner.names.security_group_ids(&session, &query.security_groups).await?;
+        let Some(port) = self.server_port(&session, &query.server, &query.provider_id).await? else {
+            return Ok(Networking { port: None, wanted_security_groups: wanted });
+        };
+        let floating_ip = neutron::floating_ips_of(&session, &port.id)
+            .await?
+            .into_iter()
+            .next()
+            .map(|ip| FloatingIp { id: ip.id, address: ip.floating_ip_address });
+        let port = ServerPort {
+            id: port.id,
+            mac_address: port.mac_address,
+            security_groups: port.security_groups,
+            allowed_address_pairs: port
+                .allowed_address_pairs
+                .into_iter()
+                .map(|pair| AllowedAddressPair { cidr: pair.ip_address, mac_address: pair.mac_address })
+                .collect(),
+            floating_ip,
+        };
+        Ok(Networking { port: Some(port), wanted_security_groups: wanted })
+    }
+
+    /// `PUT /ports/{id}` with the security groups and address pairs.
+    async fn update_port_flow(&self, identity: &IdentityContext, update: &PortUpdate) -> Result<(), CloudError> {
+        let session = self.session(identity);
+        let body = mapping::port_security_body(&update.security_groups, &update.allowed_address_pairs);
+        neutron::update_port(&session, &update.port_id, body).await?;
+        info!(server_uid = %update.server.uid, port_id = %update.port_id, "updated the port's security groups and address pairs");
+        Ok(())
+    }
+
+    /// A floating IP on the port from the chosen external network, unless
+    /// the port has one already.
+    async fn ensure_floating_ip_flow(
+        &self,
+        identity: &IdentityContext,
+        request: &FloatingIpRequest,
     ) -> Result<(), CloudError> {
-        if !neutron::floating_ips_of(session, &port.id).await?.is_empty() {
+        let session = self.session(identity);
+        if !neutron::floating_ips_of(&session, &request.port_id).await?.is_empty() {
             return Ok(());
         }
+        let network_id = self.floating_network(&session).await?;
         let description = mapping::resource_description(&request.server);
-        let ip = neutron::create_floating_ip(session, network_id, &port.id, &description).await?;
+        let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description).await?;
         info!(
             server_uid = %request.server.uid,
             floating_ip_id = %ip.id,
@@ -664,6 +701,26 @@ impl CloudPort for OpenStackCloud {
 
     fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
         Box::pin(self.release_flow(identity, resource))
+    }
+
+    fn networking<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        query: &'a NetworkingQuery,
+    ) -> PortFuture<'a, Networking> {
+        Box::pin(self.networking_flow(identity, query))
+    }
+
+    fn update_port<'a>(&'a self, identity: &'a IdentityContext, update: &'a PortUpdate) -> PortFuture<'a, ()> {
+        Box::pin(self.update_port_flow(identity, update))
+    }
+
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        identity: &'a IdentityContext,
+        request: &'a FloatingIpRequest,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(self.ensure_floating_ip_flow(identity, request))
     }
 
     /// The same region with an empty uid index: a list taken in an earlier

@@ -33,8 +33,47 @@ pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Optio
         }
         // What the port needs is not there (yet): wait, the create did not land.
         Some(Some(NeutronRefusal::NotThere)) if status == StatusCode::NOT_FOUND => CloudError::NotReady { message },
+        // oslo.policy said no: a person must grant a role, nothing else helps.
+        Some(Some(NeutronRefusal::Policy)) if status == StatusCode::FORBIDDEN => CloudError::NotPermitted { message },
         _ => CloudError::from_http(status.as_u16(), message),
     }
+}
+
+/// A 429, or a 413 that is a rate limit (Nova's `overLimit` fault, or any
+/// 413 with `Retry-After`), as [`CloudError::RateLimited`] with how long the
+/// provider asked to be left alone: the `Retry-After` header (seconds or an
+/// HTTP date), else the body's `retryAfter` (Nova's `RateLimitFault`,
+/// nova/api/openstack/wsgi.py, sends both). A 413 without either is a
+/// request too large: a refusal, unchanged.
+pub(crate) fn throttled(status: StatusCode, headers: &HeaderMap, body: &[u8], error: CloudError) -> CloudError {
+    let header = headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(retry_after);
+    let over_limit = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v.get("overLimit").cloned());
+    let in_body = over_limit
+        .as_ref()
+        .and_then(|fault| fault.get("retryAfter"))
+        .and_then(|v| v.as_u64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())))
+        .map(std::time::Duration::from_secs);
+    let limited = status == StatusCode::TOO_MANY_REQUESTS
+        || (status == StatusCode::PAYLOAD_TOO_LARGE && (over_limit.is_some() || header.is_some()));
+    if !limited {
+        return error;
+    }
+    let message = match error {
+        CloudError::RateLimited { message, .. } | CloudError::Refused { message, .. } => message,
+        other => return other,
+    };
+    CloudError::RateLimited { message, retry_after: header.or(in_body) }
+}
+
+/// A `Retry-After` value: delay-seconds, or an HTTP date (RFC 9110 10.2.3).
+fn retry_after(value: &str) -> Option<std::time::Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(std::time::Duration::from_secs(seconds));
+    }
+    let at = jiff::fmt::rfc2822::parse(value).ok()?.timestamp();
+    let wait = at.duration_since(jiff::Timestamp::now());
+    Some(std::time::Duration::try_from(wait).unwrap_or(std::time::Duration::ZERO))
 }
 
 /// What a `NeutronError.type` means beyond its HTTP status
@@ -46,6 +85,9 @@ enum NeutronRefusal {
     Refused,
     /// The network or security group a port names does not exist.
     NotThere,
+    /// The policy engine refused the call (neutron-lib
+    /// `exceptions.PolicyNotAuthorized`, HTTP 403).
+    Policy,
 }
 
 impl NeutronRefusal {
@@ -53,6 +95,7 @@ impl NeutronRefusal {
         match kind {
             "OverQuota" | "IpAddressGenerationFailure" => Some(NeutronRefusal::Refused),
             "NetworkNotFound" | "SecurityGroupNotFound" => Some(NeutronRefusal::NotThere),
+            "PolicyNotAuthorized" => Some(NeutronRefusal::Policy),
             _ => None,
         }
     }
@@ -94,6 +137,15 @@ pub(crate) fn redirected(operation: &str, status: StatusCode, headers: &HeaderMa
 /// A transport failure: no usable answer arrived, so the outcome is unknown.
 /// Connection failures count as timeouts too (transient, never a refusal).
 pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudError {
+    if let Some(certificate) = certificate_failure(error) {
+        // The handshake failed: nothing was sent. A person must fix trust.
+        return CloudError::Unreachable {
+            message: format!(
+                "{operation}: TLS certificate verification failed ({certificate}); configure the CA that signed the \
+                 endpoint's certificate (caCertificate) or correct the endpoint"
+            ),
+        };
+    }
     let what = if error.is_timeout() {
         "no answer in time"
     } else if error.is_connect() {
@@ -107,6 +159,26 @@ pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudEr
     // operation already says which call it was.
     let source = std::error::Error::source(error).map(|s| format!(": {s}")).unwrap_or_default();
     CloudError::Timeout { message: format!("{operation}: {what}{source}") }
+}
+
+/// The certificate error a TLS handshake failed with, if that is why
+/// `error` happened: rustls' `InvalidCertificate`, found by type down the
+/// source chain (an `io::Error` carries it as its inner error).
+fn certificate_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(error);
+    while let Some(current) = next {
+        let inner = current
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|e| e as &(dyn std::error::Error + 'static));
+        for candidate in [Some(current), inner].into_iter().flatten() {
+            if let Some(rustls::Error::InvalidCertificate(reason)) = candidate.downcast_ref::<rustls::Error>() {
+                return Some(format!("{reason:?}"));
+            }
+        }
+        next = inner.and_then(std::error::Error::source).or_else(|| current.source());
+    }
+    None
 }
 
 /// An answer that arrived but cannot be understood (a provider bug or a proxy
@@ -200,12 +272,64 @@ mod tests {
         assert!(matches!(full, CloudError::Refused { status: 409, .. }));
         let in_use = from_status("x", StatusCode::CONFLICT, None, body("PortInUse").as_bytes());
         assert!(matches!(in_use, CloudError::Conflict { .. }));
+        let policy = from_status("creating port", StatusCode::FORBIDDEN, None, body("PolicyNotAuthorized").as_bytes());
+        assert!(matches!(policy, CloudError::NotPermitted { .. }) && !policy.is_transient(), "{policy:?}");
         let no_network = from_status("x", StatusCode::NOT_FOUND, None, body("NetworkNotFound").as_bytes());
         assert!(matches!(no_network, CloudError::NotReady { .. }) && no_network.is_transient());
         // The type decides, never the words of the message.
         let worded =
             br#"{"NeutronError": {"type": "HTTPConflict", "message": "Quota exceeded (OverQuota)", "detail": ""}}"#;
         assert!(from_status("x", StatusCode::CONFLICT, None, worded).is_transient());
+    }
+
+    /// 429 and a 413 `overLimit` are rate limits carrying `Retry-After`
+    /// (header first, else Nova's `retryAfter`); a plain 413 stays a refusal.
+    #[test]
+    fn rate_limits_carry_how_long_to_wait_and_a_plain_413_is_a_refusal() {
+        let limited = |status: StatusCode, header: Option<&'static str>, body: &[u8]| {
+            let mut headers = HeaderMap::new();
+            if let Some(value) = header {
+                headers.insert("retry-after", HeaderValue::from_static(value));
+            }
+            throttled(status, &headers, body, from_status("creating server", status, None, body))
+        };
+        let over = br#"{"overLimit": {"code": 413, "message": "This request was rate-limited.", "retryAfter": "30"}}"#;
+        let e = limited(StatusCode::PAYLOAD_TOO_LARGE, None, over);
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(30)), "{e:?}");
+        assert!(e.is_transient());
+        let e = limited(StatusCode::PAYLOAD_TOO_LARGE, Some("12"), over);
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(12)));
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("30"), b"");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::from_secs(30)));
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("Wed, 21 Oct 2015 07:28:00 GMT"), b"");
+        assert_eq!(e.retry_after(), Some(std::time::Duration::ZERO), "a date past is no wait: {e:?}");
+        let e = limited(StatusCode::TOO_MANY_REQUESTS, Some("soon"), b"");
+        assert!(matches!(e, CloudError::RateLimited { retry_after: None, .. }));
+        let too_large = limited(StatusCode::PAYLOAD_TOO_LARGE, None, b"body too large");
+        assert!(matches!(too_large, CloudError::Refused { status: 413, .. }), "{too_large:?}");
+    }
+
+    /// A handshake that failed on the certificate is told apart by type, however
+    /// deep it is wrapped; other I/O failures are not.
+    #[test]
+    fn a_certificate_failure_is_found_down_the_source_chain() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("client error (Connect)")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let rustls_error = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = Outer(std::io::Error::new(std::io::ErrorKind::InvalidData, rustls_error));
+        assert_eq!(certificate_failure(&wrapped).as_deref(), Some("UnknownIssuer"));
+        let refused = Outer(std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"));
+        assert_eq!(certificate_failure(&refused), None);
     }
 
     #[test]

@@ -335,6 +335,22 @@ pub(crate) fn port_body(request: &CreateRequest, network: &NetworkAttachment, id
     }})
 }
 
+/// `PUT /ports/{id}` body setting a port's security groups (Neutron IDs)
+/// and allowed address pairs (a pair without a MAC address takes the port's).
+pub(crate) fn port_security_body(
+    security_groups: &[String],
+    pairs: &[server_core::model::AllowedAddressPair],
+) -> Value {
+    let pairs: Vec<Value> = pairs
+        .iter()
+        .map(|pair| match &pair.mac_address {
+            Some(mac) if !mac.is_empty() => json!({"ip_address": pair.cidr, "mac_address": mac}),
+            _ => json!({"ip_address": pair.cidr}),
+        })
+        .collect();
+    json!({"port": {"security_groups": security_groups, "allowed_address_pairs": pairs}})
+}
+
 /// `POST /servers` body: boots from the image with the prepared port, and
 /// with the identity's keypair (`key_name`) when the request uses it and the
 /// identity has one (an empty `key_name` would be refused; the Go controller

@@ -20,6 +20,20 @@ pub(crate) struct Port {
     /// The Nova server the port is bound to (empty while unbound).
     #[serde(default)]
     pub(crate) device_id: String,
+    #[serde(default)]
+    pub(crate) mac_address: Option<String>,
+    #[serde(default)]
+    pub(crate) security_groups: Vec<String>,
+    #[serde(default)]
+    pub(crate) allowed_address_pairs: Vec<AddressPair>,
+}
+
+/// One of a port's `allowed_address_pairs`.
+#[derive(Clone, Debug, Deserialize)]
+pub(crate) struct AddressPair {
+    pub(crate) ip_address: String,
+    #[serde(default)]
+    pub(crate) mac_address: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -34,18 +48,8 @@ pub(crate) struct FloatingIp {
 }
 
 #[derive(Deserialize)]
-pub(crate) struct Ports {
-    pub(crate) ports: Vec<Port>,
-}
-
-#[derive(Deserialize)]
 pub(crate) struct PortEnvelope {
     pub(crate) port: Port,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct FloatingIps {
-    pub(crate) floatingips: Vec<FloatingIp>,
 }
 
 #[derive(Deserialize)]
@@ -53,14 +57,82 @@ pub(crate) struct FloatingIpEnvelope {
     pub(crate) floatingip: FloatingIp,
 }
 
+/// List envelopes, as the API samples show them (the contract tests read
+/// them; the lists themselves go through [`list_all`]).
+#[cfg(test)]
+#[derive(Deserialize)]
+pub(crate) struct Ports {
+    pub(crate) ports: Vec<Port>,
+}
+
+#[cfg(test)]
+#[derive(Deserialize)]
+pub(crate) struct FloatingIps {
+    pub(crate) floatingips: Vec<FloatingIp>,
+}
+
+#[cfg(test)]
 #[derive(Deserialize)]
 pub(crate) struct Networks {
     pub(crate) networks: Vec<Named>,
 }
 
+#[cfg(test)]
 #[derive(Deserialize)]
 pub(crate) struct SecurityGroups {
     pub(crate) security_groups: Vec<Named>,
+}
+
+/// A runaway pagination (a marker that does not advance) stops here.
+const MAX_PAGES: usize = 1_000;
+
+/// Every item of a Neutron list, following its pages: while the answer
+/// carries a `<collection>_links` `next` link, the list is asked again after
+/// the last item's ID (`marker`), with the call's filters (Networking API
+/// v2.0, "Pagination"). Neutron pages only when `pagination_max_limit` is
+/// set, which large clouds do; without paging, names past the first page
+/// were never found.
+async fn list_all<T: serde::de::DeserializeOwned>(
+    session: &Session<'_>,
+    call: Call<'_>,
+    collection: &str,
+) -> Result<Vec<T>, CloudError> {
+    #[derive(Deserialize)]
+    struct Link {
+        rel: String,
+    }
+    let operation = call.operation;
+    let links_key = format!("{collection}_links");
+    let mut items = Vec::new();
+    let mut marker: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let mut page_call = Call {
+            query: call.query.clone(),
+            body: None,
+            ..Call::new(operation, call.service, call.method.clone(), call.path.clone())
+        };
+        if let Some(marker) = &marker {
+            page_call = page_call.query("marker", marker.clone());
+        }
+        let mut page: serde_json::Map<String, Value> = session.send(&page_call).await?.json(operation)?;
+        let page_items = page.remove(collection).unwrap_or(Value::Array(Vec::new()));
+        let ids: Vec<Option<String>> = page_items
+            .as_array()
+            .map(|list| list.iter().map(|item| item.get("id").and_then(Value::as_str).map(str::to_owned)).collect())
+            .unwrap_or_default();
+        let parsed: Vec<T> =
+            serde_json::from_value(page_items).map_err(|e| crate::error::malformed(operation, None, e))?;
+        items.extend(parsed);
+        let more = page
+            .get(&links_key)
+            .and_then(|links| serde_json::from_value::<Vec<Link>>(links.clone()).ok())
+            .is_some_and(|links| links.iter().any(|link| link.rel == "next"));
+        match ids.last().cloned().flatten() {
+            Some(last) if more && marker.as_deref() != Some(last.as_str()) => marker = Some(last),
+            _ => return Ok(items),
+        }
+    }
+    Err(CloudError::Unavailable { status: 502, message: format!("{operation}: more than {MAX_PAGES} pages") })
 }
 
 /// A network or security group: what name resolution and external network
@@ -81,7 +153,7 @@ pub(crate) struct Named {
 pub(crate) async fn ports_named(session: &Session<'_>, name: &str) -> Result<Vec<Port>, CloudError> {
     const OPERATION: &str = "listing ports";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/ports").query("name", name);
-    let mut ports = session.send(&call).await?.json::<Ports>(OPERATION)?.ports;
+    let mut ports: Vec<Port> = list_all(session, call, "ports").await?;
     ports.retain(|port| port.name.is_empty() || port.name == name);
     Ok(ports)
 }
@@ -114,7 +186,7 @@ pub(crate) async fn delete_port(session: &Session<'_>, id: &str) -> Result<(), C
 pub(crate) async fn floating_ips_of(session: &Session<'_>, port_id: &str) -> Result<Vec<FloatingIp>, CloudError> {
     const OPERATION: &str = "listing floating IPs";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("port_id", port_id);
-    Ok(session.send(&call).await?.json::<FloatingIps>(OPERATION)?.floatingips)
+    list_all(session, call, "floatingips").await
 }
 
 /// Floating IPs of the token's project with this exact description (the
@@ -125,7 +197,7 @@ pub(crate) async fn floating_ips_described(
 ) -> Result<Vec<FloatingIp>, CloudError> {
     const OPERATION: &str = "listing floating IPs";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("description", description);
-    Ok(session.send(&call).await?.json::<FloatingIps>(OPERATION)?.floatingips)
+    list_all(session, call, "floatingips").await
 }
 
 /// Allocates a floating IP on `network_id` and associates it with the port.
@@ -160,7 +232,7 @@ pub(crate) async fn delete_floating_ip(session: &Session<'_>, id: &str) -> Resul
 pub(crate) async fn external_networks(session: &Session<'_>) -> Result<Vec<Named>, CloudError> {
     const OPERATION: &str = "listing external networks";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/networks").query("router:external", "true");
-    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks)
+    list_all(session, call, "networks").await
 }
 
 /// Every network the project sees (its own, shared and external), with the
@@ -169,7 +241,7 @@ pub(crate) async fn networks(session: &Session<'_>) -> Result<Vec<Named>, CloudE
     const OPERATION: &str = "listing networks";
     let call =
         Call::new(OPERATION, Service::Network, Method::GET, "/networks").query("fields", "id").query("fields", "name");
-    Ok(session.send(&call).await?.json::<Networks>(OPERATION)?.networks)
+    list_all(session, call, "networks").await
 }
 
 /// Every security group the project sees.
@@ -178,5 +250,5 @@ pub(crate) async fn security_groups(session: &Session<'_>) -> Result<Vec<Named>,
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/security-groups")
         .query("fields", "id")
         .query("fields", "name");
-    Ok(session.send(&call).await?.json::<SecurityGroups>(OPERATION)?.security_groups)
+    list_all(session, call, "security_groups").await
 }

@@ -50,6 +50,17 @@ struct Snapshot {
 }
 
 impl Snapshot {
+    /// The IDs of `groups`, or the Neutron name of the first one missing.
+    fn groups(&self, groups: &[String]) -> Result<Vec<String>, String> {
+        groups
+            .iter()
+            .map(|group| {
+                let name = security_group_name(group);
+                self.security_groups.get(&name).cloned().ok_or(name)
+            })
+            .collect()
+    }
+
     fn resolve(&self, network: &str, known: Option<&str>, groups: &[String]) -> Result<ResolvedNetworking, String> {
         let network_id = match known {
             Some(id) => id.to_owned(),
@@ -97,6 +108,37 @@ impl NeutronNames {
         }
         *cached = Some(snapshot);
         resolved.map_err(|name| not_ready(&name, session.identity))
+    }
+
+    /// The Neutron IDs of `groups` (Kubernetes names), in order, as
+    /// [`NeutronNames::resolve`] finds them (without a network).
+    pub(crate) async fn security_group_ids(
+        &self,
+        session: &Session<'_>,
+        groups: &[String],
+    ) -> Result<Vec<String>, CloudError> {
+        let slot = self.slot(session.identity);
+        let mut cached = slot.lock().await;
+        if let Some(snapshot) = cached.as_ref() {
+            match snapshot.groups(groups) {
+                Ok(ids) => return Ok(ids),
+                Err(name) if snapshot.missing.get(&name).is_some_and(|at| at.elapsed() < REFRESH_MIN) => {
+                    return Err(not_ready(&name, session.identity));
+                }
+                Err(_) => {}
+            }
+        }
+        let mut snapshot = fetch(session).await?;
+        if let Some(previous) = cached.take() {
+            snapshot.missing = previous.missing;
+            snapshot.missing.retain(|_, at| at.elapsed() < REFRESH_MIN);
+        }
+        let ids = snapshot.groups(groups);
+        if let Err(name) = &ids {
+            snapshot.missing.insert(name.clone(), Instant::now());
+        }
+        *cached = Some(snapshot);
+        ids.map_err(|name| not_ready(&name, session.identity))
     }
 
     /// Forgets what is known for the identity (Neutron said a kept ID is gone).

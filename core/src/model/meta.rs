@@ -28,9 +28,16 @@ pub const CREATE_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org
 /// only a change to the user data helps.
 pub const USER_DATA_REFUSED_ANNOTATION: &str = "server-controller.unikorn-cloud.org/user-data-refused-generation";
 
-/// The words of the refusal [`CREATE_REFUSED_ANNOTATION`] or
-/// [`USER_DATA_REFUSED_ANNOTATION`] records (bounded), so a parked Server
-/// keeps saying why even if the status write that reported it was lost.
+/// Records, on the Server, the generation whose create the cloud's policy
+/// forbade (HTTP 403 `PolicyNotAuthorized`): parked until a person grants
+/// what the policy asks and requests a retry (or the spec changes). Its
+/// words are in [`CREATE_REFUSED_MESSAGE_ANNOTATION`].
+pub const CREATE_FORBIDDEN_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-forbidden-generation";
+
+/// The words of the refusal [`CREATE_REFUSED_ANNOTATION`],
+/// [`USER_DATA_REFUSED_ANNOTATION`] or [`CREATE_FORBIDDEN_ANNOTATION`] records
+/// (bounded), so a parked Server keeps saying why even if the status write
+/// that reported it was lost.
 pub const CREATE_REFUSED_MESSAGE_ANNOTATION: &str = "server-controller.unikorn-cloud.org/create-refused-message";
 
 /// Records, on the Server, the provider server taken over from another

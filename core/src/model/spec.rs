@@ -36,6 +36,13 @@ pub struct ServerSpec {
     /// each. Each holds a finalizer while this Server uses it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub networks: Vec<NetworkAttachment>,
+    /// Pins the server to one physical host (uni-region sets it; the Go
+    /// controller sends it to Nova as `hypervisor_hostname` with admin
+    /// credentials). This controller does not place servers on hosts: a
+    /// Server that sets it is refused as an invalid spec, never created on
+    /// another host behind the user's back.
+    #[serde(rename = "infrastructureRef", default, skip_serializing_if = "Option::is_none")]
+    pub infrastructure_ref: Option<String>,
     /// An SSHCertificateAuthority resource (same namespace): its public key is
     /// added to the user data as a managed cloud-config part, so sshd trusts
     /// user certificates it signed. It holds a finalizer while this Server uses it.

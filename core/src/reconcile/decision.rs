@@ -1,7 +1,8 @@
 use super::facts::RegionUnserved;
+use super::networking::Converging;
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
-use crate::port::{AttachedResource, CloudError, CreateRequest, ServerRef};
+use crate::port::{AttachedResource, CloudError, CreateRequest, FloatingIpRequest, PortUpdate, ServerRef};
 use crate::status_patch::StatusPatch;
 use crate::user_data::UserDataError;
 
@@ -59,6 +60,11 @@ pub enum Action {
     /// Release (delete) one of the Server's provider resources besides its
     /// server, by its ID; idempotent (one already gone is released).
     ReleaseAttachment(AttachedResource),
+    /// Set the present server's port's security groups and allowed address
+    /// pairs to the spec's.
+    UpdatePort(Box<PortUpdate>),
+    /// Give the present server's port a floating IP (idempotent).
+    EnsureFloatingIp(FloatingIpRequest),
     Emit(Event),
 }
 
@@ -100,6 +106,27 @@ pub enum Outcome {
 impl Outcome {
     pub fn requeues(&self) -> bool {
         matches!(self, Outcome::Yield(_) | Outcome::Error(_))
+    }
+
+    /// The longest a provider's `Retry-After` holds a Server back.
+    pub const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(300);
+
+    /// When the next pass runs after this outcome, given the fixed yield
+    /// interval: none for Done and Terminal; for a provider that asked to be
+    /// left alone for a while (`Retry-After` on a 429 or a 413 `overLimit`),
+    /// that long, at least the yield interval and at most
+    /// [`Outcome::MAX_RETRY_AFTER`]; else the yield interval.
+    pub fn requeue_after(&self, yield_interval: std::time::Duration) -> Option<std::time::Duration> {
+        let asked = match self {
+            Outcome::Yield(Wait::Provider(error)) | Outcome::Error(PassError::Cloud(error)) => error.retry_after(),
+            Outcome::Yield(_) | Outcome::Error(_) => None,
+            Outcome::Done | Outcome::Terminal(_) => return None,
+        };
+        Some(
+            asked.map_or(yield_interval, |asked| {
+                asked.max(yield_interval).min(Self::MAX_RETRY_AFTER.max(yield_interval))
+            }),
+        )
     }
 
     pub fn label(&self) -> &'static str {
@@ -157,6 +184,12 @@ pub enum Wait {
     /// Deleting: the provider server is gone; these resources of the Server
     /// are being released, and the Server goes once none is left.
     ReleasingAttachments { remaining: Vec<AttachedResource> },
+    /// The present server's port and floating IP could not be read
+    /// (`reason` says why): whether they follow the spec is not known.
+    NetworkingUnknown { reason: String },
+    /// The present server's port or floating IP is being brought to what
+    /// the spec asks.
+    Networking { changing: Vec<Converging> },
     /// A provider call failed in a way that passes (busy, rate limited,
     /// unavailable, a create answer that proves nothing landed).
     Provider(CloudError),
@@ -193,6 +226,13 @@ impl Wait {
                 let named: Vec<String> = remaining.iter().map(ToString::to_string).collect();
                 format!("Releasing the provider server's {}", named.join(", "))
             }
+            Wait::NetworkingUnknown { reason } => {
+                format!("Waiting for the provider to tell the server's port and floating IP: {reason}")
+            }
+            Wait::Networking { changing } => {
+                let what: Vec<&str> = changing.iter().map(|c| c.describe()).collect();
+                format!("Provider server exists; {}", what.join("; "))
+            }
             Wait::Provider(error) => format!("Waiting for the provider: {error}"),
             Wait::Conflict { message } => format!("Conflicting write, retrying: {message}"),
             Wait::ServerChanged => "the Server changed since it was read; deciding again".into(),
@@ -222,11 +262,45 @@ pub enum PassError {
     /// The provider refused the credentials or a call in a way that does not pass.
     #[error("{0}")]
     Cloud(CloudError),
+    /// The server exists, but a step after it (its public IP, its port's
+    /// security) failed in a way that does not pass by itself.
+    #[error("the provider server exists, but {}: {error}; {}", what.failed(), what.remedy())]
+    AfterCreate { what: ServerPart, error: CloudError },
     #[error("Kubernetes API request failed: {message}")]
     Api { message: String },
     /// The adapter stopped driving the pass before its actions all ran.
     #[error("the pass stopped before its actions ran")]
     Interrupted,
+}
+
+/// What of a Server's provider resources a step after its create sets up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerPart {
+    /// The floating IP on its port.
+    PublicIp,
+    /// Its port's security groups and allowed address pairs.
+    PortSecurity,
+}
+
+impl ServerPart {
+    fn failed(self) -> &'static str {
+        match self {
+            ServerPart::PublicIp => "its public IP could not be allocated",
+            ServerPart::PortSecurity => "its port's security groups and address pairs could not be set",
+        }
+    }
+
+    fn remedy(self) -> &'static str {
+        match self {
+            ServerPart::PublicIp => {
+                "an operator must fix the cause (the floating-IP quota, a router from the server's network to the \
+                 external network, the policy); it is tried again on every pass"
+            }
+            ServerPart::PortSecurity => {
+                "an operator must fix the cause (the security groups, the policy); it is tried again on every pass"
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 
 use crate::model::{Consumed, ResourceKind};
-use crate::port::{AttachedResource, ProviderServer};
+use crate::port::{AttachedResource, Networking, ProviderServer};
 
 /// What the provider says about the Server's provider server. The three
 /// kinds are load-bearing: only `Absent` may lead to a create, and `Unknown`
@@ -98,6 +98,22 @@ pub enum AttachmentsView {
     Unknown(String),
 }
 
+/// What the provider says about the port a present server boots with and
+/// the floating IP on it. Read only when the core asks for it
+/// ([`reads_networking`](super::reads_networking)); the floating IP and the
+/// port's security groups and address pairs follow the spec on every pass
+/// that reads it (DESIGN "The port and the floating IP follow the spec").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum NetworkingView {
+    /// Not read in this pass: nothing is known (never taken for "none").
+    #[default]
+    NotRead,
+    /// The provider listed them with authority.
+    Known(Networking),
+    /// The read failed; the reason is for status.
+    Unknown(String),
+}
+
 /// How the pass came by its [`ProviderView`]. A view read in the pass is
 /// live; a listed one is what the provider said earlier without being asked
 /// about this Server: the monitor's latest list of the Server's (region,
@@ -132,6 +148,8 @@ pub struct Facts {
     pub provider_read: ProviderRead,
     /// The Server's ports and floating IPs, when the core asked for them.
     pub attachments: AttachmentsView,
+    /// The present server's port and floating IP, when the core asked for them.
+    pub networking: NetworkingView,
 }
 
 impl Default for Facts {
@@ -142,6 +160,7 @@ impl Default for Facts {
             provider: ProviderView::Absent,
             provider_read: ProviderRead::Live,
             attachments: AttachmentsView::NotRead,
+            networking: NetworkingView::NotRead,
         }
     }
 }

@@ -3,10 +3,14 @@
 
 use jiff::Timestamp;
 
+use super::decision::ServerPart;
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Wait};
 use super::plan::Plan;
 use crate::lifecycle::Park;
-use crate::model::{CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, Server};
+use crate::model::{
+    CREATE_FORBIDDEN_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION,
+    CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION, Server,
+};
 use crate::port::{CallEffect, CloudError};
 
 /// Why an action failed.
@@ -28,6 +32,23 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
     match (action, failure) {
         (Action::CreateProviderServer(_), ActionFailure::Cloud(CloudError::Refused { message, .. })) => {
             park_refused_create(server, message, now)
+        }
+        // The cloud's policy forbids the create (or a step before it): no
+        // spec change fixes that, and the park says so.
+        (Action::CreateProviderServer(_), ActionFailure::Cloud(error)) if forbidden(error).is_some() => {
+            park_forbidden_create(server, forbidden(error).unwrap_or_default(), now)
+        }
+        // A step after the server exists (its floating IP, its port) that
+        // does not pass: the server runs, and the message says what is
+        // missing and what a person must do; never "create refused".
+        (Action::EnsureFloatingIp(_) | Action::UpdatePort(_), ActionFailure::Cloud(error)) if !error.is_transient() => {
+            let what = match action {
+                Action::EnsureFloatingIp(_) => ServerPart::PublicIp,
+                _ => ServerPart::PortSecurity,
+            };
+            // Said on Available (the next pass that converges says
+            // Provisioned again).
+            Plan::new(server, false, now).finish(Outcome::Error(PassError::AfterCreate { what, error: error.clone() }))
         }
         // What the answer proves about the create decides whether it stays
         // issued. A timeout or a 5xx leaves its fate unknown: it may have
@@ -61,6 +82,45 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(PassError::Cloud(error.clone()))),
         (_, ActionFailure::Api(message)) => unchanged(Outcome::Error(PassError::Api { message: message.clone() })),
     }
+}
+
+/// The words of a policy's refusal of a create or of a step before it.
+fn forbidden(error: &CloudError) -> Option<&str> {
+    match error {
+        CloudError::NotPermitted { message } => Some(message),
+        CloudError::BeforeCreate { source, .. } => forbidden(source),
+        _ => None,
+    }
+}
+
+/// A create the cloud's policy forbids parks the server until a person
+/// grants what the policy asks and requests a retry (or the spec changes):
+/// recorded like a refusal, under its own annotation, so the park's message
+/// never asks for a spec change that cannot help.
+fn park_forbidden_create(server: &Server, provider_message: &str, now: Timestamp) -> Decision {
+    let generation = server.meta.generation;
+    let already_recorded = server.meta.annotations.get(CREATE_FORBIDDEN_ANNOTATION) == Some(&generation.to_string());
+    let provider_message = bounded(provider_message);
+    let mut plan = Plan::new(server, false, now);
+    plan.record(CREATE_FORBIDDEN_ANNOTATION, Some(generation.to_string()));
+    let message = format!(
+        "the cloud's policy does not let this Server's identity create its server: {provider_message}; no spec \
+         change can fix a policy: have a cloud administrator grant the identity's user the role the policy asks \
+         for, then annotate the Server with {RETRY_ANNOTATION} to try again"
+    );
+    plan.record(CREATE_REFUSED_MESSAGE_ANNOTATION, Some(message.clone()));
+    if server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION) {
+        plan.record(CREATE_ISSUED_ANNOTATION, None);
+    }
+    if !already_recorded {
+        plan.emit(Event {
+            type_: EventType::Warning,
+            reason: EventReason::ProviderCreateRefused,
+            action: "CreateProviderServer",
+            note: format!("The cloud's policy forbids creating the server: {provider_message}"),
+        });
+    }
+    plan.finish(Outcome::Terminal(Park::Forbidden { message }))
 }
 
 /// A create the provider refuses outright (quota, invalid request) parks the

@@ -92,7 +92,11 @@ pub fn live_read_needed(
     let changes_the_provider = decision.actions.iter().any(|action| {
         matches!(
             action,
-            Action::CreateProviderServer(_) | Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_)
+            Action::CreateProviderServer(_)
+                | Action::DeleteProviderServer(_)
+                | Action::ReleaseAttachment(_)
+                | Action::UpdatePort(_)
+                | Action::EnsureFloatingIp(_)
         )
     });
     if changes_the_provider {

@@ -6,6 +6,7 @@ mod facts;
 mod failure;
 pub(crate) mod issued;
 mod listed;
+mod networking;
 mod options;
 mod plan;
 mod provision;
@@ -13,10 +14,11 @@ mod references;
 mod retry;
 pub(crate) mod validate;
 
-pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
-pub use facts::{AttachmentsView, Facts, ProviderRead, ProviderView, RegionUnserved};
+pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, ServerPart, Wait};
+pub use facts::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
+pub use networking::{Converging, port_follows_spec, wants_public_ip};
 pub use options::Options;
 
 use jiff::Timestamp;
@@ -41,6 +43,18 @@ pub fn needs_facts(server: &Server) -> bool {
 /// (what is left of it decides whether it may go).
 pub fn reads_attachments(server: &Server, facts: &Facts) -> bool {
     needs_facts(server) && server.meta.deleting && facts.provider == ProviderView::Absent
+}
+
+/// Whether a pass over `server` must read the port its present provider
+/// server boots with and the floating IP on it ([`Facts::networking`]),
+/// given the provider view it holds: a Server not being deleted or retried
+/// whose provider server is present. The floating IP and the port follow
+/// the spec on every such pass (see `networking`).
+pub fn reads_networking(server: &Server, facts: &Facts) -> bool {
+    needs_facts(server)
+        && !server.meta.deleting
+        && !server.status.provider_create_retrying
+        && matches!(facts.provider, ProviderView::Present(_))
 }
 
 /// Decides one pass for `server` given what the adapter found.

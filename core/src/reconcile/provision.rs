@@ -257,7 +257,8 @@ fn ensure_exists(
             for action in references::to_prune(server, facts) {
                 plan.trail(action);
             }
-            plan.finish(Outcome::Done)
+            let outcome = super::networking::converge(server, record, &facts.networking, &mut plan);
+            plan.finish(outcome)
         }
         _ if ever_booted(&plan.status) => {
             let already_reported = lifecycle(server, options) == Lifecycle::Parked(ParkKind::MissingAfterBoot);

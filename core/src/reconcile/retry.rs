@@ -7,8 +7,8 @@ use super::decision::{Event, EventReason, EventType};
 use super::options::Options;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
 use crate::model::{
-    CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION, Server,
-    USER_DATA_REFUSED_ANNOTATION, retry_requested,
+    CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION,
+    Server, USER_DATA_REFUSED_ANNOTATION, retry_requested,
 };
 use crate::predicate::provider_create_failure;
 
@@ -41,6 +41,13 @@ pub(crate) fn take(server: &Server, options: &Options) -> Option<Retry> {
             adjusted.status.provider_create_failures = 0;
             adjusted.status.provider_create_retrying = provider_create_failure(&adjusted);
             normal(format!("Retry requested: {spent} failed create attempts forgotten; creating again"))
+        }
+        Lifecycle::Parked(ParkKind::Forbidden) => {
+            for key in [CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION] {
+                adjusted.meta.annotations.remove(key);
+                remove_annotations.push(key);
+            }
+            normal("Retry requested: the policy's refusal of this generation forgotten; creating again".into())
         }
         Lifecycle::Parked(ParkKind::Refused) => {
             for key in [CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION] {

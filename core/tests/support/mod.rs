@@ -7,8 +7,8 @@ use server_core::model::{
     NetworkAttachment, REGION_LABEL, ResourceKind, SERVER_FINALIZER, SecurityGroupRef, Server, ServerSpec,
     reference_finalizer, set_condition,
 };
-use server_core::port::ProviderServer;
-use server_core::reconcile::{Action, AttachmentsView, Decision, Facts, ProviderView};
+use server_core::port::{FloatingIp, Networking, ProviderServer, ServerPort};
+use server_core::reconcile::{Action, AttachmentsView, Decision, Facts, NetworkingView, ProviderView};
 
 pub const CA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl ca@example";
 
@@ -48,18 +48,44 @@ pub fn facts() -> Facts {
     );
     // The provider holds nothing of the Server besides its server (a
     // deleting Server's ports and floating IPs are confirmed gone).
-    Facts { attachments: AttachmentsView::Known(Vec::new()), ..Facts::default() }
-        .with(
-            ResourceKind::Identity,
-            Consumed::new("identity-a").with(Detail::Identity { conditions, deleting: false }),
-        )
-        .with(ResourceKind::Network, Consumed::new("net-a"))
-        .with(ResourceKind::Network, Consumed::new("net-old"))
-        .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
-        .with(
-            ResourceKind::SshCertificateAuthority,
-            Consumed::new("ca-a").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() }),
-        )
+    // A present server's port follows `server()`'s spec (one group, no
+    // public IP).
+    Facts {
+        attachments: AttachmentsView::Known(Vec::new()),
+        networking: settled_networking(&server()),
+        ..Facts::default()
+    }
+    .with(ResourceKind::Identity, Consumed::new("identity-a").with(Detail::Identity { conditions, deleting: false }))
+    .with(ResourceKind::Network, Consumed::new("net-a"))
+    .with(ResourceKind::Network, Consumed::new("net-old"))
+    .with(ResourceKind::SecurityGroup, Consumed::new("sg-a"))
+    .with(
+        ResourceKind::SshCertificateAuthority,
+        Consumed::new("ca-a").with(Detail::SshCertificateAuthority { public_key: CA_KEY.into() }),
+    )
+}
+
+/// The port of a present server as `server`'s spec asks for it: its
+/// security groups (each spec ID resolving to itself), its address pairs, and
+/// a floating IP exactly when the spec asks for a public IP.
+pub fn settled_networking(server: &Server) -> NetworkingView {
+    let groups: Vec<String> = server.spec.security_groups.iter().map(|g| g.id.clone()).collect();
+    let public = server.spec.public_ip_allocation.as_ref().is_some_and(|p| p.enabled);
+    NetworkingView::Known(Networking {
+        port: Some(ServerPort {
+            id: "port-1".into(),
+            mac_address: Some("fa:16:3e:00:00:01".into()),
+            security_groups: groups.clone(),
+            allowed_address_pairs: server
+                .spec
+                .networks
+                .first()
+                .map(|n| n.allowed_address_pairs.clone())
+                .unwrap_or_default(),
+            floating_ip: public.then(|| FloatingIp { id: "fip-1".into(), address: Some("203.0.113.1".into()) }),
+        }),
+        wanted_security_groups: groups,
+    })
 }
 
 /// The Identity's conditions in `facts`, to change them.
@@ -82,6 +108,7 @@ pub fn referenced_facts(server: &Server) -> Facts {
             }
         }
     }
+    facts.networking = settled_networking(server);
     facts
 }
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 use kube::Client;
 use server_core::model::Server;
 use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
-use server_core::{AttachmentsView, ProviderView, RegionUnserved};
+use server_core::{AttachmentsView, NetworkingView, ProviderView, RegionUnserved};
 
 pub(crate) use listings::{GroupKey, ProviderListings};
 pub(crate) use provider::DeclaredProvider;
@@ -62,6 +62,21 @@ impl CloudHandle {
             Ok(Some(record)) => ProviderView::Present(record),
             Ok(None) => ProviderView::Absent,
             Err(error) => ProviderView::Unknown(error.to_string()),
+        }
+    }
+
+    /// The port `provider_id` boots with and the floating IP on it, with the
+    /// provider IDs the spec's security groups resolve to, or why that
+    /// could not be told.
+    pub(crate) async fn networking_view(&self, server: &Server, provider_id: &str) -> NetworkingView {
+        let query = server_core::port::NetworkingQuery {
+            server: server_ref(server),
+            provider_id: provider_id.to_owned(),
+            security_groups: server.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+        };
+        match self.call(|cloud| cloud.networking(&self.identity, &query)).await {
+            Ok(networking) => NetworkingView::Known(networking),
+            Err(error) => NetworkingView::Unknown(error.to_string()),
         }
     }
 

@@ -192,6 +192,27 @@ mod tests {
         ) -> PortFuture<'a, ()> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
+        fn networking<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::NetworkingQuery,
+        ) -> PortFuture<'a, server_core::port::Networking> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
+        fn update_port<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::PortUpdate,
+        ) -> PortFuture<'a, ()> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
+        fn ensure_floating_ip<'a>(
+            &'a self,
+            _: &'a IdentityContext,
+            _: &'a server_core::port::FloatingIpRequest,
+        ) -> PortFuture<'a, ()> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
         fn for_term(&self, _: &Term) -> Arc<dyn CloudPort> {
             Arc::new(NoCalls)
         }

@@ -8,7 +8,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use server_core::port::{CloudError, CreateRequest, DeleteProgress, PowerState, ProviderServer, ProviderStatus};
+use server_core::model::AllowedAddressPair;
+use server_core::port::{
+    CloudError, CreateRequest, DeleteProgress, FloatingIp, PowerState, ProviderServer, ProviderStatus, ServerPort,
+};
 
 use super::counters::{Counters, UidTruth};
 use super::fate::{Fate, FateMix};
@@ -124,8 +127,14 @@ struct Instance {
     /// reads (the simulator's hottest cloud path) only copy them.
     id: String,
     private_ip: String,
+    /// The floating IP on its port, once one is allocated (never at create:
+    /// as on OpenStack, the floating IP is its own step after the server).
     public_ip: Option<String>,
     mac: String,
+    /// Its port's security groups (the spec's IDs: this cloud resolves
+    /// each to itself) and allowed address pairs.
+    security_groups: Vec<String>,
+    allowed_address_pairs: Vec<AllowedAddressPair>,
     /// Interned project id.
     project: usize,
     name: String,
@@ -202,6 +211,11 @@ fn identity_of(n: u64, public_ip: bool) -> (String, String, Option<String>, Stri
         public_ip.then(|| format!("100.{}.{b}.{c}", 64 + (a & 0x3f))),
         format!("fa:16:3e:{a:02x}:{b:02x}:{c:02x}"),
     )
+}
+
+/// Neutron's answer for a port that is not there.
+fn port_not_found() -> CloudError {
+    CloudError::Refused { status: 404, message: "simulated: the server's port could not be found".into() }
 }
 
 fn millis(duration: Duration) -> i64 {
@@ -347,13 +361,19 @@ impl CloudModel {
         if vanish.is_some() {
             self.counters.vanished += 1;
         }
-        let (id, private_ip, public_ip, mac) = identity_of(number, request.public_ip);
+        let (id, private_ip, _, mac) = identity_of(number, false);
         let instance = Instance {
             number,
             id,
             private_ip,
-            public_ip,
+            public_ip: None,
             mac,
+            security_groups: request.security_group_ids.clone(),
+            allowed_address_pairs: request
+                .networks
+                .first()
+                .map(|n| n.allowed_address_pairs.clone())
+                .unwrap_or_default(),
             project,
             name: request.name.clone(),
             created: now,
@@ -540,6 +560,89 @@ impl CloudModel {
         let now = now.as_millisecond();
         let state = self.servers.get(handle.0)?;
         state.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&state.uid, now))
+    }
+
+    /// The port the live server of `uid` boots with (`port-<server id>`) and
+    /// the floating IP on it; `None` when no server of `uid` exists.
+    pub fn port_of(&self, uid: &str, now: Timestamp) -> Option<ServerPort> {
+        let now = now.as_millisecond();
+        let state = self.slots.get(uid).and_then(|&slot| self.servers.get(slot))?;
+        let instance = state.instances.last().filter(|i| i.exists(now))?;
+        Some(ServerPort {
+            id: format!("port-{}", instance.id),
+            mac_address: Some(instance.mac.clone()),
+            security_groups: instance.security_groups.clone(),
+            allowed_address_pairs: instance.allowed_address_pairs.clone(),
+            floating_ip: instance
+                .public_ip
+                .as_ref()
+                .map(|address| FloatingIp { id: format!("fip-{}", instance.id), address: Some(address.clone()) }),
+        })
+    }
+
+    /// Sets the security groups and address pairs of `uid`'s port (one of
+    /// no live server: Neutron's 404).
+    pub fn update_port(
+        &mut self,
+        now: Timestamp,
+        uid: &str,
+        security_groups: &[String],
+        allowed_address_pairs: &[AllowedAddressPair],
+    ) -> Result<(), CloudError> {
+        let now_ms = now.as_millisecond();
+        if let Some(error) = self.outage_failure(now_ms) {
+            return Err(error);
+        }
+        if self.faults.chance(self.config.write_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Unavailable { status: 503, message: "simulated port update outage".into() });
+        }
+        let instance = self.live_instance_mut(uid, now_ms).ok_or_else(port_not_found)?;
+        instance.security_groups = security_groups.to_vec();
+        instance.allowed_address_pairs = allowed_address_pairs.to_vec();
+        Ok(())
+    }
+
+    /// Allocates a floating IP on `uid`'s port, or (`on` false) releases it;
+    /// idempotent either way. A write fault (`write_failure_rate`) fails an
+    /// allocation with a 503, as Neutron's would.
+    pub fn set_floating_ip(&mut self, now: Timestamp, uid: &str, on: bool) -> Result<(), CloudError> {
+        let now_ms = now.as_millisecond();
+        if let Some(error) = self.outage_failure(now_ms) {
+            return Err(error);
+        }
+        if on && self.faults.chance(self.config.write_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Unavailable { status: 503, message: "simulated floating IP outage".into() });
+        }
+        let Some(instance) = self.live_instance_mut(uid, now_ms) else {
+            // Released with its server, or never made: nothing to release.
+            return if on { Err(port_not_found()) } else { Ok(()) };
+        };
+        instance.public_ip = match on {
+            true => instance.public_ip.take().or_else(|| identity_of(instance.number, true).2),
+            false => None,
+        };
+        Ok(())
+    }
+
+    /// Releases the floating IP [`CloudModel::port_of`] named `fip-<server
+    /// id>`; one already gone (or never made) is released.
+    pub fn release_floating_ip(&mut self, now: Timestamp, floating_ip_id: &str) -> Result<(), CloudError> {
+        if let Some(error) = self.outage_failure(now.as_millisecond()) {
+            return Err(error);
+        }
+        let Some(server_id) = floating_ip_id.strip_prefix("fip-") else { return Ok(()) };
+        let found = self.servers.iter_mut().filter_map(|s| s.instances.last_mut()).find(|i| i.id == server_id);
+        if let Some(instance) = found {
+            instance.public_ip = None;
+        }
+        Ok(())
+    }
+
+    fn live_instance_mut(&mut self, uid: &str, now: i64) -> Option<&mut Instance> {
+        let slot = *self.slots.get(uid)?;
+        self.servers.get_mut(slot)?.instances.last_mut().filter(|i| i.exists(now))
     }
 
     /// The provider-side name the live server of `uid` was created with.

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use server_core::port::{
-    AttachedResource, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef,
-    Term,
+    AttachedResource, CloudPort, CreateRequest, DeleteProgress, FloatingIpRequest, IdentityContext, Networking,
+    NetworkingQuery, PortFuture, PortUpdate, ProviderServer, ServerRef, Term,
 };
 
 use super::clock::{Clock, SystemClock};
@@ -144,8 +144,8 @@ impl CloudPort for SimCloud {
         })
     }
 
-    /// SimCloud's servers carry their addresses themselves: a Server holds
-    /// nothing at this cloud besides its server.
+    /// A Server's port and floating IP are its server's (they go with it):
+    /// a Server holds nothing at this cloud once its server is gone.
     fn attachments<'a>(
         &'a self,
         _identity: &'a IdentityContext,
@@ -158,10 +158,53 @@ impl CloudPort for SimCloud {
     }
 
     /// Nothing but servers exists here, so any other resource is already gone.
-    fn release<'a>(&'a self, _identity: &'a IdentityContext, _resource: &'a AttachedResource) -> PortFuture<'a, ()> {
+    /// A floating IP is released from its server's port; a port goes with
+    /// its server (nothing to release).
+    fn release<'a>(&'a self, _identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
         Box::pin(async move {
             self.delay().await;
-            Ok(())
+            let now = self.now();
+            match resource {
+                AttachedResource::FloatingIp { id } => self.model().release_floating_ip(now, id),
+                AttachedResource::Port { .. } => Ok(()),
+            }
+        })
+    }
+
+    /// The live server's port (`None` once it is gone); the spec's security
+    /// group IDs resolve to themselves here.
+    fn networking<'a>(
+        &'a self,
+        _identity: &'a IdentityContext,
+        query: &'a NetworkingQuery,
+    ) -> PortFuture<'a, Networking> {
+        Box::pin(async move {
+            self.delay().await;
+            let now = self.now();
+            Ok(Networking {
+                port: self.model().port_of(&query.server.uid, now),
+                wanted_security_groups: query.security_groups.clone(),
+            })
+        })
+    }
+
+    fn update_port<'a>(&'a self, _identity: &'a IdentityContext, update: &'a PortUpdate) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.delay().await;
+            let now = self.now();
+            self.model().update_port(now, &update.server.uid, &update.security_groups, &update.allowed_address_pairs)
+        })
+    }
+
+    fn ensure_floating_ip<'a>(
+        &'a self,
+        _identity: &'a IdentityContext,
+        request: &'a FloatingIpRequest,
+    ) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.delay().await;
+            let now = self.now();
+            self.model().set_floating_ip(now, &request.server.uid, true)
         })
     }
 

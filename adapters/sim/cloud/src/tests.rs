@@ -55,7 +55,13 @@ fn clean_boot_builds_then_launches_with_addresses() {
     assert_eq!(active.status, ProviderStatus::Active);
     assert_eq!(active.power_state, PowerState::Running);
     assert_eq!(active.launched_at, Some(at(30)));
-    assert!(active.public_ip.is_some() && active.mac_address.is_some());
+    assert!(active.public_ip.is_none() && active.mac_address.is_some(), "no floating IP until one is allocated");
+    assert!(model.set_floating_ip(at(31), "u", true).is_ok());
+    let public = model.get(at(31), "u").ok().flatten().unwrap_or_default();
+    assert!(public.public_ip.is_some());
+    let fip = model.port_of("u", at(31)).and_then(|p| p.floating_ip).map(|f| f.id).unwrap_or_default();
+    assert!(model.release_floating_ip(at(32), &fip).is_ok());
+    assert!(model.get(at(32), "u").ok().flatten().unwrap_or_default().public_ip.is_none());
     assert_eq!(active.id, created.id);
     let truth = model.truth("u", at(30));
     assert_eq!((truth.live, truth.live_launched, truth.creates_accepted), (1, true, 1));

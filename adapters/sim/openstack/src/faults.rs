@@ -42,6 +42,12 @@ pub enum Fault {
     /// Handle the request (its effect happens), then hold the answer back
     /// this long: a client with a shorter timeout never learns the outcome.
     LoseAnswer(Duration),
+    /// Answer this rate limit (413 or 429, without acting) asking the client
+    /// to wait `retry_after` seconds: the `Retry-After` header and, on Nova,
+    /// the `overLimit` fault's `retryAfter`, as Nova's `RateLimitFault`
+    /// answers (nova/api/openstack/wsgi.py); Neutron's rate limits come from
+    /// the proxy or middleware in front of it, with the same header.
+    RateLimit { status: u16, retry_after: u32 },
     /// Answer with a `NeutronError` of this type (without acting), as
     /// Neutron answers quota and address exhaustion.
     Neutron { status: u16, kind: NeutronErrorKind },
@@ -53,6 +59,12 @@ impl Fault {
     pub const OVER_QUOTA: Fault = Fault::Neutron { status: 409, kind: NeutronErrorKind::OverQuota };
     /// A full subnet: 409 `IpAddressGenerationFailure`.
     pub const NO_ADDRESSES: Fault = Fault::Neutron { status: 409, kind: NeutronErrorKind::IpAddressGenerationFailure };
+    /// The policy forbids the call: 403 `PolicyNotAuthorized`.
+    pub const POLICY: Fault = Fault::Neutron { status: 403, kind: NeutronErrorKind::PolicyNotAuthorized };
+    /// No router from the port's subnet to the external network: 404
+    /// `ExternalGatewayForFloatingIPNotFound`.
+    pub const NO_EXTERNAL_GATEWAY: Fault =
+        Fault::Neutron { status: 404, kind: NeutronErrorKind::ExternalGatewayForFloatingIPNotFound };
 }
 
 /// `NeutronError.type` values the simulator can answer.
@@ -60,6 +72,12 @@ impl Fault {
 pub enum NeutronErrorKind {
     OverQuota,
     IpAddressGenerationFailure,
+    /// oslo.policy's refusal (neutron-lib `exceptions.PolicyNotAuthorized`, 403).
+    PolicyNotAuthorized,
+    /// A floating IP for a port whose subnet has no router to the external
+    /// network (neutron/db/l3_db.py `_get_assoc_data` ->
+    /// `l3_exc.ExternalGatewayForFloatingIPNotFound`, 404).
+    ExternalGatewayForFloatingIPNotFound,
 }
 
 impl NeutronErrorKind {
@@ -67,6 +85,8 @@ impl NeutronErrorKind {
         match self {
             NeutronErrorKind::OverQuota => "OverQuota",
             NeutronErrorKind::IpAddressGenerationFailure => "IpAddressGenerationFailure",
+            NeutronErrorKind::PolicyNotAuthorized => "PolicyNotAuthorized",
+            NeutronErrorKind::ExternalGatewayForFloatingIPNotFound => "ExternalGatewayForFloatingIPNotFound",
         }
     }
 
@@ -75,6 +95,11 @@ impl NeutronErrorKind {
         match self {
             NeutronErrorKind::OverQuota => "Quota exceeded for resources: ['port'].",
             NeutronErrorKind::IpAddressGenerationFailure => "No more IP addresses available on network.",
+            NeutronErrorKind::PolicyNotAuthorized => "rule:create_port is disallowed by policy",
+            NeutronErrorKind::ExternalGatewayForFloatingIPNotFound => {
+                "External network external is not reachable from subnet of the port. Therefore, cannot associate \
+                 the port with a Floating IP."
+            }
         }
     }
 }

@@ -127,6 +127,10 @@ async fn dispatch(
             };
             (response, None)
         }
+        Some(Fault::RateLimit { status, retry_after }) => {
+            sim.state().counters.injected_faults += 1;
+            (reply::rate_limited(op.service(), status, retry_after), None)
+        }
         Some(Fault::Neutron { status, kind }) => {
             sim.state().counters.injected_faults += 1;
             (reply::neutron_error(status, kind.as_str(), kind.message()), None)
@@ -215,8 +219,9 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
         CloudError::Refused { status, message } => (reply::error(service, *status, message), None),
         CloudError::Unavailable { status, message } => (reply::error(service, *status, message), None),
         CloudError::Conflict { message } => (reply::error(service, 409, message), None),
-        CloudError::RateLimited { message } => (reply::error(service, 429, message), None),
+        CloudError::RateLimited { message, .. } => (reply::error(service, 429, message), None),
         CloudError::Auth { .. } => (reply::unauthorized(service), None),
+        CloudError::NotPermitted { message } => (reply::error(service, 403, message), None),
         CloudError::NotReady { message } => (reply::error(service, 404, message), None),
         // A backend the service cannot reach: what a load balancer in front
         // of the service answers (the model never produces it today).

@@ -33,7 +33,10 @@
 //! unknown keypairs (400), a create without `networks` from microversion
 //! 2.37 on (400); tokens are refused with keystonemiddleware's body on
 //! every service. Nova keys `addresses` by network name, links a next page
-//! whenever a page is full, and defers deletes only of launched servers.
+//! whenever a page is full, and defers deletes only of launched servers;
+//! Neutron pages every list with [`OpenStackSimConfig::pagination_max_limit`]
+//! set (`<collection>_links` `next`, `marker`), and rate limits (413 `overLimit`,
+//! 429) carry `Retry-After` (nova/api/openstack/wsgi.py `RateLimitFault`).
 //! Nova deletes asynchronously (a server stays visible, `task_state:
 //! deleting`, after its DELETE is answered; [`OpenStackSimConfig::delete_delay`]),
 //! and a port the caller made survives its server (Nova deletes only the
@@ -76,6 +79,12 @@ pub struct OpenStackSimConfig {
     pub token_ttl: Duration,
     /// Nova's `osapi_max_limit`: servers per list page.
     pub page_size: usize,
+    /// Neutron's `pagination_max_limit` (neutron.conf; `-1`, unlimited, by
+    /// default): at most this many items per list page, the next page named
+    /// by a `<collection>_links` `next` link with the last item's ID as
+    /// `marker` (neutron/api/api_common.py `PaginationNativeHelper`,
+    /// `get_pagination_links`). `None`: every list is one page.
+    pub pagination_max_limit: Option<usize>,
     /// External networks (IDs) floating IPs may come from, listed in this order.
     pub external_networks: Vec<String>,
     /// Neutron tags of external networks, by ID (none when absent).
@@ -104,6 +113,7 @@ impl Default for OpenStackSimConfig {
             region: "RegionOne".into(),
             token_ttl: Duration::from_secs(3600),
             page_size: 1000,
+            pagination_max_limit: None,
             external_networks: vec!["external".into()],
             external_network_tags: BTreeMap::new(),
             public_url: None,

@@ -129,7 +129,38 @@ fn list_ports(ctx: &Ctx<'_>, state: &mut State) -> Response {
         .filter(|p| ctx.query("id").is_none_or(|id| p.id == id))
         .map(|p| render_port(ctx, state, p))
         .collect();
-    reply::json(StatusCode::OK, json!({ "ports": ports }))
+    paged(ctx, "ports", ports)
+}
+
+/// One page of a Neutron list, as Neutron pages it with
+/// `pagination_max_limit` set (neutron/api/api_common.py
+/// `PaginationNativeHelper`): items sorted by ID, those after `marker`, at
+/// most `limit` (capped by the maximum), and a `<collection>_links` `next`
+/// link (carrying the last ID as `marker`) when more remain. `fields` is
+/// applied after the page is cut (the marker is always an ID).
+fn paged(ctx: &Ctx<'_>, collection: &str, mut items: Vec<Value>) -> Response {
+    items.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+    if let Some(marker) = ctx.query("marker") {
+        items.retain(|item| item["id"].as_str().is_some_and(|id| id > marker));
+    }
+    let max = ctx.sim.config().pagination_max_limit;
+    let asked = ctx.query("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+    let limit = match (asked, max) {
+        (Some(asked), Some(max)) => Some(asked.min(max)),
+        (asked, max) => asked.or(max),
+    };
+    let mut body = serde_json::Map::new();
+    if let Some(limit) = limit
+        && items.len() > limit
+    {
+        items.truncate(limit);
+        let last = items.last().and_then(|item| item["id"].as_str()).unwrap_or_default().to_owned();
+        let href = format!("/v2.0/{collection}?limit={limit}&marker={last}");
+        body.insert(format!("{collection}_links"), json!([{ "rel": "next", "href": href }]));
+    }
+    let items: Vec<Value> = items.into_iter().map(|item| only_fields(ctx, item)).collect();
+    body.insert(collection.to_owned(), Value::Array(items));
+    reply::json(StatusCode::OK, Value::Object(body))
 }
 
 /// Security groups and address pairs of a port body, validated.
@@ -301,7 +332,7 @@ fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
         .filter(|f| ctx.query("description").is_none_or(|description| f.description == description))
         .map(|f| render_floating_ip(state, f))
         .collect();
-    reply::json(StatusCode::OK, json!({ "floatingips": ips }))
+    paged(ctx, "floatingips", ips)
 }
 
 fn create_floating_ip(ctx: &Ctx<'_>, state: &mut State) -> Response {
@@ -382,9 +413,8 @@ fn list_networks(ctx: &Ctx<'_>, state: &mut State) -> Response {
         .filter(|n| external.is_none_or(|wanted| n["router:external"] == wanted))
         .filter(|n| ctx.query("id").is_none_or(|wanted| n["id"] == wanted))
         .filter(|n| ctx.query("name").is_none_or(|wanted| n["name"] == wanted))
-        .map(|n| only_fields(ctx, n))
         .collect();
-    reply::json(StatusCode::OK, json!({ "networks": networks }))
+    paged(ctx, "networks", networks)
 }
 
 fn list_security_groups(ctx: &Ctx<'_>, state: &mut State) -> Response {
@@ -401,9 +431,8 @@ fn list_security_groups(ctx: &Ctx<'_>, state: &mut State) -> Response {
                 "revision_number": 1, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
             })
         })
-        .map(|g| only_fields(ctx, g))
         .collect();
-    reply::json(StatusCode::OK, json!({ "security_groups": groups }))
+    paged(ctx, "security_groups", groups)
 }
 
 /// Neutron's `fields` query: only the named keys (all when none is named).

@@ -7,7 +7,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Map, Value, json};
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
-use server_core::port::{CloudError, CreateRequest, Owner, PowerState, ProviderServer, ProviderStatus, ServerRef};
+use server_core::port::{CreateRequest, Owner, PowerState, ProviderServer, ProviderStatus, ServerRef};
 
 use super::handlers::{Ctx, Handled, model_error};
 use super::state::{ServerBook, State, naive_utc, rfc3339};
@@ -348,10 +348,13 @@ fn create(ctx: &Ctx<'_>) -> Handled {
         state.counters.duplicate_server_creates += 1;
     }
     let result = ctx.model(|m| m.create(ctx.now, &ctx.project, &request));
-    // A new server exists after an accepted create, or a lost answer.
+    // A new server exists after an accepted create, or after one whose
+    // answer was lost (a timeout or a gateway's 504: it landed all the
+    // same), told by the model's truth, not by the kind of answer.
+    let live_after = ctx.model(|m| m.truth(&uid, ctx.now).live > 0);
     let made = match &result {
         Ok(record) if !live_before => Some(Some(record.id.clone())),
-        Err(CloudError::Timeout { .. }) => Some(None),
+        Err(_) if !live_before && live_after => Some(None),
         _ => None,
     };
     if let Some(id) = made {

@@ -33,8 +33,29 @@ pub(super) fn error(service: Service, code: u16, message: &str) -> Response {
         }}),
     };
     let mut response = json(status, body);
-    if code == 429 {
+    if code == 429 || code == 413 {
         response.headers_mut().insert("retry-after", HeaderValue::from_static("1"));
+    }
+    response
+}
+
+/// A rate limit (413 or 429) asking the client to wait `retry_after`
+/// seconds: the `Retry-After` header on every service, and Nova's
+/// `overLimit` fault with `retryAfter` (nova/api/openstack/wsgi.py
+/// `RateLimitFault`).
+pub(super) fn rate_limited(service: Service, code: u16, retry_after: u32) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    let message = "This request was rate-limited.";
+    let body = match service {
+        Service::Compute => {
+            json!({"overLimit": {"code": code, "message": message, "retryAfter": retry_after.to_string()}})
+        }
+        Service::Network => json!({"NeutronError": {"type": "HTTPTooManyRequests", "message": message, "detail": ""}}),
+        Service::Identity => json!({"error": {"code": code, "message": message, "title": "Too Many Requests"}}),
+    };
+    let mut response = json(status, body);
+    if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
+        response.headers_mut().insert("retry-after", value);
     }
     response
 }

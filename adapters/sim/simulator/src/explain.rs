@@ -106,6 +106,8 @@ pub(crate) fn action(action: &Action) -> String {
         Action::CreateProviderServer(_) => "CreateProviderServer".into(),
         Action::DeleteProviderServer(_) => "DeleteProviderServer".into(),
         Action::ReleaseAttachment(resource) => format!("ReleaseAttachment({resource})"),
+        Action::UpdatePort(update) => format!("UpdatePort({})", update.port_id),
+        Action::EnsureFloatingIp(request) => format!("EnsureFloatingIp({})", request.port_id),
         Action::AddReference(r) => format!("AddReference({})", r.name),
         Action::RemoveReference(r) => format!("RemoveReference({})", r.name),
         Action::Annotate { key, value } => format!("Annotate({key}={value:?})"),

@@ -37,7 +37,9 @@ mod tenant;
 pub use apiserver_bed::{ApiServerBed, ServerMirror};
 pub use cloud::{CloudBed, CloudPath};
 pub use kube_bed::KubeBed;
-pub use server_sim_openstack::OpenStackCounters;
+pub use server_sim_openstack::{
+    Fault as OpenStackFault, Op as OpenStackOp, OpenStackCounters, Target as OpenStackTarget,
+};
 pub use tenant::{API_VERSION, Tenant};
 
 /// Why the test bed could not be built.

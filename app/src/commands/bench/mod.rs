@@ -38,6 +38,23 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 0.3, value_parser = crate::commands::parse_rate)]
     create_failure_rate: f64,
 
+    /// Share (0..=1) of Servers that ask for a public IP, spread evenly.
+    #[arg(long, default_value_t = 0.5, value_parser = crate::commands::parse_rate)]
+    public_ip_share: f64,
+
+    /// Share (0..=1) of the public Servers whose first floating-IP create
+    /// fails (the OpenStack simulator answers that many `POST
+    /// /v2.0/floatingips` with 503): each must still get its public IP.
+    #[arg(long, default_value_t = 0.2, value_parser = crate::commands::parse_rate)]
+    floating_ip_fault_rate: f64,
+
+    /// Once settled (and after the steady window), delete every Server and
+    /// wait until all are gone, then count what the cloud still holds of
+    /// them (servers, ports, floating IPs): any is a leak, and a leak fails
+    /// the bench.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    delete: bool,
+
     /// `provider-create-max-attempts` of the operator (1 to 100).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=super::run::MAX_ATTEMPTS_BOUND))]
     max_attempts: i32,
@@ -138,7 +155,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         sizes.push(size);
         steady_state = steady_state.or(steady);
     }
-    let all_settled = sizes.iter().all(|size| size.settled);
+    let all_settled = sizes.iter().all(|size| size.settled && size.violations().is_empty());
     let report = BenchReport {
         api_server: api_server_names.join(", "),
         seed: args.seed,
@@ -173,7 +190,9 @@ async fn measure(
     work_dir: &Path,
 ) -> anyhow::Result<(SizeResult, Option<SteadyState>, String)> {
     eprintln!("bench: {servers} Servers: seeding the world");
-    let mut world = BenchWorld::start(args.api_server, servers, args.seed, args.create_failure_rate).await?;
+    let mut world =
+        BenchWorld::start(args.api_server, servers, args.seed, args.create_failure_rate, args.public_ip_share).await?;
+    let floating_ip_faults = world.inject_floating_ip_faults(args.floating_ip_fault_rate);
     let dir = work_dir.join(format!("n{servers}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (kubeconfig, region) = world.write_configs(&dir, args.cloud_timeout)?;
@@ -194,6 +213,9 @@ async fn measure(
     let started = Instant::now();
     let mut operator = OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?;
     let (settled, wall) = settle(args, &mut world, &mut operator, started).await?;
+    // Every public Server running has its public IP (a floating IP whose
+    // create failed is made by a later pass): waited for, bounded.
+    let public = world.wait_public_ips(args.max_attempts, started, args.timeout, &mut operator).await?;
     let settled_servers = settled.iter().filter(|done| **done).count();
     let unsettled = world.unsettled(&settled, UNSETTLED_SHOWN, args.max_attempts);
     let settled = settled_servers == servers;
@@ -235,6 +257,9 @@ async fn measure(
             ),
         }),
         unsettled,
+        public,
+        floating_ip_faults,
+        deletion: None,
     };
     // Measured even when a few Servers did not settle: the report says so.
     let steady = if servers == args.steady_servers {
@@ -242,6 +267,11 @@ async fn measure(
     } else {
         None
     };
+    let mut size = size;
+    if args.delete {
+        eprintln!("bench: {servers} Servers: deleting every Server");
+        size.deletion = Some(world.delete_all_and_count_leaks(args.timeout, &mut operator).await?);
+    }
     // The operator stops before the world it talks to.
     drop(operator);
     Ok((size, steady, world.api_server()))

@@ -61,6 +61,39 @@ pub(crate) struct SizeResult {
     pub(crate) api_server_process: Option<ApiServerProcess>,
     /// The first few Servers that did not settle, and where they stand.
     pub(crate) unsettled: Vec<super::world::Unsettled>,
+    /// The public Servers and their public IPs once settled.
+    pub(crate) public: super::world::PublicIps,
+    /// Floating-IP creates the cloud answered 503 (the first ones).
+    pub(crate) floating_ip_faults: u32,
+    /// After every Server was deleted: what the cloud still holds.
+    pub(crate) deletion: Option<super::world::Deletion>,
+}
+
+impl SizeResult {
+    /// What must never happen: a running public Server without its public
+    /// IP, a deletion that did not end, and anything the cloud still holds
+    /// of a deleted Server.
+    pub(crate) fn violations(&self) -> Vec<String> {
+        let mut violations = Vec::new();
+        if self.public.running_without_ip > 0 {
+            violations.push(format!("{} running public Servers without a public IP", self.public.running_without_ip));
+        }
+        if let Some(deletion) = &self.deletion {
+            if deletion.left > 0 {
+                violations.push(format!("{} Servers not gone after deletion", deletion.left));
+            }
+            for (count, what) in [
+                (deletion.leaked_servers, "provider servers"),
+                (deletion.leaked_ports, "ports"),
+                (deletion.leaked_floating_ips, "floating IPs"),
+            ] {
+                if count > 0 {
+                    violations.push(format!("{count} {what} leaked"));
+                }
+            }
+        }
+        violations
+    }
 }
 
 /// kube-apiserver and etcd, measured as the operator is.
@@ -271,6 +304,35 @@ impl fmt::Display for BenchReport {
                     Some(p) => format!("{}, {:.1} ms", megabytes(p.peak_rss_bytes), p.cpu_ms_per_server),
                     None => "in the bench process".to_owned(),
                 },
+            )?;
+        }
+        writeln!(
+            f,
+            "\n| N Servers | public | running public with / without IP | floating-IP 503s | deleted in | left | leaked servers / ports / floating IPs | violations |"
+        )?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|")?;
+        for s in &self.sizes {
+            let (deleted, left, leaks) = match &s.deletion {
+                Some(d) => (
+                    format!("{:.0} s", d.seconds),
+                    d.left.to_string(),
+                    format!("{} / {} / {}", d.leaked_servers, d.leaked_ports, d.leaked_floating_ips),
+                ),
+                None => ("not deleted".into(), "-".into(), "-".into()),
+            };
+            let violations = s.violations();
+            writeln!(
+                f,
+                "| {} | {} | {} / {} | {} | {} | {} | {} | {} |",
+                s.servers,
+                s.public.servers,
+                s.public.running_with_ip,
+                s.public.running_without_ip,
+                s.floating_ip_faults,
+                deleted,
+                left,
+                leaks,
+                if violations.is_empty() { "none".into() } else { format!("**{}**", violations.join("; ")) },
             )?;
         }
         for s in self.sizes.iter().filter(|s| !s.unsettled.is_empty()) {

@@ -93,12 +93,14 @@ pub(crate) struct BenchWorld {
 impl BenchWorld {
     /// The API server and the OpenStack simulator on loopback ports, the
     /// tenant's shared resources, and `servers` Servers whose fates come from
-    /// the demo's mix at `create_failure_rate`.
+    /// the demo's mix at `create_failure_rate`, `public_ip_share` of them
+    /// asking for a public IP.
     pub(crate) async fn start(
         api_server: ApiServer,
         servers: usize,
         seed: u64,
         create_failure_rate: f64,
+        public_ip_share: f64,
     ) -> anyhow::Result<Self> {
         let tenant = World::tenant();
         let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
@@ -110,8 +112,8 @@ impl BenchWorld {
         }
         let user_data = user_data();
         let (kube, uids) = match api_server {
-            ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data).await?,
-            ApiServer::Real => Self::seed_real(&tenant, servers, &user_data).await?,
+            ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data, public_ip_share).await?,
+            ApiServer::Real => Self::seed_real(&tenant, servers, &user_data, public_ip_share).await?,
         };
         let tracked = uids
             .into_iter()
@@ -119,7 +121,7 @@ impl BenchWorld {
             .map(|(i, uid)| {
                 let fate = cloud.cloud.with_model(|model| model.fate(&uid));
                 let planned = Planned { name: server_name(i), role: Role::Drawn, unmodelled_fields: false };
-                Tracked { planned, uid, fate, rearmed: false }
+                Tracked { planned, uid, fate, rearmed: false, public: is_public(i, public_ip_share) }
             })
             .collect();
         Ok(BenchWorld { kube, cloud, tracked })
@@ -130,6 +132,7 @@ impl BenchWorld {
         servers: usize,
         seed: u64,
         user_data: &str,
+        public_ip_share: f64,
     ) -> anyhow::Result<(Kube, Vec<String>)> {
         let sim = SimKube::builder().seed(seed).strict_namespaces().build();
         sim.store().ensure_namespace(NAMESPACE);
@@ -145,7 +148,7 @@ impl BenchWorld {
             let name = server_name(i);
             let created = kube
                 .store()
-                .create("servers", server(&name, i, user_data))
+                .create("servers", server(&name, i, user_data, is_public(i, public_ip_share)))
                 .map_err(|e| anyhow::anyhow!("cannot create {name}: {e:?}"))?;
             uids.push(created["metadata"]["uid"].as_str().context("SimKube gave no uid")?.to_owned());
         }
@@ -153,7 +156,12 @@ impl BenchWorld {
         Ok((Kube::Sim(kube), uids))
     }
 
-    async fn seed_real(tenant: &Tenant, servers: usize, user_data: &str) -> anyhow::Result<(Kube, Vec<String>)> {
+    async fn seed_real(
+        tenant: &Tenant,
+        servers: usize,
+        user_data: &str,
+        public_ip_share: f64,
+    ) -> anyhow::Result<(Kube, Vec<String>)> {
         let bed = ApiServerBed::start(NAMESPACE).await?;
         eprintln!("bench: {} at {}", bed.plane.version, bed.plane.url);
         bed.seed_tenant(tenant, true).await?;
@@ -170,7 +178,8 @@ impl BenchWorld {
             if creates.len() >= SEEDING_CONCURRENCY {
                 Self::record_uid(&mut creates, &mut uids).await?;
             }
-            let (bed, object) = (Arc::clone(&bed), server(&server_name(i), i, user_data));
+            let (bed, object) =
+                (Arc::clone(&bed), server(&server_name(i), i, user_data, is_public(i, public_ip_share)));
             creates.spawn(async move { (i, bed.create("servers", object).await) });
         }
         while !creates.is_empty() {
@@ -273,6 +282,24 @@ impl BenchWorld {
         }
     }
 
+    /// Deletes a Server as its user would; one already gone is fine.
+    async fn delete(&self, name: &str) -> anyhow::Result<()> {
+        match &self.kube {
+            Kube::Sim(kube) => {
+                // Already gone is fine.
+                let _ = kube.store().delete("servers", Some(NAMESPACE), name);
+                Ok(())
+            }
+            Kube::Real { bed, .. } => {
+                match bed.api("servers", NAMESPACE).delete(name, &kube::api::DeleteParams::default()).await {
+                    Ok(_) => Ok(()),
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                    Err(error) => Err(anyhow::anyhow!("cannot delete {name}: {error}")),
+                }
+            }
+        }
+    }
+
     /// Looks at every Server not yet known settled, acts as its user would
     /// (edits a Server the provider refused), and marks those that reached
     /// the end their fate leads to. Returns how many are settled.
@@ -323,6 +350,117 @@ fn server_name(i: usize) -> String {
     format!("server-{i:05}")
 }
 
+/// Whether Server `i` asks for a public IP: `share` of them, spread evenly.
+pub(crate) fn is_public(i: usize, share: f64) -> bool {
+    let at = |n: usize| (n as f64 * share).floor();
+    at(i + 1) > at(i)
+}
+
+/// The public Servers once settled.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub(crate) struct PublicIps {
+    pub(crate) servers: usize,
+    pub(crate) running_with_ip: usize,
+    pub(crate) running_without_ip: usize,
+}
+
+/// What deleting every Server left.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub(crate) struct Deletion {
+    pub(crate) seconds: f64,
+    /// Servers still in the API server when the wait ended.
+    pub(crate) left: usize,
+    pub(crate) leaked_servers: usize,
+    pub(crate) leaked_ports: usize,
+    pub(crate) leaked_floating_ips: usize,
+}
+
+impl BenchWorld {
+    /// Makes the cloud answer the first `rate` of the public Servers'
+    /// floating-IP creates with 503; returns how many.
+    pub(crate) fn inject_floating_ip_faults(&self, rate: f64) -> u32 {
+        let public = self.tracked.iter().filter(|t| t.public).count();
+        let faults = u32::try_from((public as f64 * rate).round() as u64).unwrap_or(u32::MAX);
+        if let Some(openstack) = self.cloud.openstack() {
+            openstack.inject(
+                server_sim_testbed::OpenStackTarget::Op(server_sim_testbed::OpenStackOp::FloatingIpCreate),
+                server_sim_testbed::OpenStackFault::Status(503),
+                faults,
+            );
+        }
+        faults
+    }
+
+    fn public_ips(&self, max_attempts: i32) -> PublicIps {
+        let mut counts = PublicIps::default();
+        for t in self.tracked.iter().filter(|t| t.public) {
+            counts.servers += 1;
+            let Some(server) = self.stored(&t.planned.name).as_ref().and_then(|o| core_view(o)) else {
+                continue;
+            };
+            let running = server_core::lifecycle(&server, &server_core::Options::with_max_attempts(max_attempts))
+                == server_core::Lifecycle::Running;
+            match (running, server.status.public_ip.is_some()) {
+                (true, true) => counts.running_with_ip += 1,
+                (true, false) => counts.running_without_ip += 1,
+                _ => {}
+            }
+        }
+        counts
+    }
+
+    /// Waits (until `timeout` from `started`) for every running public
+    /// Server to show its public IP; what it found last.
+    pub(crate) async fn wait_public_ips(
+        &self,
+        max_attempts: i32,
+        started: std::time::Instant,
+        timeout: Duration,
+        operator: &mut super::operator::OperatorProcess,
+    ) -> anyhow::Result<PublicIps> {
+        loop {
+            operator.check_running()?;
+            let counts = self.public_ips(max_attempts);
+            if counts.running_without_ip == 0 || started.elapsed() >= timeout {
+                return Ok(counts);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Deletes every Server as a user would, waits (at most `timeout`)
+    /// until the API server has none, and counts what the cloud still holds:
+    /// live provider servers, ports and floating IPs (none of which any
+    /// Server owns any more).
+    pub(crate) async fn delete_all_and_count_leaks(
+        &self,
+        timeout: Duration,
+        operator: &mut super::operator::OperatorProcess,
+    ) -> anyhow::Result<Deletion> {
+        let started = std::time::Instant::now();
+        for t in &self.tracked {
+            self.delete(&t.planned.name).await?;
+        }
+        let left = loop {
+            operator.check_running()?;
+            let left = self.tracked.iter().filter(|t| self.stored(&t.planned.name).is_some()).count();
+            if left == 0 || started.elapsed() >= timeout {
+                break left;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        let openstack = self.cloud.openstack().context("the bench's cloud is not on the OpenStack path")?;
+        Ok(Deletion {
+            seconds,
+            left,
+            leaked_servers: self.cloud.cloud.live_servers(),
+            leaked_ports: openstack.ports().len(),
+            leaked_floating_ips: openstack.floating_ips().len(),
+        })
+    }
+}
+
 /// A Server that did not reach the end its fate leads to.
 #[derive(Clone, Debug, serde::Serialize)]
 pub(crate) struct Unsettled {
@@ -353,8 +491,8 @@ fn core_view(object: &Arc<Value>) -> Option<server_core::Server> {
 
 /// Server `i`, as a user would create it: network and security group
 /// `i mod 10`, 32 KB of user data.
-fn server(name: &str, i: usize, user_data: &str) -> Value {
-    json!({
+fn server(name: &str, i: usize, user_data: &str, public: bool) -> Value {
+    let mut server = json!({
         "apiVersion": "region.unikorn-cloud.org/v1alpha1",
         "kind": "Server",
         "metadata": {
@@ -372,7 +510,11 @@ fn server(name: &str, i: usize, user_data: &str) -> Value {
             "sshCertificateAuthorityID": SSH_CA,
             "userData": user_data,
         },
-    })
+    });
+    if public {
+        server["spec"]["publicIPAllocation"] = json!({ "enabled": true });
+    }
+    server
 }
 
 #[cfg(test)]
@@ -392,14 +534,14 @@ mod tests {
         let networks: std::collections::BTreeSet<String> = (0..1000).map(network).collect();
         let groups: std::collections::BTreeSet<String> = (0..1000).map(security_group).collect();
         assert_eq!((networks.len(), groups.len()), (SHARED_RESOURCES, SHARED_RESOURCES));
-        let s = server("server-00007", 7, "dXNlcg==");
+        let s = server("server-00007", 7, "dXNlcg==", false);
         assert_eq!(s["spec"]["networks"][0]["id"], network(7));
         assert_eq!(s["spec"]["securityGroups"][0]["id"], security_group(17));
     }
 
     #[test]
     fn the_core_view_leaves_the_user_data_out() {
-        let object = Arc::new(server("server-00001", 1, &user_data()));
+        let object = Arc::new(server("server-00001", 1, &user_data(), true));
         let view = core_view(&object).expect("a readable Server");
         assert_eq!(view.meta.name, "server-00001");
         assert!(view.spec.user_data.is_none());

@@ -127,6 +127,8 @@ pub(crate) struct Tracked {
     pub(crate) uid: String,
     pub(crate) fate: Fate,
     pub(crate) rearmed: bool,
+    /// The Server asks for a public IP (the bench's half).
+    pub(crate) public: bool,
 }
 
 async fn demo(args: &Args) -> anyhow::Result<bool> {
@@ -149,7 +151,7 @@ async fn demo(args: &Args) -> anyhow::Result<bool> {
         }
         let fate = cloud.with_model(|model| model.fate(&uid));
         observer.track(&planned.name, &uid, planned.unmodelled_fields);
-        tracked.push(Tracked { planned, uid, fate, rearmed: false });
+        tracked.push(Tracked { planned, uid, fate, rearmed: false, public: false });
     }
     // From here on, every request the API server counts is the operator's.
     world.bed.sim.reset_counters();
@@ -483,6 +485,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::Refused) => return "refused by the provider".into(),
         Some(ParkKind::UserDataRefused) => return "parked: user data refused".into(),
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
+        Some(ParkKind::Forbidden) => return "forbidden by the cloud's policy".into(),
         None => {}
     }
     if server.status.phase == Some(Phase::Running) && healthy_is(server, ConditionStatus::False) {
@@ -661,7 +664,7 @@ mod tests {
 
     fn tracked(fate: Fate) -> Tracked {
         let planned = Planned { name: "s".into(), role: Role::Drawn, unmodelled_fields: false };
-        Tracked { planned, uid: "u".into(), fate, rearmed: false }
+        Tracked { planned, uid: "u".into(), fate, rearmed: false, public: false }
     }
 
     /// A Server that never booted, with `failures` counted attempts and no retry pending.

@@ -5,9 +5,11 @@
 //! resourceVersion the controller last saw.
 
 use server_core::model::SERVER_FINALIZER;
-use server_core::port::{CreateRequest, ServerRef};
+use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Outcome, Pass, ProviderView, Server, StatusPatch};
+use server_core::{
+    Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderView, Server, StatusPatch, reads_networking,
+};
 
 use super::{Engine, ticket_of};
 use crate::api_server::ServerPart;
@@ -56,6 +58,14 @@ impl Engine {
                 Ok(None) => ProviderView::Absent,
                 Err(error) => ProviderView::Unknown(error.to_string()),
             };
+            // The port and floating IP of a present server, as the core asks
+            // (SimCloud resolves a security group ID to itself).
+            if reads_networking(view, &tenant.facts) {
+                tenant.facts.networking = NetworkingView::Known(Networking {
+                    port: self.cloud.port_of(&view.meta.uid, now),
+                    wanted_security_groups: view.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+                });
+            }
             let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
             let read = PassRead::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
             self.explain.note(i, self.step, self.events.now(), || {
@@ -68,6 +78,7 @@ impl Engine {
                 )
             });
             tenant.facts.provider = ProviderView::Absent;
+            tenant.facts.networking = NetworkingView::NotRead;
             let mut copy = self.spare_servers.pop().unwrap_or_default();
             copy_server(&mut copy, view);
             let pass = Pass::decided(copy, decision, now).with_follow_up_rule(self.rules.action_failed);
@@ -229,8 +240,24 @@ impl Engine {
             }
             Action::CreateProviderServer(request) => self.create_provider_server(i, request),
             Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, read),
-            // SimCloud's model holds nothing besides servers: already gone.
-            Action::ReleaseAttachment(_) => Ok(()),
+            // A port goes with its server in SimCloud's model.
+            Action::ReleaseAttachment(AttachedResource::Port { .. }) => Ok(()),
+            Action::ReleaseAttachment(AttachedResource::FloatingIp { id }) => {
+                self.cloud.release_floating_ip(self.events.now_ts(), id).map_err(ActionFailure::Cloud)
+            }
+            Action::UpdatePort(update) => self
+                .cloud
+                .update_port(
+                    self.events.now_ts(),
+                    &update.server.uid,
+                    &update.security_groups,
+                    &update.allowed_address_pairs,
+                )
+                .map_err(ActionFailure::Cloud),
+            Action::EnsureFloatingIp(request) => self
+                .cloud
+                .set_floating_ip(self.events.now_ts(), &request.server.uid, true)
+                .map_err(ActionFailure::Cloud),
             Action::AddReference(reference) => self.write_reference(i, reference, true),
             Action::RemoveReference(reference) => self.write_reference(i, reference, false),
         }
@@ -494,5 +521,7 @@ fn action_code(action: &Action) -> u64 {
         Action::DeleteProviderServer(_) => 8,
         Action::Emit(_) => 9,
         Action::ReleaseAttachment(_) => 11,
+        Action::UpdatePort(_) => 12,
+        Action::EnsureFloatingIp(_) => 13,
     }
 }
