@@ -410,11 +410,12 @@ mod tests {
             Park::UserDataRefused { message: "user data refused (TooLarge): too large".into() },
             Park::MissingAfterBoot,
             Park::InvalidSpec { message: "network n1 is named twice".into() },
+            Park::Forbidden { message: "the cloud's policy does not let this identity create".into() },
         ];
         for park in parks {
             let message = park.available_message("ns", "web");
             let command = match park.kind() {
-                ParkKind::AtCap | ParkKind::Refused => {
+                ParkKind::AtCap | ParkKind::Refused | ParkKind::Forbidden => {
                     format!("kubectl annotate server web -n ns {RETRY_ANNOTATION}=now")
                 }
                 ParkKind::UserDataRefused | ParkKind::InvalidSpec => "kubectl edit server web -n ns".into(),

@@ -395,7 +395,7 @@ impl BenchWorld {
         let mut counts = PublicIps::default();
         for t in self.tracked.iter().filter(|t| t.public) {
             counts.servers += 1;
-            let Some(server) = self.stored(&t.planned.name).as_ref().and_then(|o| core_view(o)) else {
+            let Some(server) = self.stored(&t.planned.name).as_ref().and_then(core_view) else {
                 continue;
             };
             let running = server_core::lifecycle(&server, &server_core::Options::with_max_attempts(max_attempts))
