@@ -29,7 +29,7 @@ async fn the_public_ip_follows_the_spec_on_every_pass(kind: CloudKind) {
     if let Some(openstack) = env.openstack() {
         openstack.inject(Target::Op(Op::FloatingIpCreate), Fault::Status(503), 1);
     }
-    env.create_server("public", fast(Fate::clean()), public(true));
+    let uid = env.create_server("public", fast(Fate::clean()), public(true));
     env.start();
     env.wait_server("public", "Running with its public IP", |s| {
         available_reason(s) == "Provisioned" && phase(s) == "Running" && status(s).public_ip.is_some()
@@ -64,7 +64,7 @@ async fn the_public_ip_follows_the_spec_on_every_pass(kind: CloudKind) {
     }
     env.delete_server("public").await;
     env.wait("public is gone", || env.server("public").is_none()).await;
-    env.assert_released("uid-public");
+    env.assert_released(&uid);
     env.assert_invariants();
     env.stop().await;
 }
@@ -76,14 +76,14 @@ async fn the_ports_security_follows_the_spec(kind: CloudKind) {
     let mut env = Env::new(kind, 72).await;
     let second = "5b1c7e20-0c4d-4f0e-9a55-7a1b2c3d4e5f";
     env.seed("securitygroups", second, json!({}));
-    env.create_server("guarded", fast(Fate::clean()), Env::spec());
+    let uid = env.create_server("guarded", fast(Fate::clean()), Env::spec());
     env.start();
     env.wait_server("guarded", "Provisioned and running", |s| {
         available_reason(s) == "Provisioned" && phase(s) == "Running"
     })
     .await;
     let first = env.security_group_provider_id(SECURITY_GROUP);
-    let (groups, pairs) = env.port_security("uid-guarded").unwrap_or_default();
+    let (groups, pairs) = env.port_security(&uid).unwrap_or_default();
     assert_eq!((groups, pairs.len()), (vec![first.clone()], 0));
 
     let mut spec = Env::spec();
@@ -96,14 +96,14 @@ async fn the_ports_security_follows_the_spec(kind: CloudKind) {
         groups
     };
     env.wait("the port carries the spec's groups and pair", || {
-        env.port_security("uid-guarded").is_some_and(|(mut groups, pairs)| {
+        env.port_security(&uid).is_some_and(|(mut groups, pairs)| {
             groups.sort();
             groups == wanted && pairs == ["192.168.0.250/32"]
         })
     })
     .await;
     env.wait_server("guarded", "Provisioned again", |s| available_reason(s) == "Provisioned").await;
-    assert_eq!(env.truth("uid-guarded").create_calls, 1, "the server was not made again");
+    assert_eq!(env.truth(&uid).create_calls, 1, "the server was not made again");
     env.delete_server("guarded").await;
     env.wait("guarded is gone", || env.server("guarded").is_none()).await;
     env.assert_invariants();
