@@ -649,7 +649,7 @@ impl Env {
     /// while it has none.
     pub fn port_security(&self, uid: &str) -> Option<(Vec<String>, Vec<String>)> {
         if let Some(openstack) = self.openstack() {
-            let name = port_name(uid.strip_prefix("uid-").unwrap_or(uid));
+            let name = port_name(&self.name_of(uid));
             let port = openstack.ports().into_iter().find(|p| p.name == name)?;
             return Some((port.security_groups, port.allowed_address_pairs.into_iter().map(|(ip, _)| ip).collect()));
         }
