@@ -10,8 +10,9 @@ use jiff::Timestamp;
 
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
 use crate::model::{ConditionType, Server};
+use crate::pass::{Need, Pass, answer_of};
 use crate::port::ProviderStatus;
-use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView, needs_facts, reconcile};
+use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView};
 
 /// Why the command did not read the provider itself: what it would need.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +41,8 @@ pub struct Explanation {
     pub facts: Facts,
     pub options: Options,
     pub lifecycle: Lifecycle,
+    /// What the pass asked to read, in order, each answered.
+    pub reads: Vec<Need>,
     /// Why the provider's view is not known here; `facts.provider` then
     /// says nothing.
     pub unread: Option<Unread>,
@@ -48,23 +51,49 @@ pub struct Explanation {
     pub decision: Option<Decision>,
 }
 
-/// Decides for `server` as a pass would at `now`, given the provider's view
-/// in `facts`, without acting.
-pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -> Explanation {
-    let decision = Some(reconcile(&server, &facts, &options, now));
+/// What `pass` would do, as far as a read-only driver took it: `reads` are
+/// the needs it answered; `unread` says why it stopped before deciding, if
+/// it did. A pass that has not decided gives no decision: it is not guessed.
+pub fn explain_pass(pass: &Pass, reads: Vec<Need>, unread: Option<Unread>) -> Explanation {
+    let (server, facts, options) = (pass.server().clone(), pass.facts().clone(), *pass.options());
     let lifecycle = lifecycle(&server, &options);
-    Explanation { server, facts, options, lifecycle, unread: None, decision }
+    Explanation { server, facts, options, lifecycle, reads, unread, decision: pass.decision().cloned() }
+}
+
+/// Decides for `server` as a pass would at `now`, every need answered from
+/// `facts`, without acting.
+pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -> Explanation {
+    let mut pass = Pass::start(server, options, now);
+    let reads = answer(&mut pass, &facts, |_| true);
+    explain_pass(&pass, reads, None)
 }
 
 /// As [`explain`], for a command that could not read the provider: where
 /// the Server stands (read from the Server alone) and what the command would
-/// need. A decision is given only when no pass reads the provider for it (a
-/// paused Server, a deletion that is not the controller's to finish); any
-/// other decision depends on the record, and is not guessed.
+/// need. A decision is given only when the pass needs no provider read for
+/// it (a paused Server, a deletion that is not the controller's to finish);
+/// any other decision depends on the record, and is not guessed.
 pub fn explain_unread(server: Server, facts: Facts, options: Options, unread: Unread, now: Timestamp) -> Explanation {
-    let decision = (!needs_facts(&server)).then(|| reconcile(&server, &facts, &options, now));
-    let lifecycle = lifecycle(&server, &options);
-    Explanation { server, facts, options, lifecycle, unread: Some(unread), decision }
+    let mut pass = Pass::start(server, options, now);
+    let reads = answer(&mut pass, &facts, |need| !matches!(need, Need::Provider | Need::ProviderLive(_)));
+    explain_pass(&pass, reads, Some(unread))
+}
+
+/// Answers the pass's needs from `facts` while `answerable` allows; the
+/// needs answered.
+fn answer(pass: &mut Pass, facts: &Facts, answerable: impl Fn(&Need) -> bool) -> Vec<Need> {
+    let mut reads = Vec::new();
+    while let Some(need) = pass.poll_need().cloned() {
+        if !answerable(&need) {
+            break;
+        }
+        let fact = answer_of(&need, facts, pass.server());
+        if pass.handle_fact(fact).is_err() {
+            break;
+        }
+        reads.push(need);
+    }
+    reads
 }
 
 impl fmt::Display for Explanation {
@@ -93,6 +122,10 @@ impl fmt::Display for Explanation {
             writeln!(f, "  booted:    first at {at} (never deleted and recreated by the controller)")?;
         }
         writeln!(f, "  identity:  {}", identity(&self.facts))?;
+        if !self.reads.is_empty() {
+            let reads: Vec<String> = self.reads.iter().map(read).collect();
+            writeln!(f, "  read:      {}", reads.join(", "))?;
+        }
         match &self.unread {
             Some(unread) => writeln!(f, "  provider:  {}", unread.describe())?,
             None => writeln!(f, "  provider:  {}", provider(&self.facts.provider))?,
@@ -138,6 +171,19 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
         Lifecycle::Errored => "the last pass failed; it is retried every yield interval".into(),
         Lifecycle::Paused => "paused (spec.pause): nothing is done, deletion included".into(),
         Lifecycle::Deleting => "being deleted".into(),
+    }
+}
+
+/// A need the pass asked, as answered.
+fn read(need: &Need) -> String {
+    match need {
+        Need::Consumed => "the consumed resources".into(),
+        Need::ConsumedLive => "the consumed resources (live)".into(),
+        Need::Provider => "the provider server".into(),
+        Need::ProviderLive(why) => format!("the provider server again, live ({})", why.label().replace('_', " ")),
+        Need::Attachments => "the server's ports and floating IPs".into(),
+        Need::Networking { .. } => "the server's port and floating IP".into(),
+        Need::UserData => "the user data".into(),
     }
 }
 

@@ -109,27 +109,13 @@ impl Store {
 
     /// A pass over the stored Server.
     fn pass(&mut self, facts: &Facts, t: i64) -> (Outcome, Server) {
-        let pass = Pass::start(self.server.clone(), facts, &Options::default(), at(t));
+        let pass = Pass::with_facts(self.server.clone(), facts, &Options::default(), at(t));
         self.drive(pass)
     }
 }
 
 fn kind(action: &Action) -> &'static str {
-    match action {
-        Action::AddFinalizer => "AddFinalizer",
-        Action::RemoveFinalizer => "RemoveFinalizer",
-        Action::AddReference(_) => "AddReference",
-        Action::RemoveReference(_) => "RemoveReference",
-        Action::WriteStatus(_) => "WriteStatus",
-        Action::Annotate { .. } => "Annotate",
-        Action::Record(_) => "Record",
-        Action::CreateProviderServer(_) => "Create",
-        Action::DeleteProviderServer(_) => "Delete",
-        Action::ReleaseAttachment(_) => "Release",
-        Action::UpdatePort(_) => "UpdatePort",
-        Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
-        Action::Emit(_) => "Emit",
-    }
+    action.name()
 }
 
 fn refused() -> ActionFailure {
@@ -144,8 +130,8 @@ fn conflict() -> ActionFailure {
 fn a_clean_pass_runs_every_action_in_order_and_knows_what_it_persisted() {
     let server = server();
     let mut store = Store::new(&server);
-    let pass = Pass::start(server.clone(), &facts(), &Options::default(), at(10));
-    let decided = pass.decision().clone();
+    let pass = Pass::with_facts(server.clone(), &facts(), &Options::default(), at(10));
+    let decided = pass.decision().cloned().unwrap();
     let (outcome, persisted) = store.drive(pass);
 
     assert_eq!(store.ran, decided.actions.iter().map(kind).collect::<Vec<_>>());
@@ -164,8 +150,8 @@ fn a_clean_pass_runs_every_action_in_order_and_knows_what_it_persisted() {
 #[test]
 fn a_failed_action_hands_over_to_a_follow_up_decided_from_the_server_as_last_persisted() {
     let server = adopted();
-    let mut store = Store::new(&server).fault("Create", Fault::Fail(refused()));
-    let mut pass = Pass::start(server.clone(), &referenced_facts(&server), &Options::default(), at(10));
+    let mut store = Store::new(&server).fault("CreateProviderServer", Fault::Fail(refused()));
+    let mut pass = Pass::with_facts(server.clone(), &referenced_facts(&server), &Options::default(), at(10));
     while let Some(action) = pass.poll_action() {
         match store.apply(action) {
             Ok(()) => pass.handle_done(),
@@ -176,7 +162,7 @@ fn a_failed_action_hands_over_to_a_follow_up_decided_from_the_server_as_last_per
         }
     }
     let Some(Action::Record(changes)) = pass.poll_action().cloned() else {
-        panic!("the follow-up starts with its record: {:?}", pass.decision().actions);
+        panic!("the follow-up starts with its record: {:?}", pass.decision().unwrap().actions);
     };
     assert!(changes.contains(&(CREATE_ISSUED_ANNOTATION, None)), "{changes:?}");
     let (outcome, persisted) = store.drive(pass);
@@ -198,9 +184,9 @@ fn a_failed_follow_up_action_ends_the_pass_with_what_its_failure_means() {
     // The pass's own status write lands; the follow-up's conflicts.
     let mut store = Store::new(&server)
         .fault("WriteStatus", Fault::Lands)
-        .fault("Create", Fault::Fail(refused()))
+        .fault("CreateProviderServer", Fault::Fail(refused()))
         .fault("WriteStatus", Fault::Fail(conflict()));
-    let mut pass = Pass::start(server.clone(), &facts, &Options::default(), at(10));
+    let mut pass = Pass::with_facts(server.clone(), &facts, &Options::default(), at(10));
     while let Some(action) = pass.poll_action() {
         match store.apply(action) {
             Ok(()) => pass.handle_done(),
@@ -227,7 +213,7 @@ fn a_failed_follow_up_action_ends_the_pass_with_what_its_failure_means() {
 fn a_follow_up_stops_at_its_first_failure() {
     let server = adopted();
     let mut store = Store::new(&server)
-        .fault("Create", Fault::Fail(refused()))
+        .fault("CreateProviderServer", Fault::Fail(refused()))
         .fault("Record", Fault::Fail(ActionFailure::Api("503".into())));
     let (outcome, _) = store.pass(&referenced_facts(&server), 10);
     assert!(matches!(outcome, Outcome::Error(_)), "{outcome:?}");
@@ -269,8 +255,8 @@ fn the_fold_of_a_status_write_is_the_decisions_status() {
     let mut facts = referenced_facts(&server);
     facts.provider = present();
     let mut store = Store::new(&server);
-    let pass = Pass::start(server, &facts, &Options::default(), at(10));
-    let decided = pass.decision().status.clone();
+    let pass = Pass::with_facts(server, &facts, &Options::default(), at(10));
+    let decided = pass.decision().unwrap().status.clone();
     let (outcome, persisted) = store.drive(pass);
     assert_eq!(outcome, Outcome::Done);
     assert_eq!(persisted.status, decided);
@@ -280,7 +266,7 @@ fn the_fold_of_a_status_write_is_the_decisions_status() {
 #[test]
 fn handling_without_an_action_changes_nothing_and_an_abandoned_pass_requeues() {
     let server = server();
-    let mut pass = Pass::start(server.clone(), &facts(), &Options::default(), at(10));
+    let mut pass = Pass::with_facts(server.clone(), &facts(), &Options::default(), at(10));
     assert!(pass.outcome().is_none(), "actions are pending");
     let abandoned = pass.clone().into_outcome();
     assert!(matches!(abandoned, Outcome::Error(_)) && abandoned.requeues(), "{abandoned:?}");
@@ -307,7 +293,7 @@ fn a_swapped_follow_up_rule_judges_failures() {
     }
     let server = server();
     let mut store = Store::new(&server).fault("AddFinalizer", Fault::Fail(conflict()));
-    let pass = Pass::start(server, &facts(), &Options::default(), at(10)).with_follow_up_rule(give_up);
+    let pass = Pass::with_facts(server, &facts(), &Options::default(), at(10)).with_follow_up_rule(give_up);
     let (outcome, _) = store.drive(pass);
     assert_eq!(outcome, Outcome::Done);
 }

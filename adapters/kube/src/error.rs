@@ -24,6 +24,9 @@ pub enum Error {
     /// The object asked for does not exist (the API server said 404).
     #[error("{0}")]
     NotFound(String),
+    /// A pass was handed a fact it did not ask for: a bug of this adapter.
+    #[error("internal error, please report it: {0}")]
+    UnaskedFact(#[from] server_core::pass::UnaskedFact),
 }
 
 impl Error {

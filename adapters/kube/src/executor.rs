@@ -9,12 +9,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
-use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
+use server_core::model::{SERVER_FINALIZER, Server as CoreServer};
+use server_core::pass::{ProviderSource, Rules, UserDataCopy};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{
-    Action, ActionFailure, Decision, Outcome, Park, Pass, ProviderRead, Wait, live_read_needed, needs_facts, reconcile,
-};
+use server_core::{Action, ActionFailure, Outcome, Park, Pass, Wait};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -22,9 +21,8 @@ use crate::cached::CachedServer;
 use crate::cloud::{CloudHandle, GroupKey, group_of};
 use crate::config::ControllerConfig;
 use crate::consumed::Finalizers;
-use crate::crd::Server;
 use crate::error::{Error, action_failure, is_not_found, short_message};
-use crate::facts::{Gathered, gather};
+use crate::facts::{Reader, Source};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
@@ -59,7 +57,7 @@ impl Executor {
         object: &CachedServer,
         caches: &Caches,
     ) -> Result<Outcome, Error> {
-        let Some(mut server) = object.core() else {
+        let Some(server) = object.core() else {
             return Ok(self.report_unreadable(term, object).await);
         };
         let cached_version = object.resource_version().unwrap_or_default();
@@ -74,42 +72,32 @@ impl Executor {
         {
             self.report_partly_unreadable(term, object, &content.unread).await;
         }
-        let mut gathered = if needs_facts(&server) {
-            gather(&term.client, caches, &term.clouds, &term.listings, self.config.cloud_timeout, &server).await?
-        } else {
-            Gathered::skipped()
-        };
-        let now = now();
         let options = self.config.rule_options();
-        let mut decision = reconcile(&server, &gathered.facts, &options, now);
-        if let ProviderRead::Listed { .. } = gathered.facts.provider_read {
-            // The core says whether the listed view may decide this pass.
-            match live_read_needed(&server, &gathered.facts, &decision, &options, now) {
-                None => self.metrics.provider_read("listed"),
-                Some(why) => {
-                    self.metrics.provider_read(why.label());
-                    gathered.read_live(&server).await;
-                    decision = reconcile(&server, &gathered.facts, &options, now);
-                }
-            }
-        } else if gathered.cloud.is_ok() {
-            self.metrics.provider_read("unlisted");
+        let withheld = object.content.as_ref().is_ok_and(|content| content.has_user_data);
+        let user_data = if withheld { UserDataCopy::Withheld } else { UserDataCopy::Held };
+        let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
+        let source = Source::Controller { caches, listings: &term.listings };
+        let mut reader = Reader::new(&term.client, &term.clouds, source, self.config.cloud_timeout);
+        while let Some(need) = pass.poll_need() {
+            let fact = reader.read(need, pass.server(), pass.facts()).await?;
+            pass.handle_fact(fact)?;
         }
-        if creates(&decision) && object.content.as_ref().is_ok_and(|content| content.has_user_data) {
-            // The cache leaves user data out: read it for the create alone.
-            match self.live_user_data(term, &server).await? {
-                Some(user_data) => server.spec.user_data = Some(user_data),
-                None => return Ok(Outcome::Yield(Wait::ServerChanged)),
-            }
-            decision = reconcile(&server, &gathered.facts, &options, now);
+        let cloud = reader.into_cloud();
+        if let Some(source) = pass.provider_source()
+            && (cloud.is_ok() || source != ProviderSource::Live)
+        {
+            self.metrics.provider_read(source.label());
         }
-        debug!(
-            server = %server.meta.name,
-            namespace = %server.meta.namespace,
-            actions = ?decision.actions.iter().map(action_name).collect::<Vec<_>>(),
-            outcome = decision.outcome.label(),
-            "decided"
-        );
+        let server = pass.server();
+        if let Some(decision) = pass.decision() {
+            debug!(
+                server = %server.meta.name,
+                namespace = %server.meta.namespace,
+                actions = ?decision.actions.iter().map(Action::name).collect::<Vec<_>>(),
+                outcome = decision.outcome.label(),
+                "decided"
+            );
+        }
         let mut io = ActionIo {
             executor: self,
             term,
@@ -120,10 +108,9 @@ impl Executor {
             namespace: server.meta.namespace.clone(),
             uid: server.meta.uid.clone(),
             written: false,
-            group: group_of(&server),
-            cloud: gathered.cloud,
+            group: group_of(server),
+            cloud,
         };
-        let mut pass = Pass::decided(server, decision, now);
         while let Some(action) = pass.poll_action() {
             match io.apply(action, pass.server()).await {
                 Ok(()) => pass.handle_done(),
@@ -134,17 +121,6 @@ impl Executor {
             }
         }
         Ok(pass.into_outcome())
-    }
-
-    /// The Server's user data, read live, if its spec is still the one the
-    /// pass decided on (`None` when it changed since).
-    async fn live_user_data(&self, term: &Term, server: &CoreServer) -> Result<Option<UserData>, Error> {
-        let api: Api<Server> = Api::namespaced(term.client.clone(), &server.meta.namespace);
-        let live = api
-            .get(&server.meta.name)
-            .await
-            .map_err(|e| Error::kube(format!("reading the user data of Server {}", server.meta.name), e))?;
-        Ok((live.metadata.generation == Some(server.meta.generation)).then_some(live.spec.spec.user_data).flatten())
     }
 
     /// A Server holding values the core read as something else (a condition
@@ -185,11 +161,6 @@ impl Executor {
     }
 }
 
-/// Whether a decision creates the provider server.
-fn creates(decision: &Decision) -> bool {
-    decision.actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_)))
-}
-
 /// The I/O side of one pass: the resourceVersions that guard its next
 /// writes, the consumed resources it read, and its cloud.
 struct ActionIo<'a> {
@@ -210,11 +181,11 @@ struct ActionIo<'a> {
 
 impl ActionIo<'_> {
     fn report_failure(&self, action: &Action, failure: &ActionFailure) {
-        self.executor.metrics.action_failed(action_name(action));
+        self.executor.metrics.action_failed(action.name());
         warn!(
             server = %self.name,
             namespace = %self.namespace,
-            action = action_name(action),
+            action = action.name(),
             failure = ?failure,
             "action failed"
         );
@@ -260,7 +231,7 @@ impl ActionIo<'_> {
                 if let Some(group) = &self.group {
                     // The answer shows the server exists now: the next pass
                     // may decide from it (the core's rule says when).
-                    let at = jiff::Timestamp::now();
+                    let at = now();
                     self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
@@ -449,25 +420,5 @@ impl From<PatchError> for ActionFailure {
             PatchError::NotFound => ActionFailure::Api("the Server no longer exists".into()),
             PatchError::Failed(failure) => failure,
         }
-    }
-}
-
-/// A short name of an action for logs and metrics; never its payload (a
-/// create request carries user data).
-pub(crate) fn action_name(action: &Action) -> &'static str {
-    match action {
-        Action::AddFinalizer => "AddFinalizer",
-        Action::RemoveFinalizer => "RemoveFinalizer",
-        Action::AddReference(_) => "AddReference",
-        Action::RemoveReference(_) => "RemoveReference",
-        Action::WriteStatus(_) => "WriteStatus",
-        Action::Annotate { .. } => "Annotate",
-        Action::Record(_) => "Record",
-        Action::CreateProviderServer(_) => "CreateProviderServer",
-        Action::DeleteProviderServer(_) => "DeleteProviderServer",
-        Action::ReleaseAttachment(_) => "ReleaseAttachment",
-        Action::UpdatePort(_) => "UpdatePort",
-        Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
-        Action::Emit(_) => "Emit",
     }
 }

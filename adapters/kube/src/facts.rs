@@ -1,103 +1,155 @@
-//! Gathers the facts of one pass: each consumed kind as the core's
-//! `ResourceKind::scope` says (from the caches, confirmed live where a
-//! lagging cache could mislead), and the provider's view: from the
-//! monitor's latest list when one is held, else through the cloud port.
-//! Whether a listed view is enough is the core's `live_read_needed`; when it
-//! is not, [`Gathered::read_live`] asks the cloud. Reads only; it decides nothing.
+//! Answers a pass's needs (`server_core::pass::Need`): each consumed kind
+//! as the core's `ResourceKind::scope` says (from the caches, or read live
+//! when the pass asks), the provider's view (from the monitor's latest list
+//! when one is held, else through the cloud port), the server's ports and
+//! networking, and the user data the cache leaves out. Reads only; what to
+//! read and when is the pass's.
 
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Client;
-use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, reference_finalizer};
-use server_core::{
-    AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, reads_attachments, reads_networking,
-};
+use kube::{Api, Client};
+use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, UserData, reference_finalizer};
+use server_core::pass::{Fact, Need};
+use server_core::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView};
 
 use crate::cache::Caches;
-use crate::cloud::{CloudHandle, CloudRegistry, ProviderListings, group_of};
+use crate::cloud::{CloudHandle, CloudRegistry, NoCloud, ProviderListings, group_of};
 use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
+use crate::crd::Server as ServerObject;
 use crate::error::Error;
 
-/// What one pass found.
-#[derive(Debug)]
-pub(crate) struct Gathered {
-    pub(crate) facts: Facts,
-    /// The cloud to act on, or why there is none (the view is then unknown).
-    pub(crate) cloud: Result<CloudHandle, String>,
+/// Where a reader finds what it reads besides the API server: a running
+/// controller's caches and listings, or nothing (a one-shot command reads
+/// everything live).
+#[derive(Clone, Copy)]
+pub(crate) enum Source<'a> {
+    Controller { caches: &'a Caches, listings: &'a ProviderListings },
+    OneShot,
 }
 
-impl Gathered {
-    /// Facts for a Server the core will not look at (paused, released).
-    pub(crate) fn skipped() -> Self {
-        Gathered {
-            facts: Facts { provider: ProviderView::Unknown("not read".into()), ..Facts::default() },
-            cloud: Err("not read".into()),
-        }
-    }
-}
-
-/// Reads everything the core needs about `server`: the consumed resources
-/// from the caches (live when they must be confirmed), the provider's view
-/// from the latest list of its group in `listings` when there is one, else
-/// from its cloud.
-pub(crate) async fn gather(
-    client: &Client,
-    caches: &Caches,
-    clouds: &CloudRegistry,
-    listings: &ProviderListings,
+/// Answers the needs of one pass over one Server.
+pub(crate) struct Reader<'a> {
+    client: &'a Client,
+    clouds: &'a CloudRegistry,
+    source: Source<'a>,
     cloud_timeout: Duration,
-    server: &Server,
-) -> Result<Gathered, Error> {
-    let mut gathered = Gathered::cached(caches, server);
-    if must_confirm(server, &gathered.facts) {
-        gathered = Gathered::live(client, server).await?;
-    }
-
-    let namespace = server.meta.namespace.as_str();
-    let found = match (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
-        (Some(region_id), Some(identity_id)) => {
-            Some(clouds.cached_handle(caches, namespace, region_id, identity_id, cloud_timeout))
-        }
-        _ => None,
-    };
-    gathered.facts.provider = match &found {
-        Some(Ok(handle)) => match group_of(server).and_then(|group| listings.view(&group, &server.meta.uid)) {
-            Some((view, at)) => {
-                gathered.facts.provider_read = ProviderRead::Listed { at };
-                view
-            }
-            None => handle.provider_view(server).await,
-        },
-        Some(Err(no_cloud)) => {
-            let gone = server.meta.deleting && identity_gone(client, clouds, server, &gathered.facts).await?;
-            no_cloud.view(gone)
-        }
-        None if server.meta.deleting && identity_gone(client, clouds, server, &gathered.facts).await? => {
-            ProviderView::NoIdentity
-        }
-        None => ProviderView::Unknown(NO_LABELS.into()),
-    };
-    if let Some(found) = found {
-        gathered.cloud = found.map_err(|e| e.to_string());
-    }
-    gathered.read_attachments(server).await;
-    Ok(gathered)
+    /// The cloud to call, resolved at the first provider need.
+    cloud: Option<Result<CloudHandle, NoCloud>>,
 }
 
-const NO_LABELS: &str = "the server has no region or identity label";
+impl<'a> Reader<'a> {
+    pub(crate) fn new(
+        client: &'a Client,
+        clouds: &'a CloudRegistry,
+        source: Source<'a>,
+        cloud_timeout: Duration,
+    ) -> Self {
+        Reader { client, clouds, source, cloud_timeout, cloud: None }
+    }
+
+    /// The answer to `need` for `server`, given what the pass read so far
+    /// (`facts`). `Err` when the API server could not be read: the pass is
+    /// abandoned and the controller's error policy requeues it.
+    pub(crate) async fn read(&mut self, need: &Need, server: &Server, facts: &Facts) -> Result<Fact, Error> {
+        Ok(match need {
+            Need::Consumed => match self.source {
+                Source::Controller { caches, .. } => Fact::consumed_of(cached(caches, server)),
+                Source::OneShot => Fact::consumed_of(live(self.client, server).await?),
+            },
+            Need::ConsumedLive => Fact::consumed_of(live(self.client, server).await?),
+            Need::Provider => {
+                let has_cloud = self.cloud(server).await?.is_ok();
+                let listed = match self.source {
+                    Source::Controller { listings, .. } if has_cloud => {
+                        group_of(server).and_then(|group| listings.view(&group, &server.meta.uid))
+                    }
+                    _ => None,
+                };
+                match listed {
+                    Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
+                    None => Fact::Provider { view: self.provider_live(server, facts).await?, read: ProviderRead::Live },
+                }
+            }
+            Need::ProviderLive(_) => {
+                Fact::Provider { view: self.provider_live(server, facts).await?, read: ProviderRead::Live }
+            }
+            Need::Attachments => Fact::Attachments(match self.cloud(server).await? {
+                Ok(handle) => handle.attachments_view(server).await,
+                Err(_) => AttachmentsView::NotRead,
+            }),
+            Need::Networking { provider_id } => Fact::Networking(match self.cloud(server).await? {
+                Ok(handle) => handle.networking_view(server, provider_id).await,
+                Err(_) => NetworkingView::NotRead,
+            }),
+            Need::UserData => Fact::UserData(self.live_user_data(server).await?),
+        })
+    }
+
+    /// The cloud of the Server's region and identity, resolved once per
+    /// pass, or why there is none.
+    pub(crate) async fn cloud(&mut self, server: &Server) -> Result<&Result<CloudHandle, NoCloud>, Error> {
+        if self.cloud.is_none() {
+            let namespace = server.meta.namespace.as_str();
+            let resolved = match (server.meta.label(REGION_LABEL), server.meta.label(IDENTITY_LABEL)) {
+                (Some(region_id), Some(identity_id)) => match self.source {
+                    Source::Controller { caches, .. } => {
+                        self.clouds.cached_handle(caches, namespace, region_id, identity_id, self.cloud_timeout)
+                    }
+                    Source::OneShot => {
+                        self.clouds
+                            .live_handle(self.client, namespace, region_id, identity_id, self.cloud_timeout)
+                            .await?
+                    }
+                },
+                _ => Err(NoCloud::Unlabelled),
+            };
+            self.cloud = Some(resolved);
+        }
+        Ok(self.cloud.get_or_insert_with(|| Err(NoCloud::Unlabelled)))
+    }
+
+    /// The cloud the pass acts on, or why there is none.
+    pub(crate) fn into_cloud(self) -> Result<CloudHandle, String> {
+        match self.cloud {
+            Some(Ok(handle)) => Ok(handle),
+            Some(Err(no_cloud)) => Err(no_cloud.to_string()),
+            None => Err("not read".into()),
+        }
+    }
+
+    /// The provider server read through the cloud now, or what stands for
+    /// it when there is no cloud to call.
+    async fn provider_live(&mut self, server: &Server, facts: &Facts) -> Result<ProviderView, Error> {
+        let (client, clouds) = (self.client, self.clouds);
+        Ok(match self.cloud(server).await? {
+            Ok(handle) => handle.provider_view(server).await,
+            Err(no_cloud) => {
+                let no_cloud = no_cloud.clone();
+                let gone = server.meta.deleting && identity_gone(client, clouds, server, facts).await?;
+                no_cloud.view(gone)
+            }
+        })
+    }
+
+    /// The Server's user data, read live, if its spec is still the one the
+    /// pass decided on (`None` when it changed since).
+    async fn live_user_data(&self, server: &Server) -> Result<Option<UserData>, Error> {
+        let api: Api<ServerObject> = Api::namespaced(self.client.clone(), &server.meta.namespace);
+        let live = api
+            .get(&server.meta.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading the user data of Server {}", server.meta.name), e))?;
+        Ok((live.metadata.generation == Some(server.meta.generation)).then_some(live.spec.spec.user_data).flatten())
+    }
+}
 
 /// Whether a deleting Server has no identity to call its cloud as: its
 /// Identity, or what its region's identity source reads (e.g. its
 /// OpenstackIdentity), is not found, read live (a cache too new to hold it
 /// must not release the Server). The core decides what that means: only an
 /// Identity gone or being deleted (in the live facts) releases the Server.
-pub(crate) async fn identity_gone(
-    client: &Client,
-    clouds: &CloudRegistry,
-    server: &Server,
-    facts: &Facts,
-) -> Result<bool, Error> {
+async fn identity_gone(client: &Client, clouds: &CloudRegistry, server: &Server, facts: &Facts) -> Result<bool, Error> {
     let Some(identity_id) = server.meta.label(IDENTITY_LABEL) else {
         return Ok(false);
     };
@@ -110,86 +162,41 @@ pub(crate) async fn identity_gone(
     clouds.identity_gone_live(client, &server.meta.namespace, region_id, identity_id).await
 }
 
-/// Whether the cached consumed resources must be confirmed by live reads.
-/// What a lagging cache holds may be outdated, which every write's
-/// resourceVersion precondition catches (a Conflict, and the pass retries).
-/// What it lacks may only be new, so absence is confirmed before it is acted
-/// on: a resource the spec names (else a spurious "unknown resource ID"
-/// error), and every reference of a deleting Server (the release lets the
-/// Server go, so a reference the cache has not seen yet would leak for good).
-fn must_confirm(server: &Server, facts: &Facts) -> bool {
-    if server.meta.deleting {
-        return true;
+/// The consumed resources as the caches hold them.
+fn cached(caches: &Caches, server: &Server) -> Facts {
+    let mut found = FoundFacts::default();
+    let sort = Sorting::of(server);
+    for ops in CONSUMED_KINDS {
+        let kind = ops.kind();
+        if sort.reads(kind) {
+            let own = Finalizers::Only(&sort.finalizer);
+            let keep = |meta: &ObjectMeta, holds: &dyn Fn(&str) -> bool| sort.keeps(kind, meta, holds);
+            found.add_all(kind, &sort, caches.consumed(kind, &server.meta.namespace, &keep, own));
+        }
     }
-    // Without the label the core refuses the Server before any reference.
-    if server.meta.label(IDENTITY_LABEL).is_none() {
-        return false;
-    }
-    ResourceKind::ALL.into_iter().any(|kind| kind.named(server).any(|id| facts.find(kind, id).is_none()))
+    found.0
 }
 
-impl Gathered {
-    /// Replaces a listed provider view by one read from the cloud now.
-    pub(crate) async fn read_live(&mut self, server: &Server) {
-        if let Ok(handle) = &self.cloud {
-            self.facts.provider = handle.provider_view(server).await;
-            self.facts.provider_read = ProviderRead::Live;
+/// The consumed resources as the API server has them now. Each kind is
+/// listed over the whole namespace, so references held under another
+/// identity (from before a label change) are found and released too.
+async fn live(client: &Client, server: &Server) -> Result<Facts, Error> {
+    let mut found = FoundFacts::default();
+    let sort = Sorting::of(server);
+    for ops in CONSUMED_KINDS {
+        let kind = ops.kind();
+        if sort.reads(kind) {
+            found.add_all(kind, &sort, ops.list(client, &server.meta.namespace).await?);
         }
-        self.read_attachments(server).await;
     }
+    Ok(found.0)
+}
 
-    /// Reads the Server's ports and floating IPs when the core asks for them
-    /// (`reads_attachments`), and a present server's port and floating IP
-    /// (`reads_networking`), live; otherwise they are not read.
-    async fn read_attachments(&mut self, server: &Server) {
-        self.facts.attachments = match &self.cloud {
-            Ok(handle) if reads_attachments(server, &self.facts) => handle.attachments_view(server).await,
-            _ => AttachmentsView::NotRead,
-        };
-        self.facts.networking = match (&self.cloud, &self.facts.provider) {
-            (Ok(handle), ProviderView::Present(record)) if reads_networking(server, &self.facts) => {
-                handle.networking_view(server, &record.id).await
-            }
-            _ => NetworkingView::NotRead,
-        };
-    }
+/// Consumed resources sorted into facts.
+#[derive(Default)]
+struct FoundFacts(Facts);
 
-    fn empty() -> Self {
-        Gathered { facts: Facts::default(), cloud: Err(NO_LABELS.into()) }
-    }
-
-    /// The consumed resources as the caches hold them.
-    fn cached(caches: &Caches, server: &Server) -> Self {
-        let mut gathered = Gathered::empty();
-        let sort = Sorting::of(server);
-        for ops in CONSUMED_KINDS {
-            let kind = ops.kind();
-            if sort.reads(kind) {
-                let own = Finalizers::Only(&sort.finalizer);
-                let keep = |meta: &ObjectMeta, holds: &dyn Fn(&str) -> bool| sort.keeps(kind, meta, holds);
-                let found = caches.consumed(kind, &server.meta.namespace, &keep, own);
-                gathered.add_all(kind, &sort, found);
-            }
-        }
-        gathered
-    }
-
-    /// The consumed resources as the API server has them now. Each kind is
-    /// listed over the whole namespace, so references held under another
-    /// identity (from before a label change) are found and released too.
-    pub(crate) async fn live(client: &Client, server: &Server) -> Result<Self, Error> {
-        let mut gathered = Gathered::empty();
-        let sort = Sorting::of(server);
-        for ops in CONSUMED_KINDS {
-            let kind = ops.kind();
-            if sort.reads(kind) {
-                let found = ops.list(client, &server.meta.namespace).await?;
-                gathered.add_all(kind, &sort, found);
-            }
-        }
-        Ok(gathered)
-    }
-
+impl FoundFacts {
     fn add_all(&mut self, kind: ResourceKind, sort: &Sorting<'_>, found: Vec<Found>) {
         for mut found in found {
             // The core reads only the Server's own reference finalizer.
@@ -204,9 +211,9 @@ impl Gathered {
 
     fn add(&mut self, kind: ResourceKind, found: Found, other_identity: bool) {
         if other_identity {
-            self.facts.other_identity_references.push((kind, found.resource));
+            self.0.other_identity_references.push((kind, found.resource));
         } else {
-            self.facts.insert(kind, found.resource);
+            self.0.insert(kind, found.resource);
         }
     }
 }
@@ -321,43 +328,5 @@ mod tests {
         assert!(sort.keeps(ResourceKind::Identity, &identity("id1"), &holds(false)));
         assert!(!sort.keeps(ResourceKind::Identity, &identity("id0"), &holds(false)));
         assert!(sort.keeps(ResourceKind::Identity, &identity("id0"), &holds(true)));
-    }
-
-    #[test]
-    fn a_cache_holding_everything_the_spec_names_is_enough() {
-        let (server, facts) = named_and_found();
-        assert!(!must_confirm(&server, &facts));
-    }
-
-    #[test]
-    fn whatever_the_spec_names_and_the_cache_lacks_is_confirmed() {
-        let (server, facts) = named_and_found();
-        let lacking: [fn(&mut Facts); 4] = [
-            |f| f.remove(ResourceKind::Identity),
-            |f| f.consumed.entry(ResourceKind::Network).or_default().retain(|n| n.name != "n1"),
-            |f| f.remove(ResourceKind::SecurityGroup),
-            |f| f.remove(ResourceKind::SshCertificateAuthority),
-        ];
-        for (i, lack) in lacking.iter().enumerate() {
-            let mut facts = facts.clone();
-            lack(&mut facts);
-            assert!(must_confirm(&server, &facts), "case {i}");
-        }
-    }
-
-    #[test]
-    fn a_deleting_server_reads_its_references_live() {
-        let (mut server, facts) = named_and_found();
-        server.meta.deleting = true;
-        assert!(must_confirm(&server, &facts));
-    }
-
-    #[test]
-    fn without_an_identity_label_nothing_is_confirmed() {
-        let (mut server, facts) = named_and_found();
-        server.meta.labels.clear();
-        let mut facts = facts;
-        facts.remove(ResourceKind::Network);
-        assert!(!must_confirm(&server, &facts));
     }
 }

@@ -69,6 +69,26 @@ pub enum Action {
 }
 
 impl Action {
+    /// A short name for logs, metrics and traces; never its payload (a
+    /// create request carries user data).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::AddFinalizer => "AddFinalizer",
+            Action::RemoveFinalizer => "RemoveFinalizer",
+            Action::AddReference(_) => "AddReference",
+            Action::RemoveReference(_) => "RemoveReference",
+            Action::WriteStatus(_) => "WriteStatus",
+            Action::Annotate { .. } => "Annotate",
+            Action::Record(_) => "Record",
+            Action::CreateProviderServer(_) => "CreateProviderServer",
+            Action::DeleteProviderServer(_) => "DeleteProviderServer",
+            Action::ReleaseAttachment(_) => "ReleaseAttachment",
+            Action::UpdatePort(_) => "UpdatePort",
+            Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
+            Action::Emit(_) => "Emit",
+        }
+    }
+
     /// The annotation changes this action makes (Annotate, Record), in order.
     pub fn annotation_changes(&self) -> Vec<(&'static str, Option<&str>)> {
         match self {

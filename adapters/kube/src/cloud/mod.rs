@@ -101,6 +101,8 @@ pub(crate) enum NoCloud {
     Unserved(RegionUnserved),
     #[error("{reads} {namespace}/{name} not found")]
     NoIdentity { reads: &'static str, namespace: String, name: String },
+    #[error("the server has no region or identity label")]
+    Unlabelled,
 }
 
 impl NoCloud {
@@ -112,7 +114,7 @@ impl NoCloud {
         match self {
             _ if identity_gone => ProviderView::NoIdentity,
             NoCloud::Unserved(unserved) => ProviderView::RegionUnserved(unserved.clone()),
-            NoCloud::NoIdentity { .. } => ProviderView::Unknown(self.to_string()),
+            NoCloud::NoIdentity { .. } | NoCloud::Unlabelled => ProviderView::Unknown(self.to_string()),
         }
     }
 }

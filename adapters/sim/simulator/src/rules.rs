@@ -6,13 +6,15 @@ use std::fmt;
 
 use jiff::Timestamp;
 use server_core::port::ProviderServer;
-use server_core::{Action, ActionFailure, Decision, Facts, Options, Server, ServerStatus};
+use server_core::{Action, ActionFailure, Decision, Facts, LiveRead, Options, Server, ServerStatus};
 
 /// The rules under test.
 #[derive(Clone, Copy)]
 pub struct DecisionRules {
     /// One reconcile pass.
     pub reconcile: fn(&Server, &Facts, &Options, Timestamp) -> Decision,
+    /// Whether a decision made from a listed view needs a live read first.
+    pub live_read_needed: fn(&Server, &Facts, &Decision, &Options, Timestamp) -> Option<LiveRead>,
     /// The follow-up decision after an action failed.
     pub action_failed: fn(&Server, &Action, &ActionFailure, Timestamp) -> Decision,
     /// The monitor projection.
@@ -28,11 +30,23 @@ impl DecisionRules {
     /// server-core's rules.
     pub const CORE: DecisionRules = DecisionRules {
         reconcile: server_core::reconcile,
+        live_read_needed: server_core::live_read_needed,
         action_failed: server_core::action_failed,
         observe: server_core::observe,
         should_wake: server_core::should_wake,
         provider_create_failure: server_core::provider_create_failure,
     };
+}
+
+impl DecisionRules {
+    /// The rules a pass applies.
+    pub fn pass(&self) -> server_core::pass::Rules {
+        server_core::pass::Rules {
+            reconcile: self.reconcile,
+            live_read_needed: self.live_read_needed,
+            action_failed: self.action_failed,
+        }
+    }
 }
 
 impl Default for DecisionRules {

@@ -5,10 +5,11 @@
 //! resourceVersion the controller last saw.
 
 use server_core::model::SERVER_FINALIZER;
+use server_core::pass::{Fact, Need, UserDataCopy};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{
-    Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderView, Server, StatusPatch, reads_networking,
+    Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderRead, ProviderView, Server, StatusPatch,
 };
 
 use super::{Engine, ticket_of};
@@ -53,41 +54,59 @@ impl Engine {
             self.checker.pass_read(i, view_rv);
             let Some((tracked, tenant)) = self.api.server_and_tenant(i) else { return false };
             let Some((view, view_rv)) = tracked.view(r) else { return false };
-            tenant.facts.provider = match self.cloud.get_by(now, Some(tracked.handle)) {
-                Ok(Some(record)) => ProviderView::Present(record),
-                Ok(None) => ProviderView::Absent,
-                Err(error) => ProviderView::Unknown(error.to_string()),
-            };
-            // The port and floating IP of a present server, as the core asks
-            // (SimCloud resolves a security group ID to itself).
-            if reads_networking(view, &tenant.facts) {
-                tenant.facts.networking = NetworkingView::Known(Networking {
-                    port: self.cloud.port_of(&view.meta.uid, now),
-                    wanted_security_groups: view.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
-                });
+            let mut copy = self.spare_servers.pop().unwrap_or_default();
+            copy_server(&mut copy, view);
+            let mut pass = Pass::start_with(copy, self.options, now, self.rules.pass(), UserDataCopy::Held);
+            // The pass's needs, answered as server-kube's reader answers
+            // them: the tenant's consumed resources, the provider read
+            // through the cloud, the server's port (SimCloud resolves a
+            // security group ID to itself) and its attachments.
+            while let Some(need) = pass.poll_need() {
+                let fact = match need {
+                    Need::Consumed | Need::ConsumedLive => Fact::Consumed {
+                        consumed: tenant.facts.consumed.clone(),
+                        other_identity_references: tenant.facts.other_identity_references.clone(),
+                    },
+                    Need::Provider | Need::ProviderLive(_) => {
+                        let view = match self.cloud.get_by(now, Some(tracked.handle)) {
+                            Ok(Some(record)) => ProviderView::Present(record),
+                            Ok(None) => ProviderView::Absent,
+                            Err(error) => ProviderView::Unknown(error.to_string()),
+                        };
+                        Fact::Provider { view, read: ProviderRead::Live }
+                    }
+                    Need::Attachments => Fact::Attachments(tenant.facts.attachments.clone()),
+                    Need::Networking { .. } => Fact::Networking(NetworkingView::Known(Networking {
+                        port: self.cloud.port_of(&view.meta.uid, now),
+                        wanted_security_groups: view.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+                    })),
+                    Need::UserData => Fact::UserData(view.spec.user_data.clone()),
+                };
+                if pass.handle_fact(fact).is_err() {
+                    break;
+                }
             }
-            let decision = (self.rules.reconcile)(view, &tenant.facts, &self.options, now);
-            let read = PassRead::new(&self.rules, &self.options, view, view_rv, &tenant.facts.provider);
+            let read = PassRead::new(&self.rules, &self.options, view, view_rv, &pass.facts().provider);
             self.explain.note(i, self.step, self.events.now(), || {
                 format!(
                     "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
                     explain::server(view, view_rv),
                     tracked.lagging[r].is_some(),
-                    explain::view(&tenant.facts.provider),
-                    explain::decision(&decision)
+                    explain::view(&pass.facts().provider),
+                    pass.decision().map(explain::decision).unwrap_or_default()
                 )
             });
-            tenant.facts.provider = ProviderView::Absent;
-            tenant.facts.networking = NetworkingView::NotRead;
-            let mut copy = self.spare_servers.pop().unwrap_or_default();
-            copy_server(&mut copy, view);
-            let pass = Pass::decided(copy, decision, now).with_follow_up_rule(self.rules.action_failed);
             (pass, read)
         };
         self.stats.reconcile_passes += 1;
         self.trace.add(read.provider_code());
-        self.check_decision(i, &read, pass.decision(), true);
-        if pass.decision().actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
+        if let Some(decision) = pass.decision() {
+            self.check_decision(i, &read, decision, true);
+        }
+        if pass
+            .decision()
+            .is_some_and(|decision| decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))))
+        {
             let at = self.events.now() + self.faults.between(1, self.config.ha.max_create_lag.max(1));
             if let Some(tracked) = self.api.server_mut(i) {
                 tracked.in_flight[r] = Some(Box::new(CreatePassInFlight { pass, read, at }));
@@ -151,8 +170,10 @@ impl Engine {
                 Err(failure) if pass.is_following_up() => pass.handle_failed(failure),
                 Err(failure) => {
                     pass.handle_failed(failure);
-                    self.check_decision(i, read, pass.decision(), false);
-                    self.note(i, || format!("  follow-up: {}", explain::decision(pass.decision())));
+                    if let Some(decision) = pass.decision() {
+                        self.check_decision(i, read, decision, false);
+                        self.note(i, || format!("  follow-up: {}", explain::decision(decision)));
+                    }
                 }
             }
         }

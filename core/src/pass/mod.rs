@@ -1,0 +1,494 @@
+//! The protocol of one pass, sans I/O: what to read before deciding, which
+//! action runs next, what a failure switches to, and the Server as last
+//! persisted. Every driver (server-kube's executor, the simulator,
+//! `explain`) drives it the same way:
+//!
+//! ```text
+//! let mut pass = Pass::start(server, options, now);
+//! while let Some(need) = pass.poll_need() {
+//!     pass.handle_fact(read(need))?;      // the driver's reads, one need
+//! }
+//! while let Some(action) = pass.poll_action() {
+//!     match apply(action) {               // the driver's I/O, one action
+//!         Ok(()) => pass.handle_done(),
+//!         Err(failure) => pass.handle_failed(failure),
+//!     }
+//! }
+//! let outcome = pass.into_outcome();
+//! ```
+//!
+//! The needs come in the order the rules require ([`needs`]): the consumed
+//! resources (confirmed live when the cache lacks what the Server names),
+//! the provider server (listed or live), its ports or networking when the
+//! view calls for them; then the pass decides. A decision made from a
+//! listed view that [`live_read_needed`] refuses asks for a live read and
+//! decides again; a create whose user data the driver's copy withholds asks
+//! for it and decides again.
+//!
+//! The actions of the decision run in order. The first failure ends them:
+//! [`action_failed`] judges it against the Server as last persisted and
+//! returns a follow-up decision, whose actions run the same way. A failure
+//! of a follow-up's action ends the pass with what [`action_failed`] says
+//! about that failure (its actions are not run: the next pass decides from
+//! fresh state); see DESIGN "One pass".
+
+pub mod needs;
+
+use jiff::Timestamp;
+
+pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live};
+use crate::model::{SERVER_FINALIZER, Server, ServerStatus};
+use crate::reconcile::{
+    Action, ActionFailure, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead, ProviderView, Wait,
+    action_failed, live_read_needed, needs_facts, reads_attachments, reads_networking, reconcile,
+};
+
+/// The rule that judges a failed action: [`action_failed`] unless a test
+/// swaps in another (the simulator checks its checker with broken rules).
+pub type FollowUpRule = fn(&Server, &Action, &ActionFailure, Timestamp) -> Decision;
+
+/// The rules a pass applies, as plain function pointers so a test can swap
+/// one for a deliberately broken rule and watch a checker catch it.
+#[derive(Clone, Copy)]
+pub struct Rules {
+    /// Decides the pass from its facts.
+    pub reconcile: fn(&Server, &Facts, &Options, Timestamp) -> Decision,
+    /// Whether a decision made from a listed view needs a live read first.
+    pub live_read_needed: fn(&Server, &Facts, &Decision, &Options, Timestamp) -> Option<LiveRead>,
+    /// Judges a failed action.
+    pub action_failed: FollowUpRule,
+}
+
+impl Rules {
+    /// server-core's rules.
+    pub const CORE: Rules = Rules { reconcile, live_read_needed, action_failed };
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules::CORE
+    }
+}
+
+impl std::fmt::Debug for Rules {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rules").finish_non_exhaustive()
+    }
+}
+
+/// Whether the driver's copy of the Server holds its user data. A cache may
+/// leave it out (it can be large); the pass then asks for it
+/// ([`Need::UserData`]) when it creates, the one action that sends it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UserDataCopy {
+    /// The copy holds the user data, if the Server has any.
+    #[default]
+    Held,
+    /// The Server has user data the copy leaves out.
+    Withheld,
+}
+
+/// A fact handed to a pass that did not ask for it: a driver bug, reported
+/// rather than guessed around.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the pass needs {needed:?} and was given an answer to {given}")]
+pub struct UnaskedFact {
+    pub needed: Option<Need>,
+    pub given: &'static str,
+}
+
+/// One pass being driven: what it has read, the decision whose actions
+/// run, and the Server as its successful writes left it.
+#[derive(Clone, Debug)]
+pub struct Pass {
+    /// The Server as last persisted: as read, with every write of this pass
+    /// that is known to have landed folded in.
+    server: Server,
+    facts: Facts,
+    options: Options,
+    rules: Rules,
+    reads: Reads,
+    /// The decision whose actions run; `None` while gathering, and when the
+    /// pass ended before deciding.
+    decision: Option<Decision>,
+    /// Index of the next action of `decision` to run.
+    next: usize,
+    stage: Stage,
+    now: Timestamp,
+}
+
+/// What the pass has read so far.
+#[derive(Clone, Debug, Default)]
+struct Reads {
+    consumed: Option<ConsumedRead>,
+    provider: Option<ProviderSource>,
+    attachments: bool,
+    networking: bool,
+    user_data: UserDataCopy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConsumedRead {
+    Cached,
+    Live,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Stage {
+    /// Waiting for the driver to answer this need.
+    Gathering(Need),
+    /// Running the pass's own decision.
+    Acting,
+    /// Running the follow-up decision of a failed action.
+    FollowingUp,
+    /// The pass ended with this outcome (a follow-up's action failed, or
+    /// the Server changed under a read).
+    Ended(Outcome),
+}
+
+impl Pass {
+    /// A pass for `server` (as read) at `now` with the core's rules, its
+    /// copy holding the user data. Its first need (or, for a Server the
+    /// core will not look at, its decision) is ready.
+    pub fn start(server: Server, options: Options, now: Timestamp) -> Self {
+        Pass::start_with(server, options, now, Rules::CORE, UserDataCopy::Held)
+    }
+
+    /// As [`Pass::start`], with `rules` and saying whether the copy of the
+    /// Server withholds its user data.
+    pub fn start_with(server: Server, options: Options, now: Timestamp, rules: Rules, user_data: UserDataCopy) -> Self {
+        let reads = Reads { user_data, ..Reads::default() };
+        let mut pass = Pass {
+            server,
+            facts: Facts::default(),
+            options,
+            rules,
+            reads,
+            decision: None,
+            next: 0,
+            stage: Stage::Acting,
+            now,
+        };
+        pass.advance();
+        pass
+    }
+
+    /// A pass whose needs are all answered from `facts` (its provider view
+    /// as `facts.provider_read` says; a listed view that cannot decide is
+    /// answered with the same view, read live): for tests and tools that
+    /// hold every fact up front.
+    pub fn with_facts(server: Server, facts: &Facts, options: &Options, now: Timestamp) -> Self {
+        let mut pass = Pass::start(server, *options, now);
+        pass.answer_from(facts);
+        pass
+    }
+
+    /// Answers every need from `facts`, as [`Pass::with_facts`] does.
+    pub fn answer_from(&mut self, facts: &Facts) {
+        while let Some(need) = self.poll_need() {
+            let fact = answer_of(need, facts, &self.server);
+            if self.handle_fact(fact).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Judges failed actions with `rule` instead of [`action_failed`].
+    pub fn with_follow_up_rule(mut self, rule: FollowUpRule) -> Self {
+        self.rules.action_failed = rule;
+        self
+    }
+
+    /// What the pass needs read next, or `None` once it has decided.
+    pub fn poll_need(&self) -> Option<&Need> {
+        match &self.stage {
+            Stage::Gathering(need) => Some(need),
+            _ => None,
+        }
+    }
+
+    /// The driver's answer to [`Pass::poll_need`]. An answer to another
+    /// need is refused and changes nothing.
+    pub fn handle_fact(&mut self, fact: Fact) -> Result<(), UnaskedFact> {
+        let Stage::Gathering(need) = &self.stage else {
+            return Err(UnaskedFact { needed: None, given: fact_name(&fact) });
+        };
+        match (need, fact) {
+            (Need::Consumed | Need::ConsumedLive, Fact::Consumed { consumed, other_identity_references }) => {
+                self.facts.consumed = consumed;
+                self.facts.other_identity_references = other_identity_references;
+                let live = *need == Need::ConsumedLive;
+                self.reads.consumed = Some(if live { ConsumedRead::Live } else { ConsumedRead::Cached });
+            }
+            (Need::Provider | Need::ProviderLive(_), Fact::Provider { view, read }) => {
+                self.reads.provider = Some(match (need, read) {
+                    (Need::ProviderLive(why), _) => ProviderSource::LiveAfterListed(*why),
+                    (_, ProviderRead::Listed { .. }) => ProviderSource::Listed,
+                    (_, ProviderRead::Live) => ProviderSource::Live,
+                });
+                self.facts.provider = view;
+                self.facts.provider_read = read;
+                // What was read of the server's ports belongs to the old view.
+                self.reads.attachments = false;
+                self.reads.networking = false;
+                self.facts.attachments = Default::default();
+                self.facts.networking = Default::default();
+            }
+            (Need::Attachments, Fact::Attachments(view)) => {
+                self.facts.attachments = view;
+                self.reads.attachments = true;
+            }
+            (Need::Networking { .. }, Fact::Networking(view)) => {
+                self.facts.networking = view;
+                self.reads.networking = true;
+            }
+            (Need::UserData, Fact::UserData(Some(user_data))) => {
+                self.server.spec.user_data = Some(user_data);
+                self.reads.user_data = UserDataCopy::Held;
+            }
+            (Need::UserData, Fact::UserData(None)) => {
+                self.stage = Stage::Ended(Outcome::Yield(Wait::ServerChanged));
+                return Ok(());
+            }
+            (need, fact) => return Err(UnaskedFact { needed: Some(need.clone()), given: fact_name(&fact) }),
+        }
+        self.advance();
+        Ok(())
+    }
+
+    /// The next need, or the decision once nothing more is needed.
+    fn advance(&mut self) {
+        if let Some(need) = self.next_need() {
+            self.stage = Stage::Gathering(need);
+            return;
+        }
+        let decision = (self.rules.reconcile)(&self.server, &self.facts, &self.options, self.now);
+        if self.reads.provider == Some(ProviderSource::Listed)
+            && let Some(why) =
+                (self.rules.live_read_needed)(&self.server, &self.facts, &decision, &self.options, self.now)
+        {
+            self.stage = Stage::Gathering(Need::ProviderLive(why));
+            return;
+        }
+        if self.reads.user_data == UserDataCopy::Withheld && creates(&decision) {
+            self.stage = Stage::Gathering(Need::UserData);
+            return;
+        }
+        self.decision = Some(decision);
+        self.next = 0;
+        self.stage = Stage::Acting;
+    }
+
+    /// The read the rules call for next, given what has been read.
+    fn next_need(&self) -> Option<Need> {
+        let server = &self.server;
+        if !needs_facts(server) {
+            return None;
+        }
+        match self.reads.consumed {
+            // A deleting Server's references are always read live; its
+            // cached ones would only be read again.
+            None if server.meta.deleting => return Some(Need::ConsumedLive),
+            None => return Some(Need::Consumed),
+            Some(ConsumedRead::Cached) if confirms_consumed_live(server, &self.facts) => {
+                return Some(Need::ConsumedLive);
+            }
+            Some(_) => {}
+        }
+        if self.reads.provider.is_none() {
+            return Some(Need::Provider);
+        }
+        if !self.reads.attachments && reads_attachments(server, &self.facts) {
+            return Some(Need::Attachments);
+        }
+        if !self.reads.networking
+            && reads_networking(server, &self.facts)
+            && let ProviderView::Present(record) = &self.facts.provider
+        {
+            return Some(Need::Networking { provider_id: record.id.clone() });
+        }
+        None
+    }
+
+    /// The action to run next, or `None` when the pass is over (then
+    /// [`Pass::outcome`] is its outcome) or still gathering.
+    pub fn poll_action(&self) -> Option<&Action> {
+        match self.stage {
+            Stage::Gathering(_) | Stage::Ended(_) => None,
+            Stage::Acting | Stage::FollowingUp => self.decision.as_ref()?.actions.get(self.next),
+        }
+    }
+
+    /// The action from [`Pass::poll_action`] succeeded: its write, if it is
+    /// one of the Server's, is now part of the Server as last persisted.
+    /// Without an action to run it does nothing.
+    pub fn handle_done(&mut self) {
+        if self.poll_action().is_none() {
+            return;
+        }
+        let Some(decision) = &self.decision else { return };
+        let Some(action) = decision.actions.get(self.next) else { return };
+        fold_landed(&mut self.server, action, &decision.status);
+        self.next += 1;
+    }
+
+    /// The action from [`Pass::poll_action`] failed. In the pass's own
+    /// decision the follow-up decision takes over; in the follow-up the pass
+    /// ends. A write that may have landed (its answer lost) is not folded:
+    /// the Server as last persisted is what is known to be stored, and the
+    /// rules treat a write of unknown fate as not done (every action is
+    /// idempotent, the next pass reads what is stored).
+    /// Without an action to run it does nothing.
+    pub fn handle_failed(&mut self, failure: ActionFailure) {
+        let Some(action) = self.poll_action() else { return };
+        let judged = (self.rules.action_failed)(&self.server, action, &failure, self.now);
+        match self.stage {
+            Stage::Acting => {
+                self.decision = Some(judged);
+                self.next = 0;
+                self.stage = Stage::FollowingUp;
+            }
+            // The follow-up's own failure is judged like any other (a
+            // conflict yields, an API error is an error: both requeue), but
+            // nothing more runs in this pass.
+            Stage::FollowingUp | Stage::Gathering(_) | Stage::Ended(_) => self.stage = Stage::Ended(judged.outcome),
+        }
+    }
+
+    /// The pass's outcome once it is over (`poll_need` and `poll_action`
+    /// give `None`).
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match (&self.stage, &self.decision) {
+            (Stage::Ended(outcome), _) => Some(outcome),
+            (Stage::Gathering(_), _) | (_, None) => None,
+            (_, Some(decision)) if self.next >= decision.actions.len() => Some(&decision.outcome),
+            _ => None,
+        }
+    }
+
+    /// The pass's outcome, consuming it. A pass dropped before its actions
+    /// all ran (its adapter stopped driving it) did not do what it decided,
+    /// so it is an error and requeues: the next pass finishes the work.
+    pub fn into_outcome(self) -> Outcome {
+        self.finish().0
+    }
+
+    /// The pass's outcome (as [`Pass::into_outcome`]) and the Server as last
+    /// persisted, handed back: an executor that copies its Servers into a
+    /// pass can reuse that copy's allocations for the next one.
+    pub fn finish(self) -> (Outcome, Server) {
+        let outcome = match self.outcome() {
+            Some(outcome) => outcome.clone(),
+            None => Outcome::Error(PassError::Interrupted),
+        };
+        (outcome, self.server)
+    }
+
+    /// The decision whose actions run: the pass's own, or after a failure
+    /// the follow-up. `None` while the pass still gathers facts.
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decision.as_ref()
+    }
+
+    /// Whether a failed action switched the pass to its follow-up decision.
+    pub fn is_following_up(&self) -> bool {
+        matches!(self.stage, Stage::FollowingUp) || (matches!(self.stage, Stage::Ended(_)) && self.decision.is_some())
+    }
+
+    /// The Server as last persisted by this pass.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// What the pass has read so far.
+    pub fn facts(&self) -> &Facts {
+        &self.facts
+    }
+
+    /// The options its rules apply.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The time the pass decides at.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// Where the provider view the pass decided on came from; `None` when
+    /// it read none (a Server the core does not look at).
+    pub fn provider_source(&self) -> Option<ProviderSource> {
+        self.reads.provider
+    }
+
+    /// The pass's parts: the Server as last persisted, its facts and its
+    /// options (what `explain` renders).
+    pub fn into_parts(self) -> (Server, Facts, Options) {
+        (self.server, self.facts, self.options)
+    }
+}
+
+/// The answer to `need` from `facts`, held up front (the provider view as
+/// `facts.provider_read` says; a live read gives the same view), and the
+/// user data from `server`.
+pub fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
+    match need {
+        Need::Consumed | Need::ConsumedLive => Fact::Consumed {
+            consumed: facts.consumed.clone(),
+            other_identity_references: facts.other_identity_references.clone(),
+        },
+        Need::Provider => Fact::Provider { view: facts.provider.clone(), read: facts.provider_read },
+        Need::ProviderLive(_) => Fact::Provider { view: facts.provider.clone(), read: ProviderRead::Live },
+        Need::Attachments => Fact::Attachments(facts.attachments.clone()),
+        Need::Networking { .. } => Fact::Networking(facts.networking.clone()),
+        Need::UserData => Fact::UserData(server.spec.user_data.clone()),
+    }
+}
+
+/// Whether a decision creates the provider server.
+fn creates(decision: &Decision) -> bool {
+    decision.actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_)))
+}
+
+fn fact_name(fact: &Fact) -> &'static str {
+    match fact {
+        Fact::Consumed { .. } => "Consumed",
+        Fact::Provider { .. } => "Provider",
+        Fact::Attachments(_) => "Attachments",
+        Fact::Networking(_) => "Networking",
+        Fact::UserData(_) => "UserData",
+    }
+}
+
+/// What an action that succeeded did to the stored Server: finalizers,
+/// annotations and the status of the decision it belongs to (`status`).
+/// Actions on other objects (references, the provider, Events) change
+/// nothing here.
+pub fn fold_landed(server: &mut Server, action: &Action, status: &ServerStatus) {
+    match action {
+        Action::AddFinalizer => {
+            if !server.meta.has_finalizer(SERVER_FINALIZER) {
+                server.meta.finalizers.push(SERVER_FINALIZER.to_owned());
+            }
+        }
+        Action::RemoveFinalizer => server.meta.finalizers.retain(|f| f != SERVER_FINALIZER),
+        // The patch took the status as read to the decision's status.
+        Action::WriteStatus(_) => server.status.clone_from(status),
+        Action::Annotate { .. } | Action::Record(_) => {
+            for (key, value) in action.annotation_changes() {
+                match value {
+                    Some(value) => server.meta.annotations.insert(key.to_owned(), value.to_owned()),
+                    None => server.meta.annotations.remove(key),
+                };
+            }
+        }
+        Action::AddReference(_)
+        | Action::RemoveReference(_)
+        | Action::CreateProviderServer(_)
+        | Action::DeleteProviderServer(_)
+        | Action::ReleaseAttachment(_)
+        | Action::UpdatePort(_)
+        | Action::EnsureFloatingIp(_)
+        | Action::Emit(_) => {}
+    }
+}

@@ -1,0 +1,231 @@
+//! The pass asks for its facts: which reads, in which order, and when a
+//! listed view or a cached copy is enough. Every driver answers these needs;
+//! none of them decides what to read.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use server_core::model::{ResourceKind, UserData};
+use server_core::pass::{Fact, Need, ProviderSource, Rules, UserDataCopy};
+use server_core::reconcile::{Action, Facts, LiveRead, Options, Outcome, ProviderRead, ProviderView, Wait};
+use server_core::{Decision, Pass, Server, ever_booted};
+use support::strategies::*;
+use support::*;
+
+/// A driver that answers every need from `facts` (the provider as listed
+/// at `listed_at`, and `live` when read live), recording what it was asked.
+struct Answerer {
+    facts: Facts,
+    live: ProviderView,
+    listed_at: Option<i64>,
+    user_data: Option<Option<UserData>>,
+    asked: Vec<Need>,
+}
+
+impl Answerer {
+    fn new(facts: Facts) -> Self {
+        let live = facts.provider.clone();
+        Answerer { facts, live, listed_at: None, user_data: None, asked: Vec::new() }
+    }
+
+    fn listed(mut self, view: ProviderView, at: i64) -> Self {
+        self.facts.provider = view;
+        self.listed_at = Some(at);
+        self
+    }
+
+    fn drive(&mut self, pass: &mut Pass) {
+        while let Some(need) = pass.poll_need().cloned() {
+            self.asked.push(need.clone());
+            let fact = match need {
+                Need::Consumed | Need::ConsumedLive => Fact::consumed_of(self.facts.clone()),
+                Need::Provider => match self.listed_at {
+                    Some(second) => Fact::Provider {
+                        view: self.facts.provider.clone(),
+                        read: ProviderRead::Listed { at: at(second) },
+                    },
+                    None => Fact::Provider { view: self.live.clone(), read: ProviderRead::Live },
+                },
+                Need::ProviderLive(_) => Fact::Provider { view: self.live.clone(), read: ProviderRead::Live },
+                Need::Attachments => Fact::Attachments(self.facts.attachments.clone()),
+                Need::Networking { .. } => Fact::Networking(self.facts.networking.clone()),
+                Need::UserData => Fact::UserData(self.user_data.clone().unwrap()),
+            };
+            pass.handle_fact(fact).unwrap();
+        }
+    }
+}
+
+fn names(needs: &[Need]) -> Vec<&'static str> {
+    needs.iter().map(Need::name).collect()
+}
+
+fn creates(pass: &Pass) -> bool {
+    pass.decision().is_some_and(|d| d.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))))
+}
+
+#[test]
+fn a_new_server_reads_its_resources_then_the_provider_then_creates() {
+    let mut pass = Pass::start(server(), Options::default(), at(10));
+    let mut driver = Answerer::new(facts());
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider"]);
+    assert_eq!(pass.provider_source(), Some(ProviderSource::Live));
+    assert!(pass.poll_action().is_some(), "decided");
+}
+
+#[test]
+fn a_listed_absence_is_read_live_before_anything_is_decided_from_it() {
+    let mut pass = Pass::start(server(), Options::default(), at(10));
+    let mut driver = Answerer::new(facts()).listed(ProviderView::Absent, 9);
+    driver.drive(&mut pass);
+    assert_eq!(driver.asked[..2], [Need::Consumed, Need::Provider]);
+    assert!(matches!(driver.asked[2], Need::ProviderLive(_)), "{:?}", driver.asked);
+    assert!(matches!(pass.provider_source(), Some(ProviderSource::LiveAfterListed(_))));
+    assert_eq!(pass.facts().provider_read, ProviderRead::Live);
+}
+
+#[test]
+fn a_booted_listed_server_decides_from_the_list_with_its_networking_read() {
+    let mut server = server();
+    let mut record = match present() {
+        ProviderView::Present(record) => record,
+        _ => unreachable!(),
+    };
+    record.launched_at = Some(at(5));
+    server.status.provisioned_at = Some(at(5));
+    server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into());
+    let mut pass = Pass::start(server, Options::default(), at(10));
+    let mut driver = Answerer::new(referenced_facts(&support::server())).listed(ProviderView::Present(record), 9);
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "Networking"]);
+    assert_eq!(pass.provider_source(), Some(ProviderSource::Listed));
+}
+
+#[test]
+fn a_cache_lacking_a_named_network_is_confirmed_live() {
+    let mut cached = facts();
+    cached.remove(ResourceKind::Network);
+    let mut pass = Pass::start(server(), Options::default(), at(10));
+    // The first answer (the cache) lacks the network; the driver's live
+    // read is the same Answerer, which then holds it.
+    pass.handle_fact(Fact::consumed_of(cached)).unwrap();
+    assert_eq!(pass.poll_need(), Some(&Need::ConsumedLive));
+    let mut driver = Answerer::new(facts());
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["ConsumedLive", "Provider"]);
+}
+
+#[test]
+fn a_paused_server_needs_nothing() {
+    let mut server = server();
+    server.spec.pause = true;
+    let pass = Pass::start(server, Options::default(), at(10));
+    assert_eq!(pass.poll_need(), None);
+    assert_eq!(pass.provider_source(), None);
+    assert!(pass.decision().is_some());
+}
+
+#[test]
+fn a_deleting_server_whose_server_is_gone_reads_its_ports_and_floating_ips() {
+    let mut server = server();
+    server.meta.deleting = true;
+    server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into());
+    let mut pass = Pass::start(server.clone(), Options::default(), at(10));
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Absent;
+    let mut driver = Answerer::new(facts);
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["ConsumedLive", "Provider", "Attachments"]);
+}
+
+#[test]
+fn withheld_user_data_is_read_for_a_create_and_sent_with_it() {
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(facts());
+    driver.user_data = Some(Some(UserData(b"#cloud-config\n".to_vec())));
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "UserData"]);
+    let create = pass.decision().unwrap().actions.iter().find_map(|a| match a {
+        Action::CreateProviderServer(request) => Some(request.clone()),
+        _ => None,
+    });
+    let user_data = create.unwrap().user_data.unwrap();
+    assert!(String::from_utf8_lossy(&user_data).contains("#cloud-config"), "the create sends what was read");
+}
+
+#[test]
+fn withheld_user_data_of_a_server_that_changed_ends_the_pass_for_the_next() {
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(facts());
+    driver.user_data = Some(None);
+    driver.drive(&mut pass);
+    assert_eq!(pass.poll_action(), None);
+    assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::ServerChanged));
+}
+
+#[test]
+fn withheld_user_data_is_not_read_when_nothing_is_created() {
+    let mut server = server();
+    server.meta.deleting = true;
+    let mut pass = Pass::start_with(server, Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(facts());
+    driver.drive(&mut pass);
+    assert!(!driver.asked.contains(&Need::UserData));
+}
+
+#[test]
+fn an_answer_to_another_need_is_refused_and_changes_nothing() {
+    let mut pass = Pass::start(server(), Options::default(), at(10));
+    let refused = pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live });
+    assert_eq!(refused.unwrap_err().needed, Some(Need::Consumed));
+    assert_eq!(pass.poll_need(), Some(&Need::Consumed));
+}
+
+#[test]
+fn a_pass_dropped_while_gathering_is_interrupted() {
+    let pass = Pass::start(server(), Options::default(), at(10));
+    assert!(matches!(pass.into_outcome(), Outcome::Error(_)));
+}
+
+// --- Property: only a live read leads to a provider change ---------------
+
+/// Whatever the Server, the listed view and the live one, a pass driven
+/// through its needs creates or deletes at the provider only after reading
+/// the provider live, and creates only when that live read shows no server.
+fn a_provider_change_rests_on_a_live_read(rules: Rules) -> Result<(), String> {
+    let strategy = (arb_server(), arb_view(), arb_view(), 0i64..30, 20i64..60);
+    run(strategy, |(server, listed, live, list_at, now)| {
+        let mut pass = Pass::start_with(server.clone(), Options::default(), at(now), rules, UserDataCopy::Held);
+        let mut driver = Answerer::new(referenced_facts(&server)).listed(listed, list_at);
+        driver.live = live.clone();
+        driver.drive(&mut pass);
+        let changes = pass.decision().is_some_and(|d| {
+            d.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_) | Action::DeleteProviderServer(_)))
+        });
+        let live_read =
+            matches!(pass.provider_source(), Some(ProviderSource::Live | ProviderSource::LiveAfterListed(_)));
+        prop_assert!(!changes || live_read, "changed the provider from a listed view: {:?}", pass.decision());
+        if creates(&pass) {
+            prop_assert_eq!(&pass.facts().provider, &ProviderView::Absent, "created over a live server");
+            prop_assert!(!ever_booted(&server.status), "recreated a booted server");
+        }
+        Ok::<(), TestCaseError>(())
+    })
+}
+
+#[test]
+fn a_provider_change_rests_on_a_live_read_with_the_core_rules() {
+    must_hold(a_provider_change_rests_on_a_live_read(Rules::CORE));
+}
+
+#[test]
+fn a_provider_change_rests_on_a_live_read_catches_a_rule_that_never_reads_live() {
+    fn never(_: &Server, _: &Facts, _: &Decision, _: &Options, _: jiff::Timestamp) -> Option<LiveRead> {
+        None
+    }
+    let broken = Rules { live_read_needed: never, ..Rules::CORE };
+    must_catch(|| a_provider_change_rests_on_a_live_read(broken));
+}
