@@ -52,6 +52,7 @@ mod neutron;
 mod nova;
 mod reply;
 mod state;
+mod versions;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -105,7 +106,17 @@ pub struct OpenStackSimConfig {
     /// `compute_rpcapi.terminate_instance`, a cast), so a GET right after a
     /// DELETE still finds the server. The model's fate may make it longer.
     pub delete_delay: Duration,
+    /// The highest compute microversion served (`latest`, the version
+    /// document's `version`); at most [`MAX_MICROVERSION`], the newest whose
+    /// shapes the simulator renders. A request above it is refused 406.
+    pub max_microversion: (u32, u32),
 }
+
+/// The newest compute microversion the simulator answers as Nova does:
+/// 2.90, Nova's maximum in the Yoga release (nova/api/openstack/
+/// api_version_request.py, the version history), the one the Go controller
+/// and this adapter ask for.
+pub const MAX_MICROVERSION: (u32, u32) = (2, 90);
 
 impl Default for OpenStackSimConfig {
     fn default() -> Self {
@@ -120,6 +131,7 @@ impl Default for OpenStackSimConfig {
             lost_answer_hang: None,
             soft_delete: false,
             delete_delay: Duration::from_millis(500),
+            max_microversion: MAX_MICROVERSION,
         }
     }
 }
@@ -159,6 +171,18 @@ pub struct OpenStackCounters {
     pub injected_faults: u64,
 }
 
+/// A Nova flavor, as `GET /flavors/{id}` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flavor {
+    pub id: String,
+    pub name: String,
+    pub vcpus: u32,
+    /// MiB.
+    pub ram: u32,
+    /// GiB.
+    pub disk: u32,
+}
+
 /// A server to put in the cloud as another controller made it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeededServer {
@@ -188,6 +212,14 @@ pub struct RequestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Op {
     Token,
+    /// `GET|HEAD /v3/auth/tokens` (`X-Subject-Token`).
+    TokenValidate,
+    IdentityVersions,
+    IdentityVersion,
+    ComputeVersions,
+    ComputeVersion,
+    NetworkVersions,
+    NetworkVersion,
     ServerList,
     ServerListDetail,
     ServerCreate,
@@ -197,6 +229,26 @@ pub enum Op {
     ServerAction,
     /// `POST /servers/{id}/metadata`.
     ServerMetadataUpdate,
+    /// `PUT /servers/{id}` (name, description, hostname).
+    ServerUpdate,
+    /// `GET|PUT /servers/{id}/metadata`.
+    ServerMetadata,
+    /// `GET|PUT|DELETE /servers/{id}/metadata/{key}`.
+    ServerMetadataItem,
+    /// `GET|PUT|DELETE /servers/{id}/tags`.
+    ServerTags,
+    /// `GET|PUT|DELETE /servers/{id}/tags/{tag}`.
+    ServerTag,
+    /// `GET /servers/{id}/os-interface`.
+    ServerInterfaces,
+    KeypairList,
+    KeypairCreate,
+    /// `GET|DELETE /os-keypairs/{name}`.
+    Keypair,
+    FlavorList,
+    FlavorListDetail,
+    FlavorGet,
+    Limits,
     PortList,
     PortCreate,
     PortGet,
@@ -206,8 +258,17 @@ pub enum Op {
     FloatingIpCreate,
     FloatingIpGet,
     FloatingIpDelete,
+    /// `PUT /floatingips/{id}` (associate, disassociate).
+    FloatingIpUpdate,
     NetworkList,
+    NetworkGet,
+    SubnetList,
+    SubnetGet,
+    RouterList,
     SecurityGroupList,
+    SecurityGroupGet,
+    ExtensionList,
+    QuotaGet,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -221,14 +282,29 @@ pub(crate) enum Service {
 impl Op {
     pub(crate) fn service(self) -> Service {
         match self {
-            Op::Token => Service::Identity,
-            Op::ServerList
+            Op::Token | Op::TokenValidate | Op::IdentityVersions | Op::IdentityVersion => Service::Identity,
+            Op::ComputeVersions
+            | Op::ComputeVersion
+            | Op::ServerList
             | Op::ServerListDetail
             | Op::ServerCreate
             | Op::ServerGet
             | Op::ServerDelete
             | Op::ServerAction
-            | Op::ServerMetadataUpdate => Service::Compute,
+            | Op::ServerMetadataUpdate
+            | Op::ServerUpdate
+            | Op::ServerMetadata
+            | Op::ServerMetadataItem
+            | Op::ServerTags
+            | Op::ServerTag
+            | Op::ServerInterfaces
+            | Op::KeypairList
+            | Op::KeypairCreate
+            | Op::Keypair
+            | Op::FlavorList
+            | Op::FlavorListDetail
+            | Op::FlavorGet
+            | Op::Limits => Service::Compute,
             _ => Service::Network,
         }
     }
@@ -255,7 +331,8 @@ impl OpenStackSim {
         OpenStackSim::with_config(cloud, OpenStackSimConfig::default())
     }
 
-    pub fn with_config(cloud: SimCloud, config: OpenStackSimConfig) -> Self {
+    pub fn with_config(cloud: SimCloud, mut config: OpenStackSimConfig) -> Self {
+        config.max_microversion = config.max_microversion.clamp((2, 1), MAX_MICROVERSION);
         OpenStackSim {
             shared: Arc::new(Shared {
                 cloud,
@@ -281,6 +358,27 @@ impl OpenStackSim {
         self.state().users.insert(user_id.to_owned(), password.to_owned());
     }
 
+    /// A Keystone project (`name` in the `Default` domain). Once any project
+    /// is registered, a token may be scoped only to a registered project on
+    /// which the user holds a role ([`OpenStackSim::grant`]), as Keystone
+    /// refuses a scope without a role assignment (401); while none is, any
+    /// project ID is accepted and its name is its ID.
+    pub fn add_project(&self, project_id: &str, name: &str) {
+        self.state().projects.insert(project_id.to_owned(), name.to_owned());
+    }
+
+    /// Gives `user_id` the `member` role on `project_id`.
+    pub fn grant(&self, user_id: &str, project_id: &str) {
+        self.state().grants.insert((user_id.to_owned(), project_id.to_owned()));
+    }
+
+    /// A Nova flavor. Once any flavor is registered, a create naming
+    /// another `flavorRef` is refused 400 as Nova refuses it; while none is,
+    /// any `flavorRef` is accepted.
+    pub fn add_flavor(&self, flavor: Flavor) {
+        self.state().flavors.insert(flavor.id.clone(), flavor);
+    }
+
     /// Registers an application credential and the project it is bound to.
     /// Unregistered application credentials are refused.
     pub fn add_application_credential(&self, id: &str, secret: &str, project_id: &str) {
@@ -301,6 +399,8 @@ impl OpenStackSim {
         let id = state.next_id(0x0e7);
         let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
         state.networks.insert(id.clone(), named);
+        let subnet = state.next_id(0x05b7);
+        state.subnets.insert(id.clone(), subnet);
         id
     }
 
@@ -326,7 +426,16 @@ impl OpenStackSim {
 
     /// A Nova keypair servers may be booted with (`key_name`).
     pub fn add_keypair(&self, name: &str) {
-        self.state().keypairs.insert(name.to_owned());
+        let mut state = self.state();
+        let now = self.cloud().now();
+        let public_key = format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFNpbXVsYXRlZCBrZXkgb2Yg{} {name}", name.len());
+        let keypair = state::SimKeypair {
+            fingerprint: state::fingerprint(&public_key),
+            public_key,
+            kind: "ssh".into(),
+            created: now,
+        };
+        state.keypairs.insert(name.to_owned(), keypair);
     }
 
     /// A server made outside this API's create (by the Go controller, say):
@@ -357,13 +466,15 @@ impl OpenStackSim {
             allowed_address_pairs: Vec::new(),
             mac_address,
             bound_uid: Some(seed.uid.clone()),
+            nova_made: false,
             created: now,
             revision: 1,
         };
         state.ports.insert(port_id.clone(), port);
-        state.ids.insert(record.id.clone(), seed.uid.clone());
+        let id = state::nova_id(&record.id);
+        state.ids.insert(id.clone(), seed.uid.clone());
         let book = state::ServerBook {
-            id: Some(record.id.clone()),
+            id: Some(id.clone()),
             project_id: project_id.to_owned(),
             name: seed.name,
             flavor_id: seed.flavor_id,
@@ -372,11 +483,15 @@ impl OpenStackSim {
             metadata: seed.metadata,
             user_data: None,
             key_name: None,
+            description: None,
+            hostname: String::new(),
+            tags: Default::default(),
+            updated: Some(now),
             deleting: false,
             soft_deleted: false,
         };
         state.books.insert(seed.uid, book);
-        Ok(record.id)
+        Ok(id)
     }
 
     pub fn clear_faults(&self) {
