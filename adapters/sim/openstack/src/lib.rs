@@ -20,30 +20,116 @@
 //! # }
 //! ```
 //!
-//! Endpoints (under the served URL): `POST /identity/v3/auth/tokens`;
-//! `/compute/v2.1/servers` (`GET` summary, `POST`), `GET /servers/detail`,
-//! `GET|DELETE /servers/{id}`, `POST /servers/{id}/action` (`forceDelete`); `/network/v2.0/ports` (`GET`, `POST`),
-//! `GET|PUT|DELETE /ports/{id}`, `/network/v2.0/floatingips` (`GET`,
-//! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`,
-//! `GET /network/v2.0/security-groups`, `POST /compute/v2.1/servers/{id}/metadata`.
+//! Real clients are its judge: openstacksdk and the `openstack` CLI run the
+//! checks of `tests/conformance/openstack/` against it with a stock
+//! `clouds.yaml` (`tests/conformance.rs`; docs/TESTING.md).
 //!
-//! It refuses what OpenStack refuses, each rule citing its source: ports on
-//! unknown networks or security groups (404 `NetworkNotFound`,
-//! `SecurityGroupNotFound`), metadata keys outside Nova's schema (400),
-//! unknown keypairs (400), a create without `networks` from microversion
-//! 2.37 on (400); tokens are refused with keystonemiddleware's body on
-//! every service. Nova keys `addresses` by network name, links a next page
-//! whenever a page is full, and defers deletes only of launched servers;
-//! Neutron pages every list with [`OpenStackSimConfig::pagination_max_limit`]
-//! set (`<collection>_links` `next`, `marker`), and rate limits (413 `overLimit`,
-//! 429) carry `Retry-After` (nova/api/openstack/wsgi.py `RateLimitFault`).
-//! Nova deletes asynchronously (a server stays visible, `task_state:
-//! deleting`, after its DELETE is answered; [`OpenStackSimConfig::delete_delay`]),
-//! and a port the caller made survives its server (Nova deletes only the
-//! ports it made itself: nova/network/neutron.py `deallocate_for_instance`
-//! keeps ports whose `preserve_on_delete` is set, which it sets for every
-//! port it was handed), as does a floating IP whose port is deleted
-//! (Neutron disassociates it and keeps it allocated).
+//! # Behaviours and their sources
+//!
+//! Discovery and identity:
+//! - Version documents without a token: `GET /identity` 300 with
+//!   `versions.values` and `GET /identity/v3` (keystone/api/discovery.py);
+//!   `GET /compute/` both versions with v2.1's microversion range and
+//!   `GET /compute/v2.1/` (nova/api/openstack/compute/versions.py,
+//!   views/versions.py); `GET /network/` and `GET /network/v2.0/`'s core
+//!   collections, `/network/v2.0` without the slash 404
+//!   (neutron/pecan_wsgi/controllers/root.py).
+//! - `POST /v3/auth/tokens`: password by user ID, or by name with its
+//!   domain (400 without: keystone/auth/plugins/core.py); scope by project
+//!   ID or by name with its domain (keystone/auth/core.py `_lookup_project`);
+//!   with projects registered, a scope without a role assignment is 401
+//!   (keystone/models/token_model.py "has no access to project");
+//!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
+//!   shows the `X-Subject-Token`, 404 for an unknown one
+//!   (keystone/api/auth.py). Service calls with a bad token get
+//!   keystonemiddleware's 401 (auth_token `_reject_request`).
+//!
+//! Nova (the create, list and show shapes of the api-ref and the
+//! `v2.90_*` samples in `fixtures/openstack-api-samples/nova/`):
+//! - Microversions 2.1 to 2.90 (Nova's maximum in Yoga): read from
+//!   `OpenStack-API-Version: compute X`, else `X-OpenStack-Nova-API-Version`;
+//!   `latest` is 2.90; not `Major.Minor` is 400, out of range 406; every
+//!   answer names its version in both headers with `Vary` on both
+//!   (nova/api/openstack/wsgi.py `set_api_version_request`,
+//!   `Resource.__call__`, `Fault.__call__`; api_version_request.py).
+//! - Server records by microversion: 2.9 `locked`, 2.19 `description`,
+//!   2.26 `tags`, 2.47 the flavor embedded, 2.63
+//!   `trusted_image_certificates`, 2.71 `server_groups`, 2.73
+//!   `locked_reason`, 2.90 `OS-EXT-SRV-ATTR:hostname` (views/servers.py);
+//!   UUID ids; security groups by name; `addresses` keyed by network name.
+//! - `POST /servers`: the schema's keys by microversion, others 400
+//!   (schemas/servers.py `create*`, `additionalProperties: False`);
+//!   `networks` required from 2.37 (`auto`/`none` accepted); metadata keys
+//!   and values (parameter_types.py `metadata`); user data base64 and at
+//!   most 65,535 characters; an unknown keypair 400; with flavors
+//!   registered, an unknown flavor 400; a network (not a port) gets a port
+//!   Nova makes and deletes with the server (nova/network/neutron.py
+//!   `deallocate_for_instance`, `preserve_on_delete`), in the project's
+//!   default group or the groups named.
+//! - `GET /servers[/detail]`: newest first, `osapi_max_limit`
+//!   ([`OpenStackSimConfig::page_size`]) a page, a `next` link whenever a
+//!   page is full, keeping the query (common.py `_get_collection_links`);
+//!   a marker not found 400; filters `name` and `ip` (regex), `status` (an
+//!   unknown one 400 from 2.38, an empty list before), `changes-since` and
+//!   `changes-before` (not a date-time: 400), `flavor`, `image`, `tags`,
+//!   `tags-any`, `not-tags`, `not-tags-any` (2.26); from 2.75 a key outside
+//!   the schema is 400 (schemas/servers.py `index_query_v275`). Keys in
+//!   the schema but not modelled (`host`, `sort_key`, ...) are accepted and
+//!   not applied.
+//! - `PUT /servers/{id}` (`name`, 2.19 `description`, 2.90 `hostname`);
+//!   `GET|PUT|POST /servers/{id}/metadata`, `GET|PUT|DELETE
+//!   .../metadata/{key}` (server_metadata.py); `GET|PUT|DELETE
+//!   /servers/{id}/tags[/{tag}]` from 2.26, 404 before (server_tags.py;
+//!   at most 50 tags of 60 characters without `/` or `,`);
+//!   `GET /servers/{id}/os-interface` (attach_interfaces.py);
+//!   `DELETE` asynchronous (nova/compute/api.py `_delete` casts
+//!   `terminate_instance`), deferred for launched servers with
+//!   [`OpenStackSimConfig::soft_delete`], `forceDelete`.
+//! - `/os-keypairs` list, create (200 before 2.2, 201 from it; 409 for a
+//!   name in use; a generated pair without `public_key`, its private key a
+//!   placeholder; an unreadable key 400), show, delete (keypairs.py); the
+//!   fingerprint has MD5's shape, not its value.
+//! - `GET /flavors[/detail]`, `/flavors/{id}` (flavors.py; 2.55
+//!   `description`, 2.61 `extra_specs`); `GET /limits` with Nova's default
+//!   quotas (views/limits.py; 2.36 and 2.57 drop keys).
+//! - Faults `{"itemNotFound"|"badRequest"|...: {code, message}}`; rate
+//!   limits 413 `overLimit` and 429 with `Retry-After` (wsgi.py
+//!   `RateLimitFault`).
+//!
+//! Neutron (the `neutron/` samples; neutron-lib api definitions):
+//! - Lists: filters on each collection's `is_filter` attributes and the tag
+//!   filters, repeated values as alternatives, `fixed_ips=ip_address=X`; any
+//!   other key 400 "[...] is invalid attribute for filtering"
+//!   (neutron/api/api_common.py `get_filters_from_dict`, `filter-validation`).
+//! - Paging with [`OpenStackSimConfig::pagination_max_limit`] set:
+//!   sorted by ID, `limit` capped by the maximum (the maximum when none),
+//!   `marker`, absolute `next` (whenever a page is full) and `previous`
+//!   links keeping the query; a bad `limit` 400 (api_common.py
+//!   `get_limit_and_marker`, `get_pagination_links`).
+//! - Bodies: attributes outside those modelled 400 "Unrecognized
+//!   attribute(s)" (neutron-lib `AttributeInfo.verify_attributes`); a port
+//!   on an unknown network 404 `NetworkNotFound`, with an unknown group
+//!   404 `SecurityGroupNotFound`; `fixed_ips` (one per port): another
+//!   network's subnet 400 `InvalidInput`, outside the subnet 400
+//!   `InvalidIpForSubnet`, in use 409 `IpAddressAlreadyAllocated`
+//!   (ipam_backend_mixin.py); without `security_groups` the project's
+//!   `default` group, made on first use with its four rules
+//!   (securitygroups_db.py `_ensure_default_security_group`).
+//! - Floating IPs: create on an external network (else 404
+//!   `NetworkNotFound`), `PUT` to associate or disassociate (`port_id`
+//!   null), a port that has one 409 `FloatingIPPortAlreadyAssociated`
+//!   (l3_db.py `_check_and_get_fip_assoc`); a deleted port's floating IP
+//!   stays allocated, disassociated (l3_db.py `disassociate_floatingips`).
+//! - `GET /networks[/{id}]`, `/subnets[/{id}]` (one subnet a network),
+//!   `/routers` (one, gatewayed to the first external network),
+//!   `/security-groups[/{id}]`, `/extensions` (those whose behaviour is
+//!   here), `/quotas/{project}` (Neutron's defaults; another project's 403).
+//! - Errors `{"NeutronError": {type, message, detail}}` with the exception's
+//!   type: `PortNotFound`, `FloatingIPNotFound`, `NetworkNotFound`,
+//!   `SubnetNotFound`, `SecurityGroupNotFound`, `HTTPBadRequest`, ...
+//!
+//! Not modelled: images (Glance), volumes, server actions other than
+//! `forceDelete`, several fixed IPs a port, Neutron resources' own tags.
 
 mod faults;
 mod handlers;

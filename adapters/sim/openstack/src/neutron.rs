@@ -302,7 +302,10 @@ fn paged(ctx: &Ctx<'_>, collection: &str, allowed: &[&str], items: Vec<Value>) -
             if rel == "previous" {
                 query.append_pair("page_reverse", "True");
             }
-            let href = format!("{}/network/v2.0/{collection}?{}", ctx.base_url, query.finish());
+            // The link's path is the request's (`security-groups`), not the
+            // collection's key (`security_groups`).
+            let path = collection.replace('_', "-");
+            let href = format!("{}/network/v2.0/{path}?{}", ctx.base_url, query.finish());
             json!({"rel": rel, "href": href})
         };
         let first = items.first().and_then(|item| item["id"].as_str());
