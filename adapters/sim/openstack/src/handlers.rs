@@ -49,7 +49,9 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/compute/v2.1/servers/{id}/action", post(endpoint(Op::ServerAction)))
         .route(
             "/compute/v2.1/servers/{id}/metadata",
-            post(endpoint(Op::ServerMetadataUpdate)).get(endpoint(Op::ServerMetadata)).put(endpoint(Op::ServerMetadata)),
+            post(endpoint(Op::ServerMetadataUpdate))
+                .get(endpoint(Op::ServerMetadata))
+                .put(endpoint(Op::ServerMetadata)),
         )
         .route(
             "/compute/v2.1/servers/{id}/metadata/{key}",
@@ -80,9 +82,7 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network/v2.0/floatingips", get(endpoint(Op::FloatingIpList)).post(endpoint(Op::FloatingIpCreate)))
         .route(
             "/network/v2.0/floatingips/{id}",
-            get(endpoint(Op::FloatingIpGet))
-                .put(endpoint(Op::FloatingIpUpdate))
-                .delete(endpoint(Op::FloatingIpDelete)),
+            get(endpoint(Op::FloatingIpGet)).put(endpoint(Op::FloatingIpUpdate)).delete(endpoint(Op::FloatingIpDelete)),
         )
         .route("/network/v2.0/networks", get(endpoint(Op::NetworkList)))
         .route("/network/v2.0/networks/{id}", get(endpoint(Op::NetworkGet)))
@@ -103,7 +103,14 @@ type BoxedResponse = Pin<Box<dyn Future<Output = Response> + Send>>;
 #[allow(clippy::type_complexity)]
 fn endpoint(
     op: Op,
-) -> impl Fn(AxumState<OpenStackSim>, Method, Option<Path<Vec<(String, String)>>>, HeaderMap, RawQuery, Bytes) -> BoxedResponse
+) -> impl Fn(
+    AxumState<OpenStackSim>,
+    Method,
+    Option<Path<Vec<(String, String)>>>,
+    HeaderMap,
+    RawQuery,
+    Bytes,
+) -> BoxedResponse
 + Clone
 + Send
 + Sync
@@ -301,9 +308,8 @@ fn microversion(headers: &HeaderMap, max: (u32, u32)) -> Result<(u32, u32), Resp
             }
         })
     });
-    let legacy = || {
-        headers.get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok()).map(|v| v.trim().to_owned())
-    };
+    let legacy =
+        || headers.get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok()).map(|v| v.trim().to_owned());
     let Some(asked) = standard.or_else(legacy) else { return Ok((2, 1)) };
     if asked == "latest" {
         return Ok(max);

@@ -34,7 +34,9 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Response {
         Op::PortList => list_ports(ctx, &mut state),
         Op::PortCreate => create_port(ctx, &mut state),
         Op::PortGet => match state.ports.get(id).filter(|p| p.project_id == ctx.project) {
-            Some(port) => reply::json(StatusCode::OK, json!({ "port": only_fields(ctx, render_port(ctx, &state, port)) })),
+            Some(port) => {
+                reply::json(StatusCode::OK, json!({ "port": only_fields(ctx, render_port(ctx, &state, port)) }))
+            }
             None => port_not_found(id),
         },
         Op::PortUpdate => update_port(ctx, &mut state, id),
@@ -180,21 +182,68 @@ const TAG_FILTERS: &[&str] = &["tags", "tags-any", "not-tags", "not-tags-any"];
 /// neutron-lib's api/definitions for ports, floating IPs, networks,
 /// subnets, routers and security groups, with the extensions served here).
 const PORT_FILTERS: &[&str] = &[
-    "id", "name", "network_id", "project_id", "tenant_id", "mac_address", "admin_state_up", "status", "device_id",
-    "device_owner", "fixed_ips", "description", "security_groups", "binding:vnic_type", "port_security_enabled",
-    "revision_number", "created_at", "updated_at",
+    "id",
+    "name",
+    "network_id",
+    "project_id",
+    "tenant_id",
+    "mac_address",
+    "admin_state_up",
+    "status",
+    "device_id",
+    "device_owner",
+    "fixed_ips",
+    "description",
+    "security_groups",
+    "binding:vnic_type",
+    "port_security_enabled",
+    "revision_number",
+    "created_at",
+    "updated_at",
 ];
 const FLOATING_IP_FILTERS: &[&str] = &[
-    "id", "floating_ip_address", "floating_network_id", "router_id", "port_id", "fixed_ip_address", "status",
-    "project_id", "tenant_id", "description", "revision_number", "created_at", "updated_at",
+    "id",
+    "floating_ip_address",
+    "floating_network_id",
+    "router_id",
+    "port_id",
+    "fixed_ip_address",
+    "status",
+    "project_id",
+    "tenant_id",
+    "description",
+    "revision_number",
+    "created_at",
+    "updated_at",
 ];
 const NETWORK_FILTERS: &[&str] = &[
-    "id", "name", "admin_state_up", "status", "shared", "router:external", "project_id", "tenant_id", "description",
-    "revision_number", "mtu", "created_at", "updated_at",
+    "id",
+    "name",
+    "admin_state_up",
+    "status",
+    "shared",
+    "router:external",
+    "project_id",
+    "tenant_id",
+    "description",
+    "revision_number",
+    "mtu",
+    "created_at",
+    "updated_at",
 ];
 const SUBNET_FILTERS: &[&str] = &[
-    "id", "name", "network_id", "cidr", "ip_version", "gateway_ip", "enable_dhcp", "project_id", "tenant_id",
-    "description", "subnetpool_id", "revision_number",
+    "id",
+    "name",
+    "network_id",
+    "cidr",
+    "ip_version",
+    "gateway_ip",
+    "enable_dhcp",
+    "project_id",
+    "tenant_id",
+    "description",
+    "subnetpool_id",
+    "revision_number",
 ];
 const ROUTER_FILTERS: &[&str] =
     &["id", "name", "status", "admin_state_up", "project_id", "tenant_id", "description", "revision_number"];
@@ -231,11 +280,8 @@ fn attribute_matches(attribute: &Value, wanted: &str) -> bool {
 fn filtered(ctx: &Ctx<'_>, allowed: &[&str], items: Vec<Value>) -> Result<Vec<Value>, Response> {
     let mut keys: Vec<&str> = ctx.query_keys().filter(|k| !NON_FILTERS.contains(k)).collect();
     keys.dedup();
-    let invalid: Vec<String> = keys
-        .iter()
-        .filter(|k| !allowed.contains(k) && !TAG_FILTERS.contains(k))
-        .map(|k| format!("'{k}'"))
-        .collect();
+    let invalid: Vec<String> =
+        keys.iter().filter(|k| !allowed.contains(k) && !TAG_FILTERS.contains(k)).map(|k| format!("'{k}'")).collect();
     if !invalid.is_empty() {
         return Err(error(400, &format!("[{}] is invalid attribute for filtering", invalid.join(", "))));
     }
@@ -341,12 +387,27 @@ fn verify_attributes(body: &Map<String, Value>, known: &[&str]) -> Result<(), St
 }
 
 const PORT_CREATE_ATTRIBUTES: &[&str] = &[
-    "name", "description", "network_id", "security_groups", "allowed_address_pairs", "fixed_ips", "admin_state_up",
-    "port_security_enabled", "binding:vnic_type", "project_id", "tenant_id",
+    "name",
+    "description",
+    "network_id",
+    "security_groups",
+    "allowed_address_pairs",
+    "fixed_ips",
+    "admin_state_up",
+    "port_security_enabled",
+    "binding:vnic_type",
+    "project_id",
+    "tenant_id",
 ];
 const PORT_UPDATE_ATTRIBUTES: &[&str] = &[
-    "name", "description", "security_groups", "allowed_address_pairs", "admin_state_up", "port_security_enabled",
-    "binding:vnic_type", "network_id",
+    "name",
+    "description",
+    "security_groups",
+    "allowed_address_pairs",
+    "admin_state_up",
+    "port_security_enabled",
+    "binding:vnic_type",
+    "network_id",
 ];
 
 /// Security groups and address pairs of a port body, validated.
@@ -445,8 +506,8 @@ fn requested_fixed_ip(state: &State, network_id: &str, port: &Map<String, Value>
 
 fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.port_creates += 1;
-    let fields = port_object(&ctx.body, PORT_CREATE_ATTRIBUTES)
-        .and_then(|port| port_fields(&port).map(|fields| (port, fields)));
+    let fields =
+        port_object(&ctx.body, PORT_CREATE_ATTRIBUTES).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
     let (port, fields) = match fields {
         Ok(parsed) => parsed,
         Err(message) => return error(400, &message),
@@ -506,8 +567,8 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
 
 fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     state.counters.port_updates += 1;
-    let parsed = port_object(&ctx.body, PORT_UPDATE_ATTRIBUTES)
-        .and_then(|port| port_fields(&port).map(|fields| (port, fields)));
+    let parsed =
+        port_object(&ctx.body, PORT_UPDATE_ATTRIBUTES).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
     let (body, fields) = match parsed {
         Ok(parsed) => parsed,
         Err(message) => return error(400, &message),
@@ -614,8 +675,11 @@ const FLOATING_IP_UPDATE_ATTRIBUTES: &[&str] = &["port_id", "fixed_ip_address", 
 
 fn floating_ip_object(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, Response> {
     let request: Value = serde_json::from_slice(body).map_err(|_| error(400, "Malformed request body"))?;
-    let object =
-        request.get("floatingip").and_then(Value::as_object).cloned().ok_or_else(|| error(400, "Resource body required"))?;
+    let object = request
+        .get("floatingip")
+        .and_then(Value::as_object)
+        .cloned()
+        .ok_or_else(|| error(400, "Resource body required"))?;
     verify_attributes(&object, known).map_err(|message| error(400, &message))?;
     Ok(object)
 }
@@ -675,7 +739,9 @@ fn update_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
             }
             Some(Some(port_id.clone()))
         }
-        Some(other) => return error(400, &format!("Invalid input for port_id. Reason: '{other}' is not a valid UUID.")),
+        Some(other) => {
+            return error(400, &format!("Invalid input for port_id. Reason: '{other}' is not a valid UUID."));
+        }
     };
     let Some(ip) = state.floating_ips.get_mut(id) else { return floating_ip_not_found(id) };
     if let Some(port_id) = port_id {
@@ -820,7 +886,11 @@ fn extensions() -> Response {
 /// (neutron/conf/quota.py); another project's is refused to a non-admin.
 fn quota(ctx: &Ctx<'_>, project_id: &str) -> Response {
     if project_id != ctx.project {
-        return reply::neutron_error(403, "HTTPForbidden", "Non-admin is not authorized to access quotas for another project");
+        return reply::neutron_error(
+            403,
+            "HTTPForbidden",
+            "Non-admin is not authorized to access quotas for another project",
+        );
     }
     reply::json(
         StatusCode::OK,

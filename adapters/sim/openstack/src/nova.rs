@@ -102,22 +102,88 @@ fn find(ctx: &Ctx<'_>, state: &State, id: &str) -> Result<(String, ProviderServe
 /// 2.26, 2.66 and 2.73 additions). From 2.75 any other key is refused 400
 /// (`index_query_v275`, `additionalProperties: False`); before, ignored.
 const LIST_KEYS: &[&str] = &[
-    "user_id", "project_id", "tenant_id", "launch_index", "image_ref", "image", "kernel_id", "ramdisk_id",
-    "hostname", "key_name", "power_state", "vm_state", "task_state", "host", "node", "flavor", "reservation_id",
-    "launched_at", "terminated_at", "availability_zone", "name", "display_name", "description",
-    "display_description", "locked_by", "uuid", "root_device_name", "config_drive", "access_ip_v4", "access_ip_v6",
-    "auto_disk_config", "progress", "sort_key", "sort_dir", "all_tenants", "soft_deleted", "deleted", "status",
-    "changes-since", "ip", "ip6", "created_at", "block_device_mapping", "services", "metadata", "system_metadata",
-    "info_cache", "security_groups", "pci_devices", "limit", "marker", "tags", "tags-any", "not-tags",
-    "not-tags-any", "changes-before", "locked",
+    "user_id",
+    "project_id",
+    "tenant_id",
+    "launch_index",
+    "image_ref",
+    "image",
+    "kernel_id",
+    "ramdisk_id",
+    "hostname",
+    "key_name",
+    "power_state",
+    "vm_state",
+    "task_state",
+    "host",
+    "node",
+    "flavor",
+    "reservation_id",
+    "launched_at",
+    "terminated_at",
+    "availability_zone",
+    "name",
+    "display_name",
+    "description",
+    "display_description",
+    "locked_by",
+    "uuid",
+    "root_device_name",
+    "config_drive",
+    "access_ip_v4",
+    "access_ip_v6",
+    "auto_disk_config",
+    "progress",
+    "sort_key",
+    "sort_dir",
+    "all_tenants",
+    "soft_deleted",
+    "deleted",
+    "status",
+    "changes-since",
+    "ip",
+    "ip6",
+    "created_at",
+    "block_device_mapping",
+    "services",
+    "metadata",
+    "system_metadata",
+    "info_cache",
+    "security_groups",
+    "pci_devices",
+    "limit",
+    "marker",
+    "tags",
+    "tags-any",
+    "not-tags",
+    "not-tags-any",
+    "changes-before",
+    "locked",
 ];
 
 /// The server statuses a `status` filter may name (nova/api/openstack/common.py
 /// `_STATE_MAP`'s values).
 const STATUSES: &[&str] = &[
-    "ACTIVE", "BUILD", "REBUILD", "ERROR", "SHUTOFF", "SUSPENDED", "PAUSED", "RESCUE", "RESIZE", "VERIFY_RESIZE",
-    "REVERT_RESIZE", "PASSWORD", "REBOOT", "HARD_REBOOT", "DELETED", "SOFT_DELETED", "SHELVED", "SHELVED_OFFLOADED",
-    "MIGRATING", "UNKNOWN",
+    "ACTIVE",
+    "BUILD",
+    "REBUILD",
+    "ERROR",
+    "SHUTOFF",
+    "SUSPENDED",
+    "PAUSED",
+    "RESCUE",
+    "RESIZE",
+    "VERIFY_RESIZE",
+    "REVERT_RESIZE",
+    "PASSWORD",
+    "REBOOT",
+    "HARD_REBOOT",
+    "DELETED",
+    "SOFT_DELETED",
+    "SHELVED",
+    "SHELVED_OFFLOADED",
+    "MIGRATING",
+    "UNKNOWN",
 ];
 
 /// A `changes-since`/`changes-before` value: an ISO 8601 date-time, else
@@ -126,12 +192,19 @@ fn date_time(ctx: &Ctx<'_>, key: &str) -> Result<Option<Timestamp>, Handled> {
     let Some(value) = ctx.query(key) else { return Ok(None) };
     let parsed = value.parse::<Timestamp>().ok().or_else(|| {
         // Nova also takes a date-time without an offset, as UTC.
-        value.parse::<jiff::civil::DateTime>().ok().and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC).ok()).map(|z| z.timestamp())
+        value
+            .parse::<jiff::civil::DateTime>()
+            .ok()
+            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC).ok())
+            .map(|z| z.timestamp())
     });
     match parsed {
         Some(t) => Ok(Some(t)),
         None => Err((
-            error(400, &format!("Invalid input for query parameters {key}. Value: {value}. '{value}' is not a 'date-time'")),
+            error(
+                400,
+                &format!("Invalid input for query parameters {key}. Value: {value}. '{value}' is not a 'date-time'"),
+            ),
             None,
         )),
     }
@@ -188,12 +261,11 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
     let tag_list = |key: &str| -> Option<Vec<String>> {
         ctx.query(key).map(|v| v.split(',').map(str::to_owned).filter(|t| !t.is_empty()).collect())
     };
-    let (all_tags, any_tags, not_tags, not_any_tags) =
-        if ctx.nova_microversion >= (2, 26) {
-            (tag_list("tags"), tag_list("tags-any"), tag_list("not-tags"), tag_list("not-tags-any"))
-        } else {
-            (None, None, None, None)
-        };
+    let (all_tags, any_tags, not_tags, not_any_tags) = if ctx.nova_microversion >= (2, 26) {
+        (tag_list("tags"), tag_list("tags-any"), tag_list("not-tags"), tag_list("not-tags-any"))
+    } else {
+        (None, None, None, None)
+    };
     records.retain(|record| {
         let book = book_of(&state, record);
         let name = book.map_or(record.server_uid.as_str(), |b| b.name.as_str());
@@ -344,7 +416,11 @@ fn valid_hostname(value: &Value) -> Result<String, String> {
         && hostname.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
         && !hostname.starts_with('-')
         && !hostname.ends_with('-');
-    if fits { Ok(hostname.to_owned()) } else { Err(format!("Invalid input for field/attribute hostname. Value: {value}.")) }
+    if fits {
+        Ok(hostname.to_owned())
+    } else {
+        Err(format!("Invalid input for field/attribute hostname. Value: {value}."))
+    }
 }
 
 /// The hostname Nova derives from a display name (nova/utils.py
@@ -563,7 +639,10 @@ fn tags(ctx: &Ctx<'_>, id: &str) -> Handled {
         match tags {
             Some(tags) if tags.len() <= TAG_MAX_COUNT => Some(tags.into_iter().collect::<BTreeSet<_>>()),
             Some(_) => {
-                return (error(400, &format!("The number of tags exceeded the per-server limit {TAG_MAX_COUNT}")), None);
+                return (
+                    error(400, &format!("The number of tags exceeded the per-server limit {TAG_MAX_COUNT}")),
+                    None,
+                );
             }
             None => return (error(400, "Invalid input for field/attribute tags."), None),
         }
@@ -750,7 +829,8 @@ const CREATE_KEYS: &[(&str, (u32, u32))] = &[
 fn parse_create(body: &[u8], microversion: (u32, u32)) -> Result<Requested, String> {
     let request: Value = serde_json::from_slice(body).map_err(|_| "Malformed request body".to_owned())?;
     let server = request.get("server").and_then(Value::as_object).ok_or("Invalid input for field/attribute server.")?;
-    if let Some(key) = server.keys().find(|k| !CREATE_KEYS.iter().any(|(known, since)| k == known && microversion >= *since))
+    if let Some(key) =
+        server.keys().find(|k| !CREATE_KEYS.iter().any(|(known, since)| k == known && microversion >= *since))
     {
         return Err(format!(
             "Invalid input for field/attribute server. Additional properties are not allowed ('{key}' was unexpected)"
@@ -770,7 +850,8 @@ fn parse_create(body: &[u8], microversion: (u32, u32)) -> Result<Requested, Stri
         Some(Value::Array(networks)) => match networks.first().and_then(Value::as_object) {
             None if networks.is_empty() => Attach::Nothing,
             None => return Err("Invalid input for field/attribute networks.".into()),
-            Some(first) => match (first.get("port").and_then(Value::as_str), first.get("uuid").and_then(Value::as_str)) {
+            Some(first) => match (first.get("port").and_then(Value::as_str), first.get("uuid").and_then(Value::as_str))
+            {
                 (Some(port), _) => Attach::Port(port.to_owned()),
                 (None, Some(network)) => Attach::Network {
                     id: network.to_owned(),
@@ -1300,7 +1381,8 @@ fn create_keypair(ctx: &Ctx<'_>) -> Response {
             (public, Some(private))
         }
     };
-    let keypair = SimKeypair { fingerprint: fingerprint(&public_key), public_key, kind: kind.to_owned(), created: ctx.now };
+    let keypair =
+        SimKeypair { fingerprint: fingerprint(&public_key), public_key, kind: kind.to_owned(), created: ctx.now };
     let mut rendered = render_keypair(ctx, name, &keypair, false);
     if ctx.nova_microversion >= (2, 10) {
         rendered["user_id"] = json!("sim-user");
@@ -1400,7 +1482,8 @@ fn limits(ctx: &Ctx<'_>) -> Response {
     });
     if ctx.nova_microversion < (2, 36) {
         absolute["maxTotalFloatingIps"] = json!(10);
-        absolute["totalFloatingIpsUsed"] = json!(state.floating_ips.values().filter(|f| f.project_id == ctx.project).count());
+        absolute["totalFloatingIpsUsed"] =
+            json!(state.floating_ips.values().filter(|f| f.project_id == ctx.project).count());
         absolute["maxSecurityGroups"] = json!(10);
         absolute["maxSecurityGroupRules"] = json!(20);
         absolute["totalSecurityGroupsUsed"] = json!(0);

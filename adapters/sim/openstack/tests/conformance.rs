@@ -50,10 +50,8 @@ fn venv() -> Result<PathBuf, String> {
 /// CI when they are not; under CI a missing venv fails the test.
 fn clients_or_skip() -> Option<PathBuf> {
     let found = venv().and_then(|venv| {
-        let missing: Vec<&str> = ["bin/python", "bin/openstack", "stamp"]
-            .into_iter()
-            .filter(|file| !venv.join(file).exists())
-            .collect();
+        let missing: Vec<&str> =
+            ["bin/python", "bin/openstack", "stamp"].into_iter().filter(|file| !venv.join(file).exists()).collect();
         if missing.is_empty() {
             Ok(venv)
         } else {
