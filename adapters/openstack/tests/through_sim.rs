@@ -717,9 +717,11 @@ async fn foreign_server(h: &Harness) -> TestResult {
     let token = reply.headers().get("x-subject-token").ok_or("no token")?.clone();
     let server =
         serde_json::json!({"server": {"name": "by-hand", "flavorRef": "f", "imageRef": "i", "networks": "none"}});
+    // `networks: "none"` exists from 2.37 (Nova's schema wants a list before).
     let reply = client
         .post(format!("{}/compute/v2.1/servers", h.served.url()))
         .header("x-auth-token", token)
+        .header("openstack-api-version", "compute 2.37")
         .json(&server)
         .send()
         .await?;
@@ -1221,5 +1223,68 @@ async fn nothing_is_sent_to_a_provider_that_asked_to_be_left_alone() -> TestResu
     assert_eq!(h.sim.requests().len(), sent, "nothing sent while the provider asked to wait");
     tokio::time::sleep(Duration::from_millis(1_050)).await;
     h.cloud.list(&h.identity).await?;
+    Ok(())
+}
+
+// ------------------------------------------- paging and microversion 2.90
+
+/// Nova answering at 2.90 and paging two servers at a time, Neutron paging
+/// two items at a time (`pagination_max_limit`): the adapter's list reads
+/// every server from the 2.90 records (embedded flavor, tags, hostname), and
+/// its port, floating IP and name lookups each walk Neutron's pages.
+#[tokio::test]
+async fn a_small_paging_nova_at_2_90_and_a_paging_neutron_lose_nothing() -> TestResult {
+    let config = OpenStackSimConfig {
+        page_size: 2,
+        pagination_max_limit: Some(2),
+        max_microversion: server_sim_openstack::MAX_MICROVERSION,
+        ..OpenStackSimConfig::default()
+    };
+    let h = Harness::with(config, |_| {}).await?;
+    for i in 0..3 {
+        h.sim.add_network(PROJECT, &format!("network-other-{i}"));
+    }
+    let uids: Vec<String> = (0..5).map(|i| format!("uid-{i}")).collect();
+    let mut created = Vec::new();
+    for uid in &uids {
+        created.push(h.create(&h.cloud, &request(uid, true)).await?);
+        h.clock.advance(Duration::from_secs(1));
+    }
+    assert_eq!(h.sim.floating_ips().len(), 5);
+    h.clock.advance(Duration::from_secs(120));
+    let before = h.ops(Op::ServerListDetail);
+    let mut listed: Vec<ProviderServer> = h.fresh_cloud()?.list(&h.identity).await?;
+    listed.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
+    assert_eq!(listed.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), uids);
+    // Five servers two a page: three pages, the last one short.
+    assert_eq!(h.ops(Op::ServerListDetail) - before, 3);
+    for (server, made) in listed.iter().zip(&created) {
+        assert_eq!(server.id, made.id);
+        assert!(server.private_ip.is_some() && server.mac_address.is_some(), "{server:?}");
+    }
+    // Each Server's port and floating IP, found through paged lists.
+    for uid in &uids {
+        let attachments = h.cloud.attachments(&h.identity, &server_ref(uid)).await?;
+        assert_eq!(attachments.len(), 2, "{uid}: {attachments:?}");
+    }
+    assert!(h.ops(Op::PortList) > uids.len() && h.ops(Op::FloatingIpList) > uids.len(), "paged lists");
+    Ok(())
+}
+
+/// A Nova whose newest microversion is below the adapter's 2.90 answers 406
+/// to every compute call: the adapter's create fails as a refusal naming
+/// the versions, and no server is made.
+#[tokio::test]
+async fn a_nova_older_than_2_90_refuses_the_adapter_and_nothing_is_made() -> TestResult {
+    let config = OpenStackSimConfig { max_microversion: (2, 60), ..OpenStackSimConfig::default() };
+    let h = Harness::with(config, |_| {}).await?;
+    let error = h.create(&h.cloud, &request("uid-1", false)).await.err().ok_or("the create succeeded")?;
+    let message = error.to_string();
+    assert!(message.contains("406") && message.contains("maximum is 2.60"), "{message}");
+    assert!(!matches!(error, CloudError::Timeout { .. }), "a 406 is no create of unknown fate: {error:?}");
+    assert_eq!(h.sim.cloud().counters().create_calls, 0);
+    assert!(h.sim.servers().is_empty());
+    let listed = h.cloud.list(&h.identity).await.err().ok_or("the list succeeded")?;
+    assert!(listed.to_string().contains("406"), "{listed}");
     Ok(())
 }

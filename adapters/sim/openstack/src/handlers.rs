@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State as AxumState};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 use axum::routing::{get, post};
 use jiff::Timestamp;
@@ -18,17 +18,62 @@ use server_core::port::CloudError;
 
 use super::faults::Fault;
 use super::state::State;
-use super::{Op, OpenStackSim, RequestRecord, Service, keystone, neutron, nova, reply};
+use super::{Op, OpenStackSim, RequestRecord, Service, keystone, neutron, nova, reply, versions};
 use server_simcloud::CloudModel;
 
 pub(super) fn router(sim: OpenStackSim) -> Router {
     Router::new()
-        .route("/identity/v3/auth/tokens", post(endpoint(Op::Token)))
+        // Version documents, answered without a token as Keystone, Nova and
+        // Neutron answer them (clients discover before they authenticate).
+        .route("/identity", get(endpoint(Op::IdentityVersions)))
+        .route("/identity/", get(endpoint(Op::IdentityVersions)))
+        .route("/identity/v3", get(endpoint(Op::IdentityVersion)))
+        .route("/identity/v3/", get(endpoint(Op::IdentityVersion)))
+        .route("/compute", get(endpoint(Op::ComputeVersions)))
+        .route("/compute/", get(endpoint(Op::ComputeVersions)))
+        .route("/compute/v2.1", get(endpoint(Op::ComputeVersion)))
+        .route("/compute/v2.1/", get(endpoint(Op::ComputeVersion)))
+        .route("/network", get(endpoint(Op::NetworkVersions)))
+        .route("/network/", get(endpoint(Op::NetworkVersions)))
+        .route("/network/v2.0/", get(endpoint(Op::NetworkVersion)))
+        .route(
+            "/identity/v3/auth/tokens",
+            post(endpoint(Op::Token)).get(endpoint(Op::TokenValidate)).head(endpoint(Op::TokenValidate)),
+        )
         .route("/compute/v2.1/servers", get(endpoint(Op::ServerList)).post(endpoint(Op::ServerCreate)))
         .route("/compute/v2.1/servers/detail", get(endpoint(Op::ServerListDetail)))
-        .route("/compute/v2.1/servers/{id}", get(endpoint(Op::ServerGet)).delete(endpoint(Op::ServerDelete)))
+        .route(
+            "/compute/v2.1/servers/{id}",
+            get(endpoint(Op::ServerGet)).put(endpoint(Op::ServerUpdate)).delete(endpoint(Op::ServerDelete)),
+        )
         .route("/compute/v2.1/servers/{id}/action", post(endpoint(Op::ServerAction)))
-        .route("/compute/v2.1/servers/{id}/metadata", post(endpoint(Op::ServerMetadataUpdate)))
+        .route(
+            "/compute/v2.1/servers/{id}/metadata",
+            post(endpoint(Op::ServerMetadataUpdate))
+                .get(endpoint(Op::ServerMetadata))
+                .put(endpoint(Op::ServerMetadata)),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/metadata/{key}",
+            get(endpoint(Op::ServerMetadataItem))
+                .put(endpoint(Op::ServerMetadataItem))
+                .delete(endpoint(Op::ServerMetadataItem)),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/tags",
+            get(endpoint(Op::ServerTags)).put(endpoint(Op::ServerTags)).delete(endpoint(Op::ServerTags)),
+        )
+        .route(
+            "/compute/v2.1/servers/{id}/tags/{tag}",
+            get(endpoint(Op::ServerTag)).put(endpoint(Op::ServerTag)).delete(endpoint(Op::ServerTag)),
+        )
+        .route("/compute/v2.1/servers/{id}/os-interface", get(endpoint(Op::ServerInterfaces)))
+        .route("/compute/v2.1/os-keypairs", get(endpoint(Op::KeypairList)).post(endpoint(Op::KeypairCreate)))
+        .route("/compute/v2.1/os-keypairs/{name}", get(endpoint(Op::Keypair)).delete(endpoint(Op::Keypair)))
+        .route("/compute/v2.1/flavors", get(endpoint(Op::FlavorList)))
+        .route("/compute/v2.1/flavors/detail", get(endpoint(Op::FlavorListDetail)))
+        .route("/compute/v2.1/flavors/{id}", get(endpoint(Op::FlavorGet)))
+        .route("/compute/v2.1/limits", get(endpoint(Op::Limits)))
         .route("/network/v2.0/ports", get(endpoint(Op::PortList)).post(endpoint(Op::PortCreate)))
         .route(
             "/network/v2.0/ports/{id}",
@@ -37,10 +82,17 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network/v2.0/floatingips", get(endpoint(Op::FloatingIpList)).post(endpoint(Op::FloatingIpCreate)))
         .route(
             "/network/v2.0/floatingips/{id}",
-            get(endpoint(Op::FloatingIpGet)).delete(endpoint(Op::FloatingIpDelete)),
+            get(endpoint(Op::FloatingIpGet)).put(endpoint(Op::FloatingIpUpdate)).delete(endpoint(Op::FloatingIpDelete)),
         )
         .route("/network/v2.0/networks", get(endpoint(Op::NetworkList)))
+        .route("/network/v2.0/networks/{id}", get(endpoint(Op::NetworkGet)))
+        .route("/network/v2.0/subnets", get(endpoint(Op::SubnetList)))
+        .route("/network/v2.0/subnets/{id}", get(endpoint(Op::SubnetGet)))
+        .route("/network/v2.0/routers", get(endpoint(Op::RouterList)))
         .route("/network/v2.0/security-groups", get(endpoint(Op::SecurityGroupList)))
+        .route("/network/v2.0/security-groups/{id}", get(endpoint(Op::SecurityGroupGet)))
+        .route("/network/v2.0/extensions", get(endpoint(Op::ExtensionList)))
+        .route("/network/v2.0/quotas/{id}", get(endpoint(Op::QuotaGet)))
         .fallback(|| async { reply::error(Service::Compute, 404, "The resource could not be found.") })
         .with_state(sim)
 }
@@ -51,14 +103,36 @@ type BoxedResponse = Pin<Box<dyn Future<Output = Response> + Send>>;
 #[allow(clippy::type_complexity)]
 fn endpoint(
     op: Op,
-) -> impl Fn(AxumState<OpenStackSim>, Option<Path<String>>, HeaderMap, RawQuery, Bytes) -> BoxedResponse
+) -> impl Fn(
+    AxumState<OpenStackSim>,
+    Method,
+    Option<Path<Vec<(String, String)>>>,
+    HeaderMap,
+    RawQuery,
+    Bytes,
+) -> BoxedResponse
 + Clone
 + Send
 + Sync
 + 'static {
-    move |AxumState(sim), path, headers, RawQuery(query), body| {
-        Box::pin(dispatch(sim, op, path.map(|Path(id)| id), headers, query, body))
+    move |AxumState(sim), method, path, headers, RawQuery(query), body| {
+        let mut params = path.map(|Path(params)| params).unwrap_or_default().into_iter().map(|(_, value)| value);
+        let request = Request { op, method, id: params.next(), sub: params.next(), headers, query, body };
+        Box::pin(dispatch(sim, request))
     }
+}
+
+/// One HTTP request as routed.
+struct Request {
+    op: Op,
+    method: Method,
+    /// The path's first parameter (`{id}`, `{name}`).
+    id: Option<String>,
+    /// The path's second parameter (`{key}`, `{tag}`).
+    sub: Option<String>,
+    headers: HeaderMap,
+    query: Option<String>,
+    body: Bytes,
 }
 
 /// One request in the simulated cloud, as the endpoint modules see it.
@@ -70,13 +144,27 @@ pub(super) struct Ctx<'a> {
     /// `http://host:port` the caller reached us at (for links).
     pub(super) base_url: String,
     pub(super) id: Option<String>,
+    /// The path's second parameter (a metadata key, a tag).
+    pub(super) sub: Option<String>,
+    pub(super) method: Method,
     query: Vec<(String, String)>,
     pub(super) body: Bytes,
-    /// `X-OpenStack-Nova-API-Version` (2.1 when absent, as Nova defaults).
+    /// The compute microversion the request asked for (see
+    /// [`microversion`]); 2.1 when it asked for none, as Nova defaults.
     pub(super) nova_microversion: (u32, u32),
 }
 
 impl Ctx<'_> {
+    /// Every query key, in order (repeated keys repeated).
+    pub(super) fn query_keys(&self) -> impl Iterator<Item = &str> {
+        self.query.iter().map(|(k, _)| k.as_str())
+    }
+
+    /// The query as it came, for links that keep it.
+    pub(super) fn query_pairs(&self) -> &[(String, String)] {
+        &self.query
+    }
+
     pub(super) fn query(&self, key: &str) -> Option<&str> {
         self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
@@ -104,14 +192,9 @@ impl Ctx<'_> {
 /// The answer and how long to hold it back after the effect.
 pub(super) type Handled = (Response, Option<Duration>);
 
-async fn dispatch(
-    sim: OpenStackSim,
-    op: Op,
-    id: Option<String>,
-    headers: HeaderMap,
-    query: Option<String>,
-    body: Bytes,
-) -> Response {
+async fn dispatch(sim: OpenStackSim, request: Request) -> Response {
+    let op = request.op;
+    let id = request.id.clone();
     let fault = sim.state().faults.take(op);
     let (mut response, hold) = match fault {
         Some(Fault::Status(code)) => {
@@ -137,14 +220,14 @@ async fn dispatch(
         }
         Some(Fault::Delay(delay)) => {
             tokio::time::sleep(delay).await;
-            handle(&sim, op, id.clone(), &headers, query, body).await
+            handle(&sim, request).await
         }
         Some(Fault::LoseAnswer(delay)) => {
             sim.state().counters.injected_faults += 1;
-            let (response, hold) = handle(&sim, op, id.clone(), &headers, query, body).await;
+            let (response, hold) = handle(&sim, request).await;
             (response, Some(hold.map_or(delay, |hold| hold.max(delay))))
         }
-        None => handle(&sim, op, id.clone(), &headers, query, body).await,
+        None => handle(&sim, request).await,
     };
     let status = response.status().as_u16();
     {
@@ -165,17 +248,14 @@ async fn dispatch(
     response
 }
 
-async fn handle(
-    sim: &OpenStackSim,
-    op: Op,
-    id: Option<String>,
-    headers: &HeaderMap,
-    query: Option<String>,
-    body: Bytes,
-) -> Handled {
+async fn handle(sim: &OpenStackSim, request: Request) -> Handled {
+    let Request { op, method, id, sub, headers, query, body } = request;
     let _gate = sim.shared.gate.lock().await;
     let now = sim.cloud().now();
-    let base_url = base_url(sim, headers);
+    let base_url = base_url(sim, &headers);
+    if let Some(document) = versions::document(op, sim.config(), &base_url) {
+        return (document, None);
+    }
     if op == Op::Token {
         return (keystone::issue(&mut sim.state(), sim.config(), &base_url, now, &body), None);
     }
@@ -185,23 +265,73 @@ async fn handle(
         sim.state().counters.unauthorized += 1;
         return (reply::unauthorized(op.service()), None);
     };
+    if op == Op::TokenValidate {
+        let subject = headers.get("x-subject-token").and_then(|v| v.to_str().ok());
+        return (keystone::show(&sim.state(), subject, now, method == Method::HEAD), None);
+    }
     let query = query.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
-    let nova_microversion = microversion(headers);
-    let ctx = Ctx { sim, project, now, base_url, id, query, body, nova_microversion };
+    let nova_microversion = if op.service() == Service::Compute {
+        match microversion(&headers, sim.config().max_microversion) {
+            Ok(version) => version,
+            Err(refusal) => return (refusal, None),
+        }
+    } else {
+        (2, 1)
+    };
+    let ctx = Ctx { sim, project, now, base_url, id, sub, method, query, body, nova_microversion };
     match op.service() {
-        Service::Compute => nova::handle(op, &ctx),
+        Service::Compute => {
+            let (mut response, hold) = nova::handle(op, &ctx);
+            versions::announce(&mut response, nova_microversion);
+            (response, hold)
+        }
         Service::Network => (neutron::handle(op, &ctx), None),
         Service::Identity => (reply::error(Service::Identity, 404, "The resource could not be found."), None),
     }
 }
 
-/// The compute microversion asked for; 2.1 when none or unreadable.
-fn microversion(headers: &HeaderMap) -> (u32, u32) {
-    let asked = headers.get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok());
-    asked
-        .and_then(|v| v.trim().split_once('.'))
-        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
-        .unwrap_or((2, 1))
+/// The compute microversion a request asks for, as Nova reads it
+/// (nova/api/openstack/wsgi.py `Request.set_api_version_request`, through
+/// microversion_parse `get_version`): `OpenStack-API-Version: compute X`
+/// first, then the legacy `X-OpenStack-Nova-API-Version`; none is 2.1,
+/// `latest` the maximum. A string not `Major.Minor`
+/// (nova/api/openstack/api_version_request.py: `^([1-9]\d*)\.([1-9]\d*|0)$`)
+/// is 400 `InvalidAPIVersionString`; a version outside 2.1..=max is 406
+/// `InvalidGlobalAPIVersion` (wsgi.py `Resource.__call__`).
+fn microversion(headers: &HeaderMap, max: (u32, u32)) -> Result<(u32, u32), Response> {
+    let standard = headers.get_all("openstack-api-version").iter().filter_map(|v| v.to_str().ok()).find_map(|value| {
+        value.split(',').find_map(|pair| {
+            let mut words = pair.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some(service), Some(version)) if service.eq_ignore_ascii_case("compute") => Some(version.to_owned()),
+                _ => None,
+            }
+        })
+    });
+    let legacy =
+        || headers.get("x-openstack-nova-api-version").and_then(|v| v.to_str().ok()).map(|v| v.trim().to_owned());
+    let Some(asked) = standard.or_else(legacy) else { return Ok((2, 1)) };
+    if asked == "latest" {
+        return Ok(max);
+    }
+    let parse = |part: &str, zero: bool| {
+        let digits = !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        let leading = part.starts_with('0') && !(zero && part == "0");
+        if digits && !leading { part.parse::<u32>().ok() } else { None }
+    };
+    let parsed = asked.split_once('.').and_then(|(major, minor)| Some((parse(major, false)?, parse(minor, true)?)));
+    let Some(version) = parsed else {
+        let message = format!("API Version String {asked} is of invalid format. Must be of format MajorNum.MinorNum.");
+        return Err(reply::error(Service::Compute, 400, &message));
+    };
+    if version < (2, 1) || version > max {
+        let message = format!(
+            "Version {}.{} is not supported by the API. Minimum is 2.1 and maximum is {}.{}.",
+            version.0, version.1, max.0, max.1
+        );
+        return Err(reply::error(Service::Compute, 406, &message));
+    }
+    Ok(version)
 }
 
 fn base_url(sim: &OpenStackSim, headers: &HeaderMap) -> String {
@@ -234,4 +364,15 @@ pub(super) fn model_error(ctx: &Ctx<'_>, service: Service, error: &CloudError) -
         // what its step failed with.
         CloudError::BeforeCreate { source, .. } => model_error(ctx, service, source),
     }
+}
+
+/// A value as one percent-encoded URL path segment.
+pub(super) fn escape(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

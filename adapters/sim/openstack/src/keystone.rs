@@ -1,6 +1,8 @@
-//! Keystone v3 `POST /v3/auth/tokens`: password (by user ID, project-scoped
-//! by ID) and application credentials, answered 201 with the token in
-//! `X-Subject-Token` and a body carrying expiry, project and catalog.
+//! Keystone v3 `POST /v3/auth/tokens`: password (the user by ID, or by
+//! name with its domain) and application credentials, scoped to a project
+//! by ID or by name with its domain, answered 201 with the token in
+//! `X-Subject-Token` and a body carrying expiry, project, roles and catalog;
+//! `GET /v3/auth/tokens` shows a token again.
 
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
@@ -14,10 +16,49 @@ use super::{OpenStackSimConfig, Service, reply};
 /// filter fails loudly.
 const DECOY_REGION: &str = "DecoyRegion";
 const DECOY_URL: &str = "http://decoy.invalid";
+/// The one domain.
+const DOMAIN_ID: &str = "default";
+const DOMAIN_NAME: &str = "Default";
 
 enum Principal {
     Password { user_id: String },
     ApplicationCredential { id: String },
+}
+
+/// Whether a `{"id"}` or `{"name"}` domain reference names the one domain.
+fn is_default_domain(domain: &Value) -> bool {
+    domain["id"].as_str() == Some(DOMAIN_ID) || domain["name"].as_str() == Some(DOMAIN_NAME)
+}
+
+/// The project a scope names: `{"id"}`, or `{"name", "domain"}`
+/// (keystone/auth/core.py `AuthInfo._lookup_project`: a name needs its
+/// domain, 400 without one; an unknown project is 401).
+fn scoped_project(state: &State, project: &Value) -> Result<Option<String>, Response> {
+    if project.is_null() {
+        return Ok(None);
+    }
+    if let Some(id) = project["id"].as_str() {
+        if !state.projects.is_empty() && !state.projects.contains_key(id) {
+            return Err(unauthorized());
+        }
+        return Ok(Some(id.to_owned()));
+    }
+    let Some(name) = project["name"].as_str() else {
+        return Err(bad_request("Expecting to find id or name in project."));
+    };
+    if project["domain"].is_null() {
+        return Err(bad_request("Expecting to find domain in project."));
+    }
+    if !is_default_domain(&project["domain"]) {
+        return Err(unauthorized());
+    }
+    if state.projects.is_empty() {
+        return Ok(Some(name.to_owned()));
+    }
+    match state.projects.iter().find(|(_, n)| n.as_str() == name) {
+        Some((id, _)) => Ok(Some(id.clone())),
+        None => Err(unauthorized()),
+    }
 }
 
 pub(super) fn issue(
@@ -34,11 +75,31 @@ pub(super) fn issue(
     let auth = &request["auth"];
     let methods: Vec<&str> =
         auth["identity"]["methods"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    let scope_project = auth["scope"]["project"]["id"].as_str();
+    let scope_project = match scoped_project(state, &auth["scope"]["project"]) {
+        Ok(project) => project,
+        Err(refusal) => {
+            state.counters.token_rejections += u64::from(refusal.status() == StatusCode::UNAUTHORIZED);
+            return refusal;
+        }
+    };
     let (principal, project_id) = if methods == ["password"] {
         let user = &auth["identity"]["password"]["user"];
-        let (Some(user_id), Some(password)) = (user["id"].as_str(), user["password"].as_str()) else {
-            return bad_request("Expecting to find id and password in user.");
+        let Some(password) = user["password"].as_str() else {
+            return bad_request("Expecting to find password in user.");
+        };
+        // keystone/auth/plugins/core.py `UserAuthInfo._validate_and_normalize_auth_data`:
+        // a user by name needs its domain (400 without one). Users' names
+        // are their IDs here.
+        let user_id = match (user["id"].as_str(), user["name"].as_str()) {
+            (Some(id), _) => id,
+            (None, Some(name)) if !user["domain"].is_null() => {
+                if !is_default_domain(&user["domain"]) {
+                    return rejected(state);
+                }
+                name
+            }
+            (None, Some(_)) => return bad_request("Expecting to find domain in user."),
+            (None, None) => return bad_request("Expecting to find id or name in user."),
         };
         let accepted = match state.users.get(user_id) {
             Some(expected) => expected == password,
@@ -47,7 +108,15 @@ pub(super) fn issue(
         if !accepted {
             return rejected(state);
         }
-        (Principal::Password { user_id: user_id.to_owned() }, scope_project.map(str::to_owned))
+        // A scope on a project the user holds no role on is refused 401
+        // (keystone/models/token_model.py: "User X has no access to project Y").
+        if let Some(project) = &scope_project
+            && !state.projects.is_empty()
+            && !state.grants.contains(&(user_id.to_owned(), project.clone()))
+        {
+            return rejected(state);
+        }
+        (Principal::Password { user_id: user_id.to_owned() }, scope_project)
     } else if methods == ["application_credential"] {
         let credential = &auth["identity"]["application_credential"];
         let (Some(id), Some(secret)) = (credential["id"].as_str(), credential["secret"].as_str()) else {
@@ -70,10 +139,8 @@ pub(super) fn issue(
     let expires_at = now.checked_add(ttl).unwrap_or(Timestamp::MAX);
     let serial = state.next_serial();
     let token = format!("gAAAAAsim{serial:016x}");
-    state.tokens.insert(token.clone(), IssuedToken { project_id: project_id.clone(), expires_at });
-    state.counters.tokens_issued += 1;
 
-    let domain = json!({"id": "default", "name": "Default"});
+    let domain = json!({"id": DOMAIN_ID, "name": DOMAIN_NAME});
     let (method, user_id) = match &principal {
         Principal::Password { user_id } => ("password", user_id.clone()),
         Principal::ApplicationCredential { .. } => ("application_credential", "application-credential-user".into()),
@@ -90,14 +157,34 @@ pub(super) fn issue(
     }
     // An unscoped token carries neither project nor catalog.
     if let Some(project_id) = &project_id {
-        body["project"] = json!({"id": project_id, "name": project_id, "domain": domain});
+        let name = state.projects.get(project_id).map_or(project_id.as_str(), String::as_str);
+        body["project"] = json!({"id": project_id, "name": name, "domain": domain});
         body["is_domain"] = json!(false);
         body["roles"] =
             json!([{"id": "sim-role-member", "name": "member"}, {"id": "sim-role-reader", "name": "reader"}]);
         body["catalog"] = catalog(&config.region, base_url);
     }
-    let mut response = reply::json(StatusCode::CREATED, json!({ "token": body }));
+    let body = json!({ "token": body });
+    state.tokens.insert(token.clone(), IssuedToken { project_id: project_id.clone(), expires_at, body: body.clone() });
+    state.counters.tokens_issued += 1;
+    let mut response = reply::json(StatusCode::CREATED, body);
     if let Ok(value) = HeaderValue::from_str(&token) {
+        response.headers_mut().insert("x-subject-token", value);
+    }
+    response
+}
+
+/// `GET /v3/auth/tokens` (`HEAD`: the status alone): the subject token's
+/// body as it was issued, 404 for a token unknown or expired
+/// (keystone/api/auth.py `AuthTokenResource.get`, `TokenNotFound`).
+pub(super) fn show(state: &State, subject: Option<&str>, now: Timestamp, head: bool) -> Response {
+    let issued = subject.and_then(|s| state.tokens.get(s).map(|t| (s, t))).filter(|(_, t)| t.expires_at > now);
+    let Some((subject, issued)) = issued else {
+        return reply::error(Service::Identity, 404, "Could not find token.");
+    };
+    let mut response =
+        if head { reply::empty(StatusCode::OK) } else { reply::json(StatusCode::OK, issued.body.clone()) };
+    if let Ok(value) = HeaderValue::from_str(subject) {
         response.headers_mut().insert("x-subject-token", value);
     }
     response
@@ -149,5 +236,9 @@ fn bad_request(message: &str) -> Response {
 
 fn rejected(state: &mut State) -> Response {
     state.counters.token_rejections += 1;
+    unauthorized()
+}
+
+fn unauthorized() -> Response {
     reply::error(Service::Identity, 401, "The request you have made requires authentication.")
 }

@@ -20,30 +20,120 @@
 //! # }
 //! ```
 //!
-//! Endpoints (under the served URL): `POST /identity/v3/auth/tokens`;
-//! `/compute/v2.1/servers` (`GET` summary, `POST`), `GET /servers/detail`,
-//! `GET|DELETE /servers/{id}`, `POST /servers/{id}/action` (`forceDelete`); `/network/v2.0/ports` (`GET`, `POST`),
-//! `GET|PUT|DELETE /ports/{id}`, `/network/v2.0/floatingips` (`GET`,
-//! `POST`), `GET|DELETE /floatingips/{id}`, `GET /network/v2.0/networks`,
-//! `GET /network/v2.0/security-groups`, `POST /compute/v2.1/servers/{id}/metadata`.
+//! Real clients are its judge: openstacksdk and the `openstack` CLI run the
+//! checks of `tests/conformance/openstack/` against it with a stock
+//! `clouds.yaml` (`tests/conformance.rs`; docs/TESTING.md).
 //!
-//! It refuses what OpenStack refuses, each rule citing its source: ports on
-//! unknown networks or security groups (404 `NetworkNotFound`,
-//! `SecurityGroupNotFound`), metadata keys outside Nova's schema (400),
-//! unknown keypairs (400), a create without `networks` from microversion
-//! 2.37 on (400); tokens are refused with keystonemiddleware's body on
-//! every service. Nova keys `addresses` by network name, links a next page
-//! whenever a page is full, and defers deletes only of launched servers;
-//! Neutron pages every list with [`OpenStackSimConfig::pagination_max_limit`]
-//! set (`<collection>_links` `next`, `marker`), and rate limits (413 `overLimit`,
-//! 429) carry `Retry-After` (nova/api/openstack/wsgi.py `RateLimitFault`).
-//! Nova deletes asynchronously (a server stays visible, `task_state:
-//! deleting`, after its DELETE is answered; [`OpenStackSimConfig::delete_delay`]),
-//! and a port the caller made survives its server (Nova deletes only the
-//! ports it made itself: nova/network/neutron.py `deallocate_for_instance`
-//! keeps ports whose `preserve_on_delete` is set, which it sets for every
-//! port it was handed), as does a floating IP whose port is deleted
-//! (Neutron disassociates it and keeps it allocated).
+//! # Behaviours and their sources
+//!
+//! Discovery and identity:
+//! - Version documents without a token: `GET /identity` 300 with
+//!   `versions.values` and `GET /identity/v3` (keystone/api/discovery.py);
+//!   `GET /compute/` both versions with v2.1's microversion range and
+//!   `GET /compute/v2.1/` (nova/api/openstack/compute/versions.py,
+//!   views/versions.py); `GET /network/` and `GET /network/v2.0/`'s core
+//!   collections, `/network/v2.0` without the slash 404
+//!   (neutron/pecan_wsgi/controllers/root.py).
+//! - `POST /v3/auth/tokens`: password by user ID, or by name with its
+//!   domain (400 without: keystone/auth/plugins/core.py); scope by project
+//!   ID or by name with its domain (keystone/auth/core.py `_lookup_project`);
+//!   with projects registered, a scope without a role assignment is 401
+//!   (keystone/models/token_model.py "has no access to project");
+//!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
+//!   shows the `X-Subject-Token`, 404 for an unknown one
+//!   (keystone/api/auth.py). Service calls with a bad token get
+//!   keystonemiddleware's 401 (auth_token `_reject_request`).
+//!
+//! Nova (the create, list and show shapes of the api-ref and the
+//! `v2.90_*` samples in `fixtures/openstack-api-samples/nova/`):
+//! - Microversions 2.1 to 2.90 (Nova's maximum in Yoga): read from
+//!   `OpenStack-API-Version: compute X`, else `X-OpenStack-Nova-API-Version`;
+//!   `latest` is 2.90; not `Major.Minor` is 400, out of range 406; every
+//!   answer names its version in both headers with `Vary` on both
+//!   (nova/api/openstack/wsgi.py `set_api_version_request`,
+//!   `Resource.__call__`, `Fault.__call__`; api_version_request.py).
+//! - Server records by microversion: 2.9 `locked`, 2.19 `description`,
+//!   2.26 `tags`, 2.47 the flavor embedded, 2.63
+//!   `trusted_image_certificates`, 2.71 `server_groups`, 2.73
+//!   `locked_reason`, 2.90 `OS-EXT-SRV-ATTR:hostname` (views/servers.py);
+//!   UUID ids; security groups by name; `addresses` keyed by network name.
+//! - `POST /servers`: the schema's keys by microversion, others 400
+//!   (schemas/servers.py `create*`, `additionalProperties: False`);
+//!   `networks` required from 2.37 (`auto`/`none` accepted); metadata keys
+//!   and values (parameter_types.py `metadata`); user data base64 and at
+//!   most 65,535 characters; an unknown keypair 400; with flavors
+//!   registered, an unknown flavor 400; a network (not a port) gets a port
+//!   Nova makes and deletes with the server (nova/network/neutron.py
+//!   `deallocate_for_instance`, `preserve_on_delete`), in the project's
+//!   default group or the groups named.
+//! - `GET /servers[/detail]`: newest first, `osapi_max_limit`
+//!   ([`OpenStackSimConfig::page_size`]) a page, a `next` link whenever a
+//!   page is full, keeping the query (common.py `_get_collection_links`);
+//!   a marker not found 400; filters `name` and `ip` (regex), `status` (an
+//!   unknown one 400 from 2.38, an empty list before), `changes-since` and
+//!   `changes-before` (not a date-time: 400), `flavor`, `image`, `tags`,
+//!   `tags-any`, `not-tags`, `not-tags-any` (2.26); from 2.75 a key outside
+//!   the schema is 400 (schemas/servers.py `index_query_v275`). Keys in
+//!   the schema but not modelled (`host`, `sort_key`, ...) are accepted and
+//!   not applied.
+//! - `PUT /servers/{id}` (`name`, 2.19 `description`, 2.90 `hostname`);
+//!   `GET|PUT|POST /servers/{id}/metadata`, `GET|PUT|DELETE
+//!   .../metadata/{key}` (server_metadata.py); `GET|PUT|DELETE
+//!   /servers/{id}/tags[/{tag}]` from 2.26, 404 before (server_tags.py;
+//!   at most 50 tags of 60 characters without `/` or `,`);
+//!   `GET /servers/{id}/os-interface` (attach_interfaces.py);
+//!   `DELETE` asynchronous (nova/compute/api.py `_delete` casts
+//!   `terminate_instance`), deferred for launched servers with
+//!   [`OpenStackSimConfig::soft_delete`], `forceDelete`.
+//! - `/os-keypairs` list, create (200 before 2.2, 201 from it; 409 for a
+//!   name in use; a generated pair without `public_key`, its private key a
+//!   placeholder; an unreadable key 400), show, delete (keypairs.py); the
+//!   fingerprint has MD5's shape, not its value.
+//! - `GET /flavors[/detail]`, `/flavors/{id}` (flavors.py; 2.55
+//!   `description`, 2.61 `extra_specs`); `GET /limits` with Nova's default
+//!   quotas (views/limits.py; 2.36 and 2.57 drop keys).
+//! - Faults `{"itemNotFound"|"badRequest"|...: {code, message}}`; rate
+//!   limits 413 `overLimit` and 429 with `Retry-After` (wsgi.py
+//!   `RateLimitFault`).
+//!
+//! Neutron (the `neutron/` samples; neutron-lib api definitions):
+//! - Lists: filters on each collection's `is_filter` attributes and the tag
+//!   filters, repeated values as alternatives, `fixed_ips=ip_address=X`; any
+//!   other key 400 "[...] is invalid attribute for filtering"
+//!   (neutron/api/api_common.py `get_filters_from_dict`, `filter-validation`).
+//! - Paging with [`OpenStackSimConfig::pagination_max_limit`] set:
+//!   sorted by ID, `limit` capped by the maximum (the maximum when none),
+//!   `marker`, absolute `next` (whenever a page is full) and `previous`
+//!   links keeping the query; a bad `limit` 400 (api_common.py
+//!   `get_limit_and_marker`, `get_pagination_links`).
+//! - Bodies: attributes outside those modelled 400 "Unrecognized
+//!   attribute(s)" (neutron-lib `AttributeInfo.verify_attributes`); a port
+//!   on an unknown network 404 `NetworkNotFound`, with an unknown group
+//!   404 `SecurityGroupNotFound`; `fixed_ips` (one per port): another
+//!   network's subnet 400 `InvalidInput`, outside the subnet 400
+//!   `InvalidIpForSubnet`, in use 409 `IpAddressAlreadyAllocated`
+//!   (ipam_backend_mixin.py); without `security_groups` the project's
+//!   `default` group, made on first use with its four rules
+//!   (securitygroups_db.py `_ensure_default_security_group`).
+//! - Floating IPs: create on an external network (else 404
+//!   `NetworkNotFound`), `PUT` to associate or disassociate (`port_id`
+//!   null), a port that has one 409 `FloatingIPPortAlreadyAssociated`
+//!   (l3_db.py `_check_and_get_fip_assoc`); a deleted port's floating IP
+//!   stays allocated, disassociated (l3_db.py `disassociate_floatingips`).
+//! - `GET /networks[/{id}]`, `/subnets[/{id}]` (one subnet a network),
+//!   `/routers` (one, gatewayed to the first external network),
+//!   `/security-groups[/{id}]`, `/extensions` (those whose behaviour is
+//!   here), `/quotas/{project}` (Neutron's defaults; another project's 403).
+//! - Errors `{"NeutronError": {type, message, detail}}` with the exception's
+//!   type: `PortNotFound`, `FloatingIPNotFound`, `NetworkNotFound`,
+//!   `SubnetNotFound`, `SecurityGroupNotFound`, `HTTPBadRequest`, ...
+//!
+//! Not modelled: images (Glance), volumes, server actions other than
+//! `forceDelete`, several fixed IPs a port, Neutron resources' own tags.
+
+// The helpers' `Err` is the HTTP answer itself, made at most once per
+// request and returned straight to the client: boxing it buys nothing.
+#![allow(clippy::result_large_err)]
 
 mod faults;
 mod handlers;
@@ -52,6 +142,7 @@ mod neutron;
 mod nova;
 mod reply;
 mod state;
+mod versions;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -105,7 +196,17 @@ pub struct OpenStackSimConfig {
     /// `compute_rpcapi.terminate_instance`, a cast), so a GET right after a
     /// DELETE still finds the server. The model's fate may make it longer.
     pub delete_delay: Duration,
+    /// The highest compute microversion served (`latest`, the version
+    /// document's `version`); at most [`MAX_MICROVERSION`], the newest whose
+    /// shapes the simulator renders. A request above it is refused 406.
+    pub max_microversion: (u32, u32),
 }
+
+/// The newest compute microversion the simulator answers as Nova does:
+/// 2.90, Nova's maximum in the Yoga release (nova/api/openstack/
+/// api_version_request.py, the version history), the one the Go controller
+/// and this adapter ask for.
+pub const MAX_MICROVERSION: (u32, u32) = (2, 90);
 
 impl Default for OpenStackSimConfig {
     fn default() -> Self {
@@ -120,6 +221,7 @@ impl Default for OpenStackSimConfig {
             lost_answer_hang: None,
             soft_delete: false,
             delete_delay: Duration::from_millis(500),
+            max_microversion: MAX_MICROVERSION,
         }
     }
 }
@@ -159,6 +261,18 @@ pub struct OpenStackCounters {
     pub injected_faults: u64,
 }
 
+/// A Nova flavor, as `GET /flavors/{id}` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Flavor {
+    pub id: String,
+    pub name: String,
+    pub vcpus: u32,
+    /// MiB.
+    pub ram: u32,
+    /// GiB.
+    pub disk: u32,
+}
+
 /// A server to put in the cloud as another controller made it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeededServer {
@@ -188,6 +302,14 @@ pub struct RequestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Op {
     Token,
+    /// `GET|HEAD /v3/auth/tokens` (`X-Subject-Token`).
+    TokenValidate,
+    IdentityVersions,
+    IdentityVersion,
+    ComputeVersions,
+    ComputeVersion,
+    NetworkVersions,
+    NetworkVersion,
     ServerList,
     ServerListDetail,
     ServerCreate,
@@ -197,6 +319,26 @@ pub enum Op {
     ServerAction,
     /// `POST /servers/{id}/metadata`.
     ServerMetadataUpdate,
+    /// `PUT /servers/{id}` (name, description, hostname).
+    ServerUpdate,
+    /// `GET|PUT /servers/{id}/metadata`.
+    ServerMetadata,
+    /// `GET|PUT|DELETE /servers/{id}/metadata/{key}`.
+    ServerMetadataItem,
+    /// `GET|PUT|DELETE /servers/{id}/tags`.
+    ServerTags,
+    /// `GET|PUT|DELETE /servers/{id}/tags/{tag}`.
+    ServerTag,
+    /// `GET /servers/{id}/os-interface`.
+    ServerInterfaces,
+    KeypairList,
+    KeypairCreate,
+    /// `GET|DELETE /os-keypairs/{name}`.
+    Keypair,
+    FlavorList,
+    FlavorListDetail,
+    FlavorGet,
+    Limits,
     PortList,
     PortCreate,
     PortGet,
@@ -206,8 +348,17 @@ pub enum Op {
     FloatingIpCreate,
     FloatingIpGet,
     FloatingIpDelete,
+    /// `PUT /floatingips/{id}` (associate, disassociate).
+    FloatingIpUpdate,
     NetworkList,
+    NetworkGet,
+    SubnetList,
+    SubnetGet,
+    RouterList,
     SecurityGroupList,
+    SecurityGroupGet,
+    ExtensionList,
+    QuotaGet,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -221,14 +372,29 @@ pub(crate) enum Service {
 impl Op {
     pub(crate) fn service(self) -> Service {
         match self {
-            Op::Token => Service::Identity,
-            Op::ServerList
+            Op::Token | Op::TokenValidate | Op::IdentityVersions | Op::IdentityVersion => Service::Identity,
+            Op::ComputeVersions
+            | Op::ComputeVersion
+            | Op::ServerList
             | Op::ServerListDetail
             | Op::ServerCreate
             | Op::ServerGet
             | Op::ServerDelete
             | Op::ServerAction
-            | Op::ServerMetadataUpdate => Service::Compute,
+            | Op::ServerMetadataUpdate
+            | Op::ServerUpdate
+            | Op::ServerMetadata
+            | Op::ServerMetadataItem
+            | Op::ServerTags
+            | Op::ServerTag
+            | Op::ServerInterfaces
+            | Op::KeypairList
+            | Op::KeypairCreate
+            | Op::Keypair
+            | Op::FlavorList
+            | Op::FlavorListDetail
+            | Op::FlavorGet
+            | Op::Limits => Service::Compute,
             _ => Service::Network,
         }
     }
@@ -255,7 +421,8 @@ impl OpenStackSim {
         OpenStackSim::with_config(cloud, OpenStackSimConfig::default())
     }
 
-    pub fn with_config(cloud: SimCloud, config: OpenStackSimConfig) -> Self {
+    pub fn with_config(cloud: SimCloud, mut config: OpenStackSimConfig) -> Self {
+        config.max_microversion = config.max_microversion.clamp((2, 1), MAX_MICROVERSION);
         OpenStackSim {
             shared: Arc::new(Shared {
                 cloud,
@@ -281,6 +448,27 @@ impl OpenStackSim {
         self.state().users.insert(user_id.to_owned(), password.to_owned());
     }
 
+    /// A Keystone project (`name` in the `Default` domain). Once any project
+    /// is registered, a token may be scoped only to a registered project on
+    /// which the user holds a role ([`OpenStackSim::grant`]), as Keystone
+    /// refuses a scope without a role assignment (401); while none is, any
+    /// project ID is accepted and its name is its ID.
+    pub fn add_project(&self, project_id: &str, name: &str) {
+        self.state().projects.insert(project_id.to_owned(), name.to_owned());
+    }
+
+    /// Gives `user_id` the `member` role on `project_id`.
+    pub fn grant(&self, user_id: &str, project_id: &str) {
+        self.state().grants.insert((user_id.to_owned(), project_id.to_owned()));
+    }
+
+    /// A Nova flavor. Once any flavor is registered, a create naming
+    /// another `flavorRef` is refused 400 as Nova refuses it; while none is,
+    /// any `flavorRef` is accepted.
+    pub fn add_flavor(&self, flavor: Flavor) {
+        self.state().flavors.insert(flavor.id.clone(), flavor);
+    }
+
     /// Registers an application credential and the project it is bound to.
     /// Unregistered application credentials are refused.
     pub fn add_application_credential(&self, id: &str, secret: &str, project_id: &str) {
@@ -301,6 +489,8 @@ impl OpenStackSim {
         let id = state.next_id(0x0e7);
         let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
         state.networks.insert(id.clone(), named);
+        let subnet = state.next_id(0x05b7);
+        state.subnets.insert(id.clone(), subnet);
         id
     }
 
@@ -326,7 +516,16 @@ impl OpenStackSim {
 
     /// A Nova keypair servers may be booted with (`key_name`).
     pub fn add_keypair(&self, name: &str) {
-        self.state().keypairs.insert(name.to_owned());
+        let mut state = self.state();
+        let now = self.cloud().now();
+        let public_key = format!("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFNpbXVsYXRlZCBrZXkgb2Yg{} {name}", name.len());
+        let keypair = state::SimKeypair {
+            fingerprint: state::fingerprint(&public_key),
+            public_key,
+            kind: "ssh".into(),
+            created: now,
+        };
+        state.keypairs.insert(name.to_owned(), keypair);
     }
 
     /// A server made outside this API's create (by the Go controller, say):
@@ -357,13 +556,15 @@ impl OpenStackSim {
             allowed_address_pairs: Vec::new(),
             mac_address,
             bound_uid: Some(seed.uid.clone()),
+            nova_made: false,
             created: now,
             revision: 1,
         };
         state.ports.insert(port_id.clone(), port);
-        state.ids.insert(record.id.clone(), seed.uid.clone());
+        let id = state::nova_id(&record.id);
+        state.ids.insert(id.clone(), seed.uid.clone());
         let book = state::ServerBook {
-            id: Some(record.id.clone()),
+            id: Some(id.clone()),
             project_id: project_id.to_owned(),
             name: seed.name,
             flavor_id: seed.flavor_id,
@@ -372,11 +573,15 @@ impl OpenStackSim {
             metadata: seed.metadata,
             user_data: None,
             key_name: None,
+            description: None,
+            hostname: String::new(),
+            tags: Default::default(),
+            updated: Some(now),
             deleting: false,
             soft_deleted: false,
         };
         state.books.insert(seed.uid, book);
-        Ok(record.id)
+        Ok(id)
     }
 
     pub fn clear_faults(&self) {

@@ -1,12 +1,15 @@
 //! Neutron (networking API v2.0): ports, floating IPs, the tenant networks
 //! and security groups ports are made with (registered by the test, as the
-//! unikorn network controllers would have made them), and the external
-//! networks floating IPs come from. A port on an unknown network or with an
-//! unknown security group is refused 404 as Neutron refuses it.
+//! unikorn network controllers would have made them), their subnets, the
+//! external networks floating IPs come from, and each project's `default`
+//! security group. Lists are filtered, validated and paged as Neutron does
+//! it with `filter-validation` and native pagination.
+
+use std::net::Ipv4Addr;
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::handlers::Ctx;
 use super::state::{SimFloatingIp, SimPort, State, fixed_ip_for, floating_ip_for, mac_for, rfc3339};
@@ -15,15 +18,25 @@ use super::{Op, Service, reply};
 /// Id kinds (see `State::next_id`).
 const PORT_KIND: u16 = 0x0b07;
 const FLOATING_IP_KIND: u16 = 0x0f1b;
+/// The router between every project's networks and the external ones.
+const ROUTER_ID: &str = "5e5e0e0e-0000-4000-8000-000000000001";
+/// Every tenant subnet's range (the addresses `fixed_ip_for` hands out),
+/// and the external networks'.
+const TENANT_CIDR: &str = "172.16.0.0/12";
+const EXTERNAL_CIDR: &str = "100.64.0.0/10";
+const TIMESTAMP: &str = "2026-01-01T00:00:00Z";
 
 pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Response {
     let id = ctx.id.as_deref().unwrap_or_default();
     let mut state = ctx.state();
+    prune_nova_ports(ctx, &mut state);
     match op {
         Op::PortList => list_ports(ctx, &mut state),
         Op::PortCreate => create_port(ctx, &mut state),
         Op::PortGet => match state.ports.get(id).filter(|p| p.project_id == ctx.project) {
-            Some(port) => reply::json(StatusCode::OK, json!({ "port": render_port(ctx, &state, port) })),
+            Some(port) => {
+                reply::json(StatusCode::OK, json!({ "port": only_fields(ctx, render_port(ctx, &state, port)) }))
+            }
             None => port_not_found(id),
         },
         Op::PortUpdate => update_port(ctx, &mut state, id),
@@ -34,9 +47,39 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Response {
             Some(ip) => reply::json(StatusCode::OK, json!({ "floatingip": render_floating_ip(&state, ip) })),
             None => floating_ip_not_found(id),
         },
+        Op::FloatingIpUpdate => update_floating_ip(ctx, &mut state, id),
         Op::FloatingIpDelete => delete_floating_ip(ctx, &mut state, id),
-        Op::NetworkList => list_networks(ctx, &mut state),
-        Op::SecurityGroupList => list_security_groups(ctx, &mut state),
+        Op::NetworkList => {
+            state.counters.network_lists += 1;
+            paged(ctx, "networks", NETWORK_FILTERS, networks(ctx, &state))
+        }
+        Op::NetworkGet => match networks(ctx, &state).into_iter().find(|n| n["id"] == id) {
+            Some(network) => reply::json(StatusCode::OK, json!({ "network": only_fields(ctx, network) })),
+            None => network_not_found(id),
+        },
+        Op::SubnetList => paged(ctx, "subnets", SUBNET_FILTERS, subnets(ctx, &state)),
+        Op::SubnetGet => match subnets(ctx, &state).into_iter().find(|s| s["id"] == id) {
+            Some(subnet) => reply::json(StatusCode::OK, json!({ "subnet": only_fields(ctx, subnet) })),
+            None => reply::neutron_error(404, "SubnetNotFound", &format!("Subnet {id} could not be found.")),
+        },
+        Op::RouterList => paged(ctx, "routers", ROUTER_FILTERS, routers(ctx)),
+        Op::SecurityGroupList => {
+            state.counters.security_group_lists += 1;
+            // Listing makes the project's default group, as Neutron does
+            // (neutron/db/securitygroups_db.py `get_security_groups` ->
+            // `_ensure_default_security_group`).
+            state.default_group(&ctx.project);
+            paged(ctx, "security_groups", SECURITY_GROUP_FILTERS, security_groups(ctx, &state))
+        }
+        Op::SecurityGroupGet => {
+            state.default_group(&ctx.project);
+            match security_groups(ctx, &state).into_iter().find(|g| g["id"] == id) {
+                Some(group) => reply::json(StatusCode::OK, json!({ "security_group": only_fields(ctx, group) })),
+                None => security_group_not_found(id),
+            }
+        }
+        Op::ExtensionList => extensions(),
+        Op::QuotaGet => quota(ctx, id),
         _ => error(404, "The resource could not be found."),
     }
 }
@@ -55,6 +98,29 @@ fn security_group_not_found(id: &str) -> Response {
     reply::neutron_error(404, "SecurityGroupNotFound", &format!("Security group {id} does not exist"))
 }
 
+/// neutron-lib `exceptions.PortNotFound`.
+fn port_not_found(id: &str) -> Response {
+    reply::neutron_error(404, "PortNotFound", &format!("Port {id} could not be found."))
+}
+
+/// neutron-lib `exceptions/l3.FloatingIPNotFound`.
+fn floating_ip_not_found(id: &str) -> Response {
+    reply::neutron_error(404, "FloatingIPNotFound", &format!("Floating IP {id} could not be found"))
+}
+
+/// Ports Nova made for servers that are gone: Nova deletes them with the
+/// server (nova/network/neutron.py `deallocate_for_instance`).
+fn prune_nova_ports(ctx: &Ctx<'_>, state: &mut State) {
+    let gone: Vec<String> =
+        state.ports.values().filter(|p| p.nova_made && !attached(ctx, p)).map(|p| p.id.clone()).collect();
+    for id in gone {
+        state.ports.remove(&id);
+        for ip in state.floating_ips.values_mut().filter(|f| f.port_id.as_deref() == Some(id.as_str())) {
+            ip.port_id = None;
+        }
+    }
+}
+
 /// A network a port of the caller's project may be made on: its own, or an
 /// external one.
 fn usable_network(ctx: &Ctx<'_>, state: &State, id: &str) -> bool {
@@ -66,18 +132,8 @@ fn usable_network(ctx: &Ctx<'_>, state: &State, id: &str) -> bool {
 fn unknown_group<'a>(ctx: &Ctx<'_>, state: &State, groups: &'a [String]) -> Option<&'a str> {
     groups
         .iter()
-        .find(|g| {
-            g.as_str() != "default" && state.security_groups.get(g.as_str()).is_none_or(|s| s.project_id != ctx.project)
-        })
+        .find(|g| state.security_groups.get(g.as_str()).is_none_or(|s| s.project_id != ctx.project))
         .map(String::as_str)
-}
-
-fn port_not_found(id: &str) -> Response {
-    error(404, &format!("Port {id} could not be found."))
-}
-
-fn floating_ip_not_found(id: &str) -> Response {
-    error(404, &format!("Floating IP {id} could not be found."))
 }
 
 /// Whether the Nova server booted with this port still exists.
@@ -103,7 +159,7 @@ fn render_port(ctx: &Ctx<'_>, state: &State, port: &SimPort) -> Value {
         "status": if attached { "ACTIVE" } else { "DOWN" },
         "device_id": device_id,
         "device_owner": if attached { "compute:nova" } else { "" },
-        "fixed_ips": [{"subnet_id": format!("{}-subnet", port.network_id), "ip_address": port.ip_address}],
+        "fixed_ips": [{"subnet_id": state.subnet_id(&port.network_id), "ip_address": port.ip_address}],
         "allowed_address_pairs": port.allowed_address_pairs.iter()
             .map(|(ip, mac)| json!({"ip_address": ip, "mac_address": mac}))
             .collect::<Vec<_>>(),
@@ -117,51 +173,242 @@ fn render_port(ctx: &Ctx<'_>, state: &State, port: &SimPort) -> Value {
     })
 }
 
-fn list_ports(ctx: &Ctx<'_>, state: &mut State) -> Response {
-    state.counters.port_lists += 1;
-    let state: &State = state;
-    let ports: Vec<Value> = state
-        .ports
-        .values()
-        .filter(|p| p.project_id == ctx.project)
-        .filter(|p| ctx.query("name").is_none_or(|name| p.name == name))
-        .filter(|p| ctx.query("network_id").is_none_or(|network| p.network_id == network))
-        .filter(|p| ctx.query("id").is_none_or(|id| p.id == id))
-        .map(|p| render_port(ctx, state, p))
-        .collect();
-    paged(ctx, "ports", ports)
+/// Query keys every list takes besides its filters (neutron/api/v2/base.py
+/// `Controller._items`: the skips of `get_filters`).
+const NON_FILTERS: &[&str] = &["fields", "sort_key", "sort_dir", "limit", "marker", "page_reverse"];
+/// The `standard-attr-tag` filters.
+const TAG_FILTERS: &[&str] = &["tags", "tags-any", "not-tags", "not-tags-any"];
+/// Attributes each collection may be filtered on (`is_filter` in
+/// neutron-lib's api/definitions for ports, floating IPs, networks,
+/// subnets, routers and security groups, with the extensions served here).
+const PORT_FILTERS: &[&str] = &[
+    "id",
+    "name",
+    "network_id",
+    "project_id",
+    "tenant_id",
+    "mac_address",
+    "admin_state_up",
+    "status",
+    "device_id",
+    "device_owner",
+    "fixed_ips",
+    "description",
+    "security_groups",
+    "binding:vnic_type",
+    "port_security_enabled",
+    "revision_number",
+    "created_at",
+    "updated_at",
+];
+const FLOATING_IP_FILTERS: &[&str] = &[
+    "id",
+    "floating_ip_address",
+    "floating_network_id",
+    "router_id",
+    "port_id",
+    "fixed_ip_address",
+    "status",
+    "project_id",
+    "tenant_id",
+    "description",
+    "revision_number",
+    "created_at",
+    "updated_at",
+];
+const NETWORK_FILTERS: &[&str] = &[
+    "id",
+    "name",
+    "admin_state_up",
+    "status",
+    "shared",
+    "router:external",
+    "project_id",
+    "tenant_id",
+    "description",
+    "revision_number",
+    "mtu",
+    "created_at",
+    "updated_at",
+];
+const SUBNET_FILTERS: &[&str] = &[
+    "id",
+    "name",
+    "network_id",
+    "cidr",
+    "ip_version",
+    "gateway_ip",
+    "enable_dhcp",
+    "project_id",
+    "tenant_id",
+    "description",
+    "subnetpool_id",
+    "revision_number",
+];
+const ROUTER_FILTERS: &[&str] =
+    &["id", "name", "status", "admin_state_up", "project_id", "tenant_id", "description", "revision_number"];
+const SECURITY_GROUP_FILTERS: &[&str] =
+    &["id", "name", "description", "project_id", "tenant_id", "stateful", "revision_number", "shared"];
+
+/// Whether an item's attribute matches one filter value, as Neutron
+/// compares after converting the query string to the attribute's type
+/// (booleans `true`/`false`/`1`/`0`, numbers, strings exactly); a list
+/// attribute matches when it holds the value; `fixed_ips` takes
+/// `ip_address=X` or `subnet_id=Y` (neutron-lib `convert_kvp_list_to_dict`).
+fn attribute_matches(attribute: &Value, wanted: &str) -> bool {
+    match attribute {
+        Value::String(s) => s == wanted,
+        Value::Bool(b) => match wanted.to_ascii_lowercase().as_str() {
+            "true" | "1" => *b,
+            "false" | "0" => !*b,
+            _ => false,
+        },
+        Value::Number(n) => n.to_string() == wanted,
+        Value::Array(items) => items.iter().any(|item| match (item, wanted.split_once('=')) {
+            (Value::Object(fields), Some((key, value))) => fields.get(key).is_some_and(|v| v == value),
+            (other, _) => attribute_matches(other, wanted),
+        }),
+        _ => false,
+    }
 }
 
-/// One page of a Neutron list, as Neutron pages it with
-/// `pagination_max_limit` set (neutron/api/api_common.py
-/// `PaginationNativeHelper`): items sorted by ID, those after `marker`, at
-/// most `limit` (capped by the maximum), and a `<collection>_links` `next`
-/// link (carrying the last ID as `marker`) when more remain. `fields` is
-/// applied after the page is cut (the marker is always an ID).
-fn paged(ctx: &Ctx<'_>, collection: &str, mut items: Vec<Value>) -> Response {
+/// Applies the list's filters; a key that is neither a filter of the
+/// collection nor a paging or `fields` key is refused 400, as Neutron's
+/// `filter-validation` extension refuses it (neutron/api/api_common.py
+/// `get_filters_from_dict`: "[...] is invalid attribute for filtering").
+/// Repeated values of one key are alternatives.
+fn filtered(ctx: &Ctx<'_>, allowed: &[&str], items: Vec<Value>) -> Result<Vec<Value>, Response> {
+    let mut keys: Vec<&str> = ctx.query_keys().filter(|k| !NON_FILTERS.contains(k)).collect();
+    keys.dedup();
+    let invalid: Vec<String> =
+        keys.iter().filter(|k| !allowed.contains(k) && !TAG_FILTERS.contains(k)).map(|k| format!("'{k}'")).collect();
+    if !invalid.is_empty() {
+        return Err(error(400, &format!("[{}] is invalid attribute for filtering", invalid.join(", "))));
+    }
+    let keep = |item: &Value| {
+        keys.iter().all(|key| {
+            let values = ctx.query_all(key);
+            let tags: Vec<&str> = values.iter().flat_map(|v| v.split(',')).collect();
+            let has = |tag: &&str| item["tags"].as_array().is_some_and(|t| t.iter().any(|x| x == *tag));
+            match *key {
+                "tags" => tags.iter().all(has),
+                "tags-any" => tags.iter().any(has),
+                "not-tags" => !tags.iter().all(has),
+                "not-tags-any" => !tags.iter().any(has),
+                _ => values.iter().any(|wanted| attribute_matches(&item[*key], wanted)),
+            }
+        })
+    };
+    Ok(items.into_iter().filter(keep).collect())
+}
+
+/// One page of a Neutron list, filtered (see [`filtered`]) and paged as
+/// Neutron pages with native pagination (neutron/api/api_common.py
+/// `get_limit_and_marker`, `PaginationNativeHelper`,
+/// `get_pagination_links`): items sorted by ID, those after `marker`, at
+/// most `limit` (capped by `pagination_max_limit`, which is also the limit
+/// when none is asked); with a limit, a `next` link whenever the page is
+/// full and a `previous` link always, absolute, keeping the request's other
+/// parameters. A limit that is not a non-negative integer is 400. `fields`
+/// is applied after the page is cut.
+fn paged(ctx: &Ctx<'_>, collection: &str, allowed: &[&str], items: Vec<Value>) -> Response {
+    let mut items = match filtered(ctx, allowed, items) {
+        Ok(items) => items,
+        Err(refusal) => return refusal,
+    };
     items.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    if let Some(marker) = ctx.query("marker") {
+    let asked = match ctx.query("limit").map(str::parse::<usize>) {
+        None => 0,
+        Some(Ok(limit)) => limit,
+        Some(Err(_)) => {
+            let value = ctx.query("limit").unwrap_or_default();
+            return error(400, &format!("Bad limit request: Limit must be an integer 0 or greater and not '{value}'."));
+        }
+    };
+    let limit = match ctx.sim.config().pagination_max_limit.filter(|max| *max > 0) {
+        Some(max) if asked == 0 => max,
+        Some(max) => asked.min(max),
+        None => asked,
+    };
+    let marker = ctx.query("marker").filter(|_| limit > 0);
+    if let Some(marker) = marker {
         items.retain(|item| item["id"].as_str().is_some_and(|id| id > marker));
     }
-    let max = ctx.sim.config().pagination_max_limit;
-    let asked = ctx.query("limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
-    let limit = match (asked, max) {
-        (Some(asked), Some(max)) => Some(asked.min(max)),
-        (asked, max) => asked.or(max),
-    };
-    let mut body = serde_json::Map::new();
-    if let Some(limit) = limit
-        && items.len() > limit
-    {
+    let mut body = Map::new();
+    if limit > 0 {
         items.truncate(limit);
-        let last = items.last().and_then(|item| item["id"].as_str()).unwrap_or_default().to_owned();
-        let href = format!("/v2.0/{collection}?limit={limit}&marker={last}");
-        body.insert(format!("{collection}_links"), json!([{ "rel": "next", "href": href }]));
+        let link = |rel: &str, marker: Option<&str>| {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (key, value) in ctx.query_pairs().iter().filter(|(k, _)| k != "marker" && k != "page_reverse") {
+                query.append_pair(key, value);
+            }
+            if let Some(marker) = marker {
+                query.append_pair("marker", marker);
+            }
+            if rel == "previous" {
+                query.append_pair("page_reverse", "True");
+            }
+            // The link's path is the request's (`security-groups`), not the
+            // collection's key (`security_groups`).
+            let path = collection.replace('_', "-");
+            let href = format!("{}/network/v2.0/{path}?{}", ctx.base_url, query.finish());
+            json!({"rel": rel, "href": href})
+        };
+        let first = items.first().and_then(|item| item["id"].as_str());
+        let last = items.last().and_then(|item| item["id"].as_str());
+        let mut links = Vec::new();
+        if items.len() >= limit {
+            links.push(link("next", last));
+        }
+        links.push(link("previous", first));
+        body.insert(format!("{collection}_links"), Value::Array(links));
     }
     let items: Vec<Value> = items.into_iter().map(|item| only_fields(ctx, item)).collect();
     body.insert(collection.to_owned(), Value::Array(items));
     reply::json(StatusCode::OK, Value::Object(body))
 }
+
+fn list_ports(ctx: &Ctx<'_>, state: &mut State) -> Response {
+    state.counters.port_lists += 1;
+    let state: &State = state;
+    let ports: Vec<Value> =
+        state.ports.values().filter(|p| p.project_id == ctx.project).map(|p| render_port(ctx, state, p)).collect();
+    paged(ctx, "ports", PORT_FILTERS, ports)
+}
+
+/// Refuses attributes a body may not carry: Neutron answers 400
+/// "Unrecognized attribute(s)" for attributes no loaded extension defines
+/// (neutron/api/v2/base.py `prepare_request_body` -> neutron-lib
+/// `attributes.AttributeInfo.verify_attributes`). The simulator also
+/// refuses here attributes Neutron has but it does not model.
+fn verify_attributes(body: &Map<String, Value>, known: &[&str]) -> Result<(), String> {
+    let unknown: Vec<&str> = body.keys().map(String::as_str).filter(|k| !known.contains(k)).collect();
+    if unknown.is_empty() { Ok(()) } else { Err(format!("Unrecognized attribute(s) '{}'", unknown.join(", "))) }
+}
+
+const PORT_CREATE_ATTRIBUTES: &[&str] = &[
+    "name",
+    "description",
+    "network_id",
+    "security_groups",
+    "allowed_address_pairs",
+    "fixed_ips",
+    "admin_state_up",
+    "port_security_enabled",
+    "binding:vnic_type",
+    "project_id",
+    "tenant_id",
+];
+const PORT_UPDATE_ATTRIBUTES: &[&str] = &[
+    "name",
+    "description",
+    "security_groups",
+    "allowed_address_pairs",
+    "admin_state_up",
+    "port_security_enabled",
+    "binding:vnic_type",
+    "network_id",
+];
 
 /// Security groups and address pairs of a port body, validated.
 struct PortFields {
@@ -169,7 +416,7 @@ struct PortFields {
     allowed_address_pairs: Option<Vec<(String, Option<String>)>>,
 }
 
-fn port_fields(port: &serde_json::Map<String, Value>) -> Result<PortFields, String> {
+fn port_fields(port: &Map<String, Value>) -> Result<PortFields, String> {
     let security_groups = match port.get("security_groups") {
         None => None,
         Some(Value::Array(groups)) => Some(
@@ -196,21 +443,71 @@ fn port_fields(port: &serde_json::Map<String, Value>) -> Result<PortFields, Stri
         }
         Some(_) => return Err("Invalid input for allowed_address_pairs.".into()),
     };
+    // A value of the wrong type for one of the harmless flags.
+    for flag in ["admin_state_up", "port_security_enabled"] {
+        if port.get(flag).is_some_and(|v| !v.is_boolean()) {
+            return Err(format!("Invalid input for {flag}. Reason: '{}' is not a valid boolean value.", port[flag]));
+        }
+    }
     Ok(PortFields { security_groups, allowed_address_pairs })
 }
 
-fn port_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, String> {
+fn port_object(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, String> {
     let request: Value = serde_json::from_slice(body).map_err(|_| "Malformed request body".to_owned())?;
-    request.get("port").and_then(Value::as_object).cloned().ok_or_else(|| "Resource body required".to_owned())
+    let port = request.get("port").and_then(Value::as_object).cloned().ok_or("Resource body required")?;
+    verify_attributes(&port, known)?;
+    Ok(port)
 }
 
 fn with_macs(pairs: Vec<(String, Option<String>)>, mac: &str) -> Vec<(String, String)> {
     pairs.into_iter().map(|(ip, m)| (ip, m.unwrap_or_else(|| mac.to_owned()))).collect()
 }
 
+/// Whether an address is in a tenant subnet's range.
+fn in_tenant_subnet(ip: &str) -> bool {
+    ip.parse::<Ipv4Addr>().is_ok_and(|ip| ip.octets()[0] == 172 && (16..=31).contains(&ip.octets()[1]))
+}
+
+/// The fixed IP a port create asks for, validated as Neutron's IPAM does
+/// (neutron/db/ipam_backend_mixin.py `_validate_fixed_ips`, ipam/driver):
+/// a subnet of another network is 400 `InvalidInput`, an address outside
+/// the subnet 400 `InvalidIpForSubnet`, an address in use on the network
+/// 409 `IpAddressAlreadyAllocated`. The simulator models one fixed IP per
+/// port.
+fn requested_fixed_ip(state: &State, network_id: &str, port: &Map<String, Value>) -> Result<Option<String>, Response> {
+    let Some(fixed_ips) = port.get("fixed_ips") else { return Ok(None) };
+    let Some(entries) = fixed_ips.as_array() else {
+        return Err(error(400, "Invalid input for fixed_ips. Reason: Invalid data format for fixed IP."));
+    };
+    let Some(entry) = entries.first() else { return Ok(None) };
+    if entries.len() > 1 {
+        return Err(error(400, "Invalid input for fixed_ips: the simulator models one fixed IP per port."));
+    }
+    let subnet = state.subnet_id(network_id);
+    if let Some(asked) = entry.get("subnet_id").and_then(Value::as_str)
+        && asked != subnet
+    {
+        let message = format!(
+            "Invalid input for operation: Failed to create port on network {network_id}, because fixed_ips included invalid subnet {asked}."
+        );
+        return Err(reply::neutron_error(400, "InvalidInput", &message));
+    }
+    let Some(ip) = entry.get("ip_address").and_then(Value::as_str) else { return Ok(None) };
+    if !in_tenant_subnet(ip) {
+        let message = format!("IP address {ip} is not a valid IP for the specified subnet.");
+        return Err(reply::neutron_error(400, "InvalidIpForSubnet", &message));
+    }
+    if state.ports.values().any(|p| p.network_id == network_id && p.ip_address == ip) {
+        let message = format!("IP address {ip} already allocated in subnet {subnet}");
+        return Err(reply::neutron_error(409, "IpAddressAlreadyAllocated", &message));
+    }
+    Ok(Some(ip.to_owned()))
+}
+
 fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.port_creates += 1;
-    let fields = port_object(&ctx.body).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
+    let fields =
+        port_object(&ctx.body, PORT_CREATE_ATTRIBUTES).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
     let (port, fields) = match fields {
         Ok(parsed) => parsed,
         Err(message) => return error(400, &message),
@@ -224,9 +521,29 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
     if let Some(group) = fields.security_groups.as_deref().and_then(|groups| unknown_group(ctx, state, groups)) {
         return security_group_not_found(group);
     }
+    let fixed_ip = match requested_fixed_ip(state, network_id, &port) {
+        Ok(ip) => ip,
+        Err(refusal) => return refusal,
+    };
+    // Without `security_groups` a port gets the project's default group
+    // (securitygroups_db.py `_ensure_default_security_group_on_port`).
+    let security_groups = match fields.security_groups {
+        Some(groups) => groups,
+        None => vec![state.default_group(&ctx.project)],
+    };
     let text = |key: &str| port.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     let id = state.next_id(PORT_KIND);
-    let n = state.next_serial();
+    let mut n = state.next_serial();
+    let ip_address = match fixed_ip {
+        Some(ip) => ip,
+        None => loop {
+            let candidate = fixed_ip_for(n);
+            if !state.ports.values().any(|p| p.network_id == network_id && p.ip_address == candidate) {
+                break candidate;
+            }
+            n = state.next_serial();
+        },
+    };
     let mac_address = mac_for(n);
     let port = SimPort {
         id: id.clone(),
@@ -234,11 +551,12 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
         name: text("name"),
         description: text("description"),
         network_id: network_id.to_owned(),
-        ip_address: fixed_ip_for(n),
-        security_groups: fields.security_groups.unwrap_or_else(|| vec!["default".into()]),
+        ip_address,
+        security_groups,
         allowed_address_pairs: with_macs(fields.allowed_address_pairs.unwrap_or_default(), &mac_address),
         mac_address,
         bound_uid: None,
+        nova_made: false,
         created: ctx.now,
         revision: 1,
     };
@@ -249,7 +567,8 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
 
 fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     state.counters.port_updates += 1;
-    let parsed = port_object(&ctx.body).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
+    let parsed =
+        port_object(&ctx.body, PORT_UPDATE_ATTRIBUTES).and_then(|port| port_fields(&port).map(|fields| (port, fields)));
     let (body, fields) = match parsed {
         Ok(parsed) => parsed,
         Err(message) => return error(400, &message),
@@ -304,7 +623,7 @@ fn render_floating_ip(state: &State, ip: &SimFloatingIp) -> Value {
         "id": ip.id,
         "floating_ip_address": ip.address,
         "floating_network_id": ip.network_id,
-        "router_id": port.map(|_| "5e5e-sim-router"),
+        "router_id": port.map(|_| ROUTER_ID),
         "port_id": ip.port_id,
         "fixed_ip_address": port.map(|p| p.ip_address.as_str()),
         "status": if port.is_some() { "ACTIVE" } else { "DOWN" },
@@ -325,41 +644,65 @@ fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
         .floating_ips
         .values()
         .filter(|f| f.project_id == ctx.project)
-        .filter(|f| ctx.query("port_id").is_none_or(|port| f.port_id.as_deref() == Some(port)))
-        .filter(|f| ctx.query("floating_network_id").is_none_or(|network| f.network_id == network))
-        // `description` filters the list (Networking API v2.0 reference,
-        // "List floating IPs": the `description` query parameter).
-        .filter(|f| ctx.query("description").is_none_or(|description| f.description == description))
         .map(|f| render_floating_ip(state, f))
         .collect();
-    paged(ctx, "floatingips", ips)
+    paged(ctx, "floatingips", FLOATING_IP_FILTERS, ips)
+}
+
+/// A port a floating IP may be associated with: the caller's, without a
+/// floating IP of its own already (neutron/db/l3_db.py
+/// `_check_and_get_fip_assoc`: 409 `FloatingIPPortAlreadyAssociated`).
+fn associable(ctx: &Ctx<'_>, state: &State, port_id: &str, floating_ip_id: Option<&str>) -> Result<(), Response> {
+    let Some(port) = state.ports.get(port_id).filter(|p| p.project_id == ctx.project) else {
+        return Err(port_not_found(port_id));
+    };
+    if let Some(existing) = state.floating_ip_of(port_id).filter(|f| Some(f.id.as_str()) != floating_ip_id) {
+        let message = format!(
+            "Cannot associate floating IP {} ({}) with port {port_id} using fixed IP {}, as that fixed IP already has a floating IP on external network {}.",
+            existing.address,
+            floating_ip_id.unwrap_or_default(),
+            port.ip_address,
+            existing.network_id
+        );
+        return Err(reply::neutron_error(409, "FloatingIPPortAlreadyAssociated", &message));
+    }
+    Ok(())
+}
+
+const FLOATING_IP_CREATE_ATTRIBUTES: &[&str] =
+    &["floating_network_id", "port_id", "fixed_ip_address", "description", "project_id", "tenant_id"];
+const FLOATING_IP_UPDATE_ATTRIBUTES: &[&str] = &["port_id", "fixed_ip_address", "description"];
+
+fn floating_ip_object(body: &[u8], known: &[&str]) -> Result<Map<String, Value>, Response> {
+    let request: Value = serde_json::from_slice(body).map_err(|_| error(400, "Malformed request body"))?;
+    let object = request
+        .get("floatingip")
+        .and_then(Value::as_object)
+        .cloned()
+        .ok_or_else(|| error(400, "Resource body required"))?;
+    verify_attributes(&object, known).map_err(|message| error(400, &message))?;
+    Ok(object)
 }
 
 fn create_floating_ip(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.floating_ip_creates += 1;
-    let request: Value = match serde_json::from_slice(&ctx.body) {
-        Ok(request) => request,
-        Err(_) => return error(400, "Malformed request body"),
+    let body = match floating_ip_object(&ctx.body, FLOATING_IP_CREATE_ATTRIBUTES) {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
     };
-    let body = &request["floatingip"];
-    let Some(network_id) = body["floating_network_id"].as_str() else {
+    let Some(network_id) = body.get("floating_network_id").and_then(Value::as_str) else {
         return error(400, "Failed to parse request. Required attribute 'floating_network_id' not specified");
     };
     if !ctx.sim.config().external_networks.iter().any(|n| n == network_id) {
-        return error(404, &format!("External network {network_id} could not be found."));
+        // neutron-lib `exceptions.NetworkNotFound` (l3_db.py
+        // `create_floatingip` looks the external network up first).
+        return network_not_found(network_id);
     }
-    let port_id = body["port_id"].as_str().map(str::to_owned);
-    if let Some(port_id) = &port_id {
-        if state.ports.get(port_id).is_none_or(|p| p.project_id != ctx.project) {
-            return port_not_found(port_id);
-        }
-        if let Some(existing) = state.floating_ip_of(port_id) {
-            let message = format!(
-                "Cannot associate floating IP with port {port_id}: it already has floating IP {}.",
-                existing.address
-            );
-            return error(409, &message);
-        }
+    let port_id = body.get("port_id").and_then(Value::as_str).map(str::to_owned);
+    if let Some(port_id) = &port_id
+        && let Err(refusal) = associable(ctx, state, port_id, None)
+    {
+        return refusal;
     }
     let id = state.next_id(FLOATING_IP_KIND);
     let n = state.next_serial();
@@ -369,12 +712,46 @@ fn create_floating_ip(ctx: &Ctx<'_>, state: &mut State) -> Response {
         address: floating_ip_for(n),
         network_id: network_id.to_owned(),
         port_id,
-        description: body["description"].as_str().unwrap_or_default().to_owned(),
+        description: body.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
         created: ctx.now,
     };
     let rendered = render_floating_ip(state, &ip);
     state.floating_ips.insert(id, ip);
     reply::json(StatusCode::CREATED, json!({ "floatingip": rendered }))
+}
+
+/// `PUT /floatingips/{id}`: `port_id` associates (a port) or disassociates
+/// (`null`); `description` is kept (neutron/db/l3_db.py `update_floatingip`).
+fn update_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
+    let body = match floating_ip_object(&ctx.body, FLOATING_IP_UPDATE_ATTRIBUTES) {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    if state.floating_ips.get(id).is_none_or(|f| f.project_id != ctx.project) {
+        return floating_ip_not_found(id);
+    }
+    let port_id = match body.get("port_id") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::String(port_id)) => {
+            if let Err(refusal) = associable(ctx, state, port_id, Some(id)) {
+                return refusal;
+            }
+            Some(Some(port_id.clone()))
+        }
+        Some(other) => {
+            return error(400, &format!("Invalid input for port_id. Reason: '{other}' is not a valid UUID."));
+        }
+    };
+    let Some(ip) = state.floating_ips.get_mut(id) else { return floating_ip_not_found(id) };
+    if let Some(port_id) = port_id {
+        ip.port_id = port_id;
+    }
+    if let Some(description) = body.get("description").and_then(Value::as_str) {
+        ip.description = description.to_owned();
+    }
+    let ip = ip.clone();
+    reply::json(StatusCode::OK, json!({ "floatingip": render_floating_ip(state, &ip) }))
 }
 
 fn delete_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
@@ -386,53 +763,142 @@ fn delete_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     reply::empty(StatusCode::NO_CONTENT)
 }
 
-/// The project's tenant networks and the external ones, filtered by
-/// `router:external`, `id` and `name` (exact, as Neutron filters). `fields`
-/// is honoured as Neutron does: only those keys are returned.
-fn list_networks(ctx: &Ctx<'_>, state: &mut State) -> Response {
-    state.counters.network_lists += 1;
-    let external = ctx.query("router:external").map(|v| v.eq_ignore_ascii_case("true"));
-    let tenant = state.networks.values().filter(|n| n.project_id == ctx.project).map(|n| {
+/// The project's tenant networks and the external ones.
+fn networks(ctx: &Ctx<'_>, state: &State) -> Vec<Value> {
+    let network = |id: &str, name: &str, project: &str, external: bool, tags: Vec<String>| {
         json!({
-            "id": n.id, "name": n.name, "router:external": false, "shared": false, "status": "ACTIVE",
-            "admin_state_up": true, "subnets": [format!("{}-subnet", n.id)], "tags": [],
-            "project_id": n.project_id, "tenant_id": n.project_id,
+            "id": id, "name": name, "router:external": external, "shared": false, "status": "ACTIVE",
+            "admin_state_up": true, "subnets": [state.subnet_id(id)], "tags": tags, "description": "",
+            "mtu": 1450, "project_id": project, "tenant_id": project, "revision_number": 1,
+            "created_at": TIMESTAMP, "updated_at": TIMESTAMP,
         })
-    });
+    };
+    let tenant = state
+        .networks
+        .values()
+        .filter(|n| n.project_id == ctx.project)
+        .map(|n| network(&n.id, &n.name, &n.project_id, false, vec![]));
     let config = ctx.sim.config();
     let externals = config.external_networks.iter().map(|id| {
         let tags = config.external_network_tags.get(id).cloned().unwrap_or_default();
-        json!({
-            "id": id, "name": id, "router:external": true, "shared": false, "status": "ACTIVE",
-            "admin_state_up": true, "subnets": [format!("{id}-subnet")], "tags": tags,
-            "project_id": "admin", "tenant_id": "admin",
-        })
+        network(id, id, "admin", true, tags)
     });
-    let networks: Vec<Value> = tenant
-        .chain(externals)
-        .filter(|n| external.is_none_or(|wanted| n["router:external"] == wanted))
-        .filter(|n| ctx.query("id").is_none_or(|wanted| n["id"] == wanted))
-        .filter(|n| ctx.query("name").is_none_or(|wanted| n["name"] == wanted))
-        .collect();
-    paged(ctx, "networks", networks)
+    tenant.chain(externals).collect()
 }
 
-fn list_security_groups(ctx: &Ctx<'_>, state: &mut State) -> Response {
-    state.counters.security_group_lists += 1;
-    let groups: Vec<Value> = state
+/// One subnet per network (`TENANT_CIDR`, or `EXTERNAL_CIDR` on an
+/// external network).
+fn subnets(ctx: &Ctx<'_>, state: &State) -> Vec<Value> {
+    networks(ctx, state)
+        .iter()
+        .map(|network| {
+            let external = network["router:external"] == true;
+            let (cidr, gateway, pool) = if external {
+                (EXTERNAL_CIDR, "100.64.0.1", json!([{"start": "100.64.0.2", "end": "100.127.255.254"}]))
+            } else {
+                (TENANT_CIDR, "172.16.0.1", json!([{"start": "172.16.0.2", "end": "172.31.255.254"}]))
+            };
+            json!({
+                "id": network["subnets"][0], "name": "", "network_id": network["id"], "cidr": cidr,
+                "ip_version": 4, "gateway_ip": gateway, "enable_dhcp": !external, "allocation_pools": pool,
+                "dns_nameservers": [], "host_routes": [], "description": "", "tags": [], "subnetpool_id": null,
+                "ipv6_ra_mode": null, "ipv6_address_mode": null, "service_types": [],
+                "project_id": network["project_id"], "tenant_id": network["project_id"], "revision_number": 1,
+                "created_at": TIMESTAMP, "updated_at": TIMESTAMP,
+            })
+        })
+        .collect()
+}
+
+/// The router floating IPs are reached through, the caller's, gatewayed to
+/// the first external network.
+fn routers(ctx: &Ctx<'_>) -> Vec<Value> {
+    let gateway = ctx.sim.config().external_networks.first().map(|network| json!({"network_id": network}));
+    vec![json!({
+        "id": ROUTER_ID, "name": "router", "status": "ACTIVE", "admin_state_up": true, "description": "",
+        "external_gateway_info": gateway, "routes": [], "tags": [], "project_id": ctx.project,
+        "tenant_id": ctx.project, "revision_number": 1, "created_at": TIMESTAMP, "updated_at": TIMESTAMP,
+    })]
+}
+
+/// The project's security groups. A `default` group has Neutron's default
+/// rules: ingress from members of the group and any egress, IPv4 and IPv6
+/// (securitygroups_db.py `_create_default_security_group`); groups the
+/// test registered have none.
+fn security_groups(ctx: &Ctx<'_>, state: &State) -> Vec<Value> {
+    state
         .security_groups
         .values()
         .filter(|g| g.project_id == ctx.project)
-        .filter(|g| ctx.query("name").is_none_or(|wanted| g.name == wanted))
         .map(|g| {
+            let rules: Vec<Value> = if g.name == "default" {
+                [("ingress", "IPv4", true), ("ingress", "IPv6", true), ("egress", "IPv4", false), ("egress", "IPv6", false)]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (direction, ethertype, from_group))| {
+                        json!({
+                            "id": format!("{}-rule-{i}", g.id), "security_group_id": g.id, "direction": direction,
+                            "ethertype": ethertype, "protocol": null, "port_range_min": null, "port_range_max": null,
+                            "remote_ip_prefix": null, "remote_group_id": if *from_group { Value::from(g.id.as_str()) } else { Value::Null },
+                            "description": null, "project_id": g.project_id, "tenant_id": g.project_id,
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let description = if g.name == "default" { "Default security group" } else { "" };
             json!({
-                "id": g.id, "name": g.name, "description": "", "stateful": true, "tags": [],
-                "project_id": g.project_id, "tenant_id": g.project_id, "security_group_rules": [],
-                "revision_number": 1, "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+                "id": g.id, "name": g.name, "description": description, "stateful": true, "shared": false,
+                "tags": [], "project_id": g.project_id, "tenant_id": g.project_id, "security_group_rules": rules,
+                "revision_number": 1, "created_at": TIMESTAMP, "updated_at": TIMESTAMP,
             })
         })
+        .collect()
+}
+
+/// `GET /extensions`: the extensions whose behaviour this simulator has.
+fn extensions() -> Response {
+    let served = [
+        ("filter-validation", "Filter parameters validation"),
+        ("pagination", "Pagination support"),
+        ("sorting", "Sorting support"),
+        ("security-group", "security-group"),
+        ("router", "Neutron L3 Router"),
+        ("external-net", "Neutron external network"),
+        ("allowed-address-pairs", "Allowed Address Pairs"),
+        ("port-security", "Port Security"),
+        ("project-id", "project_id field enabled"),
+        ("standard-attr-description", "standard-attr-description"),
+        ("standard-attr-revisions", "Resource revision numbers"),
+        ("standard-attr-timestamp", "Resource timestamps"),
+        ("binding", "Port Binding"),
+        ("quotas", "Quota management support"),
+    ];
+    let extensions: Vec<Value> = served
+        .iter()
+        .map(|(alias, name)| json!({"alias": alias, "name": name, "description": name, "links": [], "updated": TIMESTAMP}))
         .collect();
-    paged(ctx, "security_groups", groups)
+    reply::json(StatusCode::OK, json!({ "extensions": extensions }))
+}
+
+/// `GET /quotas/{project_id}`: Neutron's default quotas
+/// (neutron/conf/quota.py); another project's is refused to a non-admin.
+fn quota(ctx: &Ctx<'_>, project_id: &str) -> Response {
+    if project_id != ctx.project {
+        return reply::neutron_error(
+            403,
+            "HTTPForbidden",
+            "Non-admin is not authorized to access quotas for another project",
+        );
+    }
+    reply::json(
+        StatusCode::OK,
+        json!({"quota": {
+            "network": 100, "subnet": 100, "subnetpool": -1, "port": 500, "router": 10, "floatingip": 50,
+            "security_group": 10, "security_group_rule": 100, "rbac_policy": 10,
+        }}),
+    )
 }
 
 /// Neutron's `fields` query: only the named keys (all when none is named).

@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::faults::FaultRules;
-use super::{OpenStackCounters, RequestRecord};
+use super::{Flavor, OpenStackCounters, RequestRecord};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -28,8 +28,15 @@ pub(super) struct State {
     /// Tenant networks by id (external ones come from the configuration).
     pub(super) networks: BTreeMap<String, SimNamed>,
     pub(super) security_groups: BTreeMap<String, SimNamed>,
-    /// Nova keypair names (Nova keeps them per user; one user here).
-    pub(super) keypairs: BTreeSet<String>,
+    /// Nova keypairs by name (Nova keeps them per user; one user here).
+    pub(super) keypairs: BTreeMap<String, SimKeypair>,
+    /// Keystone projects: id -> name (none: any project ID is accepted).
+    pub(super) projects: BTreeMap<String, String>,
+    /// (user id, project id) role assignments.
+    pub(super) grants: BTreeSet<(String, String)>,
+    pub(super) flavors: BTreeMap<String, Flavor>,
+    /// Tenant network id -> its one subnet's id.
+    pub(super) subnets: BTreeMap<String, String>,
     pub(super) faults: FaultRules,
     pub(super) counters: OpenStackCounters,
     pub(super) log: Vec<RequestRecord>,
@@ -39,6 +46,17 @@ pub(super) struct State {
 pub(super) struct IssuedToken {
     pub(super) project_id: Option<String>,
     pub(super) expires_at: Timestamp,
+    /// The token's body as issued (`GET /v3/auth/tokens` shows it again).
+    pub(super) body: serde_json::Value,
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct SimKeypair {
+    pub(super) public_key: String,
+    pub(super) fingerprint: String,
+    /// `ssh` or `x509` (2.2).
+    pub(super) kind: String,
+    pub(super) created: Timestamp,
 }
 
 #[derive(Clone, Debug)]
@@ -52,6 +70,14 @@ pub(super) struct ServerBook {
     pub(super) metadata: BTreeMap<String, String>,
     pub(super) user_data: Option<Vec<u8>>,
     pub(super) key_name: Option<String>,
+    /// 2.19's `description` (null when never given).
+    pub(super) description: Option<String>,
+    /// 2.90's `OS-EXT-SRV-ATTR:hostname`.
+    pub(super) hostname: String,
+    /// 2.26's server tags.
+    pub(super) tags: BTreeSet<String>,
+    /// When the book was last changed (Nova's `updated`).
+    pub(super) updated: Option<Timestamp>,
     /// A delete was accepted (Nova shows task_state `deleting`).
     pub(super) deleting: bool,
     /// Deleted on a soft-delete cloud: listed as `SOFT_DELETED`.
@@ -80,6 +106,10 @@ pub(super) struct SimPort {
     pub(super) allowed_address_pairs: Vec<(String, String)>,
     /// The Server uid whose Nova server boots with it.
     pub(super) bound_uid: Option<String>,
+    /// Made by Nova for a server booted on a network: deleted with it
+    /// (nova/network/neutron.py `deallocate_for_instance`: ports without
+    /// `preserve_on_delete`).
+    pub(super) nova_made: bool,
     pub(super) created: Timestamp,
     pub(super) revision: u64,
 }
@@ -201,6 +231,30 @@ impl State {
         self.networks.get(network_id).map_or_else(|| network_id.to_owned(), |n| n.name.clone())
     }
 
+    /// The id of the one subnet of a network.
+    pub(super) fn subnet_id(&self, network_id: &str) -> String {
+        self.subnets.get(network_id).cloned().unwrap_or_else(|| format!("{network_id}-subnet"))
+    }
+
+    /// The project's `default` security group, made on first use as
+    /// Neutron makes it (neutron/db/securitygroups_db.py
+    /// `_ensure_default_security_group`).
+    pub(super) fn default_group(&mut self, project_id: &str) -> String {
+        let existing = self.security_groups.values().find(|g| g.project_id == project_id && g.name == "default");
+        if let Some(group) = existing {
+            return group.id.clone();
+        }
+        let id = self.next_id(0x05e6);
+        let group = SimNamed { id: id.clone(), name: "default".into(), project_id: project_id.to_owned() };
+        self.security_groups.insert(id.clone(), group);
+        id
+    }
+
+    /// A security group's name, as Nova shows a server's groups.
+    pub(super) fn group_name(&self, id: &str) -> String {
+        self.security_groups.get(id).map_or_else(|| id.to_owned(), |g| g.name.clone())
+    }
+
     /// The floating IP associated with a port, if any.
     pub(super) fn floating_ip_of(&self, port_id: &str) -> Option<&SimFloatingIp> {
         self.floating_ips.values().find(|f| f.port_id.as_deref() == Some(port_id))
@@ -214,6 +268,27 @@ pub(super) fn mac_for(n: u64) -> String {
 
 pub(super) fn fixed_ip_for(n: u64) -> String {
     format!("172.{}.{}.{}", 16 + ((n >> 16) & 0x0f), (n >> 8) & 0xff, n & 0xff)
+}
+
+/// A keypair's fingerprint in Nova's shape (16 colon-separated bytes, as
+/// nova/crypto.py `generate_fingerprint` prints an MD5 digest); the bytes
+/// are a 128-bit FNV-1a hash of the key, not MD5.
+pub(super) fn fingerprint(public_key: &str) -> String {
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in public_key.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    hash.to_be_bytes().iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// The Nova id of a model server: a UUID, as Nova's ids are (the model's
+/// own ids are `sim-<hex>`).
+pub(super) fn nova_id(model_id: &str) -> String {
+    match model_id.strip_prefix("sim-").and_then(|hex| u64::from_str_radix(hex, 16).ok()) {
+        Some(n) => format!("5e5e5e5e-0000-4000-8000-{n:012x}"),
+        None => model_id.to_owned(),
+    }
 }
 
 pub(super) fn floating_ip_for(n: u64) -> String {
