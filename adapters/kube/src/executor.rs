@@ -215,8 +215,11 @@ impl ActionIo<'_> {
                 info!(server = %self.name, namespace = %self.namespace, provider_id = %created.id, "provider server created");
                 if let Some(group) = &self.group {
                     // The answer shows the server exists now: the next pass
-                    // may decide from it (the core's rule says when).
-                    let at = now();
+                    // may decide from it (the core's rule says when). Not in
+                    // whole seconds: the answer comes after the create's note
+                    // of this same second, and the rule asks the view to be
+                    // later than the note.
+                    let at = jiff::Timestamp::now();
                     self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
