@@ -26,6 +26,9 @@ pub enum ParkKind {
     MissingAfterBoot,
     /// The spec cannot be acted on as written (a repeated ID).
     InvalidSpec,
+    /// The spec pins the server to a physical host (`infrastructureRef`),
+    /// which this controller does not do; the CRD makes the pin immutable.
+    HostPinned,
     /// The cloud's policy forbade this generation's create: a person must
     /// grant what it asks for, then request a retry.
     Forbidden,
@@ -39,6 +42,7 @@ impl ParkKind {
             ParkKind::UserDataRefused => "user-data-refused",
             ParkKind::MissingAfterBoot => "missing-after-boot",
             ParkKind::InvalidSpec => "invalid-spec",
+            ParkKind::HostPinned => "host-pinned",
             ParkKind::Forbidden => "forbidden",
         }
     }
@@ -61,8 +65,14 @@ impl ParkKind {
                  create a new one: kubectl delete server {name} -n {namespace}"
             ),
             ParkKind::InvalidSpec => format!("fix the spec: {edit}"),
+            ParkKind::HostPinned => format!(
+                "the pin cannot be edited away (the CRD makes spec.infrastructureRef immutable): delete the Server \
+                 and create it again without the pin, or have a controller that places servers on hosts serve it: \
+                 kubectl delete server {name} -n {namespace}"
+            ),
             ParkKind::Forbidden => format!(
-                "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks                  for, then request a retry: {retry}"
+                "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks \
+                 for, then request a retry: {retry}"
             ),
         }
     }
@@ -95,6 +105,8 @@ pub enum Park {
     Forbidden {
         message: String,
     },
+    /// The spec pins the server to a physical host.
+    HostPinned,
 }
 
 impl Park {
@@ -106,6 +118,7 @@ impl Park {
             Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
             Park::Forbidden { .. } => ParkKind::Forbidden,
+            Park::HostPinned => ParkKind::HostPinned,
         }
     }
 
@@ -118,6 +131,7 @@ impl Park {
             | Park::InvalidSpec { message }
             | Park::Forbidden { message } => message.clone(),
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
+            Park::HostPinned => HOST_PINNED_MESSAGE.into(),
         }
     }
 
@@ -128,6 +142,8 @@ impl Park {
     }
 }
 
+const HOST_PINNED_MESSAGE: &str = "spec.infrastructureRef pins the server to a physical host, which this controller \
+                                   does not do (it would need Nova's hypervisor_hostname and admin credentials)";
 const MISSING_AFTER_BOOT_MESSAGE: &str =
     "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
 /// The message of a refusal recorded before its words were (an older
@@ -141,8 +157,9 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::Refused => Park::Refused { message: refusal_message(server) },
         ParkKind::UserDataRefused => Park::UserDataRefused { message: refusal_message(server) },
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
-        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::invalid_spec(server).unwrap_or_default() },
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
         ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
+        ParkKind::HostPinned => Park::HostPinned,
     })
 }
 
@@ -224,8 +241,8 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if validate::invalid_spec(server).is_some() {
-        return Lifecycle::Parked(ParkKind::InvalidSpec);
+    if let Some(park) = validate::spec_park(server) {
+        return Lifecycle::Parked(park.kind());
     }
     let status = &server.status;
     let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
@@ -410,6 +427,7 @@ mod tests {
             Park::UserDataRefused { message: "user data refused (TooLarge): too large".into() },
             Park::MissingAfterBoot,
             Park::InvalidSpec { message: "network n1 is named twice".into() },
+            Park::HostPinned,
             Park::Forbidden { message: "the cloud's policy does not let this identity create".into() },
         ];
         for park in parks {
@@ -419,12 +437,16 @@ mod tests {
                     format!("kubectl annotate server web -n ns {RETRY_ANNOTATION}=now")
                 }
                 ParkKind::UserDataRefused | ParkKind::InvalidSpec => "kubectl edit server web -n ns".into(),
-                ParkKind::MissingAfterBoot => "kubectl delete server web -n ns".into(),
+                ParkKind::MissingAfterBoot | ParkKind::HostPinned => "kubectl delete server web -n ns".into(),
             };
+            assert!(!message.contains("  "), "no runs of spaces: {message}");
             assert!(message.starts_with(&park.message()), "{message}");
             assert!(message.ends_with(&command), "{message}");
         }
         let user_data = Park::UserDataRefused { message: String::new() }.available_message("ns", "web");
         assert!(!user_data.contains(RETRY_ANNOTATION), "{user_data}");
+        // The CRD makes the pin immutable: an edit is never the advice.
+        let pinned = Park::HostPinned.available_message("ns", "web");
+        assert!(!pinned.contains("kubectl edit"), "{pinned}");
     }
 }

@@ -20,24 +20,18 @@ pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
 /// A spec this controller cannot act on as written (a repeated ID, a host
 /// pin): parked until the spec changes.
 pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
-    invalid_spec(server).map_or(Ok(()), |message| Err(Outcome::Terminal(Park::InvalidSpec { message })))
+    spec_park(server).map_or(Ok(()), |park| Err(Outcome::Terminal(park)))
 }
 
-/// Why the spec cannot be acted on as written, as the park's message.
-pub(crate) fn invalid_spec(server: &Server) -> Option<String> {
-    duplicate_id(server).or_else(|| pinned_host(server))
-}
-
-/// `spec.infrastructureRef` names a host to place the server on, which
-/// this controller does not do (the Go controller sends it to Nova as
-/// `hypervisor_hostname` with admin credentials): refused, never ignored.
-fn pinned_host(server: &Server) -> Option<String> {
-    server.spec.infrastructure_ref.as_ref().map(|_| {
-        "spec.infrastructureRef pins the server to a physical host, which this controller does not do (it would \
-         need Nova's hypervisor_hostname and admin credentials); remove it, or let a controller that places servers \
-         on hosts serve this Server"
-            .to_owned()
-    })
+/// The park of a spec this controller cannot act on as written.
+pub(crate) fn spec_park(server: &Server) -> Option<Park> {
+    // `spec.infrastructureRef` names a host to place the server on, which
+    // this controller does not do (the Go controller sends it to Nova as
+    // `hypervisor_hostname` with admin credentials): refused, never ignored.
+    if server.spec.infrastructure_ref.is_some() {
+        return Some(Park::HostPinned);
+    }
+    duplicate_id(server).map(|message| Park::InvalidSpec { message })
 }
 
 /// What is repeated in the spec, as the park's message.
