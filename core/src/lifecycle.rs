@@ -3,13 +3,14 @@
 //! the rules' own notion of "already parked". Structural: it reads counters,
 //! annotations, latches and condition reasons, never message text.
 
+use std::collections::BTreeSet;
+
 use crate::model::{
     CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason,
-    ConditionStatus, ConditionType, RETRY_ANNOTATION, Server, USER_DATA_REFUSED_ANNOTATION,
+    ConditionStatus, ConditionType, RETRY_ANNOTATION, ResourceKind, Server, USER_DATA_REFUSED_ANNOTATION,
 };
+use crate::options::Options;
 use crate::predicate::{booted_server_unseen, ever_booted};
-use crate::reconcile::Options;
-use crate::reconcile::validate;
 
 /// Why a Server is parked: it waits for a person (a spec change, a counter
 /// reset, a look at a lost server) and is never requeued.
@@ -157,7 +158,7 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::Refused => Park::Refused { message: refusal_message(server) },
         ParkKind::UserDataRefused => Park::UserDataRefused { message: refusal_message(server) },
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
-        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::duplicate_id(server).unwrap_or_default() },
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: duplicate_id(server).unwrap_or_default() },
         ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
         ParkKind::HostPinned => Park::HostPinned,
     })
@@ -241,7 +242,7 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if let Some(park) = validate::spec_park(server) {
+    if let Some(park) = spec_park(server) {
         return Lifecycle::Parked(park.kind());
     }
     let status = &server.status;
@@ -296,6 +297,36 @@ pub(crate) fn user_data_refused_this_generation(server: &Server) -> bool {
 
 fn recorded_for_this_generation(server: &Server, key: &str) -> bool {
     server.meta.annotations.get(key).and_then(|g| g.parse::<i64>().ok()).is_some_and(|g| g == server.meta.generation)
+}
+
+/// The park of a spec this controller cannot act on as written.
+pub(crate) fn spec_park(server: &Server) -> Option<Park> {
+    // `spec.infrastructureRef` names a host to place the server on, which
+    // this controller does not do (the Go controller sends it to Nova as
+    // `hypervisor_hostname` with admin credentials): refused, never ignored.
+    if server.spec.infrastructure_ref.is_some() {
+        return Some(Park::HostPinned);
+    }
+    duplicate_id(server).map(|message| Park::InvalidSpec { message })
+}
+
+/// What is repeated in the spec, as the park's message.
+fn duplicate_id(server: &Server) -> Option<String> {
+    for kind in ResourceKind::ALL {
+        let ids = kind.named(server);
+        if ids.len() < 2 {
+            continue;
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
+            return Some(format!(
+                "{} ID {repeated} appears more than once in the spec; list each {} once",
+                kind.as_str(),
+                kind.as_str()
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

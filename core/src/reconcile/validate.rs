@@ -1,10 +1,8 @@
 //! Checks that must pass before a Server touches anything.
 
-use std::collections::BTreeSet;
-
 use super::decision::{Outcome, PassError};
 use super::facts::Facts;
-use crate::lifecycle::Park;
+use crate::lifecycle::spec_park;
 use crate::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
 
 /// The labels every Server needs to find its cloud and identity.
@@ -21,36 +19,6 @@ pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
 /// pin): parked until the spec changes.
 pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
     spec_park(server).map_or(Ok(()), |park| Err(Outcome::Terminal(park)))
-}
-
-/// The park of a spec this controller cannot act on as written.
-pub(crate) fn spec_park(server: &Server) -> Option<Park> {
-    // `spec.infrastructureRef` names a host to place the server on, which
-    // this controller does not do (the Go controller sends it to Nova as
-    // `hypervisor_hostname` with admin credentials): refused, never ignored.
-    if server.spec.infrastructure_ref.is_some() {
-        return Some(Park::HostPinned);
-    }
-    duplicate_id(server).map(|message| Park::InvalidSpec { message })
-}
-
-/// What is repeated in the spec, as the park's message.
-pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
-    for kind in ResourceKind::ALL {
-        let ids = kind.named(server);
-        if ids.len() < 2 {
-            continue;
-        }
-        let mut seen = BTreeSet::new();
-        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
-            return Some(format!(
-                "{} ID {repeated} appears more than once in the spec; list each {} once",
-                kind.as_str(),
-                kind.as_str()
-            ));
-        }
-    }
-    None
 }
 
 /// Every ID the Server names must exist; the resource may appear later, so
