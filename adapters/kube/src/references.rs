@@ -116,14 +116,23 @@ struct Queue {
     known: Option<Known>,
 }
 
-/// The next batch of `target`'s queue and what is known of the object; `None`
-/// when nothing is pending, and then the queue goes: an idle object keeps no
-/// memory (at 10,000 Servers most objects are idle most of the time), and
-/// its next change starts from the cache's copy.
+/// How many objects an idle writer remembers. What it knows of an object
+/// (its finalizers as last written) spares a write when a lagging cache
+/// still shows the object without a reference this writer added; past this
+/// many objects the idle ones are forgotten, and a change to one starts from
+/// the cache's copy again (at worst one redundant write or a conflict).
+const IDLE_KEPT: usize = 1024;
+
+/// The next batch of `target`'s queue and what is known of the object;
+/// `None` when nothing is pending (its flush ends). Idle queues are dropped
+/// once more than [`IDLE_KEPT`] objects have one.
 fn take_batch(queues: &mut HashMap<Target, Queue>, target: &Target) -> Option<(Vec<Request>, Option<Known>)> {
     let queue = queues.get_mut(target)?;
     if queue.pending.is_empty() {
-        queues.remove(target);
+        queue.flushing = false;
+        if queues.len() > IDLE_KEPT {
+            queues.retain(|_, queue| queue.flushing || !queue.pending.is_empty());
+        }
         return None;
     }
     Some((std::mem::take(&mut queue.pending), queue.known.take()))
@@ -385,18 +394,29 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_queue_goes_and_a_busy_one_hands_over_its_batch() {
-        let target =
-            Target { kind: server_core::model::ResourceKind::Network, namespace: "ns".into(), name: "n".into() };
-        let (done, _answer) = oneshot::channel();
-        let request = Request { finalizer: "f".into(), add: true, done };
-        let queue = Queue { pending: vec![request], flushing: true, known: Some(known(None)) };
-        let mut queues = HashMap::from([(target.clone(), queue)]);
-        let (batch, known) = take_batch(&mut queues, &target).expect("a batch is pending");
+    fn idle_queues_are_kept_up_to_a_bound_and_then_forgotten() {
+        let target = |i: usize| Target {
+            kind: server_core::model::ResourceKind::Network,
+            namespace: "ns".into(),
+            name: format!("n{i}"),
+        };
+        let busy = || {
+            let (done, _answer) = oneshot::channel();
+            let request = Request { finalizer: "f".into(), add: true, done };
+            Queue { pending: vec![request], flushing: true, known: Some(known(None)) }
+        };
+        let mut queues = HashMap::from([(target(0), busy())]);
+        let (batch, known) = take_batch(&mut queues, &target(0)).expect("a batch is pending");
         assert_eq!((batch.len(), known.is_some()), (1, true));
-        assert!(queues.contains_key(&target), "kept while its batch is written");
-        assert!(take_batch(&mut queues, &target).is_none());
-        assert!(queues.is_empty(), "an idle object keeps nothing");
+        assert!(take_batch(&mut queues, &target(0)).is_none());
+        assert!(queues.get(&target(0)).is_some_and(|q| !q.flushing), "an idle object is remembered");
+        for i in 1..=IDLE_KEPT {
+            queues.insert(target(i), Queue::default());
+        }
+        queues.insert(target(IDLE_KEPT + 1), busy());
+        assert!(take_batch(&mut queues, &target(1)).is_none());
+        assert_eq!(queues.len(), 1, "past the bound only the busy queue stays");
+        assert!(queues.contains_key(&target(IDLE_KEPT + 1)));
     }
 
     #[test]
