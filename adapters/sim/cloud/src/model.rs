@@ -178,7 +178,8 @@ impl Instance {
             ProviderStatus::Active => 2,
             _ => 3,
         };
-        (self.number << 3) | (status << 1) | u64::from(self.launched(now))
+        let public_ip = self.public_ip.is_some() && self.launched(now);
+        (self.number << 4) | (u64::from(public_ip) << 3) | (status << 1) | u64::from(self.launched(now))
     }
 
     fn record(&self, uid: &str, now: i64) -> ProviderServer {

@@ -17,6 +17,7 @@ use super::queue::{EventKind, EventQueue, epoch_ms};
 use super::replicas::{Replicas, WatchDelivery};
 use super::report::KubeStats;
 use super::rules::DecisionRules;
+use super::term::Term;
 use super::trace::Trace;
 use super::world::{NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
@@ -114,8 +115,11 @@ impl Engine {
                 TrackedServer::new(server, i / TENANT_SIZE, fate, handle)
             })
             .collect();
+        let monitor_interval = std::time::Duration::from_millis(config.timing.monitor_interval);
         Engine {
-            options: Options::with_max_attempts(config.max_attempts).with_create_grace(config.timing.create_grace()),
+            options: Options::with_max_attempts(config.max_attempts)
+                .with_create_grace(config.timing.create_grace())
+                .with_listed_view_max_age(Options::listed_view_max_age_for_interval(monitor_interval)),
             faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
             shard,
             checker: Checker::new(
@@ -515,11 +519,19 @@ impl Engine {
                 }
             }
             ReplicaChange::Lead => {
-                self.replicas.set_acting(r, true);
+                let term = Term::new(self.events.now(), self.events.now_ts());
+                let earlier = self.replicas.start_term(r, term);
+                if !self.config.ha.term_scoped_memory
+                    && let Some(term) = self.replicas.term_mut(r)
+                {
+                    // The broken variant a test switches on: an earlier
+                    // term's lists outlive it.
+                    term.listings = earlier.listings;
+                }
                 // A new term passes over every Server.
                 self.wake_all_for(r);
             }
-            ReplicaChange::Unlead => self.replicas.set_acting(r, false),
+            ReplicaChange::Unlead => self.replicas.stop_acting(r),
         }
         true
     }

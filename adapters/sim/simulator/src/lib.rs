@@ -24,6 +24,7 @@ mod queue;
 mod replicas;
 mod report;
 mod rules;
+mod term;
 mod trace;
 mod world;
 

@@ -14,7 +14,8 @@ use server_simcloud::Counters;
 pub struct Violation {
     /// DESIGN §12 number ("1".."13"), "patch" for an unappliable status
     /// patch, "park" for a park changed during an outage, "wake" for a wake
-    /// no pass paid (the Server's change went unread).
+    /// no pass paid (the Server's change went unread), "term" for a pass
+    /// that decided on a provider view listed before its replica's term.
     pub invariant: &'static str,
     pub seed: u64,
     /// The shard the Server was simulated in (fixed by the server count) and
@@ -79,6 +80,11 @@ pub struct KubeStats {
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
     pub pass_outcomes: BTreeMap<&'static str, u64>,
+    /// Passes by where the provider view they decided on came from
+    /// (`ProviderSource::label`): `listed` (the term's latest list or a
+    /// create answer), the reason a listed view could not decide and the
+    /// pass read live, or `unlisted` (no list held: read live).
+    pub provider_reads: BTreeMap<&'static str, u64>,
 }
 
 impl KubeStats {
@@ -110,6 +116,7 @@ impl KubeStats {
             relist_wakes,
             events,
             pass_outcomes,
+            provider_reads,
         } = other;
         self.reconcile_passes += reconcile_passes;
         self.monitor_polls += monitor_polls;
@@ -138,6 +145,23 @@ impl KubeStats {
         self.relist_wakes += relist_wakes;
         merge_counts(&mut self.events, events);
         merge_counts(&mut self.pass_outcomes, pass_outcomes);
+        merge_counts(&mut self.provider_reads, provider_reads);
+    }
+
+    /// Passes that decided on a listed view.
+    pub fn listed_reads(&self) -> u64 {
+        self.provider_reads.get("listed").copied().unwrap_or(0)
+    }
+
+    /// Passes that read the provider live because no list was held.
+    pub fn unlisted_reads(&self) -> u64 {
+        self.provider_reads.get("unlisted").copied().unwrap_or(0)
+    }
+
+    /// Passes whose listed view could not decide, by the reason they read
+    /// live instead.
+    pub fn live_after_listed(&self) -> BTreeMap<&'static str, u64> {
+        self.provider_reads.iter().filter(|(k, _)| !matches!(**k, "listed" | "unlisted")).map(|(k, v)| (*k, *v)).collect()
     }
 }
 
@@ -236,6 +260,15 @@ impl fmt::Display for Report {
             f,
             "watch: {} relists on {} pages, {} wakes decided by them",
             k.relists, k.relist_pages, k.relist_wakes
+        )?;
+        let after = k.live_after_listed();
+        writeln!(
+            f,
+            "provider reads: {} listed, {} live after listed ({}), {} unlisted",
+            k.listed_reads(),
+            after.values().sum::<u64>(),
+            join(&after),
+            k.unlisted_reads()
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;

@@ -250,3 +250,9 @@ fn wakes_decided_per_page_are_caught() {
         assert!(report.violations.iter().all(|v| v.invariant == "wake"), "{report}");
     }
 }
+
+#[test]
+fn zz_print() {
+    let report = run(&config(2000, 1));
+    println!("{report}");
+}
