@@ -251,8 +251,49 @@ fn wakes_decided_per_page_are_caught() {
     }
 }
 
+/// Passes decide on the term's latest list of their tenant, and read the
+/// provider live only when the core's `live_read_needed` says the list
+/// cannot decide (before every create and delete, and whenever the list
+/// shows no server). A rule that never asks for a live read acts on lists
+/// that predate a create or a deletion: creates sent while a server exists
+/// (13) and Servers released while theirs lives on (6).
 #[test]
-fn zz_print() {
-    let report = run(&config(2000, 1));
-    println!("{report}");
+fn a_listed_view_that_never_asks_for_a_live_read_is_caught() {
+    let sound = run(&config(600, 1));
+    assert!(sound.passed(), "{sound}");
+    let k = &sound.kube;
+    assert!(k.listed_reads() > 0 && k.unlisted_reads() > 0, "{sound}");
+    for why in ["changes_the_provider", "not_listed"] {
+        assert!(k.live_after_listed().get(why).is_some_and(|n| *n > 0), "{why}: {sound}");
+    }
+    let never_live = DecisionRules { live_read_needed: |_, _, _, _, _| None, ..DecisionRules::CORE };
+    let broken = run_with(&config(600, 1), never_live);
+    assert!(broken.kube.live_after_listed().is_empty(), "{broken}");
+    for invariant in ["13", "6"] {
+        assert!(broken.violations.iter().any(|v| v.invariant == invariant), "{invariant}: {broken}");
+    }
+}
+
+/// Two replicas whose leadership moves back and forth within a minute: the
+/// leader freezes twice, each time the other takes over, so a replica leads
+/// again while the lists of its earlier term are still young enough for the
+/// core's age rule.
+fn leadership_back_and_forth(term_scoped_memory: bool) -> Report {
+    let mut config = config(600, 1);
+    config.ha.stalls = 2;
+    config.ha.stall_duration = 20_000;
+    config.ha.term_scoped_memory = term_scoped_memory;
+    run(&config)
+}
+
+/// What a replica remembers belongs to its term: each term starts with no
+/// list, so no pass decides on what an earlier term listed (another
+/// replica may have acted since). Lists that outlive their term are caught.
+#[test]
+fn lists_that_outlive_their_term_are_caught() {
+    let scoped = leadership_back_and_forth(true);
+    assert!(scoped.passed(), "{scoped}");
+    assert!(scoped.kube.leader_terms >= 4 && scoped.kube.listed_reads() > 0, "{scoped}");
+    let carried = leadership_back_and_forth(false);
+    assert!(carried.violations.iter().any(|v| v.invariant == "term"), "{carried}");
 }
