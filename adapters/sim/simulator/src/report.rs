@@ -76,6 +76,15 @@ pub struct KubeStats {
     pub relists: u64,
     pub relist_pages: u64,
     pub relist_wakes: u64,
+    /// Provider servers another controller made, placed for the port to
+    /// adopt (those still building that vanish before they boot apart).
+    pub adoptable_servers: u64,
+    pub adoptable_vanishing: u64,
+    /// The user's pauses and unpauses (`spec.pause`).
+    pub pauses: u64,
+    pub unpauses: u64,
+    /// Retry annotations an operator wrote (on parked or refused Servers).
+    pub retry_requests: u64,
     /// Events emitted, by reason.
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
@@ -114,6 +123,11 @@ impl KubeStats {
             relists,
             relist_pages,
             relist_wakes,
+            adoptable_servers,
+            adoptable_vanishing,
+            pauses,
+            unpauses,
+            retry_requests,
             events,
             pass_outcomes,
             provider_reads,
@@ -143,6 +157,11 @@ impl KubeStats {
         self.relists = self.relists.max(*relists);
         self.relist_pages += relist_pages;
         self.relist_wakes += relist_wakes;
+        self.adoptable_servers += adoptable_servers;
+        self.adoptable_vanishing += adoptable_vanishing;
+        self.pauses += pauses;
+        self.unpauses += unpauses;
+        self.retry_requests += retry_requests;
         merge_counts(&mut self.events, events);
         merge_counts(&mut self.pass_outcomes, pass_outcomes);
         merge_counts(&mut self.provider_reads, provider_reads);
@@ -161,7 +180,11 @@ impl KubeStats {
     /// Passes whose listed view could not decide, by the reason they read
     /// live instead.
     pub fn live_after_listed(&self) -> BTreeMap<&'static str, u64> {
-        self.provider_reads.iter().filter(|(k, _)| !matches!(**k, "listed" | "unlisted")).map(|(k, v)| (*k, *v)).collect()
+        self.provider_reads
+            .iter()
+            .filter(|(k, _)| !matches!(**k, "listed" | "unlisted"))
+            .map(|(k, v)| (*k, *v))
+            .collect()
     }
 }
 
@@ -269,6 +292,11 @@ impl fmt::Display for Report {
             after.values().sum::<u64>(),
             join(&after),
             k.unlisted_reads()
+        )?;
+        writeln!(
+            f,
+            "users and operators: {} pauses, {} unpauses, {} retry requests, {} provider servers to adopt ({} vanishing before boot)",
+            k.pauses, k.unpauses, k.retry_requests, k.adoptable_servers, k.adoptable_vanishing
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;

@@ -23,6 +23,13 @@ fn default_mix_runs_without_violations() {
     assert!(report.kube.write_conflicts > 0 && report.kube.stale_watch_deliveries > 0, "{report}");
     assert!(report.cloud.injected_failures > 0 && report.kube.controller_restarts > 0, "{report}");
     assert!(report.outcomes.get("running").copied().unwrap_or(0) > 150, "{report}");
+    // Users pause and unpause, operators request retries, some provider
+    // servers are taken over from another controller, and passes decide on
+    // listed views.
+    let k = &report.kube;
+    assert!(k.pauses > 0 && k.unpauses == k.pauses && k.retry_requests > 0, "{report}");
+    assert!(k.adoptable_servers > 0 && k.events.contains_key("ProviderServerAdopted"), "{report}");
+    assert!(k.events.contains_key("RetryRequested") && k.listed_reads() > 0, "{report}");
 }
 
 #[test]
@@ -31,7 +38,10 @@ fn no_faults_means_every_server_runs_or_is_deleted() {
     assert!(report.passed(), "{report}");
     let settled = ["running", "deleted"].iter().map(|k| report.outcomes.get(k).copied().unwrap_or(0)).sum::<u64>();
     assert_eq!(settled, 200, "{report}");
-    assert_eq!(report.create_attempts, 200);
+    // One create per Server, but for those running on a server taken over
+    // from another controller.
+    let adopted_running = report.kube.adoptable_servers - report.kube.adoptable_vanishing;
+    assert_eq!(report.create_attempts, 200 - adopted_running, "{report}");
 }
 
 #[test]
@@ -242,12 +252,15 @@ fn relists_on_several_pages_lose_no_wake() {
 #[test]
 fn wakes_decided_per_page_are_caught() {
     // Whether a lost wake happens in one run depends on timing; over a few
-    // seeds the old rule always loses some, and loses nothing but wakes.
+    // seeds the old rule always loses some, and loses nothing but wakes,
+    // and what a lost wake leaves behind: a Server never passed over has
+    // no finalizer, so when it is deleted a provider server another
+    // controller made for it stays (6).
     let reports: Vec<Report> = (21..=26).map(|seed| paged_relists(RelistWakes::PerPage, seed)).collect();
     let caught = reports.iter().filter(|r| r.violations.iter().any(|v| v.invariant == "wake")).count();
     assert!(caught > 0, "no seed caught the per-page rule: {}", reports[0]);
     for report in &reports {
-        assert!(report.violations.iter().all(|v| v.invariant == "wake"), "{report}");
+        assert!(report.violations.iter().all(|v| v.invariant == "wake" || v.invariant == "6"), "{report}");
     }
 }
 

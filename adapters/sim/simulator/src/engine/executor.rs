@@ -522,9 +522,8 @@ impl Engine {
         let Some(r) = self.replicas.first_acting() else { return false };
         let Some(tenant) = self.api.tenant(t) else { return false };
         let (first, len) = (tenant.first, tenant.len);
-        let projected = |i: usize| {
-            self.api.server(i).and_then(|tracked| tracked.view(r)).is_some_and(|(view, _)| monitored(view))
-        };
+        let projected =
+            |i: usize| self.api.server(i).and_then(|tracked| tracked.view(r)).is_some_and(|(view, _)| monitored(view));
         if !(first..first + len).any(projected) {
             // A group with no Server to project is not listed.
             return false;
@@ -571,9 +570,8 @@ impl Engine {
                 let record = self.replicas.term(r).and_then(|term| term.listings.listed(t, offset));
                 let observed = (self.rules.observe)(&view.status, record, now);
                 self.stats.observations += 1;
-                self.explain.note(i, self.step, self.events.now(), || {
-                    format!("monitor sees {}", explain::record(record))
-                });
+                self.explain
+                    .note(i, self.step, self.events.now(), || format!("monitor sees {}", explain::record(record)));
                 if observed == view.status {
                     if let Some(tracked) = self.api.server_mut(i) {
                         tracked.monitor_memo = Some(memo);
