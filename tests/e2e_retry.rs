@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use serde_json::json;
 use server_core::ParkKind;
+use server_core::model::RETRY_ANNOTATION;
 use server_e2e::cloud::Fate;
 use server_e2e::*;
 
 cloud_scenarios!(
     two_pre_launch_errors_then_success,
     pre_launch_errors_forever_park_at_the_cap_until_reset,
+    the_retry_annotation_unparks_a_server_at_the_cap_once,
     launched_then_error_is_never_deleted,
     provisioned_at_alone_blocks_the_retry,
     restart_in_the_middle_of_a_retry_converges_without_advancing_the_counter,
@@ -97,6 +99,40 @@ async fn pre_launch_errors_forever_park_at_the_cap_until_reset(kind: CloudKind) 
     // The failed server left parked counts as the first failure after the
     // reset: two more creates reach the cap again.
     assert_eq!(env.truth(&uid).creates_accepted, 5);
+    env.assert_invariants();
+    env.stop().await;
+}
+
+/// The un-park command the park's message ends with (`kubectl annotate
+/// server NAME ...retry=now`) is consumed once: the counter starts over, the
+/// attempts run to the cap again, and the annotation is gone.
+async fn the_retry_annotation_unparks_a_server_at_the_cap_once(kind: CloudKind) {
+    let mut env = Env::new(kind, 14).await;
+    let uid = env.create_server("stuck", fast(Fate::failing_forever()), Env::spec());
+    env.start();
+    let parked = env
+        .wait_server("stuck", "parked at the cap", |s| {
+            available_reason(s) == "Errored" && env.park(s) == Some(ParkKind::AtCap)
+        })
+        .await;
+    let namespace = parked.metadata.namespace.clone().unwrap_or_default();
+    let command = format!("kubectl annotate server stuck -n {namespace} {RETRY_ANNOTATION}=now");
+    assert!(available_message(&parked).ends_with(&command), "{}", available_message(&parked));
+    assert_eq!(env.truth(&uid).creates_accepted, 3);
+
+    env.annotate("stuck", RETRY_ANNOTATION, "now").await;
+    env.wait("the retry consumed", || env.event_count("stuck", "RetryRequested") == 1).await;
+    env.wait_server("stuck", "parked at the cap again", |s| {
+        env.park(s) == Some(ParkKind::AtCap)
+            && !s.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(RETRY_ANNOTATION))
+    })
+    .await;
+    env.wait("the second ProviderCreateFailed", || env.event_count("stuck", FAILED) == 2).await;
+    // The failed server left parked is cleared as a retry, not counted
+    // again (DESIGN): three full attempts, and none after.
+    assert_eq!(env.truth(&uid).creates_accepted, 6);
+    env.idle(5).await;
+    assert_eq!(env.truth(&uid).creates_accepted, 6, "a consumed retry was taken again");
     env.assert_invariants();
     env.stop().await;
 }

@@ -88,7 +88,7 @@ async fn an_unreadable_server_is_reported_on_itself_and_the_others_converge(kind
     env.create_server("b4", fast(Fate::clean()), Env::spec());
     env.wait_server("b4", "provisioned", provisioned).await;
     env.wait("the unreadable Server is reported on itself", || {
-        env.event_count("a-odd", server_kube::UNREADABLE_REASON) >= 1
+        env.event_count("a-odd", server_core::reconcile::EventReason::ServerUnreadable.as_str()) >= 1
     })
     .await;
     let stored = env.server_json("a-odd").unwrap_or_default();

@@ -163,6 +163,7 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
             "parked: the server booted and the provider does not have it".into()
         }
         Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written".into(),
+        Lifecycle::Parked(ParkKind::HostPinned) => "parked: the spec pins the server to a physical host".into(),
         Lifecycle::Parked(ParkKind::Forbidden) => "parked: the cloud's policy forbade this generation's create".into(),
         Lifecycle::Provisioning => format!("provisioning ({failures} of {cap} create attempts failed so far)"),
         Lifecycle::Running => "running: provisioned, and the provider reports it healthy".into(),

@@ -24,9 +24,11 @@
 //! See ARCHITECTURE.md, "Adding a consumed kind".
 
 pub mod explain;
+mod issued;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;
+mod options;
 pub mod pass;
 pub mod port;
 pub mod predicate;

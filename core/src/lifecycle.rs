@@ -3,13 +3,14 @@
 //! the rules' own notion of "already parked". Structural: it reads counters,
 //! annotations, latches and condition reasons, never message text.
 
+use std::collections::BTreeSet;
+
 use crate::model::{
     CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason,
-    ConditionStatus, ConditionType, RETRY_ANNOTATION, Server, USER_DATA_REFUSED_ANNOTATION,
+    ConditionStatus, ConditionType, RETRY_ANNOTATION, ResourceKind, Server, USER_DATA_REFUSED_ANNOTATION,
 };
+use crate::options::Options;
 use crate::predicate::{booted_server_unseen, ever_booted};
-use crate::reconcile::Options;
-use crate::reconcile::validate;
 
 /// Why a Server is parked: it waits for a person (a spec change, a counter
 /// reset, a look at a lost server) and is never requeued.
@@ -26,6 +27,9 @@ pub enum ParkKind {
     MissingAfterBoot,
     /// The spec cannot be acted on as written (a repeated ID).
     InvalidSpec,
+    /// The spec pins the server to a physical host (`infrastructureRef`),
+    /// which this controller does not do; the CRD makes the pin immutable.
+    HostPinned,
     /// The cloud's policy forbade this generation's create: a person must
     /// grant what it asks for, then request a retry.
     Forbidden,
@@ -39,6 +43,7 @@ impl ParkKind {
             ParkKind::UserDataRefused => "user-data-refused",
             ParkKind::MissingAfterBoot => "missing-after-boot",
             ParkKind::InvalidSpec => "invalid-spec",
+            ParkKind::HostPinned => "host-pinned",
             ParkKind::Forbidden => "forbidden",
         }
     }
@@ -61,8 +66,14 @@ impl ParkKind {
                  create a new one: kubectl delete server {name} -n {namespace}"
             ),
             ParkKind::InvalidSpec => format!("fix the spec: {edit}"),
+            ParkKind::HostPinned => format!(
+                "the pin cannot be edited away (the CRD makes spec.infrastructureRef immutable): delete the Server \
+                 and create it again without the pin, or have a controller that places servers on hosts serve it: \
+                 kubectl delete server {name} -n {namespace}"
+            ),
             ParkKind::Forbidden => format!(
-                "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks                  for, then request a retry: {retry}"
+                "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks \
+                 for, then request a retry: {retry}"
             ),
         }
     }
@@ -95,6 +106,8 @@ pub enum Park {
     Forbidden {
         message: String,
     },
+    /// The spec pins the server to a physical host.
+    HostPinned,
 }
 
 impl Park {
@@ -106,6 +119,7 @@ impl Park {
             Park::MissingAfterBoot => ParkKind::MissingAfterBoot,
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
             Park::Forbidden { .. } => ParkKind::Forbidden,
+            Park::HostPinned => ParkKind::HostPinned,
         }
     }
 
@@ -118,6 +132,7 @@ impl Park {
             | Park::InvalidSpec { message }
             | Park::Forbidden { message } => message.clone(),
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
+            Park::HostPinned => HOST_PINNED_MESSAGE.into(),
         }
     }
 
@@ -128,6 +143,8 @@ impl Park {
     }
 }
 
+const HOST_PINNED_MESSAGE: &str = "spec.infrastructureRef pins the server to a physical host, which this controller \
+                                   does not do (it would need Nova's hypervisor_hostname and admin credentials)";
 const MISSING_AFTER_BOOT_MESSAGE: &str =
     "provider server disappeared after it booted; it is not recreated automatically because it may have held data";
 /// The message of a refusal recorded before its words were (an older
@@ -141,8 +158,9 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::Refused => Park::Refused { message: refusal_message(server) },
         ParkKind::UserDataRefused => Park::UserDataRefused { message: refusal_message(server) },
         ParkKind::MissingAfterBoot => Park::MissingAfterBoot,
-        ParkKind::InvalidSpec => Park::InvalidSpec { message: validate::invalid_spec(server).unwrap_or_default() },
+        ParkKind::InvalidSpec => Park::InvalidSpec { message: duplicate_id(server).unwrap_or_default() },
         ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
+        ParkKind::HostPinned => Park::HostPinned,
     })
 }
 
@@ -224,8 +242,8 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if server.spec.pause {
         return Lifecycle::Paused;
     }
-    if validate::invalid_spec(server).is_some() {
-        return Lifecycle::Parked(ParkKind::InvalidSpec);
+    if let Some(park) = spec_park(server) {
+        return Lifecycle::Parked(park.kind());
     }
     let status = &server.status;
     let condition = |type_| status.condition(type_).map(|c| (c.status, c.reason));
@@ -279,6 +297,36 @@ pub(crate) fn user_data_refused_this_generation(server: &Server) -> bool {
 
 fn recorded_for_this_generation(server: &Server, key: &str) -> bool {
     server.meta.annotations.get(key).and_then(|g| g.parse::<i64>().ok()).is_some_and(|g| g == server.meta.generation)
+}
+
+/// The park of a spec this controller cannot act on as written.
+pub(crate) fn spec_park(server: &Server) -> Option<Park> {
+    // `spec.infrastructureRef` names a host to place the server on, which
+    // this controller does not do (the Go controller sends it to Nova as
+    // `hypervisor_hostname` with admin credentials): refused, never ignored.
+    if server.spec.infrastructure_ref.is_some() {
+        return Some(Park::HostPinned);
+    }
+    duplicate_id(server).map(|message| Park::InvalidSpec { message })
+}
+
+/// What is repeated in the spec, as the park's message.
+fn duplicate_id(server: &Server) -> Option<String> {
+    for kind in ResourceKind::ALL {
+        let ids = kind.named(server);
+        if ids.len() < 2 {
+            continue;
+        }
+        let mut seen = BTreeSet::new();
+        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
+            return Some(format!(
+                "{} ID {repeated} appears more than once in the spec; list each {} once",
+                kind.as_str(),
+                kind.as_str()
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -410,6 +458,7 @@ mod tests {
             Park::UserDataRefused { message: "user data refused (TooLarge): too large".into() },
             Park::MissingAfterBoot,
             Park::InvalidSpec { message: "network n1 is named twice".into() },
+            Park::HostPinned,
             Park::Forbidden { message: "the cloud's policy does not let this identity create".into() },
         ];
         for park in parks {
@@ -419,12 +468,16 @@ mod tests {
                     format!("kubectl annotate server web -n ns {RETRY_ANNOTATION}=now")
                 }
                 ParkKind::UserDataRefused | ParkKind::InvalidSpec => "kubectl edit server web -n ns".into(),
-                ParkKind::MissingAfterBoot => "kubectl delete server web -n ns".into(),
+                ParkKind::MissingAfterBoot | ParkKind::HostPinned => "kubectl delete server web -n ns".into(),
             };
+            assert!(!message.contains("  "), "no runs of spaces: {message}");
             assert!(message.starts_with(&park.message()), "{message}");
             assert!(message.ends_with(&command), "{message}");
         }
         let user_data = Park::UserDataRefused { message: String::new() }.available_message("ns", "web");
         assert!(!user_data.contains(RETRY_ANNOTATION), "{user_data}");
+        // The CRD makes the pin immutable: an edit is never the advice.
+        let pinned = Park::HostPinned.available_message("ns", "web");
+        assert!(!pinned.contains("kubectl edit"), "{pinned}");
     }
 }

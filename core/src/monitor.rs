@@ -1,7 +1,39 @@
-//! The monitor projection (DESIGN §11): the provider's record of a server,
-//! folded into the status the monitor owns. Pure; the poll loop is an adapter.
+//! The monitor projection (DESIGN §11): which Servers a poll projects, and
+//! the provider's record of a server folded into the status the monitor
+//! owns. Pure; both monitors (server-kube's poll loop, the simulator's)
+//! call [`projects`] and [`project`] and only list and patch.
 
 use jiff::Timestamp;
+
+use crate::status_patch::StatusPatch;
+
+/// The rule that folds a record into a status: [`observe`] unless a test
+/// swaps in another (the simulator checks its checker with broken rules).
+pub type ObserveRule = fn(&ServerStatus, Option<&ProviderServer>, Timestamp) -> ServerStatus;
+
+/// Whether a monitor poll projects a Server: not one being deleted (its
+/// status is the reconciler's until it goes) nor a paused one (no work at
+/// all, as for the reconciler).
+pub fn projects(deleting: bool, paused: bool) -> bool {
+    !deleting && !paused
+}
+
+/// The status patch a monitor poll writes for a Server it projects, given
+/// the record its list shows (`None`: not listed); `None` when nothing
+/// changes, so an unchanged Server costs no write.
+pub fn project(status: &ServerStatus, record: Option<&ProviderServer>, now: Timestamp) -> Option<StatusPatch> {
+    project_with(observe, status, record, now)
+}
+
+/// As [`project`], folding with `rule`.
+pub fn project_with(
+    rule: ObserveRule,
+    status: &ServerStatus,
+    record: Option<&ProviderServer>,
+    now: Timestamp,
+) -> Option<StatusPatch> {
+    StatusPatch::between(status, &rule(status, record, now))
+}
 
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, ServerStatus, set_condition};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
@@ -90,6 +122,23 @@ mod tests {
 
     fn record(status: ProviderStatus, power: PowerState) -> ProviderServer {
         ProviderServer { status, power_state: power, ..Default::default() }
+    }
+
+    #[test]
+    fn a_deleting_or_paused_server_is_not_projected() {
+        assert!(projects(false, false));
+        assert!(!projects(true, false));
+        assert!(!projects(false, true));
+    }
+
+    #[test]
+    fn a_projection_writes_what_changed_and_nothing_the_second_time() {
+        let running = record(ProviderStatus::Active, PowerState::Running);
+        let patch = project(&ServerStatus::default(), Some(&running), at(5)).expect("a new record changes the status");
+        let mut status = ServerStatus::default();
+        patch.apply(&mut status);
+        assert_eq!(status.phase, Some(Phase::Running));
+        assert_eq!(project(&status, Some(&running), at(6)), None, "a fixed point costs no write");
     }
 
     fn healthy(status: &ServerStatus) -> (ConditionStatus, ConditionReason) {

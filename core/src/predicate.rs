@@ -2,11 +2,11 @@
 //! it (§6). The watch trigger and the retry machine call these same functions:
 //! nothing else decides whether a server may be deleted and recreated.
 
+use crate::issued::IssuedCreate;
 use crate::model::{
     ADOPTED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested,
 };
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
-use crate::reconcile::issued::IssuedCreate;
 
 /// Whether the provider ever booted this server, as far as status tells.
 /// Fails closed: any one sign of a boot is enough.

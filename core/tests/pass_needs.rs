@@ -229,3 +229,58 @@ fn a_provider_change_rests_on_a_live_read_catches_a_rule_that_never_reads_live()
     let broken = Rules { live_read_needed: never, ..Rules::CORE };
     must_catch(|| a_provider_change_rests_on_a_live_read(broken));
 }
+
+// --- Policy the adapters used to hold -------------------------------------
+
+#[test]
+fn an_unreadable_server_is_said_once_by_event_and_parked_reading_nothing() {
+    let pass = Pass::unreadable(server(), "spec.networks[0]: invalid type", Options::default(), at(10));
+    assert_eq!(pass.poll_need(), None, "nothing is read");
+    let decision = pass.decision().unwrap();
+    assert_eq!(decision.actions.len(), 1);
+    let Action::Emit(event) = &decision.actions[0] else { panic!("{:?}", decision.actions) };
+    assert_eq!(event.reason.as_str(), "ServerUnreadable");
+    assert!(event.note.contains("spec.networks[0]"));
+    assert!(matches!(decision.outcome, Outcome::Terminal(server_core::Park::InvalidSpec { .. })));
+}
+
+/// A deleting Server whose provider server and attachments are gone: the
+/// pass removes its finalizer.
+fn releasing_pass() -> Pass {
+    let mut server = server();
+    server.meta.deleting = true;
+    server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into());
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Absent;
+    let pass = Pass::with_facts(server, &facts, &Options::default(), at(10));
+    let actions = &pass.decision().unwrap().actions;
+    assert!(actions.iter().any(|a| matches!(a, Action::RemoveFinalizer)), "{actions:?}");
+    pass
+}
+
+#[test]
+fn removing_the_finalizer_of_a_server_already_gone_is_done() {
+    let mut pass = releasing_pass();
+    while let Some(action) = pass.poll_action() {
+        if matches!(action, Action::RemoveFinalizer) {
+            pass.handle_failed(server_core::ActionFailure::ServerGone);
+        } else {
+            pass.handle_done();
+        }
+    }
+    assert!(!pass.is_following_up());
+    assert_eq!(pass.into_outcome(), Outcome::Done);
+}
+
+#[test]
+fn any_other_failure_to_remove_the_finalizer_is_not_done() {
+    let mut pass = releasing_pass();
+    while let Some(action) = pass.poll_action() {
+        if matches!(action, Action::RemoveFinalizer) {
+            pass.handle_failed(server_core::ActionFailure::Api("timed out".into()));
+        } else {
+            pass.handle_done();
+        }
+    }
+    assert!(matches!(pass.into_outcome(), Outcome::Error(_)));
+}

@@ -136,7 +136,7 @@ fn a_rate_limit_requeues_after_what_the_provider_asked_bounded() {
 }
 
 /// `spec.infrastructureRef` (a host pin this controller does not act on) is
-/// refused as an invalid spec, with a message naming it, before anything is
+/// refused as a park of its own, with a message naming it, before anything is
 /// created; never silently ignored.
 #[test]
 fn a_host_pin_is_refused_never_ignored() {
@@ -147,10 +147,10 @@ fn a_host_pin_is_refused_never_ignored() {
     let decision = reconcile(&server, &facts, &Options::default(), at(10));
     assert_eq!(creates(&decision), 0);
     let Outcome::Terminal(park) = &decision.outcome else { panic!("{:?}", decision.outcome) };
-    assert_eq!(park.kind(), ParkKind::InvalidSpec);
+    assert_eq!(park.kind(), ParkKind::HostPinned);
     assert!(park.message().contains("spec.infrastructureRef"), "{}", park.message());
     persist(&mut server, &decision);
-    assert_eq!(lifecycle(&server, &Options::default()), Lifecycle::Parked(ParkKind::InvalidSpec));
+    assert_eq!(lifecycle(&server, &Options::default()), Lifecycle::Parked(ParkKind::HostPinned));
     server.spec.infrastructure_ref = None;
     server.meta.generation += 1;
     let decision = reconcile(&server, &facts, &Options::default(), at(20));

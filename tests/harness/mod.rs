@@ -489,6 +489,16 @@ impl Env {
             .unwrap_or_else(|e| panic!("patching the spec of {name}: {e}"));
     }
 
+    /// Annotates the Server as `kubectl annotate server NAME KEY=VALUE` does
+    /// (a metadata merge patch).
+    pub async fn annotate(&self, name: &str, key: &str, value: &str) {
+        let body = json!({ "metadata": { "annotations": { key: value } } });
+        self.servers()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .unwrap_or_else(|e| panic!("annotating {name}: {e}"));
+    }
+
     /// Merge-patches the Server's status (an operator's reset).
     pub async fn patch_status(&self, name: &str, status: Value) {
         let body = json!({ "status": status });

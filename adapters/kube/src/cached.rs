@@ -85,14 +85,18 @@ impl CachedServer {
         })
     }
 
+    /// The core view of its metadata alone (and its status where readable),
+    /// for a Server whose content cannot be read.
+    pub fn meta_only(&self) -> core_model::Server {
+        let status = self.content.as_ref().ok().and_then(|content| content.status.clone()).unwrap_or_default();
+        core_model::Server { meta: crate::convert::core_meta(&self.metadata), spec: Default::default(), status }
+    }
+
     /// What the wake rule reads: the signals of the core view (its spec is
     /// not read), or for a Server that cannot be read, of its metadata alone
     /// (creation, generation and deletion still wake).
     pub fn wake_signals(&self) -> WakeSignals {
-        let status = self.content.as_ref().ok().and_then(|content| content.status.clone()).unwrap_or_default();
-        let view =
-            core_model::Server { meta: crate::convert::core_meta(&self.metadata), spec: Default::default(), status };
-        WakeSignals::of(&view)
+        WakeSignals::of(&self.meta_only())
     }
 }
 

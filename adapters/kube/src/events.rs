@@ -19,9 +19,6 @@ use crate::error::api_code;
 /// `reportingController` of every Event this operator emits.
 pub const REPORTING_CONTROLLER: &str = "server-controller";
 
-/// Reason of the Event on a Server whose content cannot be read.
-pub const UNREADABLE_REASON: &str = "ServerUnreadable";
-
 /// Publishes the core's events.
 ///
 /// A repeat of (regarding, reason, action) with the same note continues
@@ -148,17 +145,6 @@ impl EventPublisher {
             action: event.action.into(),
             note: event.note.clone(),
         };
-        self.publish_event(event, regarding).await
-    }
-
-    /// A Warning that the Server itself cannot be read (not a decision of
-    /// the core, which never sees such a Server).
-    pub(crate) async fn publish_unreadable(
-        &self,
-        note: String,
-        regarding: &ObjectReference,
-    ) -> Result<(), kube::Error> {
-        let event = Published { type_: "Warning", reason: UNREADABLE_REASON.into(), action: "ReadServer".into(), note };
         self.publish_event(event, regarding).await
     }
 

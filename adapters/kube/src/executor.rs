@@ -10,10 +10,10 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer};
-use server_core::pass::{ProviderSource, Rules, UserDataCopy};
+use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Outcome, Park, Pass, Wait};
+use server_core::{Action, ActionFailure, Outcome, Pass, Wait};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -57,8 +57,16 @@ impl Executor {
         object: &CachedServer,
         caches: &Caches,
     ) -> Result<Outcome, Error> {
+        let options = self.config.rule_options();
         let Some(server) = object.core() else {
-            return Ok(self.report_unreadable(term, object).await);
+            let problem = match &object.content {
+                Err(malformed) => malformed.to_string(),
+                Ok(_) => "it has no content".into(),
+            };
+            let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
+            warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
+            let pass = Pass::unreadable(object.meta_only(), &problem, options, now());
+            return Ok(self.act(term, object, caches, pass, Err("the Server cannot be read".into())).await);
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
@@ -70,9 +78,13 @@ impl Executor {
         if let Ok(content) = &object.content
             && term.unread_said.first_time(&server.meta.uid, &content.unread)
         {
-            self.report_partly_unreadable(term, object, &content.unread).await;
+            let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
+            warn!(server = %name, %namespace, paths = content.unread.len(), "the Server holds values this controller does not understand; read as Unknown");
+            let event = partly_unreadable_event(&content.unread);
+            if let Err(error) = term.events.publish(&event, &object.object_ref(&())).await {
+                warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
+            }
         }
-        let options = self.config.rule_options();
         let withheld = object.content.as_ref().is_ok_and(|content| content.has_user_data);
         let user_data = if withheld { UserDataCopy::Withheld } else { UserDataCopy::Held };
         let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
@@ -98,6 +110,19 @@ impl Executor {
                 "decided"
             );
         }
+        Ok(self.act(term, object, caches, pass, cloud).await)
+    }
+
+    /// Runs the actions the pass hands out, each through the term it started in.
+    async fn act(
+        &self,
+        term: &Term,
+        object: &CachedServer,
+        caches: &Caches,
+        mut pass: Pass,
+        cloud: Result<CloudHandle, String>,
+    ) -> Outcome {
+        let server = pass.server();
         let mut io = ActionIo {
             executor: self,
             term,
@@ -120,44 +145,7 @@ impl Executor {
                 }
             }
         }
-        Ok(pass.into_outcome())
-    }
-
-    /// A Server holding values the core read as something else (a condition
-    /// status of "Maybe" read as Unknown) is managed as usual; this says so,
-    /// once (log and Warning Event, naming at most a few paths, never a
-    /// value).
-    async fn report_partly_unreadable(&self, term: &Term, object: &CachedServer, unread: &[String]) {
-        const NAMED: usize = 4;
-        let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
-        let mut paths = unread.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
-        if unread.len() > NAMED {
-            paths.push_str(&format!(" and {} more", unread.len() - NAMED));
-        }
-        warn!(server = %name, %namespace, %paths, "the Server holds values this controller does not understand; read as Unknown");
-        let note = format!(
-            "{paths}: a value this controller does not understand, read as Unknown. The rest of the Server is managed as usual."
-        );
-        if let Err(error) = term.events.publish_unreadable(note, &object.object_ref(&())).await {
-            warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
-        }
-    }
-
-    /// A Server whose content cannot be read is reported on itself (log and
-    /// Event, naming the field, never its value) and left alone until it changes.
-    async fn report_unreadable(&self, term: &Term, object: &CachedServer) -> Outcome {
-        let problem = match &object.content {
-            Err(malformed) => malformed.to_string(),
-            Ok(_) => "it has no content".into(),
-        };
-        let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
-        warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
-        let note = format!("The Server cannot be read: {problem}. Fix that field; nothing is done until then.");
-        if let Err(error) = term.events.publish_unreadable(note, &object.object_ref(&())).await {
-            warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
-        }
-        // Only a change to the Server can fix it: parked as an invalid spec.
-        Outcome::Terminal(Park::InvalidSpec { message: format!("the Server cannot be read: {problem}") })
+        pass.into_outcome()
     }
 }
 
@@ -204,13 +192,10 @@ impl ActionIo<'_> {
             Action::RemoveFinalizer => {
                 let finalizers: Vec<String> =
                     persisted.meta.finalizers.iter().filter(|f| *f != SERVER_FINALIZER).cloned().collect();
-                match self.patch_server_metadata(json!({ "finalizers": finalizers }), "removing the finalizer").await {
-                    // Removal from a Server that is already gone is done.
-                    Err(PatchError::NotFound) => Ok(()),
-                    other => Ok(other?),
-                }
+                self.patch_server_metadata(json!({ "finalizers": finalizers }), "removing the finalizer").await?;
+                Ok(())
             }
-            Action::WriteStatus(patch) => Ok(self.write_status(patch).await?),
+            Action::WriteStatus(patch) => self.write_status(patch).await,
             Action::Annotate { key, value } => {
                 let annotations = json!({ *key: value });
                 self.patch_server_metadata(json!({ "annotations": annotations }), "writing an annotation").await?;
@@ -230,8 +215,11 @@ impl ActionIo<'_> {
                 info!(server = %self.name, namespace = %self.namespace, provider_id = %created.id, "provider server created");
                 if let Some(group) = &self.group {
                     // The answer shows the server exists now: the next pass
-                    // may decide from it (the core's rule says when).
-                    let at = now();
+                    // may decide from it (the core's rule says when). Not in
+                    // whole seconds: the answer comes after the create's note
+                    // of this same second, and the rule asks the view to be
+                    // later than the note.
+                    let at = jiff::Timestamp::now();
                     self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
@@ -320,14 +308,14 @@ impl ActionIo<'_> {
     }
 
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
-    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), PatchError> {
+    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), ActionFailure> {
         metadata["resourceVersion"] = json!(self.resource_version);
         let body = json!({ "metadata": metadata });
         let patched = self
             .servers()
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
-            .map_err(|e| PatchError::from_kube(context, &e))?;
+            .map_err(|e| write_failure(context, &e))?;
         self.wrote(patched.resource_version().unwrap_or_default());
         Ok(())
     }
@@ -338,10 +326,10 @@ impl ActionIo<'_> {
     /// without the precondition (the API server then applies it to the latest
     /// object) and the pass keeps its old resourceVersion, so its later
     /// guarded writes still fail rather than overwrite the change it missed.
-    async fn record_annotations(&mut self, metadata: Value) -> Result<(), PatchError> {
+    async fn record_annotations(&mut self, metadata: Value) -> Result<(), ActionFailure> {
         const CONTEXT: &str = "recording annotations";
         match self.patch_server_metadata(metadata.clone(), CONTEXT).await {
-            Err(PatchError::Failed(ActionFailure::Conflict(_))) => {}
+            Err(ActionFailure::Conflict(_)) => {}
             other => return other,
         }
         let body = json!({ "metadata": metadata });
@@ -349,7 +337,7 @@ impl ActionIo<'_> {
             .servers()
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
-            .map_err(|e| PatchError::from_kube(CONTEXT, &e))?;
+            .map_err(|e| write_failure(CONTEXT, &e))?;
         // Unguarded: what it replaced is not known, what it made is.
         let made = patched.resource_version().unwrap_or_default();
         self.term.own_writes.wrote(&self.uid, None, &made, !self.written, std::time::Instant::now());
@@ -359,13 +347,13 @@ impl ActionIo<'_> {
 
     /// Sends the core's status merge patch to /status, guarded by the
     /// resourceVersion; 409 is a Conflict for the core.
-    async fn write_status(&mut self, patch: &Value) -> Result<(), PatchError> {
+    async fn write_status(&mut self, patch: &Value) -> Result<(), ActionFailure> {
         let body = json!({ "metadata": { "resourceVersion": self.resource_version }, "status": patch });
         let patched = self
             .servers()
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
-            .map_err(|e| PatchError::from_kube("writing the status", &e))?;
+            .map_err(|e| write_failure("writing the status", &e))?;
         self.wrote(patched.resource_version().unwrap_or_default());
         Ok(())
     }
@@ -402,23 +390,7 @@ impl ActionIo<'_> {
     }
 }
 
-/// A failed Server write: not found is told apart so removals can be idempotent.
-enum PatchError {
-    NotFound,
-    Failed(ActionFailure),
-}
-
-impl PatchError {
-    fn from_kube(context: &str, error: &kube::Error) -> Self {
-        if is_not_found(error) { PatchError::NotFound } else { PatchError::Failed(action_failure(context, error)) }
-    }
-}
-
-impl From<PatchError> for ActionFailure {
-    fn from(error: PatchError) -> Self {
-        match error {
-            PatchError::NotFound => ActionFailure::Api("the Server no longer exists".into()),
-            PatchError::Failed(failure) => failure,
-        }
-    }
+/// A failed Server write, for the core: 404 means the Server is gone.
+fn write_failure(context: &str, error: &kube::Error) -> ActionFailure {
+    if is_not_found(error) { ActionFailure::ServerGone } else { action_failure(context, error) }
 }

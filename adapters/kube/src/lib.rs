@@ -49,7 +49,7 @@ pub use config::ControllerConfig;
 pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;
 pub use error::Error;
-pub use events::{REPORTING_CONTROLLER, UNREADABLE_REASON};
+pub use events::REPORTING_CONTROLLER;
 pub use explain::explain;
 pub use fence::Fence;
 pub use health::Health;

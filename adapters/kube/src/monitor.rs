@@ -1,8 +1,9 @@
 //! The monitor loop (DESIGN §11): every interval, read the live Servers from
 //! the operator's cache (no list of the API), ask each (region, identity)'s
 //! cloud once for all its servers (as the identity the region's identity
-//! source finds in the caches), project each Server with `server_core::observe`, and
-//! patch only what changed, guarded by the resourceVersion the cache holds,
+//! source finds in the caches), project each Server the core's
+//! `monitor::projects` names with `monitor::project`, and patch only what
+//! changed, guarded by the resourceVersion the cache holds,
 //! a bounded number of patches at a time. Each list is kept (`listings`) so
 //! passes can take their provider view from it instead of asking the cloud.
 
@@ -16,9 +17,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use server_core::ServerStatus;
+use server_core::StatusPatch;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
+use server_core::monitor::{project, projects};
 use server_core::port::ProviderServer;
-use server_core::{observe, status_merge_patch};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -100,8 +102,7 @@ impl Monitor {
         for cached in caches.servers.state() {
             // Unreadable Servers are reported by the controller.
             let Ok(content) = &cached.content else { continue };
-            // Deleting Servers are the reconciler's; paused ones get no work at all.
-            if cached.metadata.deletion_timestamp.is_some() || content.spec.spec.pause {
+            if !projects(cached.metadata.deletion_timestamp.is_some(), content.spec.spec.pause) {
                 continue;
             }
             let phase = content.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();
@@ -132,8 +133,7 @@ impl Monitor {
                 let Ok(content) = &cached.content else { continue };
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
-                let next = observe(status, record, now());
-                if let Some(patch) = status_merge_patch(status, &next) {
+                if let Some(patch) = project(status, record, now()).map(StatusPatch::into_json) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),
                         uid: cached.metadata.uid.clone().unwrap_or_default(),

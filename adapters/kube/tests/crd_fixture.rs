@@ -14,7 +14,7 @@ use server_core::model::{
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::Outcome;
 use server_core::status_patch::apply_merge_patch;
-use server_core::{Action, Facts, Options, ProviderView, observe, reconcile};
+use server_core::{Action, Facts, Options, Pass, ProviderView, observe};
 use server_kube::crd::{self, Server, ServerResourceSpec};
 
 fn fixture(file: &str) -> Option<Value> {
@@ -329,7 +329,8 @@ impl Harness {
 
     /// One reconcile pass whose status write succeeds.
     fn pass(&mut self, view: ProviderView, second: i64) -> Outcome {
-        let decision = reconcile(&self.server, &Self::facts(view), &Options::default(), at(second));
+        let pass = Pass::with_facts(self.server.clone(), &Self::facts(view), &Options::default(), at(second));
+        let Some(decision) = pass.decision().cloned() else { panic!("every fact was given: the pass decides") };
         if decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_))) {
             self.write(decision.status.clone());
         }

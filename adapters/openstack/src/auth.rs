@@ -28,8 +28,8 @@ use server_core::port::{CloudError, Credentials, IdentityContext};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::client::Http;
 use crate::config::{Interface, OpenStackConfig};
+use crate::http::Http;
 use crate::mapping::parse_time;
 
 /// What Keystone needs to find endpoints and when to renew.

@@ -1,145 +1,17 @@
-//! The HTTP layer: one reqwest client (rustls on ring), and authenticated
-//! calls to a service endpoint from the token's catalog, with the one token
-//! refresh on 401 that Keystone's token revocation calls for.
+//! Authenticated calls to a service endpoint from the token's catalog, with
+//! the one token refresh on 401 that Keystone's token revocation calls for,
+//! over the shared transport (`http`).
 
-use std::sync::Arc;
-use std::time::Instant;
-
-use reqwest::header::HeaderMap;
-use reqwest::{Method, RequestBuilder, StatusCode};
-use serde::de::DeserializeOwned;
+use reqwest::{Method, StatusCode};
 use server_core::port::{CloudError, IdentityContext, RequestGate};
 use tracing::debug;
 
 use crate::auth::{Auth, Token};
-use crate::config::{ConfigError, OpenStackConfig};
-use crate::error;
+pub(crate) use crate::http::Http;
+use crate::http::Reply;
 
-/// The shared HTTP client.
-#[derive(Clone, Debug)]
-pub(crate) struct Http {
-    client: reqwest::Client,
-    /// The configured request timeout, which the term's gate may shorten.
-    timeout: std::time::Duration,
-    /// Until when each (service endpoint, project) asked to be left alone
-    /// (`Retry-After` on a rate limit): no request to it is sent before.
-    quiet: Arc<std::sync::Mutex<std::collections::HashMap<(String, String), tokio::time::Instant>>>,
-}
-
-/// The longest a `Retry-After` keeps requests back.
-const MAX_QUIET: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// A complete answer: status, headers and the whole body.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Vec<u8>,
-}
-
-impl Reply {
-    pub(crate) fn request_id(&self) -> Option<String> {
-        error::request_id(&self.headers)
-    }
-
-    pub(crate) fn is_success(&self) -> bool {
-        self.status.is_success()
-    }
-
-    pub(crate) fn is_not_found(&self) -> bool {
-        self.status == StatusCode::NOT_FOUND
-    }
-
-    /// The body of a successful answer as `T`; any other answer as its error.
-    pub(crate) fn json<T: DeserializeOwned>(&self, operation: &str) -> Result<T, CloudError> {
-        if !self.is_success() {
-            return Err(self.error(operation));
-        }
-        serde_json::from_slice(&self.body).map_err(|e| error::malformed(operation, self.request_id().as_deref(), e))
-    }
-
-    /// Success without a body of interest.
-    pub(crate) fn ok(&self, operation: &str) -> Result<(), CloudError> {
-        if self.is_success() { Ok(()) } else { Err(self.error(operation)) }
-    }
-
-    pub(crate) fn error(&self, operation: &str) -> CloudError {
-        let error = error::from_status(operation, self.status, self.request_id().as_deref(), &self.body);
-        error::throttled(self.status, &self.headers, &self.body, error)
-    }
-}
-
-impl Http {
-    pub(crate) fn new(config: &OpenStackConfig) -> Result<Self, ConfigError> {
-        let client = reqwest::Client::builder()
-            // OpenStack APIs do not redirect; following one would re-send a
-            // password or a token to wherever it points. A redirect is an
-            // error naming its target (see `Http::send`).
-            .redirect(reqwest::redirect::Policy::none())
-            .tls_backend_preconfigured(tls_config(config.ca_certificate.as_deref())?)
-            .timeout(config.request_timeout)
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("server-controller/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ConfigError::Client(e.to_string()))?;
-        Ok(Http { client, timeout: config.request_timeout, quiet: Arc::default() })
-    }
-
-    pub(crate) fn request(&self, method: Method, url: &str) -> RequestBuilder {
-        self.client.request(method, url)
-    }
-
-    /// Sends and reads the whole answer. Transport failures (including a body
-    /// cut short) are timeouts: the call's outcome is unknown.
-    pub(crate) async fn send(&self, operation: &str, request: RequestBuilder) -> Result<Reply, CloudError> {
-        let started = Instant::now();
-        let response = request.send().await.map_err(|e| error::from_transport(operation, &e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        if status.is_redirection() {
-            return Err(error::redirected(operation, status, &headers));
-        }
-        let body = response.bytes().await.map_err(|e| error::from_transport(operation, &e))?.to_vec();
-        debug!(
-            operation,
-            status = status.as_u16(),
-            request_id = error::request_id(&headers).as_deref().unwrap_or(""),
-            elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "openstack call"
-        );
-        Ok(Reply { status, headers, body })
-    }
-}
-
-/// rustls on ring, verifying with the platform's roots plus any configured CA.
-/// Built here rather than by reqwest so the process never needs a global
-/// default crypto provider.
-fn tls_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, ConfigError> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = match ca_pem {
-        Some(pem) => {
-            let extra = CertificateDer::pem_slice_iter(pem.as_bytes())
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ConfigError::CaCertificate(e.to_string()))?;
-            if extra.is_empty() {
-                return Err(ConfigError::CaCertificate("no certificate in the PEM text".into()));
-            }
-            rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
-        }
-        None => rustls_platform_verifier::Verifier::new(provider.clone()),
-    }
-    .map_err(|e| ConfigError::CaCertificate(e.to_string()))?;
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::Client(e.to_string()))?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(verifier))
-        .with_no_client_auth();
-    Ok(config)
-}
+/// Nova's microversion every compute call asks for.
+pub(crate) const NOVA_MICROVERSION: &str = "2.90";
 
 /// The two services the port needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,7 +109,7 @@ impl Session<'_> {
     /// deadline the gate gives (never past the fence). Not admitted, it is
     /// not sent: its effect is none, as a refused connection's.
     async fn send_with(&self, token: &Token, call: &Call<'_>) -> Result<Reply, CloudError> {
-        let Some(deadline) = self.gate.admit(self.http.timeout) else {
+        let Some(deadline) = self.gate.admit(self.http.timeout()) else {
             debug!(operation = call.operation, "request not admitted by the term's gate");
             return Err(CloudError::Unreachable { message: format!("{}: {NOT_ADMITTED}", call.operation) });
         };
@@ -246,8 +118,7 @@ impl Session<'_> {
         // whichever pass comes first (another wake, another Server of the
         // project) gets the rate limit back without a request.
         let key = (base.to_owned(), token.project_id.clone());
-        let quiet = self.http.quiet.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key).copied();
-        if let Some(until) = quiet.filter(|until| tokio::time::Instant::now() < *until) {
+        if let Some(until) = self.http.quiet_until(&key) {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             return Err(CloudError::RateLimited {
                 message: format!("{}: not sent: the provider asked to be left alone (Retry-After)", call.operation),
@@ -263,8 +134,8 @@ impl Session<'_> {
             .header(reqwest::header::ACCEPT, "application/json");
         if call.service == Service::Compute {
             request = request
-                .header("X-OpenStack-Nova-API-Version", crate::compute::NOVA_MICROVERSION)
-                .header("OpenStack-API-Version", format!("compute {}", crate::compute::NOVA_MICROVERSION));
+                .header("X-OpenStack-Nova-API-Version", NOVA_MICROVERSION)
+                .header("OpenStack-API-Version", format!("compute {}", NOVA_MICROVERSION));
         }
         if !call.query.is_empty() {
             request = request.query(&call.query);
@@ -276,10 +147,7 @@ impl Session<'_> {
         if matches!(reply.status.as_u16(), 413 | 429)
             && let Some(wait) = reply.error(call.operation).retry_after()
         {
-            let until = tokio::time::Instant::now() + wait.min(MAX_QUIET);
-            let mut quiet = self.http.quiet.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            quiet.retain(|_, at| tokio::time::Instant::now() < *at);
-            quiet.insert(key, until);
+            self.http.keep_quiet(key, wait);
         }
         Ok(reply)
     }

@@ -1,4 +1,4 @@
-//! Nova calls (compute API v2.1 at microversion [`NOVA_MICROVERSION`]).
+//! Nova calls (compute API v2.1 at microversion [`NOVA_MICROVERSION`](crate::client::NOVA_MICROVERSION)).
 
 use reqwest::Method;
 use serde::Deserialize;
@@ -12,7 +12,7 @@ use crate::mapping::NovaServer;
 /// the server record shapes are those of the `v2.90_` samples, and a Nova
 /// cell that does not answer shows its servers as down-cell records
 /// (status UNKNOWN, no metadata; since 2.69) instead of failing the list.
-pub(crate) const NOVA_MICROVERSION: &str = "2.90";
+use crate::http::segment;
 
 /// A runaway pagination (a marker that does not advance) stops here.
 const MAX_PAGES: usize = 1_000;
@@ -121,17 +121,6 @@ pub(crate) async fn force_delete_server(session: &Session<'_>, id: &str) -> Resu
         return Ok(());
     }
     reply.ok(OPERATION)
-}
-
-/// A provider id as one URL path segment (ids are UUIDs, but nothing read
-/// from an API goes into a path unescaped).
-pub(crate) fn segment(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -84,6 +84,7 @@ mod config;
 #[cfg(test)]
 mod contract;
 mod error;
+mod http;
 mod index;
 mod mapping;
 mod network;

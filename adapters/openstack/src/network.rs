@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use server_core::port::CloudError;
 
 use crate::client::{Call, Service, Session};
-use crate::compute::segment;
+use crate::http::segment;
 
 #[derive(Clone, Debug, Deserialize)]
 pub(crate) struct Port {

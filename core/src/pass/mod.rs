@@ -37,10 +37,12 @@ pub mod needs;
 use jiff::Timestamp;
 
 pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live};
+use crate::lifecycle::Park;
 use crate::model::{SERVER_FINALIZER, Server, ServerStatus};
 use crate::reconcile::{
-    Action, ActionFailure, Decision, Facts, LiveRead, Options, Outcome, PassError, ProviderRead, ProviderView, Wait,
-    action_failed, live_read_needed, needs_facts, reads_attachments, reads_networking, reconcile,
+    Action, ActionFailure, Decision, Event, EventReason, EventType, Facts, LiveRead, Options, Outcome, PassError,
+    ProviderRead, ProviderView, Wait, action_failed, live_read_needed, needs_facts, reads_attachments,
+    reads_networking, reconcile,
 };
 
 /// The rule that judges a failed action: [`action_failed`] unless a test
@@ -171,6 +173,36 @@ impl Pass {
         };
         pass.advance();
         pass
+    }
+
+    /// A pass over a Server whose content cannot be read (`server` holds
+    /// its metadata; `problem` names the field, never its value): it says
+    /// so on the Server (a Warning Event) and parks it as an invalid spec,
+    /// reading nothing and acting on nothing until it changes.
+    pub fn unreadable(server: Server, problem: &str, options: Options, now: Timestamp) -> Self {
+        let note =
+            bounded_note(&format!("The Server cannot be read: {problem}. Fix that field; nothing is done until then."));
+        let decision = Decision {
+            status: server.status.clone(),
+            actions: vec![Action::Emit(Event {
+                type_: EventType::Warning,
+                reason: EventReason::ServerUnreadable,
+                action: "ReadServer",
+                note,
+            })],
+            outcome: Outcome::Terminal(Park::InvalidSpec { message: format!("the Server cannot be read: {problem}") }),
+        };
+        Pass {
+            server,
+            facts: Facts::default(),
+            options,
+            rules: Rules::CORE,
+            reads: Reads::default(),
+            decision: Some(decision),
+            next: 0,
+            stage: Stage::Acting,
+            now,
+        }
     }
 
     /// A pass whose needs are all answered from `facts` (its provider view
@@ -341,6 +373,12 @@ impl Pass {
     /// Without an action to run it does nothing.
     pub fn handle_failed(&mut self, failure: ActionFailure) {
         let Some(action) = self.poll_action() else { return };
+        // Removing the finalizer of a Server that is already gone reached
+        // what it was for.
+        if matches!((action, &failure), (Action::RemoveFinalizer, ActionFailure::ServerGone)) {
+            self.handle_done();
+            return;
+        }
         let judged = (self.rules.action_failed)(&self.server, action, &failure, self.now);
         match self.stage {
             Stage::Acting => {
@@ -426,6 +464,40 @@ impl Pass {
     pub fn into_parts(self) -> (Server, Facts, Options) {
         (self.server, self.facts, self.options)
     }
+}
+
+/// The Warning Event of a Server holding values the core read as something
+/// else (a condition status of "Maybe" read as Unknown), naming at most a
+/// few of their `paths`, never a value. The Server is managed as usual; a
+/// driver says this once per Server and term.
+pub fn partly_unreadable_event(paths: &[String]) -> Event {
+    const NAMED: usize = 4;
+    let mut named = paths.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if paths.len() > NAMED {
+        named.push_str(&format!(" and {} more", paths.len() - NAMED));
+    }
+    Event {
+        type_: EventType::Warning,
+        reason: EventReason::ServerUnreadable,
+        action: "ReadServer",
+        note: bounded_note(&format!(
+            "{named}: a value this controller does not understand, read as Unknown. The rest of the Server is \
+             managed as usual."
+        )),
+    }
+}
+
+/// An Event note within the API server's 1 kB limit.
+fn bounded_note(note: &str) -> String {
+    const MAX: usize = 1024;
+    if note.len() <= MAX {
+        return note.to_owned();
+    }
+    let mut end = MAX - 3;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &note[..end])
 }
 
 /// The answer to `need` from `facts`, held up front (the provider view as

@@ -356,11 +356,14 @@ pub enum EventReason {
     /// A spec change the controller does not apply to an existing provider
     /// server (flavor, image): the server keeps what it was created with.
     SpecChangeNotApplied,
+    /// The Server holds something this controller cannot read (this
+    /// controller's own): named by field, never by value.
+    ServerUnreadable,
 }
 
 impl EventReason {
     /// Every reason, for metrics that show each from the start.
-    pub const ALL: [EventReason; 12] = [
+    pub const ALL: [EventReason; 13] = [
         EventReason::ProviderCreateRetrying,
         EventReason::ProviderCreateRetryReady,
         EventReason::ProviderCreateFailed,
@@ -373,6 +376,7 @@ impl EventReason {
         EventReason::ProviderServerAdopted,
         EventReason::ProviderTagsDropped,
         EventReason::SpecChangeNotApplied,
+        EventReason::ServerUnreadable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -389,6 +393,7 @@ impl EventReason {
             EventReason::ProviderServerAdopted => "ProviderServerAdopted",
             EventReason::ProviderTagsDropped => "ProviderTagsDropped",
             EventReason::SpecChangeNotApplied => "SpecChangeNotApplied",
+            EventReason::ServerUnreadable => "ServerUnreadable",
         }
     }
 }
@@ -422,7 +427,8 @@ mod tests {
             | EventReason::RetryRefused
             | EventReason::ProviderServerAdopted
             | EventReason::ProviderTagsDropped
-            | EventReason::SpecChangeNotApplied => EventReason::ALL.iter().position(|listed| *listed == reason),
+            | EventReason::SpecChangeNotApplied
+            | EventReason::ServerUnreadable => EventReason::ALL.iter().position(|listed| *listed == reason),
         };
         let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");

@@ -7,12 +7,12 @@
 
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, Wait};
 use super::facts::{AttachmentsView, Facts, ProviderView};
-use super::issued::IssuedCreate;
-use super::options::Options;
 use super::plan::Plan;
 use super::provision::server_ref;
 use super::references;
+use crate::issued::IssuedCreate;
 use crate::model::{CREATE_ISSUED_ANNOTATION, SERVER_FINALIZER, Server};
+use crate::options::Options;
 
 pub(crate) fn deprovision(server: &Server, facts: &Facts, options: &Options, mut plan: Plan) -> Decision {
     match &facts.provider {

@@ -23,6 +23,8 @@ pub enum ActionFailure {
     Conflict(String),
     /// Any other Kubernetes API failure.
     Api(String),
+    /// The Server no longer exists (the API server answered 404).
+    ServerGone,
 }
 
 /// The follow-up decision after `action` failed. `server` is the Server as
@@ -81,6 +83,10 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (_, ActionFailure::Conflict(message)) => unchanged(Outcome::Yield(Wait::Conflict { message: message.clone() })),
         (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(PassError::Cloud(error.clone()))),
         (_, ActionFailure::Api(message)) => unchanged(Outcome::Error(PassError::Api { message: message.clone() })),
+        // Nothing is left to act on; the watch's delete event ends its work.
+        (_, ActionFailure::ServerGone) => {
+            unchanged(Outcome::Error(PassError::Api { message: "the Server no longer exists".into() }))
+        }
     }
 }
 

@@ -7,9 +7,9 @@ use jiff::{SignedDuration, Timestamp};
 
 use super::decision::{Action, Decision};
 use super::facts::{Facts, ProviderRead, ProviderView};
-use super::issued::IssuedCreate;
-use super::options::Options;
+use crate::issued::IssuedCreate;
 use crate::model::Server;
+use crate::options::Options;
 use crate::predicate::ever_booted;
 
 /// Why a decision made from a listed view may not be acted on: the pass

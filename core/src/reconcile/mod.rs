@@ -4,22 +4,20 @@ mod decision;
 mod deprovision;
 mod facts;
 mod failure;
-pub(crate) mod issued;
 mod listed;
 mod networking;
-mod options;
 mod plan;
 mod provision;
 mod references;
 mod retry;
 pub(crate) mod validate;
 
+pub use crate::options::Options;
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, ServerPart, Wait};
 pub use facts::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
 pub use networking::{Converging, port_follows_spec, wants_public_ip};
-pub use options::Options;
 
 use jiff::Timestamp;
 

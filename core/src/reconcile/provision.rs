@@ -7,10 +7,9 @@ use super::decision::{
     RETRY_READY_MESSAGE, Wait,
 };
 use super::facts::{Facts, ProviderView};
-use super::issued::IssuedCreate;
-use super::options::Options;
 use super::plan::Plan;
 use super::references;
+use crate::issued::IssuedCreate;
 use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park};
 use crate::model::{
     ADOPTED_ANNOTATION, CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason, ConditionStatus,
@@ -18,6 +17,7 @@ use crate::model::{
     SshInjection, USER_DATA_REFUSED_ANNOTATION, set_condition,
 };
 use crate::monitor::{observe, project_health};
+use crate::options::Options;
 use crate::port::{CreateRequest, Owner, ServerRef};
 use crate::predicate::{ever_booted, record_shows_boot, status_shows_create_failure};
 use crate::provider_metadata::provider_tags;

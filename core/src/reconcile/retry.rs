@@ -4,12 +4,12 @@
 //! event saying what it did.
 
 use super::decision::{Event, EventReason, EventType};
-use super::options::Options;
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
 use crate::model::{
     CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, RETRY_ANNOTATION,
     Server, USER_DATA_REFUSED_ANNOTATION, retry_requested,
 };
+use crate::options::Options;
 use crate::predicate::provider_create_failure;
 
 /// A consumed retry request: the Server as the rest of the pass must see it

@@ -1,10 +1,8 @@
 //! Checks that must pass before a Server touches anything.
 
-use std::collections::BTreeSet;
-
 use super::decision::{Outcome, PassError};
 use super::facts::Facts;
-use crate::lifecycle::Park;
+use crate::lifecycle::spec_park;
 use crate::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Server};
 
 /// The labels every Server needs to find its cloud and identity.
@@ -20,43 +18,7 @@ pub(crate) fn required_labels(server: &Server) -> Result<(), Outcome> {
 /// A spec this controller cannot act on as written (a repeated ID, a host
 /// pin): parked until the spec changes.
 pub(crate) fn no_duplicate_ids(server: &Server) -> Result<(), Outcome> {
-    invalid_spec(server).map_or(Ok(()), |message| Err(Outcome::Terminal(Park::InvalidSpec { message })))
-}
-
-/// Why the spec cannot be acted on as written, as the park's message.
-pub(crate) fn invalid_spec(server: &Server) -> Option<String> {
-    duplicate_id(server).or_else(|| pinned_host(server))
-}
-
-/// `spec.infrastructureRef` names a host to place the server on, which
-/// this controller does not do (the Go controller sends it to Nova as
-/// `hypervisor_hostname` with admin credentials): refused, never ignored.
-fn pinned_host(server: &Server) -> Option<String> {
-    server.spec.infrastructure_ref.as_ref().map(|_| {
-        "spec.infrastructureRef pins the server to a physical host, which this controller does not do (it would \
-         need Nova's hypervisor_hostname and admin credentials); remove it, or let a controller that places servers \
-         on hosts serve this Server"
-            .to_owned()
-    })
-}
-
-/// What is repeated in the spec, as the park's message.
-pub(crate) fn duplicate_id(server: &Server) -> Option<String> {
-    for kind in ResourceKind::ALL {
-        let ids = kind.named(server);
-        if ids.len() < 2 {
-            continue;
-        }
-        let mut seen = BTreeSet::new();
-        if let Some(repeated) = ids.into_iter().find(|id| !seen.insert(*id)) {
-            return Some(format!(
-                "{} ID {repeated} appears more than once in the spec; list each {} once",
-                kind.as_str(),
-                kind.as_str()
-            ));
-        }
-    }
-    None
+    spec_park(server).map_or(Ok(()), |park| Err(Outcome::Terminal(park)))
 }
 
 /// Every ID the Server names must exist; the resource may appear later, so

@@ -485,6 +485,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::Refused) => return "refused by the provider".into(),
         Some(ParkKind::UserDataRefused) => return "parked: user data refused".into(),
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
+        Some(ParkKind::HostPinned) => return "parked: pinned to a host".into(),
         Some(ParkKind::Forbidden) => return "forbidden by the cloud's policy".into(),
         None => {}
     }

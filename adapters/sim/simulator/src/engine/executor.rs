@@ -244,9 +244,8 @@ impl Engine {
                 })
             }
             Action::RemoveFinalizer => {
-                // Removal from a Server that is already gone is done.
                 if self.api.server(i).is_some_and(|tracked| !tracked.exists()) {
-                    return Ok(());
+                    return Err(ActionFailure::ServerGone);
                 }
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
