@@ -144,6 +144,8 @@ struct Instance {
     vanish: Option<i64>,
     /// Set by the first delete request.
     gone: Option<i64>,
+    /// Made by another controller and taken over for the Server.
+    adopted: bool,
 }
 
 impl Instance {
@@ -178,7 +180,8 @@ impl Instance {
             ProviderStatus::Active => 2,
             _ => 3,
         };
-        (self.number << 3) | (status << 1) | u64::from(self.launched(now))
+        let public_ip = self.public_ip.is_some() && self.launched(now);
+        (self.number << 4) | (u64::from(public_ip) << 3) | (status << 1) | u64::from(self.launched(now))
     }
 
     fn record(&self, uid: &str, now: i64) -> ProviderServer {
@@ -197,7 +200,7 @@ impl Instance {
             public_ip: self.public_ip.clone().filter(|_| launched),
             // The port's MAC is final only once the server is ACTIVE.
             mac_address: active.then(|| self.mac.clone()),
-            adopted: false,
+            adopted: self.adopted,
         }
     }
 }
@@ -381,6 +384,7 @@ impl CloudModel {
             error,
             vanish,
             gone: None,
+            adopted: false,
         };
         let record = instance.record(uid, now);
         state.instances.push(instance);
@@ -395,6 +399,47 @@ impl CloudModel {
             });
         }
         Ok(record)
+    }
+
+    /// A provider server another controller made for `uid` in the project
+    /// before this one took the region over (the Go controller's, which
+    /// the port adopts): it boots at `launch` (never, if `None`) and
+    /// vanishes at `vanish`, if given. It is no create of this controller:
+    /// the truth's creates leave it out, and the uid's fate rules the
+    /// creates that follow.
+    pub fn place_adoptable(
+        &mut self,
+        now: Timestamp,
+        project_id: &str,
+        uid: &str,
+        launch: Option<Timestamp>,
+        vanish: Option<Timestamp>,
+    ) {
+        let slot = self.slot(uid);
+        let project = self.index_project(project_id, slot);
+        let number = self.next_number;
+        self.next_number += 1;
+        let (id, private_ip, _, mac) = identity_of(number, false);
+        let instance = Instance {
+            number,
+            id,
+            private_ip,
+            public_ip: None,
+            mac,
+            security_groups: Vec::new(),
+            allowed_address_pairs: Vec::new(),
+            project,
+            name: format!("go-{uid}"),
+            created: now.as_millisecond(),
+            launch: launch.map(Timestamp::as_millisecond),
+            error: None,
+            vanish: vanish.map(Timestamp::as_millisecond),
+            gone: None,
+            adopted: true,
+        };
+        if let Some(state) = self.servers.get_mut(slot) {
+            state.instances.push(instance);
+        }
     }
 
     /// Starts (or continues) deleting the Server's provider server.

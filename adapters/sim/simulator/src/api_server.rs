@@ -105,6 +105,15 @@ impl ApiServer {
         }
     }
 
+    /// Server `i`'s provider group as the replicas' listings hold it: its
+    /// tenant, its offset among the tenant's Servers, and how many it has.
+    #[inline]
+    pub(crate) fn group_of(&self, i: usize) -> Option<(usize, usize, usize)> {
+        let t = self.servers.get(i)?.tenant;
+        let tenant = self.tenants.get(t)?;
+        Some((t, i.checked_sub(tenant.first)?, tenant.len))
+    }
+
     /// Applies `change` to Server `i` at a new resourceVersion: `change`
     /// runs on the shadow copy and the copies swap, so the shadow holds the
     /// Server before the write (for the wake rule, the checks and a lagging

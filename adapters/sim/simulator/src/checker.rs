@@ -3,7 +3,7 @@
 //! and each stored write (2, 3) here; the engine asks it about 1, 4, 6 and
 //! 13 where the cloud calls happen, against the cloud's truth.
 
-use server_core::model::{ConditionReason, ConditionType, ServerStatus};
+use server_core::model::{ConditionReason, ConditionType, RETRY_ANNOTATION, ServerStatus, retry_requested};
 use server_core::{Action, Decision, Options, Outcome, ProviderView, Server};
 
 use super::report::Violation;
@@ -169,6 +169,13 @@ pub(crate) struct PassRead {
     /// The provider record read shows a boot (which latches provisionedAt
     /// in the same pass, whatever the status said: §7).
     pub(crate) record_booted: bool,
+    /// The Server as read was paused (`spec.pause`).
+    pub(crate) paused: bool,
+    /// ... and its status says so, which the first pass after the pause
+    /// ends must replace, whatever the provider.
+    pub(crate) pause_reported: bool,
+    /// ... carried an operator's retry annotation.
+    pub(crate) retry_requested: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,6 +212,12 @@ impl PassRead {
                 }
             },
             record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
+            paused: view.spec.pause,
+            pause_reported: view
+                .status
+                .condition(ConditionType::Available)
+                .is_some_and(|c| c.message == server_core::reconcile::PAUSED_MESSAGE),
+            retry_requested: retry_requested(&view.meta),
         }
     }
 
@@ -235,10 +248,30 @@ impl Checker {
         if unknown && (creates || deletes) {
             found.push(("10", format!("provider view unknown, yet the decision {}", verb(creates, deletes))));
         }
+        // A paused Server gets no work: its status says so, nothing else.
+        if pass.paused && decision.actions.iter().any(|a| !matches!(a, Action::WriteStatus(_) | Action::Emit(_))) {
+            found.push(("pause", format!("a paused Server's pass decided {:?}", decision.actions)));
+        }
+        // An operator's retry request is consumed by the first pass that
+        // reads it (unless it is paused or being deleted).
+        let consumes_retry =
+            decision.actions.iter().any(|a| a.annotation_changes().contains(&(RETRY_ANNOTATION, None)));
+        if first && pass.retry_requested && !pass.paused && !pass.deleting && !consumes_retry {
+            found.push(("retry", "a pass read the retry annotation and left it".into()));
+        }
         // A park outlasts an outage: with nothing new from the provider,
-        // nothing about a parked Server changes (no status write, no requeue).
+        // nothing about a parked Server changes (no status write, no requeue),
+        // unless an operator asked for a retry.
         let writes_status = decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_)));
-        if first && unknown && pass.parked && !pass.deleting && (!terminal || (pass.park_reported && writes_status)) {
+        if first
+            && unknown
+            && pass.parked
+            && !pass.deleting
+            && !pass.retry_requested
+            && !pass.paused
+            && !(pass.pause_reported && terminal)
+            && (!terminal || (pass.park_reported && writes_status))
+        {
             found.push((
                 "park",
                 format!("a parked Server read with no provider view was changed: {:?}", decision.outcome),
@@ -255,10 +288,13 @@ impl Checker {
         }
 
         let Some(check) = self.memory.get_mut(i) else { return (Vec::new(), false) };
-        let decisive = first && !pass.deleting && !unknown;
+        // A paused Server's pass does nothing whatever it holds (Done, no
+        // requeue: a person said so); the retry machine's rules are judged
+        // on the others.
+        let decisive = first && !pass.deleting && !unknown && !pass.paused;
         // Judged on what the pass read: a reset the controller has not seen
         // yet cannot have re-armed anything.
-        if decisive && pass.failures >= max && (!terminal || creates || deletes) {
+        if decisive && pass.failures >= max && !pass.retry_requested && (!terminal || creates || deletes) {
             found.push(("2", format!("at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
         }
         // The first pass that read the reset (a lagging cache may not show it

@@ -111,6 +111,22 @@ pub struct KubeFaults {
     pub refused_spec_fix: f64,
     /// Share of parked Servers an operator resets (providerCreateFailures).
     pub operator_reset: f64,
+    /// Share of those resets made with the retry annotation (`kubectl
+    /// annotate ... server-controller.unikorn-cloud.org/retry=now`) rather
+    /// than by patching the status.
+    pub retry_by_annotation: f64,
+    /// Share of quota-refused Servers whose spec the user leaves as it is,
+    /// for which an operator requests a retry (the retry annotation).
+    pub refused_retry: f64,
+    /// Share of Servers whose provider server another controller made
+    /// before this one took the region over (the Go controller's): the
+    /// port adopts it.
+    pub adoptable: f64,
+    /// Share of those still building when they are taken over, that vanish
+    /// before they boot (the Server must get a server of its own).
+    pub adoptable_vanish: f64,
+    /// Share of Servers the user pauses (`spec.pause`) a while, and unpauses.
+    pub pause: f64,
     /// Times each controller replica's Server watch is cut and relisted
     /// during the run (a dropped connection, then 410 Gone): the first while
     /// Servers arrive, the others later.
@@ -138,6 +154,11 @@ impl KubeFaults {
             spec_edit: 0.05,
             refused_spec_fix: 0.5,
             operator_reset: 0.5,
+            retry_by_annotation: 0.5,
+            refused_retry: 0.5,
+            adoptable: 0.02,
+            adoptable_vanish: 0.25,
+            pause: 0.03,
             relists: if rate > 0.0 { 2 } else { 0 },
             watch_gap: 2_000,
             list_page_size: 100,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use server_core::model::RETRY_ANNOTATION;
 use server_core::{Options, Server};
 
 use super::ShardResult;
@@ -17,6 +18,7 @@ use super::queue::{EventKind, EventQueue, epoch_ms};
 use super::replicas::{Replicas, WatchDelivery};
 use super::report::KubeStats;
 use super::rules::DecisionRules;
+use super::term::Term;
 use super::trace::Trace;
 use super::world::{NOT_PENDING, REPLICAS, TENANT_SIZE, Tenant, new_server};
 use server_simcloud::CloudModel;
@@ -114,8 +116,11 @@ impl Engine {
                 TrackedServer::new(server, i / TENANT_SIZE, fate, handle)
             })
             .collect();
+        let monitor_interval = std::time::Duration::from_millis(config.timing.monitor_interval);
         Engine {
-            options: Options::with_max_attempts(config.max_attempts).with_create_grace(config.timing.create_grace()),
+            options: Options::with_max_attempts(config.max_attempts)
+                .with_create_grace(config.timing.create_grace())
+                .with_listed_view_max_age(Options::listed_view_max_age_for_interval(monitor_interval)),
             faults: SplitMix64::stream(shard.seed(config.seed), "kube-faults"),
             shard,
             checker: Checker::new(
@@ -160,6 +165,19 @@ impl Engine {
             let refused = self.api.server(i).is_some_and(|tracked| tracked.fate == server_simcloud::FateKind::Refused);
             if refused && rng.chance(kube.refused_spec_fix) {
                 self.events.push(arrival + rng.between(120_000, 300_000), EventKind::SpecEdit, i, 0);
+            } else if refused && rng.chance(kube.refused_retry) {
+                self.events.push(arrival + rng.between(120_000, 300_000), EventKind::RetryRequest, i, 0);
+            }
+            if rng.chance(kube.pause) {
+                let at = arrival + rng.between(20_000, horizon / 2);
+                self.events.push(at, EventKind::Pause, i, 1);
+                self.events.push(at + rng.between(30_000, 180_000), EventKind::Pause, i, 0);
+            }
+            if rng.chance(kube.adoptable) {
+                // Running since before the run, or still building and gone
+                // before it boots, a while after its Server arrives.
+                let vanish = rng.chance(kube.adoptable_vanish).then(|| arrival + rng.between(20_000, 90_000));
+                self.place_adoptable(i, vanish);
             }
         }
         for t in 0..self.api.tenant_count() {
@@ -221,6 +239,8 @@ impl Engine {
                 EventKind::Resync => self.resync(),
                 EventKind::WatchCut => self.watch_cut(target),
                 EventKind::RelistPage => self.relist_page(target, event.arg),
+                EventKind::Pause => self.pause(target, event.arg == 1),
+                EventKind::RetryRequest => self.retry_request(target),
             };
             if counted {
                 self.trace.end_step(self.step);
@@ -442,6 +462,68 @@ impl Engine {
         true
     }
 
+    /// A provider server another controller made for Server `i` before
+    /// the run: running (booted at the start), or, with `vanish`, still
+    /// building and gone at that instant before it boots.
+    fn place_adoptable(&mut self, i: usize, vanish: Option<u64>) {
+        let Some(tracked) = self.api.server(i) else { return };
+        let uid = tracked.stored().meta.uid.clone();
+        let Some(tenant) = self.api.tenant(tracked.tenant) else { return };
+        let start = self.events.now_ts();
+        let launch = vanish.is_none().then_some(start);
+        let vanish = vanish.map(epoch_ms).and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok());
+        self.cloud.place_adoptable(start, &tenant.identity.project_id, &uid, launch, vanish);
+        self.stats.adoptable_servers += 1;
+        self.stats.adoptable_vanishing += u64::from(vanish.is_some());
+    }
+
+    /// The user sets (`on`) or clears `spec.pause`.
+    fn pause(&mut self, i: usize, on: bool) -> bool {
+        let Some(tracked) = self.api.server(i) else { return false };
+        if !tracked.exists() || tracked.stored().spec.pause == on || (on && tracked.stored().meta.deleting) {
+            return false;
+        }
+        if on {
+            self.stats.pauses += 1;
+        } else {
+            self.stats.unpauses += 1;
+        }
+        self.note(i, || format!("the user sets spec.pause to {on}"));
+        let _ = self.commit(i, ServerPart::MetaAndSpec, &|s| {
+            s.spec.pause = on;
+            s.meta.generation += 1;
+            Ok(())
+        });
+        true
+    }
+
+    /// An operator asks for a retry of a Server the provider refused: the
+    /// retry annotation, consumed by the next pass.
+    fn retry_request(&mut self, i: usize) -> bool {
+        let Some(tracked) = self.api.server(i) else { return false };
+        if !tracked.exists() || tracked.stored().meta.deleting {
+            return false;
+        }
+        self.annotate_retry(i);
+        true
+    }
+
+    /// Writes the retry annotation on Server `i` (`kubectl annotate`: no
+    /// resourceVersion precondition); its creates count from here (4).
+    fn annotate_retry(&mut self, i: usize) {
+        let creates = match self.api.server(i) {
+            Some(tracked) => self.cloud.truth_of(tracked.handle, self.events.now_ts()).creates_accepted,
+            None => return,
+        };
+        self.stats.retry_requests += 1;
+        self.note(i, || "an operator annotates it to retry".into());
+        let written = self.commit(i, ServerPart::Meta, &|s| {
+            s.meta.annotations.insert(RETRY_ANNOTATION.to_owned(), "sim".to_owned());
+            Ok(())
+        });
+        self.checker.operator_reset(i, written.ok(), creates);
+    }
+
     fn operator_reset(&mut self, i: usize) -> bool {
         let creates = {
             let Some(tracked) = self.api.server(i) else { return false };
@@ -456,6 +538,10 @@ impl Engine {
             return false;
         }
         self.stats.operator_resets += 1;
+        if self.faults.chance(self.config.kube.retry_by_annotation) {
+            self.annotate_retry(i);
+            return true;
+        }
         self.note(i, || "an operator resets providerCreateFailures".into());
         // kubectl patch --subresource=status: no resourceVersion precondition.
         let reset = self.commit(i, ServerPart::Status, &|s| {
@@ -515,11 +601,19 @@ impl Engine {
                 }
             }
             ReplicaChange::Lead => {
-                self.replicas.set_acting(r, true);
+                let term = Term::new(self.events.now(), self.events.now_ts());
+                let earlier = self.replicas.start_term(r, term);
+                if !self.config.ha.term_scoped_memory
+                    && let Some(term) = self.replicas.term_mut(r)
+                {
+                    // The broken variant a test switches on: an earlier
+                    // term's lists outlive it.
+                    term.listings = earlier.listings;
+                }
                 // A new term passes over every Server.
                 self.wake_all_for(r);
             }
-            ReplicaChange::Unlead => self.replicas.set_acting(r, false),
+            ReplicaChange::Unlead => self.replicas.stop_acting(r),
         }
         true
     }

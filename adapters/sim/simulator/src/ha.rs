@@ -54,6 +54,10 @@ pub struct HaConfig {
     /// pass read, so a create is preceded in its pass by a guarded write
     /// (the create-issued note). Off (for a test): no precondition.
     pub guarded_writes: bool,
+    /// Production: what a replica remembers (its lists of the provider and
+    /// the create answers since) belongs to one leadership term and starts
+    /// empty with the next. Off (for a test): the lists outlive the term.
+    pub term_scoped_memory: bool,
 }
 
 impl HaConfig {
@@ -73,6 +77,7 @@ impl HaConfig {
             max_create_lag: 500,
             fence: true,
             guarded_writes: true,
+            term_scoped_memory: true,
         }
     }
 }

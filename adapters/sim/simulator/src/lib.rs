@@ -1,11 +1,16 @@
 //! A deterministic discrete-event simulation of the controller against
 //! SimCloud, driving server-core's rules directly: no HTTP, no tokio, virtual
 //! time. Servers arrive, get reconciled and monitored, fail in the ways their
-//! cloud fates say, get deleted, reset and edited, while two controller
-//! replicas elect a leader (`ha`), the leader crashes and freezes, writes
-//! conflict or get lost and watches lag. Every step is checked against
+//! cloud fates say, get deleted, reset, retried, paused and edited, some on
+//! a provider server another controller made (adopted), while two
+//! controller replicas elect a leader (`ha`), the leader crashes and
+//! freezes, writes conflict or get lost and watches lag. Passes take their
+//! provider view from their replica's latest monitor list when it holds one
+//! (`term`: that memory belongs to a leadership term) and read live when
+//! server-core's `live_read_needed` says so. Every step is checked against
 //! DESIGN §12 invariants 1–6, 9, 10 and 13 (11 on the election), using the
-//! cloud's ground truth where the status could lie.
+//! cloud's ground truth where the status could lie, and that no pass
+//! decides on a view listed before its term.
 //!
 //! ```
 //! use server_simulator::{SimConfig, run};
@@ -24,6 +29,7 @@ mod queue;
 mod replicas;
 mod report;
 mod rules;
+mod term;
 mod trace;
 mod world;
 

@@ -44,6 +44,10 @@ pub(crate) enum EventKind {
     /// A page of a replica's relist arrives; the argument is the relist's
     /// epoch and the page number.
     RelistPage,
+    /// The user pauses the Server (argument 1) or unpauses it (0).
+    Pause,
+    /// An operator annotates the Server to request a retry.
+    RetryRequest,
 }
 
 impl EventKind {

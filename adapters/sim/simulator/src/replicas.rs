@@ -3,6 +3,7 @@
 //! frozen, and each one's Server watch, running or cut and relisting.
 
 use super::queue::EventKind;
+use super::term::Term;
 use super::world::REPLICAS;
 
 /// An event of a replica kept while it is frozen: (kind, target, argument).
@@ -28,6 +29,8 @@ struct ReplicaState {
     relist: Option<Relist>,
     /// The epoch of its latest relist.
     relist_epoch: u16,
+    /// Its current (or last) leadership term and what it remembers.
+    term: Term,
 }
 
 /// What becomes of a write's watch event at one replica.
@@ -108,6 +111,8 @@ impl Replicas {
             replica.up = false;
             replica.postponed.clear();
             replica.relist = None;
+            // The process's memory dies with it.
+            replica.term = Term::default();
         }
     }
 
@@ -131,11 +136,36 @@ impl Replicas {
         std::mem::take(&mut replica.postponed)
     }
 
-    /// Replica `r` gains (`true`) or loses the right to act.
-    pub(crate) fn set_acting(&mut self, r: usize, acting: bool) {
+    /// Replica `r` loses the right to act; its term is over (no pass or
+    /// poll of it runs, and the next term replaces it).
+    pub(crate) fn stop_acting(&mut self, r: usize) {
         if let Some(replica) = self.states.get_mut(r) {
-            replica.acting = acting;
+            replica.acting = false;
         }
+    }
+
+    /// Replica `r` gains the right to act under `term`, which replaces
+    /// whatever the replica remembered; the term it replaces is returned.
+    pub(crate) fn start_term(&mut self, r: usize, term: Term) -> Term {
+        match self.states.get_mut(r) {
+            Some(replica) => {
+                replica.acting = true;
+                std::mem::replace(&mut replica.term, term)
+            }
+            None => term,
+        }
+    }
+
+    /// Replica `r`'s current term.
+    #[inline]
+    pub(crate) fn term(&self, r: usize) -> Option<&Term> {
+        self.states.get(r).map(|replica| &replica.term)
+    }
+
+    /// Replica `r`'s current term, to remember in.
+    #[inline]
+    pub(crate) fn term_mut(&mut self, r: usize) -> Option<&mut Term> {
+        self.states.get_mut(r).map(|replica| &mut replica.term)
     }
 
     /// Replica `r`'s Server watch is cut and relisting: a write reaches its

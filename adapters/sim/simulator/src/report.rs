@@ -14,7 +14,8 @@ use server_simcloud::Counters;
 pub struct Violation {
     /// DESIGN §12 number ("1".."13"), "patch" for an unappliable status
     /// patch, "park" for a park changed during an outage, "wake" for a wake
-    /// no pass paid (the Server's change went unread).
+    /// no pass paid (the Server's change went unread), "term" for a pass
+    /// that decided on a provider view listed before its replica's term.
     pub invariant: &'static str,
     pub seed: u64,
     /// The shard the Server was simulated in (fixed by the server count) and
@@ -75,10 +76,24 @@ pub struct KubeStats {
     pub relists: u64,
     pub relist_pages: u64,
     pub relist_wakes: u64,
+    /// Provider servers another controller made, placed for the port to
+    /// adopt (those still building that vanish before they boot apart).
+    pub adoptable_servers: u64,
+    pub adoptable_vanishing: u64,
+    /// The user's pauses and unpauses (`spec.pause`).
+    pub pauses: u64,
+    pub unpauses: u64,
+    /// Retry annotations an operator wrote (on parked or refused Servers).
+    pub retry_requests: u64,
     /// Events emitted, by reason.
     pub events: BTreeMap<&'static str, u64>,
     /// Pass outcomes, by label (done, yield, terminal, error).
     pub pass_outcomes: BTreeMap<&'static str, u64>,
+    /// Passes by where the provider view they decided on came from
+    /// (`ProviderSource::label`): `listed` (the term's latest list or a
+    /// create answer), the reason a listed view could not decide and the
+    /// pass read live, or `unlisted` (no list held: read live).
+    pub provider_reads: BTreeMap<&'static str, u64>,
 }
 
 impl KubeStats {
@@ -108,8 +123,14 @@ impl KubeStats {
             relists,
             relist_pages,
             relist_wakes,
+            adoptable_servers,
+            adoptable_vanishing,
+            pauses,
+            unpauses,
+            retry_requests,
             events,
             pass_outcomes,
+            provider_reads,
         } = other;
         self.reconcile_passes += reconcile_passes;
         self.monitor_polls += monitor_polls;
@@ -136,8 +157,34 @@ impl KubeStats {
         self.relists = self.relists.max(*relists);
         self.relist_pages += relist_pages;
         self.relist_wakes += relist_wakes;
+        self.adoptable_servers += adoptable_servers;
+        self.adoptable_vanishing += adoptable_vanishing;
+        self.pauses += pauses;
+        self.unpauses += unpauses;
+        self.retry_requests += retry_requests;
         merge_counts(&mut self.events, events);
         merge_counts(&mut self.pass_outcomes, pass_outcomes);
+        merge_counts(&mut self.provider_reads, provider_reads);
+    }
+
+    /// Passes that decided on a listed view.
+    pub fn listed_reads(&self) -> u64 {
+        self.provider_reads.get("listed").copied().unwrap_or(0)
+    }
+
+    /// Passes that read the provider live because no list was held.
+    pub fn unlisted_reads(&self) -> u64 {
+        self.provider_reads.get("unlisted").copied().unwrap_or(0)
+    }
+
+    /// Passes whose listed view could not decide, by the reason they read
+    /// live instead.
+    pub fn live_after_listed(&self) -> BTreeMap<&'static str, u64> {
+        self.provider_reads
+            .iter()
+            .filter(|(k, _)| !matches!(**k, "listed" | "unlisted"))
+            .map(|(k, v)| (*k, *v))
+            .collect()
     }
 }
 
@@ -236,6 +283,20 @@ impl fmt::Display for Report {
             f,
             "watch: {} relists on {} pages, {} wakes decided by them",
             k.relists, k.relist_pages, k.relist_wakes
+        )?;
+        let after = k.live_after_listed();
+        writeln!(
+            f,
+            "provider reads: {} listed, {} live after listed ({}), {} unlisted",
+            k.listed_reads(),
+            after.values().sum::<u64>(),
+            join(&after),
+            k.unlisted_reads()
+        )?;
+        writeln!(
+            f,
+            "users and operators: {} pauses, {} unpauses, {} retry requests, {} provider servers to adopt ({} vanishing before boot)",
+            k.pauses, k.unpauses, k.retry_requests, k.adoptable_servers, k.adoptable_vanishing
         )?;
         writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
         writeln!(f, "events: {}", join(&k.events))?;

@@ -5,7 +5,7 @@
 //! resourceVersion the controller last saw.
 
 use server_core::model::SERVER_FINALIZER;
-use server_core::pass::{Fact, Need, UserDataCopy};
+use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{
@@ -17,6 +17,7 @@ use crate::api_server::ServerPart;
 use crate::checker::PassRead;
 use crate::explain;
 use crate::queue::EventKind;
+use crate::term::whole_second;
 use crate::world::{CreatePassInFlight, copy_server};
 
 impl Engine {
@@ -32,7 +33,7 @@ impl Engine {
         }
         let now = self.events.now_ts();
         let acting = self.replicas.is_up(r) && self.replicas.may_act(r);
-        let (pass, read) = {
+        let (pass, read, stale) = {
             let Some(tracked) = self.api.server_mut(i) else { return false };
             if tracked.ticket[r] != ticket || tracked.pending_at[r] == crate::world::NOT_PENDING {
                 return false;
@@ -54,27 +55,38 @@ impl Engine {
             self.checker.pass_read(i, view_rv);
             let Some((tracked, tenant)) = self.api.server_and_tenant(i) else { return false };
             let Some((view, view_rv)) = tracked.view(r) else { return false };
+            let (t, offset) = (tracked.tenant, i - tenant.first);
+            let term = self.replicas.term(r);
             let mut copy = self.spare_servers.pop().unwrap_or_default();
             copy_server(&mut copy, view);
             let mut pass = Pass::start_with(copy, self.options, now, self.rules.pass(), UserDataCopy::Held);
             // The pass's needs, answered as server-kube's reader answers
-            // them: the tenant's consumed resources, the provider read
-            // through the cloud, the server's port (SimCloud resolves a
-            // security group ID to itself) and its attachments.
+            // them: the tenant's consumed resources, the provider from this
+            // term's latest list of the tenant when it holds one (else, and
+            // when the pass asks, read through the cloud), the server's port
+            // (SimCloud resolves a security group ID to itself) and its
+            // attachments.
             while let Some(need) = pass.poll_need() {
+                let listed = match need {
+                    Need::Provider => term.and_then(|term| term.listings.view(t, offset)),
+                    _ => None,
+                };
                 let fact = match need {
                     Need::Consumed | Need::ConsumedLive => Fact::Consumed {
                         consumed: tenant.facts.consumed.clone(),
                         other_identity_references: tenant.facts.other_identity_references.clone(),
                     },
-                    Need::Provider | Need::ProviderLive(_) => {
-                        let view = match self.cloud.get_by(now, Some(tracked.handle)) {
-                            Ok(Some(record)) => ProviderView::Present(record),
-                            Ok(None) => ProviderView::Absent,
-                            Err(error) => ProviderView::Unknown(error.to_string()),
-                        };
-                        Fact::Provider { view, read: ProviderRead::Live }
-                    }
+                    Need::Provider | Need::ProviderLive(_) => match listed {
+                        Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
+                        None => {
+                            let view = match self.cloud.get_by(now, Some(tracked.handle)) {
+                                Ok(Some(record)) => ProviderView::Present(record),
+                                Ok(None) => ProviderView::Absent,
+                                Err(error) => ProviderView::Unknown(error.to_string()),
+                            };
+                            Fact::Provider { view, read: ProviderRead::Live }
+                        }
+                    },
                     Need::Attachments => Fact::Attachments(tenant.facts.attachments.clone()),
                     Need::Networking { .. } => Fact::Networking(NetworkingView::Known(Networking {
                         port: self.cloud.port_of(&view.meta.uid, now),
@@ -87,19 +99,40 @@ impl Engine {
                 }
             }
             let read = PassRead::new(&self.rules, &self.options, view, view_rv, &pass.facts().provider);
+            // A view listed before this term began decides nothing: another
+            // replica may have acted since (DESIGN "State is scoped to a
+            // leadership term").
+            let stale = match (pass.provider_source(), pass.facts().provider_read, term) {
+                (Some(ProviderSource::Listed), ProviderRead::Listed { at }, Some(term)) => {
+                    (at < term.started_second).then_some((at, term.started))
+                }
+                _ => None,
+            };
             self.explain.note(i, self.step, self.events.now(), || {
                 format!(
-                    "replica {r}: pass on {} (cache lagging: {}), provider {} -> {}",
+                    "replica {r}: pass on {} (cache lagging: {}), provider {} ({}) -> {}",
                     explain::server(view, view_rv),
                     tracked.lagging[r].is_some(),
                     explain::view(&pass.facts().provider),
+                    pass.provider_source().map_or("not read", ProviderSource::label),
                     pass.decision().map(explain::decision).unwrap_or_default()
                 )
             });
-            (pass, read)
+            (pass, read, stale)
         };
         self.stats.reconcile_passes += 1;
         self.trace.add(read.provider_code());
+        if let Some(source) = pass.provider_source() {
+            *self.stats.provider_reads.entry(source.label()).or_insert(0) += 1;
+            self.trace.add(source_code(source));
+        }
+        if let Some((at, started)) = stale {
+            self.violation(
+                "term",
+                i,
+                format!("replica {r} decided on a provider view listed at {at}, before its term began (t={started}ms)"),
+            );
+        }
         if let Some(decision) = pass.decision() {
             self.check_decision(i, &read, decision, true);
         }
@@ -258,8 +291,8 @@ impl Engine {
                 self.trace.add(event.reason as u64);
                 Ok(())
             }
-            Action::CreateProviderServer(request) => self.create_provider_server(i, request),
-            Action::DeleteProviderServer(server) => self.delete_provider_server(i, server, read),
+            Action::CreateProviderServer(request) => self.create_provider_server(i, r, request),
+            Action::DeleteProviderServer(server) => self.delete_provider_server(i, r, server, read),
             // A port goes with its server in SimCloud's model.
             Action::ReleaseAttachment(AttachedResource::Port { .. }) => Ok(()),
             Action::ReleaseAttachment(AttachedResource::FloatingIp { id }) => {
@@ -380,7 +413,7 @@ impl Engine {
     /// CreateProviderServer against the cloud, checked against its truth:
     /// invariant 4 (creates per reset window), 6 (one live server, none for a
     /// removed Server) and the rule that a booted server is never recreated.
-    fn create_provider_server(&mut self, i: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
+    fn create_provider_server(&mut self, i: usize, r: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
         let before = self.cloud.truth(uid, self.events.now_ts());
         if before.live > 0 {
@@ -424,17 +457,38 @@ impl Engine {
         if after.live > 1 {
             self.violation("6", i, format!("{} provider servers exist for one Server", after.live));
         }
-        result.map(|_| ()).map_err(ActionFailure::Cloud)
+        let record = result.map_err(ActionFailure::Cloud)?;
+        // The answer shows the server exists now: the term's next pass may
+        // decide from it (the core's rule says when), as server-kube's does.
+        let at = whole_second(self.events.now_ts());
+        if let Some((t, offset, len)) = self.api.group_of(i)
+            && let Some(term) = self.replicas.term_mut(r)
+        {
+            term.listings.record_answer(t, len, offset, record, at);
+        }
+        Ok(())
     }
 
     /// DeleteProviderServer against the cloud. On the retry path (the pass saw
     /// the Server not deleting), invariant 1: never a server that booted.
-    fn delete_provider_server(&mut self, i: usize, server: &ServerRef, read: &PassRead) -> Result<(), ActionFailure> {
+    fn delete_provider_server(
+        &mut self,
+        i: usize,
+        r: usize,
+        server: &ServerRef,
+        read: &PassRead,
+    ) -> Result<(), ActionFailure> {
         // The pass's own Server (a ServerRef names it by uid, as the port does).
         let handle = match self.api.server(i) {
             Some(tracked) if tracked.stored().meta.uid == server.uid => tracked.handle,
             _ => self.cloud.handle(&server.uid),
         };
+        // What was listed or answered about it no longer stands.
+        if let Some((t, offset, _)) = self.api.group_of(i)
+            && let Some(term) = self.replicas.term_mut(r)
+        {
+            term.listings.forget(t, offset);
+        }
         let before = self.cloud.truth_of(handle, self.events.now_ts());
         let result = self.cloud.delete_by(self.events.now_ts(), Some(handle));
         let after = self.cloud.truth_of(handle, self.events.now_ts());
@@ -455,17 +509,30 @@ impl Engine {
         result.map(|_| ()).map_err(ActionFailure::Cloud)
     }
 
-    /// One monitor poll of a tenant: one list call for the identity, then each
-    /// Server's observed status patched (with its resourceVersion) if changed.
+    /// One monitor poll of a tenant, as server-kube's monitor polls a
+    /// provider group: the Servers it projects (deleting ones are the
+    /// reconciler's, paused ones get no work), one list call for the
+    /// identity kept in the term as its latest list, then each Server's
+    /// observed status patched (with its resourceVersion) if changed.
     pub(super) fn monitor(&mut self, t: usize) -> bool {
         let interval = self.config.timing.monitor_interval.max(1);
         self.events.push(self.events.now() + interval, EventKind::Monitor, t, 0);
         // Only a replica that may act polls (the monitor is fenced too).
         let Some(r) = self.replicas.first_acting() else { return false };
-        self.stats.monitor_polls += 1;
         let Some(tenant) = self.api.tenant(t) else { return false };
         let (first, len) = (tenant.first, tenant.len);
-        let listed = match self.cloud.list_versions(self.events.now_ts(), &tenant.identity.project_id) {
+        let projected =
+            |i: usize| self.api.server(i).and_then(|tracked| tracked.view(r)).is_some_and(|(view, _)| monitored(view));
+        if !(first..first + len).any(projected) {
+            // A group with no Server to project is not listed.
+            return false;
+        }
+        self.stats.monitor_polls += 1;
+        let now = self.events.now_ts();
+        // Before the list is sent, in whole seconds: no later than its start.
+        let listed_at = whole_second(now);
+        let project = self.api.tenant(t).map(|tenant| tenant.identity.project_id.as_str()).unwrap_or_default();
+        let listed = match self.cloud.list_versions(now, project) {
             Ok(listed) => listed,
             Err(_) => {
                 self.stats.monitor_list_failures += 1;
@@ -473,24 +540,37 @@ impl Engine {
                 return true;
             }
         };
-        for i in first..first + len {
+        let handles: Vec<_> = (first..first + len).filter_map(|i| self.api.server(i).map(|s| s.handle)).collect();
+        let shown: Vec<(usize, u64)> = listed
+            .iter()
+            .filter_map(|(handle, version)| handles.iter().position(|h| h == handle).map(|offset| (offset, *version)))
+            .collect();
+        if let Some(term) = self.replicas.term_mut(r) {
+            let cloud = &self.cloud;
+            term.listings.record_list(t, len, listed_at, &shown, |offset| {
+                handles.get(offset).and_then(|handle| cloud.listed_record(*handle, now))
+            });
+        }
+        for (offset, i) in (first..first + len).enumerate() {
             let write = {
                 let Some(tracked) = self.api.server(i) else { continue };
                 let Some((view, view_rv)) = tracked.view(r) else { continue };
-                let listed = listed.iter().find(|(handle, _)| *handle == tracked.handle);
+                if !monitored(view) {
+                    continue;
+                }
+                let version = shown.iter().find(|(o, _)| *o == offset).map_or(u64::MAX, |(_, version)| *version);
                 // observe is a fixed point (server-core tests it): the same
                 // record over the same stored status changes nothing, so that
-                // case is skipped without building the record.
-                let memo = (view_rv, listed.map_or(u64::MAX, |(_, version)| *version));
+                // case is skipped without projecting it.
+                let memo = (view_rv, version);
                 if tracked.monitor_memo == Some(memo) {
                     continue;
                 }
-                let record = listed.and_then(|(handle, _)| self.cloud.listed_record(*handle, self.events.now_ts()));
-                let observed = (self.rules.observe)(&view.status, record.as_ref(), self.events.now_ts());
+                let record = self.replicas.term(r).and_then(|term| term.listings.listed(t, offset));
+                let observed = (self.rules.observe)(&view.status, record, now);
                 self.stats.observations += 1;
-                self.explain.note(i, self.step, self.events.now(), || {
-                    format!("monitor sees {}", explain::record(record.as_ref()))
-                });
+                self.explain
+                    .note(i, self.step, self.events.now(), || format!("monitor sees {}", explain::record(record)));
                 if observed == view.status {
                     if let Some(tracked) = self.api.server_mut(i) {
                         tracked.monitor_memo = Some(memo);
@@ -512,6 +592,12 @@ impl Engine {
     }
 }
 
+/// Whether the monitor projects a Server (server-kube's `Monitor::poll`):
+/// a deleting one is the reconciler's, a paused one gets no work at all.
+fn monitored(server: &Server) -> bool {
+    !server.meta.deleting && !server.spec.pause
+}
+
 /// What the fence answers (adapters/kube/src/fence.rs).
 const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
 
@@ -525,6 +611,14 @@ fn outcome_code(outcome: &Outcome) -> u64 {
         Outcome::Yield(_) => 2,
         Outcome::Terminal(_) => 3,
         Outcome::Error(_) => 4,
+    }
+}
+
+fn source_code(source: ProviderSource) -> u64 {
+    match source {
+        ProviderSource::Listed => 1,
+        ProviderSource::LiveAfterListed(why) => 2 + why as u64,
+        ProviderSource::Live => 0,
     }
 }
 
