@@ -5,12 +5,11 @@
 //! resourceVersion the controller last saw.
 
 use server_core::model::SERVER_FINALIZER;
+use server_core::monitor::{project_with, projects};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
-use server_core::{
-    Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderRead, ProviderView, Server, StatusPatch,
-};
+use server_core::{Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderRead, ProviderView, Server};
 
 use super::{Engine, ticket_of};
 use crate::api_server::ServerPart;
@@ -567,17 +566,17 @@ impl Engine {
                     continue;
                 }
                 let record = self.replicas.term(r).and_then(|term| term.listings.listed(t, offset));
-                let observed = (self.rules.observe)(&view.status, record, now);
+                let projected = project_with(self.rules.observe, &view.status, record, now);
                 self.stats.observations += 1;
                 self.explain
                     .note(i, self.step, self.events.now(), || format!("monitor sees {}", explain::record(record)));
-                if observed == view.status {
+                let Some(patch) = projected else {
                     if let Some(tracked) = self.api.server_mut(i) {
                         tracked.monitor_memo = Some(memo);
                     }
                     continue;
-                }
-                StatusPatch::between(&view.status, &observed).map(|patch| (patch, view_rv))
+                };
+                Some((patch, view_rv))
             };
             let Some((patch, view_rv)) = write else { continue };
             let mut rv = view_rv;
@@ -592,10 +591,10 @@ impl Engine {
     }
 }
 
-/// Whether the monitor projects a Server (server-kube's `Monitor::poll`):
-/// a deleting one is the reconciler's, a paused one gets no work at all.
+/// Whether the monitor projects a Server: server-core's rule, as
+/// server-kube's poll asks it.
 fn monitored(server: &Server) -> bool {
-    !server.meta.deleting && !server.spec.pause
+    projects(server.meta.deleting, server.spec.pause)
 }
 
 /// What the fence answers (adapters/kube/src/fence.rs).
