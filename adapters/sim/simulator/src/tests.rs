@@ -310,3 +310,18 @@ fn lists_that_outlive_their_term_are_caught() {
     let carried = leadership_back_and_forth(false);
     assert!(carried.violations.iter().any(|v| v.invariant == "term"), "{carried}");
 }
+
+/// server-core's reconcile, leaving an operator's retry annotation in place.
+fn reconcile_keeping_the_retry_request(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = server_core::reconcile(server, facts, options, now);
+    let retry = server_core::model::RETRY_ANNOTATION;
+    decision.actions.retain(|action| !action.annotation_changes().contains(&(retry, None)));
+    decision
+}
+
+#[test]
+fn a_rule_that_never_consumes_the_retry_request_is_caught() {
+    let broken = DecisionRules { reconcile: reconcile_keeping_the_retry_request, ..DecisionRules::CORE };
+    let report = run_with(&config(600, 2), broken);
+    assert!(report.violations.iter().any(|v| v.invariant == "retry"), "{report}");
+}
