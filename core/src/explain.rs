@@ -10,7 +10,7 @@ use jiff::Timestamp;
 
 use crate::lifecycle::{Lifecycle, ParkKind, lifecycle};
 use crate::model::{ConditionType, Server};
-use crate::pass::{Need, Pass, answer_of};
+use crate::pass::{Need, Pass};
 use crate::port::ProviderStatus;
 use crate::reconcile::{Action, Decision, EventType, Facts, Options, Outcome, ProviderView};
 
@@ -64,7 +64,7 @@ pub fn explain_pass(pass: &Pass, reads: Vec<Need>, unread: Option<Unread>) -> Ex
 /// `facts`, without acting.
 pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -> Explanation {
     let mut pass = Pass::start(server, options, now);
-    let reads = answer(&mut pass, &facts, |_| true);
+    let reads = pass.answer_from(&facts, |_| true);
     explain_pass(&pass, reads, None)
 }
 
@@ -75,25 +75,8 @@ pub fn explain(server: Server, facts: Facts, options: Options, now: Timestamp) -
 /// any other decision depends on the record, and is not guessed.
 pub fn explain_unread(server: Server, facts: Facts, options: Options, unread: Unread, now: Timestamp) -> Explanation {
     let mut pass = Pass::start(server, options, now);
-    let reads = answer(&mut pass, &facts, |need| !matches!(need, Need::Provider | Need::ProviderLive(_)));
+    let reads = pass.answer_from(&facts, |need| !matches!(need, Need::Provider | Need::ProviderLive(_)));
     explain_pass(&pass, reads, Some(unread))
-}
-
-/// Answers the pass's needs from `facts` while `answerable` allows; the
-/// needs answered.
-fn answer(pass: &mut Pass, facts: &Facts, answerable: impl Fn(&Need) -> bool) -> Vec<Need> {
-    let mut reads = Vec::new();
-    while let Some(need) = pass.poll_need().cloned() {
-        if !answerable(&need) {
-            break;
-        }
-        let fact = answer_of(&need, facts, pass.server());
-        if pass.handle_fact(fact).is_err() {
-            break;
-        }
-        reads.push(need);
-    }
-    reads
 }
 
 impl fmt::Display for Explanation {

@@ -282,29 +282,18 @@ impl<'a> Sorting<'a> {
 
 #[cfg(test)]
 mod tests {
-    use server_core::model::{Consumed, NetworkAttachment, SecurityGroupRef};
-
     use super::*;
 
-    /// A Server naming network n1, group g1 and CA ca1, and facts holding all three.
-    fn named_and_found() -> (Server, Facts) {
+    /// A Server of identity id1.
+    fn of_identity_id1() -> Server {
         let mut server = Server::default();
         server.meta.labels.insert(IDENTITY_LABEL.into(), "id1".into());
-        server.spec.networks.push(NetworkAttachment { id: "n1".into(), ..Default::default() });
-        server.spec.security_groups.push(SecurityGroupRef { id: "g1".into() });
-        server.spec.ssh_certificate_authority_id = Some("ca1".into());
-        let facts = Facts::default()
-            .with(ResourceKind::Identity, Consumed::new("id1"))
-            .with(ResourceKind::Network, Consumed::new("n0"))
-            .with(ResourceKind::Network, Consumed::new("n1"))
-            .with(ResourceKind::SecurityGroup, Consumed::new("g1"))
-            .with(ResourceKind::SshCertificateAuthority, Consumed::new("ca1"));
-        (server, facts)
+        server
     }
 
     #[test]
     fn another_identitys_object_is_kept_only_when_it_holds_the_servers_reference_and_only_then_asked() {
-        let (server, _) = named_and_found();
+        let server = of_identity_id1();
         let sort = Sorting::of(&server);
         let labelled = |identity: &str| ObjectMeta {
             name: Some("n1".into()),

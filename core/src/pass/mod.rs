@@ -211,18 +211,22 @@ impl Pass {
     /// hold every fact up front.
     pub fn with_facts(server: Server, facts: &Facts, options: &Options, now: Timestamp) -> Self {
         let mut pass = Pass::start(server, *options, now);
-        pass.answer_from(facts);
+        pass.answer_from(facts, |_| true);
         pass
     }
 
-    /// Answers every need from `facts`, as [`Pass::with_facts`] does.
-    pub fn answer_from(&mut self, facts: &Facts) {
-        while let Some(need) = self.poll_need() {
-            let fact = answer_of(need, facts, &self.server);
+    /// Answers the needs from `facts`, as [`Pass::with_facts`] does, while
+    /// `answerable` allows; the needs answered, in order.
+    pub fn answer_from(&mut self, facts: &Facts, answerable: impl Fn(&Need) -> bool) -> Vec<Need> {
+        let mut answered = Vec::new();
+        while let Some(need) = self.poll_need().filter(|need| answerable(need)).cloned() {
+            let fact = answer_of(&need, facts, &self.server);
             if self.handle_fact(fact).is_err() {
-                return;
+                break;
             }
+            answered.push(need);
         }
+        answered
     }
 
     /// Judges failed actions with `rule` instead of [`action_failed`].
@@ -458,12 +462,6 @@ impl Pass {
     pub fn provider_source(&self) -> Option<ProviderSource> {
         self.reads.provider
     }
-
-    /// The pass's parts: the Server as last persisted, its facts and its
-    /// options (what `explain` renders).
-    pub fn into_parts(self) -> (Server, Facts, Options) {
-        (self.server, self.facts, self.options)
-    }
 }
 
 /// The Warning Event of a Server holding values the core read as something
@@ -503,7 +501,7 @@ fn bounded_note(note: &str) -> String {
 /// The answer to `need` from `facts`, held up front (the provider view as
 /// `facts.provider_read` says; a live read gives the same view), and the
 /// user data from `server`.
-pub fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
+fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
     match need {
         Need::Consumed | Need::ConsumedLive => Fact::Consumed {
             consumed: facts.consumed.clone(),

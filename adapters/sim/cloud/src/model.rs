@@ -149,6 +149,31 @@ struct Instance {
 }
 
 impl Instance {
+    /// Server `number` of `project`, made at `created` (ms), its identity
+    /// formatted once; no boot scheduled, no port settings.
+    fn new(number: u64, project: usize, name: String, created: i64) -> Self {
+        let (id, private_ip, _, mac) = identity_of(number, false);
+        Instance {
+            number,
+            id,
+            private_ip,
+            public_ip: None,
+            mac,
+            security_groups: Vec::new(),
+            allowed_address_pairs: Vec::new(),
+            project,
+            name,
+            created,
+            launch: None,
+            error: None,
+            vanish: None,
+            gone: None,
+            adopted: false,
+        }
+    }
+}
+
+impl Instance {
     fn exists(&self, now: i64) -> bool {
         self.gone.is_none_or(|t| t > now) && self.vanish.is_none_or(|t| t > now)
     }
@@ -364,27 +389,17 @@ impl CloudModel {
         if vanish.is_some() {
             self.counters.vanished += 1;
         }
-        let (id, private_ip, _, mac) = identity_of(number, false);
         let instance = Instance {
-            number,
-            id,
-            private_ip,
-            public_ip: None,
-            mac,
             security_groups: request.security_group_ids.clone(),
             allowed_address_pairs: request
                 .networks
                 .first()
                 .map(|n| n.allowed_address_pairs.clone())
                 .unwrap_or_default(),
-            project,
-            name: request.name.clone(),
-            created: now,
             launch,
             error,
             vanish,
-            gone: None,
-            adopted: false,
+            ..Instance::new(number, project, request.name.clone(), now)
         };
         let record = instance.record(uid, now);
         state.instances.push(instance);
@@ -419,23 +434,11 @@ impl CloudModel {
         let project = self.index_project(project_id, slot);
         let number = self.next_number;
         self.next_number += 1;
-        let (id, private_ip, _, mac) = identity_of(number, false);
         let instance = Instance {
-            number,
-            id,
-            private_ip,
-            public_ip: None,
-            mac,
-            security_groups: Vec::new(),
-            allowed_address_pairs: Vec::new(),
-            project,
-            name: format!("go-{uid}"),
-            created: now.as_millisecond(),
             launch: launch.map(Timestamp::as_millisecond),
-            error: None,
             vanish: vanish.map(Timestamp::as_millisecond),
-            gone: None,
             adopted: true,
+            ..Instance::new(number, project, format!("go-{uid}"), now.as_millisecond())
         };
         if let Some(state) = self.servers.get_mut(slot) {
             state.instances.push(instance);

@@ -513,8 +513,18 @@ fn book_mut<'s>(ctx: &Ctx<'_>, state: &'s mut State, id: &str) -> Result<&'s mut
 }
 
 /// `POST /servers/{id}/metadata`: adds or replaces the given items, keeps
-/// the others, answers the whole set.
+/// the others, answers the whole set (server_metadata.py `create`).
 fn update_metadata(ctx: &Ctx<'_>, id: &str) -> Handled {
+    write_metadata(ctx, id, |metadata, items| metadata.extend(items))
+}
+
+/// A metadata write: the validated body merged into the server's metadata
+/// by `apply`; answers the whole set.
+fn write_metadata(
+    ctx: &Ctx<'_>,
+    id: &str,
+    apply: impl FnOnce(&mut BTreeMap<String, String>, BTreeMap<String, String>),
+) -> Handled {
     let mut state = ctx.state();
     state.counters.server_metadata_updates += 1;
     let items = match metadata_body(ctx) {
@@ -525,7 +535,7 @@ fn update_metadata(ctx: &Ctx<'_>, id: &str) -> Handled {
         Ok(book) => book,
         Err(refusal) => return refusal,
     };
-    book.metadata.extend(items);
+    apply(&mut book.metadata, items);
     book.updated = Some(ctx.now);
     (reply::json(StatusCode::OK, json!({ "metadata": metadata_json(&book.metadata) })), None)
 }
@@ -552,19 +562,7 @@ fn show_metadata(ctx: &Ctx<'_>, id: &str) -> Handled {
 /// `PUT /servers/{id}/metadata`: replaces the whole set
 /// (nova/api/openstack/compute/server_metadata.py `update_all`).
 fn replace_metadata(ctx: &Ctx<'_>, id: &str) -> Handled {
-    let mut state = ctx.state();
-    state.counters.server_metadata_updates += 1;
-    let items = match metadata_body(ctx) {
-        Ok(items) => items,
-        Err(refusal) => return refusal,
-    };
-    let book = match book_mut(ctx, &mut state, id) {
-        Ok(book) => book,
-        Err(refusal) => return refusal,
-    };
-    book.metadata = items;
-    book.updated = Some(ctx.now);
-    (reply::json(StatusCode::OK, json!({ "metadata": metadata_json(&book.metadata) })), None)
+    write_metadata(ctx, id, |metadata, items| *metadata = items)
 }
 
 /// `GET|PUT|DELETE /servers/{id}/metadata/{key}` (server_metadata.py
