@@ -32,7 +32,7 @@ impl Engine {
         }
         let now = self.events.now_ts();
         let acting = self.replicas.is_up(r) && self.replicas.may_act(r);
-        let (pass, read, stale) = {
+        let (pass, read, stale, index_answers) = {
             let Some(tracked) = self.api.server_mut(i) else { return false };
             if tracked.ticket[r] != ticket || tracked.pending_at[r] == crate::world::NOT_PENDING {
                 return false;
@@ -65,6 +65,7 @@ impl Engine {
             // when the pass asks, read through the cloud), the server's port
             // (SimCloud resolves a security group ID to itself) and its
             // attachments.
+            let mut index_answers = 0;
             while let Some(need) = pass.poll_need() {
                 let listed = match need {
                     Need::Provider => term.and_then(|term| term.listings.view(t, offset)),
@@ -77,6 +78,10 @@ impl Engine {
                     },
                     Need::Provider | Need::ProviderLive(_) => match listed {
                         Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
+                        None if term.is_some_and(|term| term.listings.proves_absent(t, offset)) => {
+                            index_answers += 1;
+                            Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live }
+                        }
                         None => {
                             let view = match self.cloud.get_by(now, Some(tracked.handle)) {
                                 Ok(Some(record)) => ProviderView::Present(record),
@@ -117,9 +122,10 @@ impl Engine {
                     pass.decision().map(explain::decision).unwrap_or_default()
                 )
             });
-            (pass, read, stale)
+            (pass, read, stale, index_answers)
         };
         self.stats.reconcile_passes += 1;
+        self.stats.index_absent_answers += index_answers;
         self.trace.add(read.provider_code());
         if let Some(source) = pass.provider_source() {
             *self.stats.provider_reads.entry(source.label()).or_insert(0) += 1;
@@ -310,8 +316,8 @@ impl Engine {
                 .cloud
                 .set_floating_ip(self.events.now_ts(), &request.server.uid, true)
                 .map_err(ActionFailure::Cloud),
-            Action::AddReference(reference) => self.write_reference(i, reference, true),
-            Action::RemoveReference(reference) => self.write_reference(i, reference, false),
+            Action::AddReference(reference) => self.write_reference(i, r, reference, true),
+            Action::RemoveReference(reference) => self.write_reference(i, r, reference, false),
         }
     }
 
@@ -379,7 +385,26 @@ impl Engine {
         Ok(())
     }
 
-    fn write_reference(&mut self, i: usize, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+    /// A reference change through replica `r`'s writer, as server-kube's
+    /// `ReferenceWriter` makes it: what its term last wrote of the object
+    /// (else the object as read) decides whether there is anything to write;
+    /// a removal is guarded by a test of the list it assumed (a JSON Patch
+    /// `test`) and, on a lost race, read again and retried.
+    fn write_reference(&mut self, i: usize, r: usize, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
+        let target = (tenant, reference.kind, reference.name.clone());
+        let stored = match self.api.tenant(tenant).and_then(|t| t.facts.find(reference.kind, &reference.name)) {
+            Some(resource) => resource.finalizers.clone(),
+            None => {
+                return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
+            }
+        };
+        let known = self.replicas.term(r).and_then(|term| term.references.get(&target)).map(<[String]>::to_vec);
+        let assumed = known.unwrap_or_else(|| stored.clone());
+        if assumed.contains(&reference.finalizer) == add {
+            self.stats.reference_writes_spared += 1;
+            return Ok(());
+        }
         self.stats.writes += 1;
         let faults = self.config.kube;
         if self.faults.chance(faults.write_conflict) {
@@ -390,9 +415,14 @@ impl Engine {
             self.stats.writes_dropped += 1;
             return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
         }
-        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
-        let Some(tenant) = self.api.tenant_mut(tenant) else { return Err(not_found()) };
-        let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
+        if !add && assumed != stored {
+            // The `test` failed: the writer reads the object and writes again.
+            self.stats.write_conflicts += 1;
+            self.stats.writes += 1;
+        }
+        let Some(resource) =
+            self.api.tenant_mut(tenant).and_then(|t| t.facts.find_mut(reference.kind, &reference.name))
+        else {
             return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
         };
         if add {
@@ -402,7 +432,15 @@ impl Engine {
         } else {
             resource.finalizers.retain(|f| f != &reference.finalizer);
         }
-        if self.faults.chance(faults.write_lost_answer) {
+        let written = resource.finalizers.clone();
+        let answer_lost = self.faults.chance(faults.write_lost_answer);
+        if let Some(term) = self.replicas.term_mut(r) {
+            match answer_lost {
+                true => term.references.forget(&target),
+                false => term.references.set(target, written),
+            }
+        }
+        if answer_lost {
             self.stats.write_answers_lost += 1;
             return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
         }
@@ -414,6 +452,13 @@ impl Engine {
     /// removed Server) and the rule that a booted server is never recreated.
     fn create_provider_server(&mut self, i: usize, r: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
+        // The index marks the create in doubt before it is sent.
+        let now = whole_second(self.events.now_ts());
+        if let Some((t, offset, len)) = self.api.group_of(i)
+            && let Some(term) = self.replicas.term_mut(r)
+        {
+            term.listings.mark_in_doubt(t, len, offset, now);
+        }
         let before = self.cloud.truth(uid, self.events.now_ts());
         if before.live > 0 {
             // The model hands back the server that exists; a real Nova would
@@ -486,7 +531,7 @@ impl Engine {
         if let Some((t, offset, _)) = self.api.group_of(i)
             && let Some(term) = self.replicas.term_mut(r)
         {
-            term.listings.forget(t, offset);
+            term.listings.forget(t, offset, whole_second(self.events.now_ts()));
         }
         let before = self.cloud.truth_of(handle, self.events.now_ts());
         let result = self.cloud.delete_by(self.events.now_ts(), Some(handle));
