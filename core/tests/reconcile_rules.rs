@@ -622,7 +622,9 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
             .any(|(key, _)| key == CREATE_ISSUED_ANNOTATION);
         assert!(!changed);
     }
-    let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
+    let stale = server_core::ApiCause::Answered { code: 409, reason: "Conflict".into(), message: "rv".into() };
+    let failure = ActionFailure::Conflict(server_core::ApiFailure::new("adding the finalizer", stale));
+    let conflict = action_failed(&server, &Action::AddFinalizer, &failure, at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));
     assert_eq!(conflict.actions, vec![]);
 }

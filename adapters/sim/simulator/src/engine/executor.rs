@@ -9,7 +9,10 @@ use server_core::monitor::{project_with, projects};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderRead, ProviderView, Server};
+use server_core::{
+    Action, ActionFailure, ApiCause, ApiFailure, NetworkingView, NotSent, Outcome, Pass, ProviderRead, ProviderView,
+    Server,
+};
 
 use super::{Engine, ticket_of};
 use crate::api_server::ServerPart;
@@ -233,7 +236,7 @@ impl Engine {
         // not act (adapters/kube/src/fence.rs), whatever the pass decided.
         if !self.replicas.may_act(r) {
             self.stats.fenced_actions += 1;
-            return Err(ActionFailure::Api(NOT_LEADER.into()));
+            return Err(ActionFailure::Api(ApiFailure::new(action.name(), ApiCause::NotSent(NotSent::NotLeading))));
         }
         match action {
             // Every write to the Server is guarded by the resourceVersion the
@@ -347,22 +350,16 @@ impl Engine {
             self.api.touch(i);
             if precondition.is_some() {
                 self.stats.write_conflicts += 1;
-                return Err(ActionFailure::Conflict(
-                    "the object has been modified (simulated concurrent writer)".into(),
-                ));
+                return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
             }
         }
         if self.faults.chance(faults.write_dropped) {
             self.stats.writes_dropped += 1;
-            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+            return Err(ActionFailure::Api(answered(503, "ServiceUnavailable", "simulated; write not applied")));
         }
         let stored_rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
         if precondition.is_some_and(|expected| expected != stored_rv) {
-            return Err(ActionFailure::Conflict(format!(
-                "resourceVersion {} is stale, the object is at {}",
-                precondition.unwrap_or_default(),
-                stored_rv
-            )));
+            return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
@@ -372,12 +369,12 @@ impl Engine {
             Ok(new_rv) => new_rv,
             Err(error) => {
                 self.violation("patch", i, format!("write could not be applied: {error}"));
-                return Err(ActionFailure::Api(format!("invalid write: {error}")));
+                return Err(ActionFailure::Api(answered(422, "Invalid", &error.to_string())));
             }
         };
         if answer_lost {
             self.stats.write_answers_lost += 1;
-            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+            return Err(answer_lost_failure());
         }
         if adopt {
             *rv = new_rv;
@@ -395,9 +392,7 @@ impl Engine {
         let target = (tenant, reference.kind, reference.name.clone());
         let stored = match self.api.tenant(tenant).and_then(|t| t.facts.find(reference.kind, &reference.name)) {
             Some(resource) => resource.finalizers.clone(),
-            None => {
-                return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
-            }
+            None => return Err(missing(reference)),
         };
         let known = self.replicas.term(r).and_then(|term| term.references.get(&target)).map(<[String]>::to_vec);
         let assumed = known.unwrap_or_else(|| stored.clone());
@@ -409,11 +404,11 @@ impl Engine {
         let faults = self.config.kube;
         if self.faults.chance(faults.write_conflict) {
             self.stats.write_conflicts += 1;
-            return Err(ActionFailure::Conflict("finalizer list changed (simulated concurrent writer)".into()));
+            return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
         }
         if self.faults.chance(faults.write_dropped) {
             self.stats.writes_dropped += 1;
-            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+            return Err(ActionFailure::Api(answered(503, "ServiceUnavailable", "simulated; write not applied")));
         }
         if !add && assumed != stored {
             // The `test` failed: the writer reads the object and writes again.
@@ -423,7 +418,7 @@ impl Engine {
         let Some(resource) =
             self.api.tenant_mut(tenant).and_then(|t| t.facts.find_mut(reference.kind, &reference.name))
         else {
-            return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
+            return Err(missing(reference));
         };
         if add {
             if !resource.has_finalizer(&reference.finalizer) {
@@ -442,7 +437,7 @@ impl Engine {
         }
         if answer_lost {
             self.stats.write_answers_lost += 1;
-            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+            return Err(answer_lost_failure());
         }
         Ok(())
     }
@@ -642,11 +637,29 @@ fn monitored(server: &Server) -> bool {
     projects(server.meta.deleting, server.spec.pause)
 }
 
-/// What the fence answers (adapters/kube/src/fence.rs).
-const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
+/// A simulated answer of the API server to a write.
+fn answered(code: u16, reason: &str, message: &str) -> ApiFailure {
+    ApiFailure::new("a simulated write", ApiCause::answered(code, reason, message))
+}
 
 fn not_found() -> ActionFailure {
-    ActionFailure::Api("servers.region.unikorn-cloud.org not found".into())
+    ActionFailure::Api(answered(404, "NotFound", "servers.region.unikorn-cloud.org not found"))
+}
+
+/// A write applied whose answer never came (a timeout).
+fn answer_lost_failure() -> ActionFailure {
+    ActionFailure::Api(ApiFailure::new(
+        "a simulated write",
+        ApiCause::NoAnswer("timed out; the write was applied but its answer lost".into()),
+    ))
+}
+
+/// A reference change on a consumed object that does not exist.
+fn missing(reference: &Reference) -> ActionFailure {
+    ActionFailure::Api(ApiFailure::new(
+        "a simulated reference write",
+        ApiCause::Missing { kind: reference.kind, name: reference.name.clone() },
+    ))
 }
 
 fn outcome_code(outcome: &Outcome) -> u64 {
