@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, SERVER_FINALIZER, Server,
 };
+use server_core::pass::fold_landed_meta;
 use server_core::port::CloudError;
 use server_core::reconcile::{Action, ActionFailure, ApiCause, ApiFailure, EventReason, Facts, Options, Outcome};
 use server_core::{Lifecycle, ParkKind, Pass, apply_status_patch, lifecycle};
@@ -81,10 +82,11 @@ impl Store {
     fn land(&mut self, action: &Action) {
         let meta = &mut self.server.meta;
         match action {
-            Action::AddFinalizer => meta.finalizers.push(SERVER_FINALIZER.into()),
-            Action::RemoveFinalizer => meta.finalizers.retain(|f| f != SERVER_FINALIZER),
+            Action::AddFinalizer | Action::RemoveFinalizer | Action::Annotate { .. } | Action::Record(_) => {
+                fold_landed_meta(meta, action)
+            }
+            // By its patch, as the API server applies it.
             Action::WriteStatus(patch) => apply_status_patch(&mut self.server.status, patch).unwrap(),
-            Action::Annotate { .. } | Action::Record(_) => apply_annotations(&mut self.server, action),
             Action::CreateProviderServer(_) => self.creates += 1,
             Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_) => self.deletes += 1,
             Action::Emit(event) => self.events.push(event.reason),

@@ -869,7 +869,7 @@ fn a_present_server_whose_create_status_was_lost_still_arms_the_lost_before_laun
     assert_eq!(creates(&create), 1);
     // Only the annotations land; the status write conflicted.
     for action in &create.actions {
-        apply_annotations(&mut server, action);
+        apply_meta(&mut server, action);
     }
     facts.provider = present();
     let next = reconcile(&server, &facts, &OPTIONS, at(12));

@@ -4,9 +4,8 @@
 //! at the fixed interval after Yield or Error. Writes carry the
 //! resourceVersion the controller last saw.
 
-use server_core::model::SERVER_FINALIZER;
 use server_core::monitor::{project_with, projects};
-use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy};
+use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{
@@ -242,12 +241,12 @@ impl Engine {
             // Every write to the Server is guarded by the resourceVersion the
             // pass holds, as the kube adapter's executor does: a lagging
             // cache makes it a Conflict, never a write over unseen changes.
-            Action::AddFinalizer => {
+            // A metadata write does to the stored Server what the pass folds
+            // (`fold_landed_meta`); a status write applies its patch.
+            Action::AddFinalizer | Action::Annotate { .. } => {
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    if !s.meta.has_finalizer(SERVER_FINALIZER) {
-                        s.meta.finalizers.push(SERVER_FINALIZER.into());
-                    }
+                    fold_landed_meta(&mut s.meta, action);
                     Ok(())
                 })
             }
@@ -257,7 +256,7 @@ impl Engine {
                 }
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
+                    fold_landed_meta(&mut s.meta, action);
                     Ok(())
                 })?;
                 let gone = self.api.server(i).is_some_and(|tracked| {
@@ -275,23 +274,10 @@ impl Engine {
                     Ok(())
                 })
             }
-            Action::Annotate { key, value } => {
-                let expected = *rv;
-                self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    match value {
-                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
-                        None => s.meta.annotations.remove(*key),
-                    };
-                    Ok(())
-                })
-            }
-            Action::Record(changes) => self.write_server(i, None, rv, ServerPart::Meta, &|s| {
-                for (key, value) in changes {
-                    match value {
-                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
-                        None => s.meta.annotations.remove(*key),
-                    };
-                }
+            // A record is true whatever changed since the pass read: written
+            // unguarded (server-kube retries it without the precondition).
+            Action::Record(_) => self.write_server(i, None, rv, ServerPart::Meta, &|s| {
+                fold_landed_meta(&mut s.meta, action);
                 Ok(())
             }),
             Action::Emit(event) => {
