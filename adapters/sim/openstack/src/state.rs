@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::faults::FaultRules;
-use super::{Flavor, OpenStackCounters, RequestRecord};
+use super::{Flavor, Image, OpenStackCounters, RequestRecord};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -34,6 +34,10 @@ pub(super) struct State {
     pub(super) projects: BTreeMap<String, String>,
     /// (user id, project id) role assignments.
     pub(super) grants: BTreeSet<(String, String)>,
+    /// (user id, domain id) role assignments.
+    pub(super) domain_grants: BTreeSet<(String, String)>,
+    /// Glance images by id, with when they were added.
+    pub(super) images: BTreeMap<String, (Image, Timestamp)>,
     pub(super) flavors: BTreeMap<String, Flavor>,
     /// Tenant network id -> its one subnet's id.
     pub(super) subnets: BTreeMap<String, String>,
