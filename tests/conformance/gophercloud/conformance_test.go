@@ -307,6 +307,36 @@ func TestTokenCarriesProjectRolesAndCatalogAndValidates(t *testing.T) {
 	}
 }
 
+func TestRevokedTokenIsReplacedByReauthentication(t *testing.T) {
+	f := setup(t)
+	ctx := context30s(t)
+	provider := projectProvider(t, ctx, f)
+	identity, err := openstack.NewIdentityV3(provider, gophercloud.EndpointOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := openstack.NewComputeV2(provider, gophercloud.EndpointOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Microversion = microversion
+	revoked := provider.Token()
+	if err := tokens.Revoke(ctx, identity, revoked).Err; err != nil {
+		t.Fatalf("revoke: %v", err)
+	}
+	// The next call is refused 401; gophercloud logs in again (AllowReauth)
+	// and repeats it with the new token.
+	if _, err := flavors.ListDetail(cc, nil).AllPages(ctx); err != nil {
+		t.Fatalf("a call after the revoke: %v", err)
+	}
+	if provider.Token() == revoked {
+		t.Fatal("the revoked token is still in use")
+	}
+	if ok, err := tokens.Validate(ctx, identity, revoked); err != nil || ok {
+		t.Errorf("the revoked token validates: %v, %v", ok, err)
+	}
+}
+
 func TestPasswordAuthScopedToDomainGetsDomainTokenWithCatalog(t *testing.T) {
 	f := setup(t)
 	ctx := context30s(t)

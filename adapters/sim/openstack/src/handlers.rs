@@ -38,7 +38,10 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network/v2.0/", get(endpoint(Op::NetworkVersion)))
         .route(
             "/identity/v3/auth/tokens",
-            post(endpoint(Op::Token)).get(endpoint(Op::TokenValidate)).head(endpoint(Op::TokenValidate)),
+            post(endpoint(Op::Token))
+                .get(endpoint(Op::TokenValidate))
+                .head(endpoint(Op::TokenValidate))
+                .delete(endpoint(Op::TokenValidate)),
         )
         .route("/compute/v2.1/servers", get(endpoint(Op::ServerList)).post(endpoint(Op::ServerCreate)))
         .route("/compute/v2.1/servers/detail", get(endpoint(Op::ServerListDetail)))
@@ -267,6 +270,9 @@ async fn handle(sim: &OpenStackSim, request: Request) -> Handled {
     // Any valid token may show itself or another (a domain-scoped one too).
     if op == Op::TokenValidate && keystone::valid(&sim.state(), token, now) {
         let subject = headers.get("x-subject-token").and_then(|v| v.to_str().ok());
+        if method == Method::DELETE {
+            return (keystone::revoke(&mut sim.state(), subject, now), None);
+        }
         return (keystone::show(&sim.state(), subject, now, method == Method::HEAD), None);
     }
     let project = keystone::validate(&sim.state(), token, now);

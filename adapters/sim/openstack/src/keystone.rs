@@ -235,6 +235,21 @@ pub(super) fn show(state: &State, subject: Option<&str>, now: Timestamp, head: b
     response
 }
 
+/// `DELETE /v3/auth/tokens`: revokes the subject token, 204; 404 for one
+/// unknown or expired (keystone/api/auth.py `AuthTokenResource.delete`).
+/// Service calls with it are refused 401 from then on.
+pub(super) fn revoke(state: &mut State, subject: Option<&str>, now: Timestamp) -> Response {
+    let live = subject.filter(|s| state.tokens.get(*s).is_some_and(|t| t.expires_at > now));
+    match live {
+        Some(subject) => {
+            let subject = subject.to_owned();
+            state.tokens.remove(&subject);
+            reply::empty(StatusCode::NO_CONTENT)
+        }
+        None => reply::error(Service::Identity, 404, "Could not find token."),
+    }
+}
+
 /// Whether a token is known, not revoked and not expired, whatever its scope.
 pub(super) fn valid(state: &State, token: Option<&str>, now: Timestamp) -> bool {
     token.and_then(|token| state.tokens.get(token)).is_some_and(|issued| issued.expires_at > now)

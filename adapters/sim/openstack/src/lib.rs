@@ -48,7 +48,8 @@
 //!   the catalog's `image` entry is unversioned (`/image`, as devstack
 //!   registers Glance; clients append `/v2`);
 //!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
-//!   shows the `X-Subject-Token`, 404 for an unknown one
+//!   shows the `X-Subject-Token`, `DELETE` revokes it (204; service calls
+//!   with it 401 from then on), 404 for an unknown one
 //!   (keystone/api/auth.py), asked with any valid token. Service calls with a bad token get
 //!   keystonemiddleware's 401 (auth_token `_reject_request`).
 //!
@@ -384,7 +385,8 @@ pub struct RequestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Op {
     Token,
-    /// `GET|HEAD /v3/auth/tokens` (`X-Subject-Token`).
+    /// `GET|HEAD|DELETE /v3/auth/tokens` (`X-Subject-Token`): show, check,
+    /// revoke.
     TokenValidate,
     IdentityVersions,
     IdentityVersion,
