@@ -34,6 +34,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/external"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/layer3/floatingips"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/groups"
+	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/extensions/security/rules"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/networks"
 	"github.com/gophercloud/gophercloud/v2/openstack/networking/v2/ports"
 	"github.com/gophercloud/gophercloud/v2/pagination"
@@ -776,6 +777,93 @@ func TestSecurityGroupsByName(t *testing.T) {
 	_, err = groups.Get(ctx, net, unknownID).Extract()
 	if !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Errorf("unknown group: %v, want 404", err)
+	}
+}
+
+func TestSecurityGroupCreateRulesAndDelete(t *testing.T) {
+	f := setup(t)
+	ctx := context30s(t)
+	net := network(t, ctx, f)
+	name := uniqueName("securitygroup")
+	group, err := groups.Create(ctx, net, &groups.CreateOpts{Name: name}).Extract()
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if group.Name != name || len(group.Rules) != 2 {
+		t.Errorf("a new group %+v, want two egress rules", group)
+	}
+	for _, rule := range group.Rules {
+		if rule.Direction != "egress" {
+			t.Errorf("a new group's rule %+v", rule)
+		}
+	}
+	all, err := groups.List(net, groups.ListOpts{Name: name}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listed, err := groups.ExtractGroups(all); err != nil || len(listed) != 1 || listed[0].ID != group.ID {
+		t.Errorf("by name: %+v, %v", listed, err)
+	}
+	// The Go controller's CreateSecurityGroupRule.
+	ssh := rules.CreateOpts{
+		Description:    "unikorn managed security group rule",
+		Direction:      rules.DirIngress,
+		EtherType:      rules.EtherType4,
+		PortRangeMin:   22,
+		PortRangeMax:   22,
+		Protocol:       rules.ProtocolTCP,
+		SecGroupID:     group.ID,
+		RemoteIPPrefix: "0.0.0.0/0",
+	}
+	rule, err := rules.Create(ctx, net, ssh).Extract()
+	if err != nil {
+		t.Fatalf("rule create: %v", err)
+	}
+	if rule.PortRangeMin != 22 || rule.PortRangeMax != 22 || rule.Protocol != "tcp" || rule.SecGroupID != group.ID {
+		t.Errorf("rule %+v", rule)
+	}
+	if _, err := rules.Create(ctx, net, ssh).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+		t.Errorf("a duplicate rule: %v, want 409", err)
+	}
+	backwards := ssh
+	backwards.PortRangeMin, backwards.PortRangeMax = 443, 80
+	if _, err := rules.Create(ctx, net, backwards).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+		t.Errorf("a reversed port range: %v, want 400", err)
+	}
+	v6 := ssh
+	v6.RemoteIPPrefix = "::/0"
+	if _, err := rules.Create(ctx, net, v6).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusBadRequest) {
+		t.Errorf("an IPv6 prefix on an IPv4 rule: %v, want 400", err)
+	}
+	pages, err := rules.List(net, rules.ListOpts{SecGroupID: group.ID}).AllPages(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := rules.ExtractRules(pages)
+	if err != nil || len(listed) != 3 {
+		t.Errorf("rules of the group: %+v, %v", listed, err)
+	}
+	port, err := ports.Create(ctx, net, &ports.CreateOpts{NetworkID: f.Networks["network-b"], SecurityGroups: &[]string{group.ID}}).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := groups.Delete(ctx, net, group.ID).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusConflict) {
+		t.Errorf("deleting a group a port uses: %v, want 409", err)
+	}
+	if err := ports.Delete(ctx, net, port.ID).ExtractErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rules.Delete(ctx, net, rule.ID).ExtractErr(); err != nil {
+		t.Fatalf("rule delete: %v", err)
+	}
+	if _, err := rules.Get(ctx, net, rule.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("deleted rule: %v, want 404", err)
+	}
+	if err := groups.Delete(ctx, net, group.ID).ExtractErr(); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := groups.Get(ctx, net, group.ID).Extract(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+		t.Errorf("deleted group: %v, want 404", err)
 	}
 }
 

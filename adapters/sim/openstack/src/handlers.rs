@@ -92,8 +92,22 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network/v2.0/subnets", get(endpoint(Op::SubnetList)))
         .route("/network/v2.0/subnets/{id}", get(endpoint(Op::SubnetGet)))
         .route("/network/v2.0/routers", get(endpoint(Op::RouterList)))
-        .route("/network/v2.0/security-groups", get(endpoint(Op::SecurityGroupList)))
-        .route("/network/v2.0/security-groups/{id}", get(endpoint(Op::SecurityGroupGet)))
+        .route(
+            "/network/v2.0/security-groups",
+            get(endpoint(Op::SecurityGroupList)).post(endpoint(Op::SecurityGroupCreate)),
+        )
+        .route(
+            "/network/v2.0/security-groups/{id}",
+            get(endpoint(Op::SecurityGroupGet)).delete(endpoint(Op::SecurityGroupDelete)),
+        )
+        .route(
+            "/network/v2.0/security-group-rules",
+            get(endpoint(Op::SecurityGroupRuleList)).post(endpoint(Op::SecurityGroupRuleCreate)),
+        )
+        .route(
+            "/network/v2.0/security-group-rules/{id}",
+            get(endpoint(Op::SecurityGroupRuleGet)).delete(endpoint(Op::SecurityGroupRuleDelete)),
+        )
         .route("/network/v2.0/extensions", get(endpoint(Op::ExtensionList)))
         .route("/network/v2.0/quotas/{id}", get(endpoint(Op::QuotaGet)))
         .route("/image", get(endpoint(Op::ImageVersions)))

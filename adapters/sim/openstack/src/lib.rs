@@ -133,13 +133,20 @@
 //!   null), a port that has one 409 `FloatingIPPortAlreadyAssociated`
 //!   (l3_db.py `_check_and_get_fip_assoc`); a deleted port's floating IP
 //!   stays allocated, disassociated (l3_db.py `disassociate_floatingips`).
+//! - Security groups (securitygroups_db.py): `POST /security-groups` (two
+//!   egress rules; `default` again 409), `DELETE` (the default group or
+//!   one in use 409); `GET|POST /security-group-rules`,
+//!   `GET|DELETE /security-group-rules/{id}`, a rule validated as
+//!   `_validate_security_group_rule` does (see `create_security_group_rule`),
+//!   a duplicate 409 `SecurityGroupRuleExists`.
 //! - `GET /networks[/{id}]`, `/subnets[/{id}]` (one subnet a network),
 //!   `/routers` (one, gatewayed to the first external network),
 //!   `/security-groups[/{id}]`, `/extensions` (those whose behaviour is
 //!   here), `/quotas/{project}` (Neutron's defaults; another project's 403).
 //! - Errors `{"NeutronError": {type, message, detail}}` with the exception's
 //!   type: `PortNotFound`, `FloatingIPNotFound`, `NetworkNotFound`,
-//!   `SubnetNotFound`, `SecurityGroupNotFound`, `HTTPBadRequest`, ...
+//!   `SubnetNotFound`, `SecurityGroupNotFound`, `SecurityGroupRuleNotFound`,
+//!   `HTTPBadRequest`, ...
 //!
 //! Glance (glance/api/v2/images.py; the api-ref's image samples), read-only:
 //! - `GET /v2/images/{id}`: the image with `self`, `file`, `schema`, its
@@ -440,7 +447,13 @@ pub enum Op {
     SubnetGet,
     RouterList,
     SecurityGroupList,
+    SecurityGroupCreate,
     SecurityGroupGet,
+    SecurityGroupDelete,
+    SecurityGroupRuleList,
+    SecurityGroupRuleCreate,
+    SecurityGroupRuleGet,
+    SecurityGroupRuleDelete,
     ExtensionList,
     QuotaGet,
     /// `GET /image` (Glance's version list).
@@ -591,7 +604,12 @@ impl OpenStackSim {
     pub fn add_network(&self, project_id: &str, name: &str) -> String {
         let mut state = self.state();
         let id = state.next_id(0x0e7);
-        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        let named = state::SimNamed {
+            id: id.clone(),
+            name: name.to_owned(),
+            project_id: project_id.to_owned(),
+            description: String::new(),
+        };
         state.networks.insert(id.clone(), named);
         let subnet = state.next_id(0x05b7);
         state.subnets.insert(id.clone(), subnet);
@@ -599,11 +617,20 @@ impl OpenStackSim {
     }
 
     /// A security group of `project_id` named `name` (`securitygroup-<name>`
-    /// in the unikorn scheme); returns its id.
+    /// in the unikorn scheme), with the two egress rules Neutron gives a new
+    /// group; returns its id.
     pub fn add_security_group(&self, project_id: &str, name: &str) -> String {
         let mut state = self.state();
         let id = state.next_id(0x05e6);
-        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        let named = state::SimNamed {
+            id: id.clone(),
+            name: name.to_owned(),
+            project_id: project_id.to_owned(),
+            description: String::new(),
+        };
+        for ethertype in ["IPv4", "IPv6"] {
+            state.add_rule(state::SimRule::open(&named, "egress", ethertype));
+        }
         state.security_groups.insert(id.clone(), named);
         id
     }
