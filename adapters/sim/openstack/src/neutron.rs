@@ -1116,7 +1116,7 @@ fn create_security_group_rule(ctx: &Ctx<'_>, state: &mut State) -> Response {
         return security_group_not_found(&group_id);
     };
     if let Some(remote) = &remote_group_id
-        && !state.security_groups.get(remote).is_some_and(|g| g.project_id == ctx.project)
+        && state.security_groups.get(remote).is_none_or(|g| g.project_id != ctx.project)
     {
         return security_group_not_found(remote);
     }
