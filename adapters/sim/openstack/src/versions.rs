@@ -70,10 +70,29 @@ pub(super) fn document(op: Op, config: &OpenStackSimConfig, base_url: &str) -> O
                 .collect();
             reply::json(StatusCode::OK, json!({ "resources": resources }))
         }
+        // glance/api/versions.py `Controller.index`: 300 Multiple Choices,
+        // the newest v2 minor CURRENT, the others SUPPORTED, each linking
+        // the unversioned-minor `/v2/`.
+        Op::ImageVersions => {
+            let versions: Vec<Value> = (0..=IMAGE_MINOR_MAX)
+                .rev()
+                .map(|minor| {
+                    json!({
+                        "id": format!("v2.{minor}"),
+                        "status": if minor == IMAGE_MINOR_MAX { "CURRENT" } else { "SUPPORTED" },
+                        "links": [{"rel": "self", "href": format!("{base_url}/image/v2/")}],
+                    })
+                })
+                .collect();
+            reply::json(StatusCode::MULTIPLE_CHOICES, json!({ "versions": versions }))
+        }
         _ => return None,
     };
     Some(response)
 }
+
+/// The newest Image API v2 minor version listed (v2.17, Glance 2025.1).
+const IMAGE_MINOR_MAX: u32 = 17;
 
 /// Neutron's core collections (root.py `_CORE_RESOURCES`) less
 /// `subnetpools`, which this simulator does not serve.
