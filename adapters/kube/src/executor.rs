@@ -219,7 +219,7 @@ impl ActionIo<'_> {
                     // whole seconds: the answer comes after the create's note
                     // of this same second, and the rule asks the view to be
                     // later than the note.
-                    let at = jiff::Timestamp::now();
+                    let at = crate::kube_api::precise_now();
                     self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
