@@ -695,3 +695,26 @@ fn a_note_of_an_attempt_already_counted_does_not_hold_up_the_next_create() {
     let next = reconcile(&server, &with_view(&server, ProviderView::Absent), &options, at(12));
     assert_eq!(creates(&next), 1, "{:?}", next.actions);
 }
+
+/// A healthy running Server whose provider read fails once (a 503 while a
+/// restarted operator reads every Server): the pass waits and writes
+/// nothing, so its conditions never flip to False and back.
+#[test]
+fn a_transient_read_error_never_flips_a_healthy_servers_conditions() {
+    let options = Options::with_max_attempts(3);
+    let mut server = adopted();
+    let running = record(ProviderStatus::Active, PowerState::Running, Some(5));
+    server.status = observe(&server.status, Some(&running), at(6));
+    for second in [10, 11] {
+        let pass =
+            reconcile(&server, &with_view(&server, ProviderView::Present(running.clone())), &options, at(second));
+        persist(&mut server, &pass);
+    }
+    let settled = reconcile(&server, &with_view(&server, ProviderView::Present(running.clone())), &options, at(12));
+    assert!(!writes_status(&settled), "settled before the fault: {:?}", settled.actions);
+    for outage in [ProviderView::Unknown("Nova answered 503".into()), ProviderView::Unknown("read timed out".into())] {
+        let pass = reconcile(&server, &with_view(&server, outage), &options, at(20));
+        assert!(!writes_status(&pass), "a transient read error rewrote the status: {:?}", pass.actions);
+        assert_eq!(pass.events().count(), 0);
+    }
+}

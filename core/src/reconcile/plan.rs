@@ -104,7 +104,17 @@ impl Plan {
             message = self.provisioned_message();
         }
         set_condition(&mut self.status.conditions, ConditionType::Available, status, reason, message, self.now);
+        self.into_decision(outcome)
+    }
 
+    /// Ends the pass in `outcome` with Available as it stands: for a pass
+    /// that learnt nothing new about a settled Server (its provider could
+    /// not be read), so a transient failure never flips its conditions.
+    pub(crate) fn finish_keeping_available(self, outcome: Outcome) -> Decision {
+        self.into_decision(outcome)
+    }
+
+    fn into_decision(mut self, outcome: Outcome) -> Decision {
         // A record is what this pass proved; it supersedes a change of the
         // same annotation planned earlier in the pass (a retry forgets a
         // refusal of the user data, and the check refuses it again).

@@ -55,10 +55,17 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     }
     let view = match &facts.provider {
         ProviderView::Present(_) | ProviderView::Absent => &facts.provider,
-        // An outage says nothing new about a park: it stays as it is.
+        // An outage says nothing new about a park: it stays as it is; nor
+        // about a provisioned Server: its conditions stay (the pass waits).
         unknown => {
             if let Some(park) = park(server, options) {
                 return plan.finish(Outcome::Terminal(park));
+            }
+            let provisioned = plan.status.condition(ConditionType::Available).is_some_and(|available| {
+                available.status == ConditionStatus::True && available.reason == ConditionReason::Provisioned
+            });
+            if provisioned {
+                return plan.finish_keeping_available(Outcome::Yield(waiting_for(unknown)));
             }
             return plan.finish(Outcome::Yield(waiting_for(unknown)));
         }
