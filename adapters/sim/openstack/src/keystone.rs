@@ -1,6 +1,6 @@
 //! Keystone v3 `POST /v3/auth/tokens`: password (the user by ID, or by
 //! name with its domain) and application credentials, scoped to a project
-//! by ID or by name with its domain, answered 201 with the token in
+//! by ID or by name with its domain, or to the domain, answered 201 with the token in
 //! `X-Subject-Token` and a body carrying expiry, project, roles and catalog;
 //! `GET /v3/auth/tokens` shows a token again.
 
@@ -28,6 +28,28 @@ enum Principal {
 /// Whether a `{"id"}` or `{"name"}` domain reference names the one domain.
 fn is_default_domain(domain: &Value) -> bool {
     domain["id"].as_str() == Some(DOMAIN_ID) || domain["name"].as_str() == Some(DOMAIN_NAME)
+}
+
+/// Whether the scope names a domain (`{"domain": {"id"}}` or `{"name"}`):
+/// the one domain, else 401 (keystone/auth/core.py `_lookup_domain`:
+/// `DomainNotFound` -> Unauthorized); both a project and a domain are 400
+/// (`AuthInfo._validate_and_normalize_scope_data`). Domain role
+/// assignments are not modelled: every user holds one on the domain.
+fn scoped_domain(scope: &Value) -> Result<bool, Response> {
+    let domain = &scope["domain"];
+    if domain.is_null() {
+        return Ok(false);
+    }
+    if !scope["project"].is_null() {
+        return Err(bad_request("Expecting to find project or domain in scope, not both."));
+    }
+    if domain["id"].is_null() && domain["name"].is_null() {
+        return Err(bad_request("Expecting to find id or name in domain."));
+    }
+    if !is_default_domain(domain) {
+        return Err(unauthorized());
+    }
+    Ok(true)
 }
 
 /// The project a scope names: `{"id"}`, or `{"name", "domain"}`
@@ -77,6 +99,13 @@ pub(super) fn issue(
         auth["identity"]["methods"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     let scope_project = match scoped_project(state, &auth["scope"]["project"]) {
         Ok(project) => project,
+        Err(refusal) => {
+            state.counters.token_rejections += u64::from(refusal.status() == StatusCode::UNAUTHORIZED);
+            return refusal;
+        }
+    };
+    let scope_domain = match scoped_domain(&auth["scope"]) {
+        Ok(domain) => domain,
         Err(refusal) => {
             state.counters.token_rejections += u64::from(refusal.status() == StatusCode::UNAUTHORIZED);
             return refusal;
@@ -155,14 +184,21 @@ pub(super) fn issue(
     if let Principal::ApplicationCredential { id } = &principal {
         body["application_credential"] = json!({"id": id, "name": id, "restricted": true});
     }
-    // An unscoped token carries neither project nor catalog.
+    // An unscoped token carries neither project nor catalog; a domain-scoped
+    // one carries the domain, roles and the catalog, and no project
+    // (keystone/token/token_formatters.py, the `domain` scope of the
+    // api-ref's "Password authentication with scoped authorization").
+    let roles = json!([{"id": "sim-role-member", "name": "member"}, {"id": "sim-role-reader", "name": "reader"}]);
     if let Some(project_id) = &project_id {
         let name = state.projects.get(project_id).map_or(project_id.as_str(), String::as_str);
         body["project"] = json!({"id": project_id, "name": name, "domain": domain});
         body["is_domain"] = json!(false);
-        body["roles"] =
-            json!([{"id": "sim-role-member", "name": "member"}, {"id": "sim-role-reader", "name": "reader"}]);
-        body["catalog"] = catalog(&config.region, base_url);
+        body["roles"] = roles;
+        body["catalog"] = catalog(config, base_url);
+    } else if scope_domain {
+        body["domain"] = domain.clone();
+        body["roles"] = roles;
+        body["catalog"] = catalog(config, base_url);
     }
     let body = json!({ "token": body });
     state.tokens.insert(token.clone(), IssuedToken { project_id: project_id.clone(), expires_at, body: body.clone() });
@@ -196,7 +232,8 @@ pub(super) fn validate(state: &State, token: Option<&str>, now: Timestamp) -> Op
     (issued.expires_at > now).then(|| issued.project_id.clone()).flatten()
 }
 
-fn catalog(region: &str, base_url: &str) -> Value {
+fn catalog(config: &OpenStackSimConfig, base_url: &str) -> Value {
+    let region = config.region.as_str();
     let service = |kind: &str, name: &str, path: &str| {
         let mut endpoints: Vec<Value> = ["public", "internal", "admin"]
             .iter()
@@ -210,6 +247,9 @@ fn catalog(region: &str, base_url: &str) -> Value {
                 })
             })
             .collect();
+        if !config.decoy_region {
+            return json!({"id": format!("sim-{name}"), "type": kind, "name": name, "endpoints": endpoints});
+        }
         endpoints.insert(
             0,
             json!({
@@ -227,6 +267,12 @@ fn catalog(region: &str, base_url: &str) -> Value {
         service("compute", "nova", "/compute/v2.1"),
         // Neutron's catalog entry is unversioned; clients append /v2.0.
         service("network", "neutron", "/network"),
+        // Listed, not served (no Glance or Cinder here): the Go controller
+        // builds an image and a block-storage client at start and exits
+        // when the catalog has no such entry (gophercloud's
+        // `ErrEndpointNotFound`); servers are booted from an image ID.
+        service("image", "glance", "/image"),
+        service("block-storage", "cinderv3", "/volume/v3"),
     ])
 }
 
@@ -241,4 +287,50 @@ fn rejected(state: &mut State) -> Response {
 
 fn unauthorized() -> Response {
     reply::error(Service::Identity, 401, "The request you have made requires authentication.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(config: &OpenStackSimConfig, scope: Value) -> (StatusCode, Value) {
+        let mut state = State::default();
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {"id": "admin", "password": "secret"}}},
+            "scope": scope,
+        }});
+        let response = issue(&mut state, config, "http://sim", Timestamp::UNIX_EPOCH, body.to_string().as_bytes());
+        let status = response.status();
+        let body = state.tokens.values().next().map(|t| t.body.clone()).unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    fn types(catalog: &Value) -> Vec<&str> {
+        catalog.as_array().into_iter().flatten().filter_map(|s| s["type"].as_str()).collect()
+    }
+
+    #[test]
+    fn a_domain_scope_gives_the_catalog_and_no_project() {
+        let config = OpenStackSimConfig::default();
+        let (status, body) = token(&config, json!({"domain": {"id": "default"}}));
+        assert_eq!(status, StatusCode::CREATED);
+        assert_eq!(body["token"]["domain"]["id"], "default");
+        assert!(body["token"]["project"].is_null());
+        assert_eq!(types(&body["token"]["catalog"]), ["identity", "compute", "network", "image", "block-storage"]);
+        assert_eq!(token(&config, json!({"domain": {"name": "Default"}})).0, StatusCode::CREATED);
+        assert_eq!(token(&config, json!({"domain": {"id": "other"}})).0, StatusCode::UNAUTHORIZED);
+        let both = json!({"domain": {"id": "default"}, "project": {"id": "p"}});
+        assert_eq!(token(&config, both).0, StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn the_decoy_region_is_listed_first_unless_switched_off() {
+        let first_region = |config: &OpenStackSimConfig| {
+            let (_, body) = token(config, json!({"project": {"id": "p"}}));
+            body["token"]["catalog"][1]["endpoints"][0]["region"].as_str().map(str::to_owned)
+        };
+        assert_eq!(first_region(&OpenStackSimConfig::default()).as_deref(), Some(DECOY_REGION));
+        let single = OpenStackSimConfig { decoy_region: false, ..OpenStackSimConfig::default() };
+        assert_eq!(first_region(&single).as_deref(), Some("RegionOne"));
+    }
 }

@@ -39,7 +39,11 @@
 //!   ID or by name with its domain (keystone/auth/core.py `_lookup_project`);
 //!   with projects registered, a scope without a role assignment is 401
 //!   (keystone/models/token_model.py "has no access to project");
-//!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
+//!   application credentials refuse a scope; a scope on the one domain
+//!   gives a domain-scoped token with the catalog and no project (the Go
+//!   controller logs in so at start). The catalog lists compute, network
+//!   and identity, and image and block-storage entries whose APIs are not
+//!   served. `GET|HEAD /v3/auth/tokens`
 //!   shows the `X-Subject-Token`, 404 for an unknown one
 //!   (keystone/api/auth.py). Service calls with a bad token get
 //!   keystonemiddleware's 401 (auth_token `_reject_request`).
@@ -167,6 +171,13 @@ pub struct OpenStackSimConfig {
     /// The region the catalog's endpoints are in. The catalog also lists a
     /// decoy region with unreachable endpoints.
     pub region: String,
+    /// Whether the catalog lists a decoy region first, its endpoints
+    /// unreachable, so that a client ignoring the region filter fails
+    /// loudly (the default). The Go controller asks gophercloud for each
+    /// service with empty `EndpointOpts`, no region: it takes the first
+    /// public endpoint of the type, so it runs only on a catalog of one
+    /// region, which this switch gives it.
+    pub decoy_region: bool,
     pub token_ttl: Duration,
     /// Nova's `osapi_max_limit`: servers per list page.
     pub page_size: usize,
@@ -212,6 +223,7 @@ impl Default for OpenStackSimConfig {
     fn default() -> Self {
         OpenStackSimConfig {
             region: "RegionOne".into(),
+            decoy_region: true,
             token_ttl: Duration::from_secs(3600),
             page_size: 1000,
             pagination_max_limit: None,
@@ -467,6 +479,13 @@ impl OpenStackSim {
     /// any `flavorRef` is accepted.
     pub fn add_flavor(&self, flavor: Flavor) {
         self.state().flavors.insert(flavor.id.clone(), flavor);
+    }
+
+    /// Scripts the fate of every server Nova is asked to create under the
+    /// name `name` with no Server uid in its metadata, as another controller
+    /// (the Go one) creates them; each create gets it afresh.
+    pub fn script_by_name(&self, name: &str, fate: server_simcloud::Fate) {
+        self.state().fates_by_name.insert(name.to_owned(), fate);
     }
 
     /// Registers an application credential and the project it is bound to.

@@ -35,6 +35,9 @@ pub(super) struct State {
     /// (user id, project id) role assignments.
     pub(super) grants: BTreeSet<(String, String)>,
     pub(super) flavors: BTreeMap<String, Flavor>,
+    /// Nova server name -> the fate of every server created under that name
+    /// without a Server uid in its metadata (the Go controller's).
+    pub(super) fates_by_name: BTreeMap<String, server_simcloud::Fate>,
     /// Tenant network id -> its one subnet's id.
     pub(super) subnets: BTreeMap<String, String>,
     pub(super) faults: FaultRules,
