@@ -36,6 +36,8 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network", get(endpoint(Op::NetworkVersions)))
         .route("/network/", get(endpoint(Op::NetworkVersions)))
         .route("/network/v2.0/", get(endpoint(Op::NetworkVersion)))
+        .route("/image", get(endpoint(Op::ImageVersions)))
+        .route("/image/", get(endpoint(Op::ImageVersions)))
         .route(
             "/identity/v3/auth/tokens",
             post(endpoint(Op::Token)).get(endpoint(Op::TokenValidate)).head(endpoint(Op::TokenValidate)),

@@ -322,6 +322,8 @@ pub enum Op {
     ComputeVersion,
     NetworkVersions,
     NetworkVersion,
+    /// `GET /image/`: Glance's version document (no image API is served).
+    ImageVersions,
     ServerList,
     ServerListDetail,
     ServerCreate,

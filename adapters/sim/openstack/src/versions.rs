@@ -55,6 +55,22 @@ pub(super) fn document(op: Op, config: &OpenStackSimConfig, base_url: &str) -> O
                 "links": [{"rel": "self", "href": format!("{base_url}/network/v2.0/")}],
             }]}),
         ),
+        // glance/api/versions.py `Controller.index`: 300 Multiple Choices,
+        // `{"versions": [...]}` newest first, the newest CURRENT (v2.15 in
+        // Yoga). gophercloud reads it to check the endpoint serves v2.
+        Op::ImageVersions => {
+            let version = |id: &str, status: &str| {
+                json!({
+                    "id": id,
+                    "status": status,
+                    "links": [{"rel": "self", "href": format!("{base_url}/image/v2/")}],
+                })
+            };
+            reply::json(
+                StatusCode::MULTIPLE_CHOICES,
+                json!({"versions": [version("v2.15", "CURRENT"), version("v2.0", "SUPPORTED")]}),
+            )
+        }
         // root.py `V2Controller.index`: the core collections, each with its
         // link (`/v2.0` without the slash is 404 there, and here).
         Op::NetworkVersion => {
