@@ -143,3 +143,15 @@ pub(super) fn announce(response: &mut Response, version: (u32, u32)) {
     headers.append("vary", HeaderValue::from_static("OpenStack-API-Version"));
     headers.append("vary", HeaderValue::from_static("X-OpenStack-Nova-API-Version"));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glance_lists_its_versions_as_multiple_choices() {
+        let response = document(Op::ImageVersions, &OpenStackSimConfig::default(), "http://sim");
+        let response = response.unwrap_or_else(|| panic!("Glance's version document"));
+        assert_eq!(response.status(), StatusCode::MULTIPLE_CHOICES);
+    }
+}
