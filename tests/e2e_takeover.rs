@@ -51,6 +51,9 @@ const WORLD: [Made; 6] = [
     Made { name: "srv-f", display: "broken-f", public_ip: false, boots: false },
 ];
 
+/// The Server created while this operator runs.
+const LATE: Made = Made { name: "srv-g", display: "new-g", public_ip: true, boots: true };
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged() {
     let Some(build) = go_controller_or_skip() else { return };
@@ -115,7 +118,7 @@ async fn takeover(build: GoBuild) {
         assert_eq!(nova.name, made.display, "the Go controller names a server after the Server's name label");
         assert_eq!(nova.metadata.get("serverID").map(String::as_str), Some(made.name));
     }
-    assert_eq!(made_by_go.floating_ips.len(), 2, "{:#?}", made_by_go.floating_ips);
+    made_by_go.assert_nothing_leaked_or_doubled(WORLD.iter());
     let go_creates = made_by_go.counters.server_creates;
 
     // This operator takes over under its own CRD.
@@ -136,23 +139,21 @@ async fn takeover(build: GoBuild) {
     .await;
     let takeover_took = takeover_started.elapsed();
     env.idle(30).await;
-    let ours = Snapshot::take(&env, &sim);
-    env.stop().await;
-    let after_ours = ours.counters;
-    let (creates, deletes) = made_by_go.changes(&ours);
-    assert_eq!((creates, deletes), (0, 0), "the takeover created or deleted in the cloud: {after_ours:#?}");
+    let adopted = Snapshot::take(&env, &sim);
+    let (adopt_creates, adopt_deletes) = made_by_go.changes(&adopted);
+    assert_eq!((adopt_creates, adopt_deletes), (0, 0), "the takeover created or deleted: {:#?}", adopted.counters);
     assert_eq!(
-        after_ours.server_metadata_updates - made_by_go.counters.server_metadata_updates,
+        adopted.counters.server_metadata_updates - made_by_go.counters.server_metadata_updates,
         WORLD.len() as u64,
         "each Go-made server tagged once"
     );
-    ours.assert_nothing_leaked_or_doubled();
-    assert_eq!(ours.ids(), made_by_go.ids(), "the same servers live");
+    adopted.assert_nothing_leaked_or_doubled(WORLD.iter());
+    assert_eq!(adopted.ids(), made_by_go.ids(), "the same servers live");
     for made in &WORLD {
         let server = env.server_json(made.name).unwrap_or_default();
         let uid = server["metadata"]["uid"].as_str().unwrap_or_default();
         assert_eq!(adoptions(&env, made.name), 1, "{}: one ProviderServerAdopted", made.name);
-        let nova = ours.nova(made.name);
+        let nova = adopted.nova(made.name);
         assert_eq!(nova.metadata.get("unikorn:server-uid").map(String::as_str), Some(uid), "{} is tagged", made.name);
         assert_eq!(
             server["status"]["provisionedAt"], made_by_go.statuses[made.name]["provisionedAt"],
@@ -164,6 +165,29 @@ async fn takeover(build: GoBuild) {
         }
     }
 
+    // A Server made while this operator runs: the Go controller must find
+    // its server on the way back too.
+    let all: Vec<&Made> = WORLD.iter().chain([&LATE]).collect();
+    let mut spec = Env::spec();
+    spec["publicIPAllocation"] = json!({ "enabled": true });
+    let labels = [
+        (server_core::model::REGION_LABEL, REGION),
+        (server_core::model::IDENTITY_LABEL, IDENTITY),
+        (NAME_LABEL, LATE.display),
+    ];
+    env.create_server_with_labels(LATE.name, fast(Fate::clean()), spec, &labels);
+    wait_for_env(Duration::from_secs(60), "the new Server Provisioned with its public IP", || {
+        env.server_json(LATE.name).is_some_and(|server| {
+            reason(&server, "Available") == "Provisioned" && server["status"]["publicIP"].is_string()
+        })
+    })
+    .await;
+    env.idle(10).await;
+    let ours = Snapshot::take(&env, &sim);
+    env.stop().await;
+    assert_eq!(adopted.changes(&ours), (3, 0), "a server, its port and floating IP: {:#?}", ours.counters);
+    ours.assert_nothing_leaked_or_doubled(all.iter().copied());
+    assert_eq!(ours.nova(LATE.name).name, LATE.display, "named after the name label, as the Go controller names");
     let ours_requests = sim.requests().len();
 
     // The way back: the Go controller again, under its CRD.
@@ -175,7 +199,7 @@ async fn takeover(build: GoBuild) {
     let log = go.dir().join("unikorn-server-controller.log");
     wait_for(&mut go, Duration::from_secs(90), "the Go controller to reconcile every booted server again", || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        WORLD.iter().filter(|made| made.boots).all(|made| {
+        all.iter().filter(|made| made.boots).all(|made| {
             text.lines().any(|line| line.contains("server already exists") && line.contains(made.name))
         })
     })
@@ -187,25 +211,23 @@ async fn takeover(build: GoBuild) {
     let back_refusals = refusals(&sim.requests()[ours_requests..]);
     let back = Snapshot::take(&env, &sim);
     let back_took = back_started.elapsed();
-    let (creates, deletes) = ours.changes(&back);
-    assert_eq!((creates, deletes), (0, 0), "the Go controller recreated or deleted: {:#?}", back.counters);
-    back.assert_nothing_leaked_or_doubled();
+    let (back_creates, back_deletes) = ours.changes(&back);
+    assert_eq!((back_creates, back_deletes), (0, 0), "the Go controller recreated or deleted: {:#?}", back.counters);
+    back.assert_nothing_leaked_or_doubled(all.iter().copied());
     assert_eq!(back.ids(), ours.ids(), "the same servers live");
-    for made in WORLD.iter().filter(|made| made.boots) {
-        assert_eq!(back.statuses[made.name]["provisionedAt"], made_by_go.statuses[made.name]["provisionedAt"]);
+    for made in all.iter().filter(|made| made.boots) {
+        assert_eq!(back.statuses[made.name]["provisionedAt"], ours.statuses[made.name]["provisionedAt"]);
     }
 
     eprintln!(
-        "takeover: {} Servers; Go made them in {go_took:.1?} ({go_creates} Nova creates for {} servers; \
+        "takeover: the Go controller made {} Servers' servers in {go_took:.1?} ({go_creates} Nova creates; \
          the simulator refused it {go_refusals:?}; its monitor restarted {go_restarts} times); \
-         ours adopted {} in {takeover_took:.1?} with {creates} creates and {deletes} deletes; \
-         the Go controller back for {back_took:.1?}: {} creates, {} deletes (refused {back_refusals:?}, \
-         monitor restarted {back_restarts} times); {} ports and {} floating IPs throughout; whole test {:.1?}",
-        WORLD.len(),
+         this operator adopted {} in {takeover_took:.1?} with {adopt_creates} creates and {adopt_deletes} deletes, \
+         then made 1; the Go controller back for {back_took:.1?}: {back_creates} creates, {back_deletes} deletes \
+         (refused {back_refusals:?}, monitor restarted {back_restarts} times); {} ports and {} floating IPs at \
+         the end; whole test {:.1?}",
         WORLD.len(),
         WORLD.iter().map(|made| adoptions(&env, made.name)).sum::<u64>(),
-        back.counters.server_creates - ours.counters.server_creates,
-        back.counters.server_deletes - ours.counters.server_deletes,
         back.ports.len(),
         back.floating_ips.len(),
         started.elapsed(),
@@ -301,6 +323,7 @@ impl Snapshot {
             .collect();
         let statuses = WORLD
             .iter()
+            .chain([&LATE])
             .map(|made| (made.name.to_owned(), env.server_json(made.name).unwrap_or_default()["status"].clone()))
             .collect();
         Snapshot { counters: sim.counters(), live, ports: sim.ports(), floating_ips: sim.floating_ips(), statuses }
@@ -330,16 +353,16 @@ impl Snapshot {
 
     /// One port per live server, each bound to it; one floating IP per
     /// Server that asks for a public IP, each on a live server's port.
-    fn assert_nothing_leaked_or_doubled(&self) {
+    fn assert_nothing_leaked_or_doubled<'a>(&self, world: impl IntoIterator<Item = &'a Made> + Clone) {
         let mut names: Vec<&str> = self.ports.iter().map(|port| port.name.as_str()).collect();
         names.sort_unstable();
-        let expected: Vec<String> = WORLD.iter().map(|made| format!("server-{}", made.name)).collect();
+        let expected: Vec<String> = world.clone().into_iter().map(|made| format!("server-{}", made.name)).collect();
         assert_eq!(names, expected, "one port per Server: {:#?}", self.ports);
         for port in &self.ports {
             let bound = port.server_uid.as_deref().unwrap_or_default();
             assert!(self.live.values().any(|s| s.server_uid == bound), "port {} is bound to no live server", port.name);
         }
-        let wanted = WORLD.iter().filter(|made| made.public_ip).count();
+        let wanted = world.into_iter().filter(|made| made.public_ip).count();
         assert_eq!(self.floating_ips.len(), wanted, "one floating IP per public Server: {:#?}", self.floating_ips);
         for ip in &self.floating_ips {
             let port = ip.port_id.as_deref().unwrap_or_default();
