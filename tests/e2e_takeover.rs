@@ -63,8 +63,8 @@ async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged
 async fn takeover(build: GoBuild) {
     let started = Instant::now();
     let sim_config = OpenStackSimConfig { decoy_region: false, ..OpenStackSimConfig::default() };
-    let mut env = Env::build_with(CloudKind::OpenStack, 30, test_config(), cloud::CloudConfig::reliable(30), sim_config)
-        .await;
+    let mut env =
+        Env::build_with(CloudKind::OpenStack, 30, test_config(), cloud::CloudConfig::reliable(30), sim_config).await;
     let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
     let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
     let kubeconfig = real.admin_kubeconfig();
@@ -132,9 +132,10 @@ async fn takeover(build: GoBuild) {
     })
     .await;
     wait_for_env(Duration::from_secs(60), "every booted Server Provisioned", || {
-        WORLD.iter().filter(|made| made.boots).all(|made| {
-            env.server_json(made.name).is_some_and(|server| reason(&server, "Available") == "Provisioned")
-        })
+        WORLD
+            .iter()
+            .filter(|made| made.boots)
+            .all(|made| env.server_json(made.name).is_some_and(|server| reason(&server, "Available") == "Provisioned"))
     })
     .await;
     let takeover_took = takeover_started.elapsed();
@@ -199,9 +200,9 @@ async fn takeover(build: GoBuild) {
     let log = go.dir().join("unikorn-server-controller.log");
     wait_for(&mut go, Duration::from_secs(90), "the Go controller to reconcile every booted server again", || {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        all.iter().filter(|made| made.boots).all(|made| {
-            text.lines().any(|line| line.contains("server already exists") && line.contains(made.name))
-        })
+        all.iter()
+            .filter(|made| made.boots)
+            .all(|made| text.lines().any(|line| line.contains("server already exists") && line.contains(made.name)))
     })
     .await;
     tokio::time::sleep(MONITOR_POLL * 5).await;
