@@ -262,18 +262,21 @@ fn catalog(config: &OpenStackSimConfig, base_url: &str) -> Value {
         );
         json!({"id": format!("sim-{name}"), "type": kind, "name": name, "endpoints": endpoints})
     };
-    json!([
+    let mut services = vec![
         service("identity", "keystone", "/identity"),
         service("compute", "nova", "/compute/v2.1"),
         // Neutron's catalog entry is unversioned; clients append /v2.0.
         service("network", "neutron", "/network"),
-        // Listed, not served (no Glance or Cinder here): the Go controller
-        // builds an image and a block-storage client at start and exits
-        // when the catalog has no such entry (gophercloud's
-        // `ErrEndpointNotFound`); servers are booted from an image ID.
+        // Glance answers its version document only: servers are booted from
+        // an image ID. The Go controller builds an image client at start
+        // and exits when the catalog has no such entry (gophercloud's
+        // `ErrEndpointNotFound`).
         service("image", "glance", "/image"),
-        service("block-storage", "cinderv3", "/volume/v3"),
-    ])
+    ];
+    if config.block_storage_in_catalog {
+        services.push(service("block-storage", "cinderv3", "/volume/v3"));
+    }
+    Value::Array(services)
 }
 
 fn bad_request(message: &str) -> Response {
@@ -316,7 +319,10 @@ mod tests {
         assert_eq!(status, StatusCode::CREATED);
         assert_eq!(body["token"]["domain"]["id"], "default");
         assert!(body["token"]["project"].is_null());
-        assert_eq!(types(&body["token"]["catalog"]), ["identity", "compute", "network", "image", "block-storage"]);
+        assert_eq!(types(&body["token"]["catalog"]), ["identity", "compute", "network", "image"]);
+        let cinder = OpenStackSimConfig { block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
+        let (_, body) = token(&cinder, json!({"domain": {"id": "default"}}));
+        assert_eq!(types(&body["token"]["catalog"]).last(), Some(&"block-storage"));
         assert_eq!(token(&config, json!({"domain": {"name": "Default"}})).0, StatusCode::CREATED);
         assert_eq!(token(&config, json!({"domain": {"id": "other"}})).0, StatusCode::UNAUTHORIZED);
         let both = json!({"domain": {"id": "default"}, "project": {"id": "p"}});

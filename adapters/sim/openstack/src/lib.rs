@@ -41,9 +41,9 @@
 //!   (keystone/models/token_model.py "has no access to project");
 //!   application credentials refuse a scope; a scope on the one domain
 //!   gives a domain-scoped token with the catalog and no project (the Go
-//!   controller logs in so at start). The catalog lists compute, network
-//!   and identity, and image and block-storage entries whose APIs are not
-//!   served. `GET|HEAD /v3/auth/tokens`
+//!   controller logs in so at start). The catalog lists compute, network,
+//!   identity and image (Glance's version document only), and
+//!   block-storage (not served) when configured. `GET|HEAD /v3/auth/tokens`
 //!   shows the `X-Subject-Token`, 404 for an unknown one
 //!   (keystone/api/auth.py). Service calls with a bad token get
 //!   keystonemiddleware's 401 (auth_token `_reject_request`).
@@ -178,6 +178,11 @@ pub struct OpenStackSimConfig {
     /// public endpoint of the type, so it runs only on a catalog of one
     /// region, which this switch gives it.
     pub decoy_region: bool,
+    /// Whether the catalog lists a block-storage (Cinder v3) endpoint, which
+    /// is not served. The Go controller builds a block-storage client at
+    /// start and exits without one; the `openstack` CLI asks it for limits
+    /// when listed, so it is off by default.
+    pub block_storage_in_catalog: bool,
     pub token_ttl: Duration,
     /// Nova's `osapi_max_limit`: servers per list page.
     pub page_size: usize,
@@ -224,6 +229,7 @@ impl Default for OpenStackSimConfig {
         OpenStackSimConfig {
             region: "RegionOne".into(),
             decoy_region: true,
+            block_storage_in_catalog: false,
             token_ttl: Duration::from_secs(3600),
             page_size: 1000,
             pagination_max_limit: None,
