@@ -62,7 +62,8 @@ async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged
 
 async fn takeover(build: GoBuild) {
     let started = Instant::now();
-    let sim_config = OpenStackSimConfig { decoy_region: false, ..OpenStackSimConfig::default() };
+    let sim_config =
+        OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
     let mut env =
         Env::build_with(CloudKind::OpenStack, 30, test_config(), cloud::CloudConfig::reliable(30), sim_config).await;
     let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
