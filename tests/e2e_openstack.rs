@@ -159,6 +159,52 @@ async fn neutron_quota_parks_the_server_with_neutrons_message() {
     .await;
 }
 
+/// Keystone refuses the identity's login (its password was changed
+/// elsewhere): each Server says what to fix, logins back off per credential
+/// however many passes run, nothing is created or counted, and once the
+/// password is right again the Servers provision with no retry requested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_login_says_what_to_fix_backs_off_and_resumes_once_fixed() {
+    within(async {
+        let mut env = Env::new(CloudKind::OpenStack, 47).await;
+        env.login_backoff(Duration::from_millis(500), Duration::from_secs(2));
+        let sim = openstack(&env);
+        sim.add_user(OPENSTACK_USER, "changed-elsewhere");
+        let names = ["login-0", "login-1", "login-2", "login-3", "login-4"];
+        for name in names {
+            env.create_server(name, fast(Fate::clean()), Env::spec());
+        }
+        env.start();
+        for name in names {
+            env.wait_server(name, "says the login was refused and what to fix", |s| {
+                available_message(s).contains("Keystone refused the credentials (HTTP 401)")
+                    && available_message(s).contains("update the OpenstackIdentity's password")
+            })
+            .await;
+        }
+        let logins = || sim.requests().iter().filter(|r| r.op == Op::Token).count();
+        let before = logins();
+        env.idle(40).await;
+        let during = logins() - before;
+        // 4 s at 100 ms requeues is about 200 passes; the backoff (0.5 s,
+        // doubling to 2 s) allows at most 4 logins in it.
+        assert!(during <= 4, "{during} logins in 4 s");
+        assert_eq!(sim.counters().server_creates, 0);
+
+        sim.add_user(OPENSTACK_USER, OPENSTACK_PASSWORD);
+        for name in names {
+            let server = env
+                .wait_server(name, "provisioned once the password is right", |s| status(s).provisioned_at.is_some())
+                .await;
+            assert_eq!(status(&server).provider_create_failures, 0, "a refused login is no create attempt");
+            assert_eq!(env.event_count(name, "ProviderCreateFailed"), 0, "{:?}", env.events(name));
+        }
+        assert_eq!(sim.counters().server_creates, names.len() as u64);
+        env.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tags_in_the_unikorn_scheme_are_converted_and_unfit_ones_left_out() {
     within(async {

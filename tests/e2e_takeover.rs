@@ -241,6 +241,8 @@ async fn takeover(build: GoBuild) {
 /// the tenant's project.
 async fn seed_region(env: &Env, sim: &OpenStackSim) {
     sim.add_user(REGION_USER, REGION_PASSWORD);
+    // It logs in domain-scoped at start (its identity client).
+    sim.grant_domain(REGION_USER, "default");
     let secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": "region-openstack", "namespace": env.namespace },
         "stringData": {

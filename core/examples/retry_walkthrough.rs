@@ -4,7 +4,7 @@
 use jiff::Timestamp;
 use server_core::model::{
     ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec, NetworkAttachment,
-    REGION_LABEL, ResourceKind, SERVER_FINALIZER, Server, ServerSpec, ServerStatus, reference_finalizer, set_condition,
+    REGION_LABEL, ResourceKind, Server, ServerSpec, ServerStatus, reference_finalizer, set_condition,
 };
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::{Action, Decision, Facts, Options, ProviderView};
@@ -37,14 +37,14 @@ impl Walkthrough {
     fn execute(&mut self, decision: &Decision) {
         let finalizer = reference_finalizer(&self.server.meta.name);
         for action in &decision.actions {
+            // The Server's own writes (finalizer, annotations, status).
+            server_core::pass::fold_landed(&mut self.server, action, &decision.status);
             match action {
-                Action::AddFinalizer => self.server.meta.finalizers.push(SERVER_FINALIZER.into()),
                 Action::AddReference(r) => {
                     if let Some(consumed) = self.facts.find_mut(r.kind, &r.name) {
                         consumed.finalizers.push(finalizer.clone());
                     }
                 }
-                Action::WriteStatus(_) => self.server.status = decision.status.clone(),
                 Action::CreateProviderServer(request) => {
                     self.vm = Some(ProviderServer {
                         id: format!("vm-{}", self.pass),

@@ -46,8 +46,8 @@ pub use predicate::{
     unbooted_server_unseen, wakes,
 };
 pub use reconcile::{
-    Action, ActionFailure, AttachmentsView, Decision, Facts, LiveRead, NetworkingView, Options, Outcome, PassError,
-    ProviderRead, ProviderView, RegionUnserved, Wait, action_failed, live_read_needed, needs_facts, reads_attachments,
-    reads_networking, reconcile,
+    Action, ActionFailure, ApiCause, ApiFailure, AttachmentsView, Decision, Facts, LiveRead, NetworkingView, NotSent,
+    Options, Outcome, PassError, ProviderRead, ProviderView, RegionUnserved, Wait, action_failed, live_read_needed,
+    needs_facts, reads_attachments, reads_networking, reconcile,
 };
 pub use status_patch::{StatusPatch, StatusPatchError, apply_status_patch, status_merge_patch};

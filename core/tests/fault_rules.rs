@@ -126,7 +126,7 @@ fn an_authentication_failure_on_create_is_not_counted_as_an_attempt() {
 fn persist_until_the_status_write_conflicts(server: &mut Server, decision: &Decision) -> Vec<&'static str> {
     let mut events = Vec::new();
     for action in decision.actions.iter().take_while(|a| !matches!(a, Action::WriteStatus(_))) {
-        apply_annotations(server, action);
+        apply_meta(server, action);
         if let Action::Emit(event) = action {
             events.push(event.reason.as_str());
         }

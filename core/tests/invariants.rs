@@ -506,7 +506,6 @@ impl World {
                         }
                     }
                 }
-                Action::AddFinalizer => self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into()),
                 // Invariant 6: released only once no provider server is left
                 // and none can still land.
                 Action::RemoveFinalizer => {
@@ -519,9 +518,9 @@ impl World {
                 // crash before its create, or the create may land unseen).
                 Action::Annotate { key: server_core::model::CREATE_ISSUED_ANNOTATION, value: Some(_) } => {
                     self.attempts_since_reset += 1;
-                    apply_annotations(&mut self.server, action);
+                    apply_meta(&mut self.server, action);
                 }
-                _ => apply_annotations(&mut self.server, action),
+                _ => apply_meta(&mut self.server, action),
             }
         }
         Ok(())

@@ -254,8 +254,7 @@ impl World {
                         }
                     }
                 }
-                Action::AddFinalizer => self.server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into()),
-                _ => apply_annotations(&mut self.server, action),
+                _ => apply_meta(&mut self.server, action),
             }
         }
         Ok(())

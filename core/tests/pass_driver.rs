@@ -11,8 +11,9 @@ use std::collections::VecDeque;
 use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, SERVER_FINALIZER, Server,
 };
+use server_core::pass::fold_landed_meta;
 use server_core::port::CloudError;
-use server_core::reconcile::{Action, ActionFailure, EventReason, Facts, Options, Outcome};
+use server_core::reconcile::{Action, ActionFailure, ApiCause, ApiFailure, EventReason, Facts, Options, Outcome};
 use server_core::{Lifecycle, ParkKind, Pass, apply_status_patch, lifecycle};
 use support::*;
 
@@ -70,7 +71,7 @@ impl Store {
             }
             Some((_, Fault::AnswerLost)) => {
                 self.land(action);
-                Err(ActionFailure::Api("timed out; the write may have been applied".into()))
+                Err(api_failure(ApiCause::NoAnswer("timed out; the write may have been applied".into())))
             }
         }
     }
@@ -81,10 +82,11 @@ impl Store {
     fn land(&mut self, action: &Action) {
         let meta = &mut self.server.meta;
         match action {
-            Action::AddFinalizer => meta.finalizers.push(SERVER_FINALIZER.into()),
-            Action::RemoveFinalizer => meta.finalizers.retain(|f| f != SERVER_FINALIZER),
+            Action::AddFinalizer | Action::RemoveFinalizer | Action::Annotate { .. } | Action::Record(_) => {
+                fold_landed_meta(meta, action)
+            }
+            // By its patch, as the API server applies it.
             Action::WriteStatus(patch) => apply_status_patch(&mut self.server.status, patch).unwrap(),
-            Action::Annotate { .. } | Action::Record(_) => apply_annotations(&mut self.server, action),
             Action::CreateProviderServer(_) => self.creates += 1,
             Action::DeleteProviderServer(_) | Action::ReleaseAttachment(_) => self.deletes += 1,
             Action::Emit(event) => self.events.push(event.reason),
@@ -123,7 +125,13 @@ fn refused() -> ActionFailure {
 }
 
 fn conflict() -> ActionFailure {
-    ActionFailure::Conflict("the object has been modified".into())
+    let modified =
+        ApiCause::Answered { code: 409, reason: "Conflict".into(), message: "the object has been modified".into() };
+    ActionFailure::Conflict(ApiFailure::new("writing the Server", modified))
+}
+
+fn api_failure(cause: ApiCause) -> ActionFailure {
+    ActionFailure::Api(ApiFailure::new("writing the Server", cause))
 }
 
 #[test]
@@ -212,9 +220,14 @@ fn a_failed_follow_up_action_ends_the_pass_with_what_its_failure_means() {
 #[test]
 fn a_follow_up_stops_at_its_first_failure() {
     let server = adopted();
-    let mut store = Store::new(&server)
-        .fault("CreateProviderServer", Fault::Fail(refused()))
-        .fault("Record", Fault::Fail(ActionFailure::Api("503".into())));
+    let mut store = Store::new(&server).fault("CreateProviderServer", Fault::Fail(refused())).fault(
+        "Record",
+        Fault::Fail(api_failure(ApiCause::Answered {
+            code: 503,
+            reason: "ServiceUnavailable".into(),
+            message: String::new(),
+        })),
+    );
     let (outcome, _) = store.pass(&referenced_facts(&server), 10);
     assert!(matches!(outcome, Outcome::Error(_)), "{outcome:?}");
     assert_eq!(store.ran.last(), Some(&"Record"));

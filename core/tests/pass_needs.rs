@@ -277,7 +277,8 @@ fn any_other_failure_to_remove_the_finalizer_is_not_done() {
     let mut pass = releasing_pass();
     while let Some(action) = pass.poll_action() {
         if matches!(action, Action::RemoveFinalizer) {
-            pass.handle_failed(server_core::ActionFailure::Api("timed out".into()));
+            let timed_out = server_core::ApiCause::NoAnswer("timed out".into());
+            pass.handle_failed(server_core::ActionFailure::Api(server_core::ApiFailure::new("removing", timed_out)));
         } else {
             pass.handle_done();
         }

@@ -622,7 +622,9 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
             .any(|(key, _)| key == CREATE_ISSUED_ANNOTATION);
         assert!(!changed);
     }
-    let conflict = action_failed(&server, &Action::AddFinalizer, &ActionFailure::Conflict("rv".into()), at(10));
+    let stale = server_core::ApiCause::Answered { code: 409, reason: "Conflict".into(), message: "rv".into() };
+    let failure = ActionFailure::Conflict(server_core::ApiFailure::new("adding the finalizer", stale));
+    let conflict = action_failed(&server, &Action::AddFinalizer, &failure, at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));
     assert_eq!(conflict.actions, vec![]);
 }
@@ -867,7 +869,7 @@ fn a_present_server_whose_create_status_was_lost_still_arms_the_lost_before_laun
     assert_eq!(creates(&create), 1);
     // Only the annotations land; the status write conflicted.
     for action in &create.actions {
-        apply_annotations(&mut server, action);
+        apply_meta(&mut server, action);
     }
     facts.provider = present();
     let next = reconcile(&server, &facts, &OPTIONS, at(12));

@@ -612,6 +612,12 @@ impl Env {
         self.cloud_bed.openstack_config().map(|config| config.auth_url.clone())
     }
 
+    /// The adapter's Keystone login backoff for the operator started next
+    /// (OpenStack path).
+    pub fn login_backoff(&mut self, first: Duration, max: Duration) {
+        self.cloud_bed.set_login_backoff(first, max);
+    }
+
     /// The OpenStack simulator, when the Env runs through it.
     pub fn openstack(&self) -> Option<&OpenStackSim> {
         self.cloud_bed.openstack()

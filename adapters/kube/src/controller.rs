@@ -215,9 +215,10 @@ mod tests {
     #[test]
     fn only_yield_and_error_requeue_and_always_at_the_fixed_interval() {
         let config = ControllerConfig { yield_interval: Duration::from_millis(250), ..Default::default() };
-        let conflict = Outcome::Yield(server_core::Wait::Conflict { message: "x".into() });
+        let failure = server_core::ApiFailure::new("writing", server_core::ApiCause::NoAnswer("x".into()));
+        let conflict = Outcome::Yield(server_core::Wait::Conflict(failure.clone()));
         assert_eq!(requeue_for(&conflict, &config), Some(Duration::from_millis(250)));
-        let api = Outcome::Error(server_core::PassError::Api { message: "x".into() });
+        let api = Outcome::Error(server_core::PassError::Api(failure));
         assert_eq!(requeue_for(&api, &config), Some(Duration::from_millis(250)));
         assert_eq!(requeue_for(&Outcome::Done, &config), None);
         assert_eq!(requeue_for(&Outcome::Terminal(server_core::Park::MissingAfterBoot), &config), None);

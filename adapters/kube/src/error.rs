@@ -1,6 +1,8 @@
 //! Errors of the Kubernetes adapter, each with the context of what was tried.
 
-use server_core::ActionFailure;
+use server_core::{ActionFailure, ApiCause, ApiFailure, NotSent};
+
+use crate::fence::NotLeader;
 
 /// What went wrong in the adapter itself (not a decision of the core).
 #[derive(Debug, thiserror::Error)]
@@ -50,9 +52,22 @@ pub(crate) fn is_not_found(error: &kube::Error) -> bool {
 /// Sorts a failed Kubernetes write for the core: 409 is a Conflict (the next
 /// pass sees fresh state), anything else an API failure.
 pub(crate) fn action_failure(context: &str, error: &kube::Error) -> ActionFailure {
+    let failure = ApiFailure::new(context, api_cause(error));
     match api_code(error) {
-        Some(409) => ActionFailure::Conflict(format!("{context}: {}", short_message(error))),
-        _ => ActionFailure::Api(format!("{context}: {}", short_message(error))),
+        Some(409) => ActionFailure::Conflict(failure),
+        _ => ActionFailure::Api(failure),
+    }
+}
+
+/// How a Kubernetes request failed, as the core's type: the API server's
+/// answer, or no answer (the request may have been applied).
+pub(crate) fn api_cause(error: &kube::Error) -> ApiCause {
+    match error {
+        kube::Error::Api(status) => ApiCause::answered(status.code, &status.reason, &status.message),
+        kube::Error::Service(source) if source.downcast_ref::<NotLeader>().is_some() => {
+            ApiCause::NotSent(NotSent::NotLeading)
+        }
+        other => ApiCause::NoAnswer(kube_error_summary(other)),
     }
 }
 

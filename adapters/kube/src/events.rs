@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event as KubeEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -159,7 +158,7 @@ impl EventPublisher {
             Api::namespaced(self.client.clone(), regarding.namespace.as_deref().unwrap_or("default"));
         let (name, count) = match next {
             Publish::Continue { name, count } => {
-                let series = EventSeries { count, last_observed_time: MicroTime(Timestamp::now()) };
+                let series = EventSeries { count, last_observed_time: MicroTime(crate::kube_api::precise_now()) };
                 let series = json!({ "series": series });
                 match api.patch(&name, &PatchParams::default(), &Patch::Merge(&series)).await {
                     Ok(_) => (name, count),
@@ -182,7 +181,7 @@ impl EventPublisher {
         event: &Published,
         regarding: &ObjectReference,
     ) -> Result<(String, i32), kube::Error> {
-        let now = Timestamp::now();
+        let now = crate::kube_api::precise_now();
         // kube-runtime's and client-go's naming: the object's name and the time.
         let name = format!("{}.{:x}", regarding.name.as_deref().unwrap_or(REPORTING_CONTROLLER), now.as_nanosecond());
         let body = KubeEvent {

@@ -13,7 +13,7 @@ use server_core::model::{SERVER_FINALIZER, Server as CoreServer};
 use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, Outcome, Pass, Wait};
+use server_core::{Action, ActionFailure, ApiCause, ApiFailure, NotSent, Outcome, Pass, Wait};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -219,7 +219,7 @@ impl ActionIo<'_> {
                     // whole seconds: the answer comes after the create's note
                     // of this same second, and the rule asks the view to be
                     // later than the note.
-                    let at = jiff::Timestamp::now();
+                    let at = crate::kube_api::precise_now();
                     self.term.listings.record_answer(group.clone(), &self.uid, created, at);
                 }
                 Ok(())
@@ -298,7 +298,10 @@ impl ActionIo<'_> {
     }
 
     fn cloud(&self) -> Result<CloudHandle, ActionFailure> {
-        self.cloud.clone().map_err(|reason| ActionFailure::Api(format!("no cloud to act on: {reason}")))
+        self.cloud.clone().map_err(|reason| {
+            let not_sent = ApiCause::NotSent(NotSent::NoCloud { reason: reason.to_string() });
+            ActionFailure::Api(ApiFailure::new("acting on the provider", not_sent))
+        })
     }
 
     /// The Servers, as written back: an answer is read as the cache reads

@@ -33,6 +33,12 @@ use tokio::time::Instant;
 /// Why a write or a cloud call was not sent.
 pub(crate) const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
 
+/// The error a fenced client answers a write with when the fence is closed;
+/// found by type (`error::api_cause`), never by its words.
+#[derive(Debug, thiserror::Error)]
+#[error("{NOT_LEADER}")]
+pub(crate) struct NotLeader;
+
 /// A request is not sent when the fence leaves it less than this (or less
 /// than its own timeout, if shorter): it would be cut off before an answer
 /// could come, and a create cut off is one of unknown fate.
@@ -194,7 +200,7 @@ pub(crate) fn fenced_client(client: Client, fence: Fence, term: u64) -> Client {
                 return client.send(request).await.map_err(tower::BoxError::from);
             }
             let Some(left) = fence.admit(term, Duration::MAX) else {
-                return Err(tower::BoxError::from(NOT_LEADER));
+                return Err(tower::BoxError::from(NotLeader));
             };
             match tokio::time::timeout(left, client.send(request)).await {
                 Ok(sent) => sent.map_err(tower::BoxError::from),
@@ -348,8 +354,11 @@ mod tests {
     use std::time::Duration;
 
     use futures_util::StreamExt;
+    use kube::api::{Api, Patch, PatchParams};
+    use server_core::{ApiCause, NotSent};
 
     use super::*;
+    use crate::error::api_cause;
 
     #[tokio::test(start_paused = true)]
     async fn the_fence_closes_by_itself_at_its_deadline() {
@@ -405,5 +414,24 @@ mod tests {
         assert_eq!(fence.admit(1, thirty), None, "term 1 is over, though this replica leads again");
         assert!(fence.admit(2, thirty).is_some());
         assert_eq!(Fence::open().admit(0, thirty), Some(thirty));
+    }
+
+    /// A client that would answer every request; the fence must stop writes
+    /// before it.
+    fn answering_client() -> Client {
+        let service = tower::service_fn(|_request: http::Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(Body::empty()))
+        });
+        Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_write_past_the_fence_is_not_sent_and_says_so_by_type() {
+        let client = fenced_client(answering_client(), Fence::closed(), 1);
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, "ns");
+        let patch = Patch::Merge(serde_json::json!({"data": {"k": "v"}}));
+        let error = api.patch("cm", &PatchParams::default(), &patch).await.err();
+        let cause = error.as_ref().map(api_cause);
+        assert_eq!(cause, Some(ApiCause::NotSent(NotSent::NotLeading)), "{error:?}");
     }
 }

@@ -56,8 +56,16 @@ impl Backoff for FixedBackoff {
     fn reset(&mut self) {}
 }
 
-/// The wall clock, to the second as Kubernetes timestamps are.
+/// The wall clock, to the second as Kubernetes timestamps are: what the
+/// core decides with and what statuses and annotations carry.
 pub(crate) fn now() -> Timestamp {
-    let now = Timestamp::now();
+    let now = precise_now();
     Timestamp::from_second(now.as_second()).unwrap_or(now)
+}
+
+/// The wall clock to the microsecond, for what Kubernetes stamps finer
+/// (`MicroTime`: Events, Leases) and for ordering within a second (a create
+/// answer against its note). The adapter's one other reading of the clock.
+pub(crate) fn precise_now() -> Timestamp {
+    Timestamp::now()
 }

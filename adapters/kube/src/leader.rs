@@ -26,7 +26,6 @@
 
 use std::time::Duration;
 
-use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::PostParams;
@@ -214,7 +213,7 @@ impl Elector {
             return Ok(Attempt::Following);
         }
         let sent = Instant::now();
-        let wall = MicroTime(Timestamp::now());
+        let wall = MicroTime(crate::kube_api::precise_now());
         let transitions = spec.lease_transitions.unwrap_or(0);
         lease.spec = Some(LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
@@ -238,7 +237,7 @@ impl Elector {
 
     async fn create(&mut self) -> Result<Attempt, kube::Error> {
         let sent = Instant::now();
-        let wall = MicroTime(Timestamp::now());
+        let wall = MicroTime(crate::kube_api::precise_now());
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(self.config.name.clone()),
@@ -304,7 +303,7 @@ impl Elector {
         // As client-go releases: no holder, a one-second duration.
         spec.holder_identity = None;
         spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(Timestamp::now()));
+        spec.renew_time = Some(MicroTime(crate::kube_api::precise_now()));
         lease.spec = Some(spec);
         match self.api.replace(&self.config.name, &PostParams::default(), &lease).await {
             Ok(_) => Ok(true),

@@ -55,13 +55,13 @@ use kube::api::{ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, Patch
 
 use kube::{Api, Client, Resource};
 use serde_json::{Value, json};
-use server_core::ActionFailure;
 use server_core::model::ResourceKind;
+use server_core::{ActionFailure, ApiCause, ApiFailure, NotSent};
 use tokio::sync::oneshot;
 use tracing::debug;
 
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup};
-use crate::error::{api_code, short_message};
+use crate::error::{api_cause, api_code, short_message};
 use crate::metrics::Metrics;
 
 /// How a batch of reference changes is encoded (see the module docs).
@@ -177,6 +177,7 @@ impl ReferenceWriter {
         add: bool,
         cached: impl FnOnce() -> Option<ObjectMeta>,
     ) -> Result<(), ActionFailure> {
+        let (target_kind, target_name) = (target.kind, target.name.clone());
         let (done, result) = oneshot::channel();
         let start_flush = self.with_queues(|queues| {
             let queue = queues.entry(target.clone()).or_insert_with(|| Queue {
@@ -195,7 +196,10 @@ impl ReferenceWriter {
             let writer = Arc::clone(self);
             tokio::spawn(async move { writer.flush(target).await });
         }
-        result.await.unwrap_or_else(|_| Err(ActionFailure::Api("the reference writer stopped".into())))
+        result.await.unwrap_or_else(|_| {
+            let what = format!("writing references on {} {}", target_kind.as_str(), target_name);
+            Err(ActionFailure::Api(ApiFailure::new(what, ApiCause::NotSent(NotSent::Stopping))))
+        })
     }
 
     fn with_queues<R>(&self, f: impl FnOnce(&mut HashMap<Target, Queue>) -> R) -> R {
@@ -215,9 +219,10 @@ impl ReferenceWriter {
                 let outcome = match &result {
                     BatchResult::Written => Ok(()),
                     BatchResult::Gone if !request.add => Ok(()),
-                    BatchResult::Gone => {
-                        Err(ActionFailure::Api(format!("{} {} no longer exists", target.kind.as_str(), target.name)))
-                    }
+                    BatchResult::Gone => Err(ActionFailure::Api(ApiFailure::new(
+                        "adding a reference",
+                        ApiCause::Missing { kind: target.kind, name: target.name.clone() },
+                    ))),
                     BatchResult::Failed(failure) => Err(failure.clone()),
                 };
                 // A caller that went away (shutdown) needs no answer.
@@ -254,8 +259,8 @@ impl ReferenceWriter {
                             None => return (BatchResult::Gone, None),
                         },
                         Err(error) => {
-                            let message = format!("reading {what} {}: {}", target.name, short_message(&error));
-                            return (BatchResult::Failed(ActionFailure::Api(message)), None);
+                            let failure = ApiFailure::new(format!("reading {what} {}", target.name), api_cause(&error));
+                            return (BatchResult::Failed(ActionFailure::Api(failure)), None);
                         }
                     }
                 }
@@ -283,14 +288,17 @@ impl ReferenceWriter {
                     debug!(kind = what, name = %target.name, attempt, error = %short_message(&error), "reference write lost a race; retrying");
                 }
                 Err(error) => {
-                    let message = format!("writing references on {what} {}: {}", target.name, short_message(&error));
-                    return (BatchResult::Failed(ActionFailure::Api(message)), None);
+                    let failure =
+                        ApiFailure::new(format!("writing references on {what} {}", target.name), api_cause(&error));
+                    return (BatchResult::Failed(ActionFailure::Api(failure)), None);
                 }
             }
         }
-        let message =
-            format!("writing references on {what} {}: still conflicting after {ATTEMPTS} attempts", target.name);
-        (BatchResult::Failed(ActionFailure::Conflict(message)), None)
+        let failure = ApiFailure::new(
+            format!("writing references on {what} {}", target.name),
+            ApiCause::StillConflicting { attempts: ATTEMPTS },
+        );
+        (BatchResult::Failed(ActionFailure::Conflict(failure)), None)
     }
 
     fn api(&self, target: &Target) -> Api<DynamicObject> {

@@ -396,9 +396,9 @@ impl OpenStackCloud {
         Ok(ports.into_iter().find(|p| p.device_id == server_id || (p.device_id.is_empty() && owns_port(server, p))))
     }
 
-    /// The port the new server boots with: a leftover of an earlier attempt on
-    /// the same network is brought up to date and reused; one on a network the
-    /// spec no longer names is deleted (no server uses it: none exists).
+    /// The port the new server boots with: an unbound leftover of an earlier
+    /// attempt on the same network is brought up to date and reused; an
+    /// unbound one on a network the spec no longer names is deleted.
     async fn ensure_port(
         &self,
         session: &Session<'_>,
@@ -410,7 +410,12 @@ impl OpenStackCloud {
         let body = mapping::port_body(request, network, resolved);
         let mut reusable = None;
         let named = neutron::ports_named(session, &port_name(&request.server.name)).await?;
-        for port in named.into_iter().filter(|port| owns_port(&request.server, port)) {
+        // A port bound to a server is that server's, whoever made it (a
+        // predecessor of the same name whose server was abandoned, another
+        // replica's create): never reused, never released here. Ports are
+        // released by ID once their server is known gone (`release`).
+        let unbound = named.into_iter().filter(|port| port.device_id.is_empty());
+        for port in unbound.filter(|port| owns_port(&request.server, port)) {
             if reusable.is_none() && port.network_id == resolved.network_id {
                 reusable = Some(port);
             } else {

@@ -455,6 +455,39 @@ async fn a_port_left_by_a_failed_attempt_is_updated_and_reused() -> TestResult {
     Ok(())
 }
 
+/// A Server created again under the name of one whose server still runs
+/// (abandoned with its identity, or made by another replica) finds that
+/// server's port by name and description: bound to a server, it is neither
+/// reused nor released, on the same network or another.
+#[tokio::test]
+async fn a_port_bound_to_a_live_server_is_never_reused_or_released_by_a_create() -> TestResult {
+    let h = Harness::new().await?;
+    let net_2 = h.sim.add_network(PROJECT, "network-net-2");
+    let first = h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    let bound = h.sim.ports();
+    assert_eq!(bound.len(), 1);
+
+    let successor = |uid: &str, network: &str| {
+        let mut req = request(uid, false);
+        req.server = ServerRef { uid: uid.into(), ..server_ref("uid-1") };
+        req.networks[0].id = network.into();
+        req.security_group_ids = vec!["sg-web".into()];
+        req
+    };
+    h.cloud.create(&h.identity, &successor("uid-2", "net-2")).await?;
+    h.fresh_cloud()?.create(&h.identity, &successor("uid-3", "net-1")).await?;
+
+    let ports = h.sim.ports();
+    let kept = ports.iter().find(|p| p.id == bound[0].id);
+    assert_eq!(kept, Some(&bound[0]), "the live server's port is untouched: {ports:?}");
+    assert!(ports.iter().any(|p| p.network_id == net_2 && p.server_uid.as_deref() == Some("uid-2")), "{ports:?}");
+    assert!(ports.iter().any(|p| p.id != bound[0].id && p.server_uid.as_deref() == Some("uid-3")), "{ports:?}");
+    let counters = h.sim.counters();
+    assert_eq!((counters.port_deletes, counters.port_updates), (0, 0));
+    assert_eq!(h.sim.cloud().truth("uid-1").live, 1, "{first:?} lives on");
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_floating_ip_network_is_the_first_external_one_the_regions_selector_picks() -> TestResult {
     let sim_config = OpenStackSimConfig {

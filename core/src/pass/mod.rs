@@ -38,7 +38,7 @@ use jiff::Timestamp;
 
 pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live};
 use crate::lifecycle::Park;
-use crate::model::{SERVER_FINALIZER, Server, ServerStatus};
+use crate::model::{ObjectMeta, SERVER_FINALIZER, Server, ServerStatus};
 use crate::reconcile::{
     Action, ActionFailure, Decision, Event, EventReason, EventType, Facts, LiveRead, Options, Outcome, PassError,
     ProviderRead, ProviderView, Wait, action_failed, live_read_needed, needs_facts, reads_attachments,
@@ -536,23 +536,35 @@ fn fact_name(fact: &Fact) -> &'static str {
 /// nothing here.
 pub fn fold_landed(server: &mut Server, action: &Action, status: &ServerStatus) {
     match action {
-        Action::AddFinalizer => {
-            if !server.meta.has_finalizer(SERVER_FINALIZER) {
-                server.meta.finalizers.push(SERVER_FINALIZER.to_owned());
-            }
-        }
-        Action::RemoveFinalizer => server.meta.finalizers.retain(|f| f != SERVER_FINALIZER),
         // The patch took the status as read to the decision's status.
         Action::WriteStatus(_) => server.status.clone_from(status),
+        _ => fold_landed_meta(&mut server.meta, action),
+    }
+}
+
+/// What a write of the Server's metadata that succeeded did to it: its
+/// finalizer added or removed, its annotations changed. Every other action
+/// (the status write included) changes no metadata. An API server model
+/// applies a metadata write with this; a status write it applies by its
+/// patch (`StatusPatch::apply`).
+pub fn fold_landed_meta(meta: &mut ObjectMeta, action: &Action) {
+    match action {
+        Action::AddFinalizer => {
+            if !meta.has_finalizer(SERVER_FINALIZER) {
+                meta.finalizers.push(SERVER_FINALIZER.to_owned());
+            }
+        }
+        Action::RemoveFinalizer => meta.finalizers.retain(|f| f != SERVER_FINALIZER),
         Action::Annotate { .. } | Action::Record(_) => {
             for (key, value) in action.annotation_changes() {
                 match value {
-                    Some(value) => server.meta.annotations.insert(key.to_owned(), value.to_owned()),
-                    None => server.meta.annotations.remove(key),
+                    Some(value) => meta.annotations.insert(key.to_owned(), value.to_owned()),
+                    None => meta.annotations.remove(key),
                 };
             }
         }
-        Action::AddReference(_)
+        Action::WriteStatus(_)
+        | Action::AddReference(_)
         | Action::RemoveReference(_)
         | Action::CreateProviderServer(_)
         | Action::DeleteProviderServer(_)

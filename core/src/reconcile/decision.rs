@@ -1,3 +1,4 @@
+use super::api_failure::ApiFailure;
 use super::facts::RegionUnserved;
 use super::networking::Converging;
 use crate::lifecycle::Park;
@@ -214,7 +215,7 @@ pub enum Wait {
     /// unavailable, a create answer that proves nothing landed).
     Provider(CloudError),
     /// A write met a concurrent writer (409).
-    Conflict { message: String },
+    Conflict(ApiFailure),
     /// The Server changed between the pass's read and its create (an
     /// adapter's re-read found a new generation).
     ServerChanged,
@@ -254,7 +255,7 @@ impl Wait {
                 format!("Provider server exists; {}", what.join("; "))
             }
             Wait::Provider(error) => format!("Waiting for the provider: {error}"),
-            Wait::Conflict { message } => format!("Conflicting write, retrying: {message}"),
+            Wait::Conflict(failure) => format!("Conflicting write, retrying: {failure}"),
             Wait::ServerChanged => "the Server changed since it was read; deciding again".into(),
         }
     }
@@ -286,8 +287,11 @@ pub enum PassError {
     /// security) failed in a way that does not pass by itself.
     #[error("the provider server exists, but {}: {error}; {}", what.failed(), what.remedy())]
     AfterCreate { what: ServerPart, error: CloudError },
-    #[error("Kubernetes API request failed: {message}")]
-    Api { message: String },
+    #[error("Kubernetes API request failed: {0}")]
+    Api(ApiFailure),
+    /// The Server was deleted from the API server while the pass acted.
+    #[error("the Server no longer exists")]
+    ServerGone,
     /// The adapter stopped driving the pass before its actions all ran.
     #[error("the pass stopped before its actions ran")]
     Interrupted,

@@ -3,6 +3,7 @@
 
 use jiff::Timestamp;
 
+use super::api_failure::ApiFailure;
 use super::decision::ServerPart;
 use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Wait};
 use super::plan::Plan;
@@ -18,11 +19,11 @@ use crate::port::{CallEffect, CloudError};
 pub enum ActionFailure {
     /// The cloud port answered with an error.
     Cloud(CloudError),
-    /// The Kubernetes API answered 409 Conflict (stale resourceVersion, a
+    /// A Kubernetes write lost a race (409 on a stale resourceVersion, a
     /// concurrent writer): the next pass sees fresh state.
-    Conflict(String),
+    Conflict(ApiFailure),
     /// Any other Kubernetes API failure.
-    Api(String),
+    Api(ApiFailure),
     /// The Server no longer exists (the API server answered 404).
     ServerGone,
 }
@@ -80,13 +81,11 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         (_, ActionFailure::Cloud(error)) if error.is_transient() => {
             unchanged(Outcome::Yield(Wait::Provider(error.clone())))
         }
-        (_, ActionFailure::Conflict(message)) => unchanged(Outcome::Yield(Wait::Conflict { message: message.clone() })),
+        (_, ActionFailure::Conflict(failure)) => unchanged(Outcome::Yield(Wait::Conflict(failure.clone()))),
         (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(PassError::Cloud(error.clone()))),
-        (_, ActionFailure::Api(message)) => unchanged(Outcome::Error(PassError::Api { message: message.clone() })),
+        (_, ActionFailure::Api(failure)) => unchanged(Outcome::Error(PassError::Api(failure.clone()))),
         // Nothing is left to act on; the watch's delete event ends its work.
-        (_, ActionFailure::ServerGone) => {
-            unchanged(Outcome::Error(PassError::Api { message: "the Server no longer exists".into() }))
-        }
+        (_, ActionFailure::ServerGone) => unchanged(Outcome::Error(PassError::ServerGone)),
     }
 }
 

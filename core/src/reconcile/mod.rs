@@ -1,5 +1,6 @@
 //! One reconcile pass as a pure function: facts in, decision out (DESIGN §2).
 
+mod api_failure;
 mod decision;
 mod deprovision;
 mod facts;
@@ -13,6 +14,7 @@ mod retry;
 pub(crate) mod validate;
 
 pub use crate::options::Options;
+pub use api_failure::{ApiCause, ApiFailure, NotSent};
 pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, ServerPart, Wait};
 pub use facts::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};

@@ -139,22 +139,14 @@ pub fn present() -> ProviderView {
 pub fn persist(server: &mut Server, decision: &Decision) {
     server.status = decision.status.clone();
     for action in &decision.actions {
-        match action {
-            Action::AddFinalizer => server.meta.finalizers.push(SERVER_FINALIZER.into()),
-            Action::RemoveFinalizer => server.meta.finalizers.retain(|f| f != SERVER_FINALIZER),
-            _ => apply_annotations(server, action),
-        }
+        server_core::pass::fold_landed(server, action, &decision.status);
     }
 }
 
-/// The annotation changes of `action` (Annotate, Record) applied to `server`.
-pub fn apply_annotations(server: &mut Server, action: &Action) {
-    for (key, value) in action.annotation_changes() {
-        match value {
-            Some(value) => server.meta.annotations.insert(key.into(), value.into()),
-            None => server.meta.annotations.remove(key),
-        };
-    }
+/// What `action`'s write does to the Server's metadata (finalizer,
+/// annotations), as the pass folds it.
+pub fn apply_meta(server: &mut Server, action: &Action) {
+    server_core::pass::fold_landed_meta(&mut server.meta, action);
 }
 
 pub fn available(decision: &Decision) -> Condition {

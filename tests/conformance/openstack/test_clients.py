@@ -261,6 +261,43 @@ def test_cli_server_list_show_delete(conn, fixture, openstack_cli):
     conn.network.delete_port(port)
 
 
+def test_cli_server_create_by_image_flavor_and_network_names(conn, fixture, openstack_cli):
+    """`openstack server create --image NAME --flavor NAME --network NAME`:
+    the CLI finds the image in Glance, the flavor in Nova and the network in
+    Neutron by name, then boots on that network."""
+    created = openstack_cli(
+        "server", "create", "--image", fixture["image_name"], "--flavor", "m1.tiny",
+        "--network", "network-b", "--wait", "conf-cli-create",
+    )
+    assert created["status"] == "ACTIVE"
+    assert created["image"].startswith(fixture["image_name"]) and fixture["image_id"] in created["image"]
+    server = conn.compute.get_server(created["id"])
+    assert server.image.id == fixture["image_id"]
+    assert list(server.addresses) == ["network-b"]
+    openstack_cli("server", "delete", "--wait", created["id"], json_output=False)
+    assert conn.compute.find_server(created["id"]) is None
+
+
+def test_images(conn, fixture, openstack_cli):
+    """Glance's list and show, through the SDK and the CLI; an image Nova
+    cannot find is a 400."""
+    image = conn.image.find_image(fixture["image_name"], ignore_missing=False)
+    assert image.id == fixture["image_id"] and image.status == "active" and image.visibility == "public"
+    assert image.os_distro == "cirros"
+    assert fixture["image_id"] in [i.id for i in conn.image.images(limit=1)]
+    rows = openstack_cli("image", "list")
+    assert {"ID": fixture["image_id"], "Name": fixture["image_name"], "Status": "active"} in rows
+    assert openstack_cli("image", "show", fixture["image_name"])["id"] == fixture["image_id"]
+    with pytest.raises(exc.NotFoundException):
+        conn.image.get_image(UNKNOWN_ID)
+    port = make_port(conn, fixture)
+    with pytest.raises(exc.BadRequestException):
+        conn.compute.create_server(
+            name="conf-no-image", flavor_id=fixture["flavor_id"], image_id=UNKNOWN_ID, networks=[{"port": port.id}]
+        )
+    conn.network.delete_port(port)
+
+
 def test_flavors_and_limits(conn, openstack_cli):
     assert {row["Name"] for row in openstack_cli("flavor", "list")} == {"m1.tiny", "m1.small"}
     assert conn.compute.find_flavor("m1.small").ram == 2048

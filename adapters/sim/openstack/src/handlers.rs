@@ -18,7 +18,7 @@ use server_core::port::CloudError;
 
 use super::faults::Fault;
 use super::state::State;
-use super::{Op, OpenStackSim, RequestRecord, Service, keystone, neutron, nova, reply, versions};
+use super::{Op, OpenStackSim, RequestRecord, Service, glance, keystone, neutron, nova, reply, versions};
 use server_simcloud::CloudModel;
 
 pub(super) fn router(sim: OpenStackSim) -> Router {
@@ -36,11 +36,12 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network", get(endpoint(Op::NetworkVersions)))
         .route("/network/", get(endpoint(Op::NetworkVersions)))
         .route("/network/v2.0/", get(endpoint(Op::NetworkVersion)))
-        .route("/image", get(endpoint(Op::ImageVersions)))
-        .route("/image/", get(endpoint(Op::ImageVersions)))
         .route(
             "/identity/v3/auth/tokens",
-            post(endpoint(Op::Token)).get(endpoint(Op::TokenValidate)).head(endpoint(Op::TokenValidate)),
+            post(endpoint(Op::Token))
+                .get(endpoint(Op::TokenValidate))
+                .head(endpoint(Op::TokenValidate))
+                .delete(endpoint(Op::TokenValidate)),
         )
         .route("/compute/v2.1/servers", get(endpoint(Op::ServerList)).post(endpoint(Op::ServerCreate)))
         .route("/compute/v2.1/servers/detail", get(endpoint(Op::ServerListDetail)))
@@ -91,10 +92,28 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/network/v2.0/subnets", get(endpoint(Op::SubnetList)))
         .route("/network/v2.0/subnets/{id}", get(endpoint(Op::SubnetGet)))
         .route("/network/v2.0/routers", get(endpoint(Op::RouterList)))
-        .route("/network/v2.0/security-groups", get(endpoint(Op::SecurityGroupList)))
-        .route("/network/v2.0/security-groups/{id}", get(endpoint(Op::SecurityGroupGet)))
+        .route(
+            "/network/v2.0/security-groups",
+            get(endpoint(Op::SecurityGroupList)).post(endpoint(Op::SecurityGroupCreate)),
+        )
+        .route(
+            "/network/v2.0/security-groups/{id}",
+            get(endpoint(Op::SecurityGroupGet)).delete(endpoint(Op::SecurityGroupDelete)),
+        )
+        .route(
+            "/network/v2.0/security-group-rules",
+            get(endpoint(Op::SecurityGroupRuleList)).post(endpoint(Op::SecurityGroupRuleCreate)),
+        )
+        .route(
+            "/network/v2.0/security-group-rules/{id}",
+            get(endpoint(Op::SecurityGroupRuleGet)).delete(endpoint(Op::SecurityGroupRuleDelete)),
+        )
         .route("/network/v2.0/extensions", get(endpoint(Op::ExtensionList)))
         .route("/network/v2.0/quotas/{id}", get(endpoint(Op::QuotaGet)))
+        .route("/image", get(endpoint(Op::ImageVersions)))
+        .route("/image/", get(endpoint(Op::ImageVersions)))
+        .route("/image/v2/images", get(endpoint(Op::ImageList)))
+        .route("/image/v2/images/{id}", get(endpoint(Op::ImageGet)))
         .fallback(|| async { reply::error(Service::Compute, 404, "The resource could not be found.") })
         .with_state(sim)
 }
@@ -262,15 +281,19 @@ async fn handle(sim: &OpenStackSim, request: Request) -> Handled {
         return (keystone::issue(&mut sim.state(), sim.config(), &base_url, now, &body), None);
     }
     let token = headers.get("x-auth-token").and_then(|v| v.to_str().ok());
+    // Any valid token may show itself or another (a domain-scoped one too).
+    if op == Op::TokenValidate && keystone::valid(&sim.state(), token, now) {
+        let subject = headers.get("x-subject-token").and_then(|v| v.to_str().ok());
+        if method == Method::DELETE {
+            return (keystone::revoke(&mut sim.state(), subject, now), None);
+        }
+        return (keystone::show(&sim.state(), subject, now, method == Method::HEAD), None);
+    }
     let project = keystone::validate(&sim.state(), token, now);
     let Some(project) = project else {
         sim.state().counters.unauthorized += 1;
         return (reply::unauthorized(op.service()), None);
     };
-    if op == Op::TokenValidate {
-        let subject = headers.get("x-subject-token").and_then(|v| v.to_str().ok());
-        return (keystone::show(&sim.state(), subject, now, method == Method::HEAD), None);
-    }
     let query = query.map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
     let nova_microversion = if op.service() == Service::Compute {
         match microversion(&headers, sim.config().max_microversion) {
@@ -288,6 +311,7 @@ async fn handle(sim: &OpenStackSim, request: Request) -> Handled {
             (response, hold)
         }
         Service::Network => (neutron::handle(op, &ctx), None),
+        Service::Image => (glance::handle(op, &ctx), None),
         Service::Identity => (reply::error(Service::Identity, 404, "The resource could not be found."), None),
     }
 }

@@ -30,26 +30,21 @@ fn is_default_domain(domain: &Value) -> bool {
     domain["id"].as_str() == Some(DOMAIN_ID) || domain["name"].as_str() == Some(DOMAIN_NAME)
 }
 
-/// Whether the scope names a domain (`{"domain": {"id"}}` or `{"name"}`):
-/// the one domain, else 401 (keystone/auth/core.py `_lookup_domain`:
-/// `DomainNotFound` -> Unauthorized); both a project and a domain are 400
-/// (`AuthInfo._validate_and_normalize_scope_data`). Domain role
-/// assignments are not modelled: every user holds one on the domain.
-fn scoped_domain(scope: &Value) -> Result<bool, Response> {
-    let domain = &scope["domain"];
-    if domain.is_null() {
-        return Ok(false);
-    }
-    if !scope["project"].is_null() {
-        return Err(bad_request("Expecting to find project or domain in scope, not both."));
-    }
+/// What a token is scoped to.
+enum Scope {
+    Unscoped,
+    Project(String),
+    /// The one domain (`default`).
+    Domain,
+}
+
+/// The domain a scope names: `{"id"}` or `{"name"}`; only the one domain
+/// exists, any other is 401 (keystone/auth/core.py `AuthInfo._lookup_domain`).
+fn scoped_domain(domain: &Value) -> Result<(), Response> {
     if domain["id"].is_null() && domain["name"].is_null() {
         return Err(bad_request("Expecting to find id or name in domain."));
     }
-    if !is_default_domain(domain) {
-        return Err(unauthorized());
-    }
-    Ok(true)
+    if is_default_domain(domain) { Ok(()) } else { Err(unauthorized()) }
 }
 
 /// The project a scope names: `{"id"}`, or `{"name", "domain"}`
@@ -97,21 +92,23 @@ pub(super) fn issue(
     let auth = &request["auth"];
     let methods: Vec<&str> =
         auth["identity"]["methods"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-    let scope_project = match scoped_project(state, &auth["scope"]["project"]) {
-        Ok(project) => project,
+    // keystone/auth/core.py `AuthInfo._validate_and_normalize_scope_data`:
+    // a project or a domain, not both (400).
+    let scope = auth["scope"].as_object();
+    let scoped = match (scope.and_then(|s| s.get("project")), scope.and_then(|s| s.get("domain"))) {
+        (Some(_), Some(_)) => Err(bad_request("Specifying project and domain scope is not allowed.")),
+        (Some(project), None) => scoped_project(state, project).map(|p| p.map_or(Scope::Unscoped, Scope::Project)),
+        (None, Some(domain)) => scoped_domain(domain).map(|()| Scope::Domain),
+        (None, None) => Ok(Scope::Unscoped),
+    };
+    let scope = match scoped {
+        Ok(scope) => scope,
         Err(refusal) => {
             state.counters.token_rejections += u64::from(refusal.status() == StatusCode::UNAUTHORIZED);
             return refusal;
         }
     };
-    let scope_domain = match scoped_domain(&auth["scope"]) {
-        Ok(domain) => domain,
-        Err(refusal) => {
-            state.counters.token_rejections += u64::from(refusal.status() == StatusCode::UNAUTHORIZED);
-            return refusal;
-        }
-    };
-    let (principal, project_id) = if methods == ["password"] {
+    let (principal, scope) = if methods == ["password"] {
         let user = &auth["identity"]["password"]["user"];
         let Some(password) = user["password"].as_str() else {
             return bad_request("Expecting to find password in user.");
@@ -137,15 +134,20 @@ pub(super) fn issue(
         if !accepted {
             return rejected(state);
         }
-        // A scope on a project the user holds no role on is refused 401
-        // (keystone/models/token_model.py: "User X has no access to project Y").
-        if let Some(project) = &scope_project
-            && !state.projects.is_empty()
-            && !state.grants.contains(&(user_id.to_owned(), project.clone()))
-        {
+        // A scope on a project or domain the user holds no role on is
+        // refused 401 (keystone/models/token_model.py `_validate_token_resources`
+        // and `roles`: "User X has no access to project Y" / "to domain Y").
+        let refused = match &scope {
+            Scope::Project(project) => {
+                !state.projects.is_empty() && !state.grants.contains(&(user_id.to_owned(), project.clone()))
+            }
+            Scope::Domain => !state.domain_grants.contains(&(user_id.to_owned(), DOMAIN_ID.to_owned())),
+            Scope::Unscoped => false,
+        };
+        if refused {
             return rejected(state);
         }
-        (Principal::Password { user_id: user_id.to_owned() }, scope_project)
+        (Principal::Password { user_id: user_id.to_owned() }, scope)
     } else if methods == ["application_credential"] {
         let credential = &auth["identity"]["application_credential"];
         let (Some(id), Some(secret)) = (credential["id"].as_str(), credential["secret"].as_str()) else {
@@ -159,7 +161,7 @@ pub(super) fn issue(
         if !auth["scope"].is_null() {
             return rejected(state);
         }
-        (Principal::ApplicationCredential { id: id.to_owned() }, Some(project))
+        (Principal::ApplicationCredential { id: id.to_owned() }, Scope::Project(project))
     } else {
         return bad_request("Expecting exactly one of password or application_credential methods.");
     };
@@ -185,21 +187,28 @@ pub(super) fn issue(
         body["application_credential"] = json!({"id": id, "name": id, "restricted": true});
     }
     // An unscoped token carries neither project nor catalog; a domain-scoped
-    // one carries the domain, roles and the catalog, and no project
-    // (keystone/token/token_formatters.py, the `domain` scope of the
-    // api-ref's "Password authentication with scoped authorization").
-    let roles = json!([{"id": "sim-role-member", "name": "member"}, {"id": "sim-role-reader", "name": "reader"}]);
-    if let Some(project_id) = &project_id {
-        let name = state.projects.get(project_id).map_or(project_id.as_str(), String::as_str);
-        body["project"] = json!({"id": project_id, "name": name, "domain": domain});
-        body["is_domain"] = json!(false);
-        body["roles"] = roles;
-        body["catalog"] = catalog(config, base_url);
-    } else if scope_domain {
-        body["domain"] = domain.clone();
-        body["roles"] = roles;
-        body["catalog"] = catalog(config, base_url);
+    // one its domain, roles and catalog (keystone/common/render_token.py
+    // `render_token_response_from_model`).
+    match &scope {
+        Scope::Project(project_id) => {
+            let name = state.projects.get(project_id).map_or(project_id.as_str(), String::as_str);
+            body["project"] = json!({"id": project_id, "name": name, "domain": domain});
+            body["is_domain"] = json!(false);
+            body["roles"] =
+                json!([{"id": "sim-role-member", "name": "member"}, {"id": "sim-role-reader", "name": "reader"}]);
+            body["catalog"] = catalog(config, base_url);
+        }
+        Scope::Domain => {
+            body["domain"] = domain.clone();
+            body["roles"] = json!([{"id": "sim-role-admin", "name": "admin"}]);
+            body["catalog"] = catalog(config, base_url);
+        }
+        Scope::Unscoped => {}
     }
+    let project_id = match scope {
+        Scope::Project(project_id) => Some(project_id),
+        Scope::Domain | Scope::Unscoped => None,
+    };
     let body = json!({ "token": body });
     state.tokens.insert(token.clone(), IssuedToken { project_id: project_id.clone(), expires_at, body: body.clone() });
     state.counters.tokens_issued += 1;
@@ -226,7 +235,27 @@ pub(super) fn show(state: &State, subject: Option<&str>, now: Timestamp, head: b
     response
 }
 
-/// The project of a valid token: known, not revoked, not expired.
+/// `DELETE /v3/auth/tokens`: revokes the subject token, 204; 404 for one
+/// unknown or expired (keystone/api/auth.py `AuthTokenResource.delete`).
+/// Service calls with it are refused 401 from then on.
+pub(super) fn revoke(state: &mut State, subject: Option<&str>, now: Timestamp) -> Response {
+    let live = subject.filter(|s| state.tokens.get(*s).is_some_and(|t| t.expires_at > now));
+    match live {
+        Some(subject) => {
+            let subject = subject.to_owned();
+            state.tokens.remove(&subject);
+            reply::empty(StatusCode::NO_CONTENT)
+        }
+        None => reply::error(Service::Identity, 404, "Could not find token."),
+    }
+}
+
+/// Whether a token is known, not revoked and not expired, whatever its scope.
+pub(super) fn valid(state: &State, token: Option<&str>, now: Timestamp) -> bool {
+    token.and_then(|token| state.tokens.get(token)).is_some_and(|issued| issued.expires_at > now)
+}
+
+/// The project of a valid project-scoped token.
 pub(super) fn validate(state: &State, token: Option<&str>, now: Timestamp) -> Option<String> {
     let issued = state.tokens.get(token?)?;
     (issued.expires_at > now).then(|| issued.project_id.clone()).flatten()
@@ -267,12 +296,12 @@ fn catalog(config: &OpenStackSimConfig, base_url: &str) -> Value {
         service("compute", "nova", "/compute/v2.1"),
         // Neutron's catalog entry is unversioned; clients append /v2.0.
         service("network", "neutron", "/network"),
-        // Glance answers its version document only: servers are booted from
-        // an image ID. The Go controller builds an image client at start
-        // and exits when the catalog has no such entry (gophercloud's
-        // `ErrEndpointNotFound`).
+        // Glance's too; clients append /v2 (devstack's `image` entry).
         service("image", "glance", "/image"),
     ];
+    // Listed, not served: the Go controller builds a block-storage client
+    // at start and exits when the catalog has none (gophercloud's
+    // `ErrEndpointNotFound`).
     if config.block_storage_in_catalog {
         services.push(service("block-storage", "cinderv3", "/volume/v3"));
     }
@@ -313,20 +342,12 @@ mod tests {
     }
 
     #[test]
-    fn a_domain_scope_gives_the_catalog_and_no_project() {
-        let config = OpenStackSimConfig::default();
-        let (status, body) = token(&config, json!({"domain": {"id": "default"}}));
-        assert_eq!(status, StatusCode::CREATED);
-        assert_eq!(body["token"]["domain"]["id"], "default");
-        assert!(body["token"]["project"].is_null());
+    fn block_storage_is_listed_only_when_configured() {
+        let (_, body) = token(&OpenStackSimConfig::default(), json!({"project": {"id": "p"}}));
         assert_eq!(types(&body["token"]["catalog"]), ["identity", "compute", "network", "image"]);
         let cinder = OpenStackSimConfig { block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
-        let (_, body) = token(&cinder, json!({"domain": {"id": "default"}}));
+        let (_, body) = token(&cinder, json!({"project": {"id": "p"}}));
         assert_eq!(types(&body["token"]["catalog"]).last(), Some(&"block-storage"));
-        assert_eq!(token(&config, json!({"domain": {"name": "Default"}})).0, StatusCode::CREATED);
-        assert_eq!(token(&config, json!({"domain": {"id": "other"}})).0, StatusCode::UNAUTHORIZED);
-        let both = json!({"domain": {"id": "default"}, "project": {"id": "p"}});
-        assert_eq!(token(&config, both).0, StatusCode::BAD_REQUEST);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! An OpenStack HTTP simulator over [`SimCloud`]'s deterministic model:
-//! Keystone v3 tokens, Nova servers and Neutron ports, floating IPs and
-//! networks, answering as the OpenStack API reference documents them, with
+//! Keystone v3 tokens, Nova servers, Neutron ports, floating IPs and
+//! networks, and Glance's image list, answering as the OpenStack API reference documents them, with
 //! scripted fault injection.
 //!
 //! Servers live in the SimCloud model, so its fates (failing boots, refusals,
@@ -22,7 +22,9 @@
 //!
 //! Real clients are its judge: openstacksdk and the `openstack` CLI run the
 //! checks of `tests/conformance/openstack/` against it with a stock
-//! `clouds.yaml` (`tests/conformance.rs`; docs/TESTING.md).
+//! `clouds.yaml` (`tests/conformance.rs`), and gophercloud, called as the Go
+//! controller calls it, those of `tests/conformance/gophercloud/`
+//! (`tests/gophercloud_conformance.rs`; docs/TESTING.md).
 //!
 //! # Behaviours and their sources
 //!
@@ -36,16 +38,20 @@
 //!   (neutron/pecan_wsgi/controllers/root.py).
 //! - `POST /v3/auth/tokens`: password by user ID, or by name with its
 //!   domain (400 without: keystone/auth/plugins/core.py); scope by project
-//!   ID or by name with its domain (keystone/auth/core.py `_lookup_project`);
-//!   with projects registered, a scope without a role assignment is 401
-//!   (keystone/models/token_model.py "has no access to project");
-//!   application credentials refuse a scope; a scope on the one domain
-//!   gives a domain-scoped token with the catalog and no project (the Go
-//!   controller logs in so at start). The catalog lists compute, network,
-//!   identity and image (Glance's version document only), and
-//!   block-storage (not served) when configured. `GET|HEAD /v3/auth/tokens`
-//!   shows the `X-Subject-Token`, 404 for an unknown one
-//!   (keystone/api/auth.py). Service calls with a bad token get
+//!   ID or by name with its domain (keystone/auth/core.py `_lookup_project`),
+//!   or to the domain by ID or name (`_lookup_domain`; both 400); with
+//!   projects registered, a project scope without a role assignment is 401,
+//!   a domain scope always needs one ([`OpenStackSim::grant_domain`])
+//!   (keystone/models/token_model.py "has no access to project/domain"); a
+//!   domain-scoped token carries its `domain`, roles and catalog
+//!   (keystone/common/render_token.py), and serves identity calls only;
+//!   the catalog's `image` entry is unversioned (`/image`, as devstack
+//!   registers Glance; clients append `/v2`), and a `block-storage`
+//!   entry, not served, when configured;
+//!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
+//!   shows the `X-Subject-Token`, `DELETE` revokes it (204; service calls
+//!   with it 401 from then on), 404 for an unknown one
+//!   (keystone/api/auth.py), asked with any valid token. Service calls with a bad token get
 //!   keystonemiddleware's 401 (auth_token `_reject_request`).
 //!
 //! Nova (the create, list and show shapes of the api-ref and the
@@ -66,7 +72,8 @@
 //!   `networks` required from 2.37 (`auto`/`none` accepted); metadata keys
 //!   and values (parameter_types.py `metadata`); user data base64 and at
 //!   most 65,535 characters; an unknown keypair 400; with flavors
-//!   registered, an unknown flavor 400; a network (not a port) gets a port
+//!   registered, an unknown flavor 400, with images registered, an image
+//!   the project does not see 400 (servers.py `create`, `ImageNotFound`); a network (not a port) gets a port
 //!   Nova makes and deletes with the server (nova/network/neutron.py
 //!   `deallocate_for_instance`, `preserve_on_delete`), in the project's
 //!   default group or the groups named.
@@ -94,7 +101,10 @@
 //!   placeholder; an unreadable key 400), show, delete (keypairs.py); the
 //!   fingerprint has MD5's shape, not its value.
 //! - `GET /flavors[/detail]`, `/flavors/{id}` (flavors.py; 2.55
-//!   `description`, 2.61 `extra_specs`); `GET /limits` with Nova's default
+//!   `description`, 2.61 `extra_specs`); lists filtered by `minRam` and
+//!   `minDisk`, sorted by `sort_key`/`sort_dir` (default `flavorid` `asc`;
+//!   outside the schema's enums 400: schemas/flavors.py `index_query`),
+//!   paged as servers are (`flavors_links`); `GET /limits` with Nova's default
 //!   quotas (views/limits.py; 2.36 and 2.57 drop keys).
 //! - Faults `{"itemNotFound"|"badRequest"|...: {code, message}}`; rate
 //!   limits 413 `overLimit` and 429 with `Retry-After` (wsgi.py
@@ -124,15 +134,39 @@
 //!   null), a port that has one 409 `FloatingIPPortAlreadyAssociated`
 //!   (l3_db.py `_check_and_get_fip_assoc`); a deleted port's floating IP
 //!   stays allocated, disassociated (l3_db.py `disassociate_floatingips`).
+//! - Security groups (securitygroups_db.py): `POST /security-groups` (two
+//!   egress rules; `default` again 409), `DELETE` (the default group or
+//!   one in use 409); `GET|POST /security-group-rules`,
+//!   `GET|DELETE /security-group-rules/{id}`, a rule validated as
+//!   `_validate_security_group_rule` does (see `create_security_group_rule`),
+//!   a duplicate 409 `SecurityGroupRuleExists`.
 //! - `GET /networks[/{id}]`, `/subnets[/{id}]` (one subnet a network),
 //!   `/routers` (one, gatewayed to the first external network),
 //!   `/security-groups[/{id}]`, `/extensions` (those whose behaviour is
 //!   here), `/quotas/{project}` (Neutron's defaults; another project's 403).
 //! - Errors `{"NeutronError": {type, message, detail}}` with the exception's
 //!   type: `PortNotFound`, `FloatingIPNotFound`, `NetworkNotFound`,
-//!   `SubnetNotFound`, `SecurityGroupNotFound`, `HTTPBadRequest`, ...
+//!   `SubnetNotFound`, `SecurityGroupNotFound`, `SecurityGroupRuleNotFound`,
+//!   `HTTPBadRequest`, ...
 //!
-//! Not modelled: images (Glance), volumes, server actions other than
+//! Glance (glance/api/v2/images.py; the api-ref's image samples), read-only:
+//! - `GET /v2/images/{id}`: the image with `self`, `file`, `schema`, its
+//!   additional properties as top-level keys; unknown or not visible 404
+//!   (`show`). Public and community images are visible to every project,
+//!   private ones to their owner (glance/db `is_image_visible`).
+//! - `GET /v2/images`: without `visibility` public, shared and own images
+//!   (not community), `all` every visible one, another value 400; `name`,
+//!   `status` (an unknown one 400), `owner`, `id` exact, any other key a
+//!   filter on the additional property of that name
+//!   (`RequestDeserializer.index`); sorted by `sort_key`/`sort_dir`
+//!   (default `created_at` `desc`, then id; unknown 400); `limit` (25 by
+//!   default, at most 1,000: `limit_param_default`, `api_limit_max`;
+//!   negative or not an integer 400), `marker` (unknown 400), a relative
+//!   `next` link whenever a page is full, `first` and `schema`
+//!   (`ResponseSerializer.index`).
+//! - Errors in webob's JSON shape `{code: "404 Not Found", title, message}`.
+//!
+//! Not modelled: image uploads and changes, volumes, server actions other than
 //! `forceDelete`, several fixed IPs a port, Neutron resources' own tags.
 
 // The helpers' `Err` is the HTTP answer itself, made at most once per
@@ -140,6 +174,7 @@
 #![allow(clippy::result_large_err)]
 
 mod faults;
+mod glance;
 mod handlers;
 mod keystone;
 mod neutron;
@@ -168,15 +203,13 @@ use state::State;
 /// How the simulated OpenStack behaves beyond the model's fates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenStackSimConfig {
-    /// The region the catalog's endpoints are in. The catalog also lists a
-    /// decoy region with unreachable endpoints.
+    /// The region the catalog's endpoints are in.
     pub region: String,
-    /// Whether the catalog lists a decoy region first, its endpoints
-    /// unreachable, so that a client ignoring the region filter fails
-    /// loudly (the default). The Go controller asks gophercloud for each
-    /// service with empty `EndpointOpts`, no region: it takes the first
-    /// public endpoint of the type, so it runs only on a catalog of one
-    /// region, which this switch gives it.
+    /// Whether the catalog lists, before each real endpoint, one in a decoy
+    /// region that leads nowhere: a client that ignores the region filter
+    /// fails loudly. Off for a client that names no region, as the Go
+    /// controller does (gophercloud then takes each type's first public
+    /// endpoint: openstack/endpoint_location.go `V3EndpointURL`).
     pub decoy_region: bool,
     /// Whether the catalog lists a block-storage (Cinder v3) endpoint, which
     /// is not served. The Go controller builds a block-storage client at
@@ -291,6 +324,52 @@ pub struct Flavor {
     pub disk: u32,
 }
 
+/// A Glance image, as `GET /v2/images/{id}` shows it (active, its data
+/// already uploaded).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    pub name: String,
+    /// `public`, `community`, `shared` or `private`.
+    pub visibility: String,
+    /// The project that owns it (`owner`); a private image is seen by its
+    /// owner only.
+    pub owner: Option<String>,
+    pub disk_format: String,
+    pub container_format: String,
+    /// Bytes.
+    pub size: u64,
+    /// GiB.
+    pub min_disk: u32,
+    /// MiB.
+    pub min_ram: u32,
+    /// Additional properties (`os_distro`, ...), shown as top-level keys.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Image {
+    /// A public qcow2 image of 2 GiB.
+    pub fn public(id: &str, name: &str) -> Image {
+        Image {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            visibility: "public".into(),
+            owner: None,
+            disk_format: "qcow2".into(),
+            container_format: "bare".into(),
+            size: 2 << 30,
+            min_disk: 0,
+            min_ram: 0,
+            properties: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_properties<'a>(mut self, properties: impl IntoIterator<Item = (&'a str, &'a str)>) -> Image {
+        self.properties.extend(properties.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())));
+        self
+    }
+}
+
 /// A server to put in the cloud as another controller made it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeededServer {
@@ -320,7 +399,8 @@ pub struct RequestRecord {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum Op {
     Token,
-    /// `GET|HEAD /v3/auth/tokens` (`X-Subject-Token`).
+    /// `GET|HEAD|DELETE /v3/auth/tokens` (`X-Subject-Token`): show, check,
+    /// revoke.
     TokenValidate,
     IdentityVersions,
     IdentityVersion,
@@ -328,8 +408,6 @@ pub enum Op {
     ComputeVersion,
     NetworkVersions,
     NetworkVersion,
-    /// `GET /image/`: Glance's version document (no image API is served).
-    ImageVersions,
     ServerList,
     ServerListDetail,
     ServerCreate,
@@ -376,9 +454,19 @@ pub enum Op {
     SubnetGet,
     RouterList,
     SecurityGroupList,
+    SecurityGroupCreate,
     SecurityGroupGet,
+    SecurityGroupDelete,
+    SecurityGroupRuleList,
+    SecurityGroupRuleCreate,
+    SecurityGroupRuleGet,
+    SecurityGroupRuleDelete,
     ExtensionList,
     QuotaGet,
+    /// `GET /image` (Glance's version list).
+    ImageVersions,
+    ImageList,
+    ImageGet,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -387,6 +475,7 @@ pub(crate) enum Service {
     Identity,
     Compute,
     Network,
+    Image,
 }
 
 impl Op {
@@ -415,6 +504,7 @@ impl Op {
             | Op::FlavorListDetail
             | Op::FlavorGet
             | Op::Limits => Service::Compute,
+            Op::ImageVersions | Op::ImageList | Op::ImageGet => Service::Image,
             _ => Service::Network,
         }
     }
@@ -482,6 +572,20 @@ impl OpenStackSim {
         self.state().grants.insert((user_id.to_owned(), project_id.to_owned()));
     }
 
+    /// Gives `user_id` the `admin` role on the domain `domain_id` (the one
+    /// domain is `default`), so that it may scope a token to it.
+    pub fn grant_domain(&self, user_id: &str, domain_id: &str) {
+        self.state().domain_grants.insert((user_id.to_owned(), domain_id.to_owned()));
+    }
+
+    /// A Glance image. Once any image is registered, a server create naming
+    /// another `imageRef` is refused 400 as Nova refuses it; while none is,
+    /// any `imageRef` is accepted.
+    pub fn add_image(&self, image: Image) {
+        let now = self.cloud().now();
+        self.state().images.insert(image.id.clone(), (image, now));
+    }
+
     /// A Nova flavor. Once any flavor is registered, a create naming
     /// another `flavorRef` is refused 400 as Nova refuses it; while none is,
     /// any `flavorRef` is accepted.
@@ -514,7 +618,12 @@ impl OpenStackSim {
     pub fn add_network(&self, project_id: &str, name: &str) -> String {
         let mut state = self.state();
         let id = state.next_id(0x0e7);
-        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        let named = state::SimNamed {
+            id: id.clone(),
+            name: name.to_owned(),
+            project_id: project_id.to_owned(),
+            description: String::new(),
+        };
         state.networks.insert(id.clone(), named);
         let subnet = state.next_id(0x05b7);
         state.subnets.insert(id.clone(), subnet);
@@ -522,11 +631,20 @@ impl OpenStackSim {
     }
 
     /// A security group of `project_id` named `name` (`securitygroup-<name>`
-    /// in the unikorn scheme); returns its id.
+    /// in the unikorn scheme), with the two egress rules Neutron gives a new
+    /// group; returns its id.
     pub fn add_security_group(&self, project_id: &str, name: &str) -> String {
         let mut state = self.state();
         let id = state.next_id(0x05e6);
-        let named = state::SimNamed { id: id.clone(), name: name.to_owned(), project_id: project_id.to_owned() };
+        let named = state::SimNamed {
+            id: id.clone(),
+            name: name.to_owned(),
+            project_id: project_id.to_owned(),
+            description: String::new(),
+        };
+        for ethertype in ["IPv4", "IPv6"] {
+            state.add_rule(state::SimRule::open(&named, "egress", ethertype));
+        }
         state.security_groups.insert(id.clone(), named);
         id
     }

@@ -12,7 +12,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::handlers::Ctx;
-use super::state::{SimFloatingIp, SimPort, State, fixed_ip_for, floating_ip_for, mac_for, rfc3339};
+use super::state::{SimFloatingIp, SimNamed, SimPort, SimRule, State, fixed_ip_for, floating_ip_for, mac_for, rfc3339};
 use super::{Op, Service, reply};
 
 /// Id kinds (see `State::next_id`).
@@ -70,6 +70,26 @@ pub(super) fn handle(op: Op, ctx: &Ctx<'_>) -> Response {
             // `_ensure_default_security_group`).
             state.default_group(&ctx.project);
             paged(ctx, "security_groups", SECURITY_GROUP_FILTERS, security_groups(ctx, &state))
+        }
+        Op::SecurityGroupCreate => create_security_group(ctx, &mut state),
+        Op::SecurityGroupDelete => delete_security_group(ctx, &mut state, id),
+        Op::SecurityGroupRuleList => {
+            state.default_group(&ctx.project);
+            paged(ctx, "security_group_rules", RULE_FILTERS, security_group_rules(ctx, &state))
+        }
+        Op::SecurityGroupRuleCreate => create_security_group_rule(ctx, &mut state),
+        Op::SecurityGroupRuleGet => match state.security_group_rules.get(id).filter(|r| r.project_id == ctx.project) {
+            Some(rule) => {
+                reply::json(StatusCode::OK, json!({ "security_group_rule": only_fields(ctx, render_rule(rule)) }))
+            }
+            None => rule_not_found(id),
+        },
+        Op::SecurityGroupRuleDelete => {
+            if state.security_group_rules.get(id).is_none_or(|r| r.project_id != ctx.project) {
+                return rule_not_found(id);
+            }
+            state.security_group_rules.remove(id);
+            reply::empty(StatusCode::NO_CONTENT)
         }
         Op::SecurityGroupGet => {
             state.default_group(&ctx.project);
@@ -821,40 +841,303 @@ fn routers(ctx: &Ctx<'_>) -> Vec<Value> {
     })]
 }
 
-/// The project's security groups. A `default` group has Neutron's default
-/// rules: ingress from members of the group and any egress, IPv4 and IPv6
-/// (securitygroups_db.py `_create_default_security_group`); groups the
-/// test registered have none.
+/// The project's security groups, each with its rules.
 fn security_groups(ctx: &Ctx<'_>, state: &State) -> Vec<Value> {
     state
         .security_groups
         .values()
         .filter(|g| g.project_id == ctx.project)
         .map(|g| {
-            let rules: Vec<Value> = if g.name == "default" {
-                [("ingress", "IPv4", true), ("ingress", "IPv6", true), ("egress", "IPv4", false), ("egress", "IPv6", false)]
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (direction, ethertype, from_group))| {
-                        json!({
-                            "id": format!("{}-rule-{i}", g.id), "security_group_id": g.id, "direction": direction,
-                            "ethertype": ethertype, "protocol": null, "port_range_min": null, "port_range_max": null,
-                            "remote_ip_prefix": null, "remote_group_id": if *from_group { Value::from(g.id.as_str()) } else { Value::Null },
-                            "description": null, "project_id": g.project_id, "tenant_id": g.project_id,
-                        })
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let description = if g.name == "default" { "Default security group" } else { "" };
+            let rules: Vec<Value> =
+                state.security_group_rules.values().filter(|r| r.security_group_id == g.id).map(render_rule).collect();
             json!({
-                "id": g.id, "name": g.name, "description": description, "stateful": true, "shared": false,
+                "id": g.id, "name": g.name, "description": g.description, "stateful": true, "shared": false,
                 "tags": [], "project_id": g.project_id, "tenant_id": g.project_id, "security_group_rules": rules,
                 "revision_number": 1, "created_at": TIMESTAMP, "updated_at": TIMESTAMP,
             })
         })
         .collect()
+}
+
+fn render_rule(rule: &SimRule) -> Value {
+    json!({
+        "id": rule.id, "security_group_id": rule.security_group_id, "direction": rule.direction,
+        "ethertype": rule.ethertype, "protocol": rule.protocol, "port_range_min": rule.port_range_min,
+        "port_range_max": rule.port_range_max, "remote_ip_prefix": rule.remote_ip_prefix,
+        "remote_group_id": rule.remote_group_id, "remote_address_group_id": null, "normalized_cidr": rule.remote_ip_prefix,
+        "description": rule.description, "project_id": rule.project_id, "tenant_id": rule.project_id,
+        "revision_number": 0, "created_at": TIMESTAMP, "updated_at": TIMESTAMP, "tags": [],
+    })
+}
+
+/// The project's security group rules.
+fn security_group_rules(ctx: &Ctx<'_>, state: &State) -> Vec<Value> {
+    state.security_group_rules.values().filter(|r| r.project_id == ctx.project).map(render_rule).collect()
+}
+
+/// neutron `extensions/securitygroup.SecurityGroupRuleNotFound`.
+fn rule_not_found(id: &str) -> Response {
+    reply::neutron_error(404, "SecurityGroupRuleNotFound", &format!("Security group rule {id} does not exist"))
+}
+
+/// The object under `key` of a request body, its attributes checked.
+fn body_object(body: &[u8], key: &str, known: &[&str]) -> Result<Map<String, Value>, Response> {
+    let request: Value = serde_json::from_slice(body).map_err(|_| error(400, "Malformed request body"))?;
+    let object =
+        request.get(key).and_then(Value::as_object).cloned().ok_or_else(|| error(400, "Resource body required"))?;
+    verify_attributes(&object, known).map_err(|message| error(400, &message))?;
+    Ok(object)
+}
+
+const SECURITY_GROUP_CREATE_ATTRIBUTES: &[&str] = &["name", "description", "stateful", "project_id", "tenant_id"];
+
+/// `POST /security-groups` (securitygroups_db.py `create_security_group`):
+/// 201 with the group and its two egress rules (IPv4, IPv6); a second
+/// group named `default` 409 `SecurityGroupDefaultAlreadyExists`; another
+/// project's id 403 (policy `create_security_group`, a non-admin).
+fn create_security_group(ctx: &Ctx<'_>, state: &mut State) -> Response {
+    let body = match body_object(&ctx.body, "security_group", SECURITY_GROUP_CREATE_ATTRIBUTES) {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    if ["project_id", "tenant_id"].iter().any(|key| body.get(*key).is_some_and(|p| p.as_str() != Some(&ctx.project))) {
+        return error(
+            403,
+            "(rule:create_security_group and (rule:create_security_group:tenant_id)) is disallowed by policy",
+        );
+    }
+    let name = text("name");
+    state.default_group(&ctx.project);
+    if name == "default" {
+        return reply::neutron_error(
+            409,
+            "SecurityGroupDefaultAlreadyExists",
+            "Default security group already exists.",
+        );
+    }
+    let id = state.next_id(0x05e6);
+    let group = SimNamed { id: id.clone(), name, project_id: ctx.project.clone(), description: text("description") };
+    for ethertype in ["IPv4", "IPv6"] {
+        state.add_rule(SimRule::open(&group, "egress", ethertype));
+    }
+    state.security_groups.insert(id.clone(), group);
+    match security_groups(ctx, state).into_iter().find(|g| g["id"] == id.as_str()) {
+        Some(group) => reply::json(StatusCode::CREATED, json!({ "security_group": group })),
+        None => security_group_not_found(&id),
+    }
+}
+
+/// `DELETE /security-groups/{id}` (securitygroups_db.py
+/// `delete_security_group`): 204, its rules with it; the `default` group
+/// 409 `SecurityGroupCannotRemoveDefault`, one a port uses 409
+/// `SecurityGroupInUse`.
+fn delete_security_group(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
+    let Some(group) = state.security_groups.get(id).filter(|g| g.project_id == ctx.project) else {
+        return security_group_not_found(id);
+    };
+    if group.name == "default" {
+        return reply::neutron_error(
+            409,
+            "SecurityGroupCannotRemoveDefault",
+            "Insufficient rights for removing default security group.",
+        );
+    }
+    if state.ports.values().any(|p| p.security_groups.iter().any(|g| g == id)) {
+        return reply::neutron_error(409, "SecurityGroupInUse", &format!("Security Group {id} in use."));
+    }
+    state.security_groups.remove(id);
+    state.security_group_rules.retain(|_, r| r.security_group_id != id);
+    reply::empty(StatusCode::NO_CONTENT)
+}
+
+const RULE_CREATE_ATTRIBUTES: &[&str] = &[
+    "security_group_id",
+    "direction",
+    "ethertype",
+    "protocol",
+    "port_range_min",
+    "port_range_max",
+    "remote_ip_prefix",
+    "remote_group_id",
+    "description",
+    "project_id",
+    "tenant_id",
+];
+const RULE_FILTERS: &[&str] = &[
+    "id",
+    "security_group_id",
+    "direction",
+    "ethertype",
+    "protocol",
+    "port_range_min",
+    "port_range_max",
+    "remote_ip_prefix",
+    "remote_group_id",
+    "description",
+    "project_id",
+    "tenant_id",
+    "revision_number",
+];
+/// Protocols by name (neutron-lib constants `IP_PROTOCOL_MAP`, in part).
+const PROTOCOLS: &[&str] = &["tcp", "udp", "icmp", "icmpv6", "ipv6-icmp", "sctp", "gre", "esp", "ah", "vrrp", "any"];
+
+/// `POST /security-group-rules` (securitygroups_db.py
+/// `create_security_group_rule`, `_validate_security_group_rule`,
+/// `_check_for_duplicate_rules`): `security_group_id` and `direction`
+/// (`ingress`/`egress`) required, `ethertype` `IPv4` by default; a protocol
+/// by name or number 0-255, else 400 `SecurityGroupRuleInvalidProtocol`; a
+/// port range needs a protocol (400 `SecurityGroupProtocolRequiredWithPorts`),
+/// for TCP, UDP and SCTP both ends, min <= max (400
+/// `SecurityGroupInvalidPortRange`), neither 0 (400
+/// `SecurityGroupInvalidPortValue`), for ICMP a type and code 0-255 (400
+/// `SecurityGroupInvalidIcmpValue`, `SecurityGroupMissingIcmpType`); a remote prefix and a remote group
+/// together 400 `SecurityGroupRemoteGroupAndRemoteIpPrefix`; a prefix of
+/// the other ethertype 400 `SecurityGroupRuleParameterConflict`; an
+/// unknown group 404; a duplicate 409 `SecurityGroupRuleExists`.
+fn create_security_group_rule(ctx: &Ctx<'_>, state: &mut State) -> Response {
+    let body = match body_object(&ctx.body, "security_group_rule", RULE_CREATE_ATTRIBUTES) {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
+    let text = |key: &str| body.get(key).and_then(Value::as_str).map(str::to_owned);
+    let Some(group_id) = text("security_group_id") else {
+        return error(400, "Failed to parse request. Required attribute 'security_group_id' not specified");
+    };
+    let direction = match text("direction").as_deref() {
+        Some(direction @ ("ingress" | "egress")) => direction.to_owned(),
+        Some(other) => {
+            return error(400, &format!("Invalid input for direction. Reason: {other} is not in valid_values."));
+        }
+        None => return error(400, "Failed to parse request. Required attribute 'direction' not specified"),
+    };
+    let ethertype = match text("ethertype").as_deref() {
+        None => "IPv4".to_owned(),
+        Some(ethertype @ ("IPv4" | "IPv6")) => ethertype.to_owned(),
+        Some(other) => {
+            return error(400, &format!("Invalid input for ethertype. Reason: {other} is not in valid_values."));
+        }
+    };
+    let protocol = match body.get("protocol") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) if PROTOCOLS.contains(&p.to_ascii_lowercase().as_str()) => Some(p.to_ascii_lowercase()),
+        Some(Value::String(p)) if p.parse::<u8>().is_ok() => Some(p.clone()),
+        Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n <= 255) => Some(n.to_string()),
+        Some(other) => {
+            let message = format!(
+                "Security group rule protocol {} not supported. Only protocol values [{}] and integer representations [0 to 255] are supported.",
+                other.as_str().map_or_else(|| other.to_string(), str::to_owned),
+                PROTOCOLS.join(", ")
+            );
+            return reply::neutron_error(400, "SecurityGroupRuleInvalidProtocol", &message);
+        }
+    };
+    let port = |key: &str| match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .or_else(|| value.as_str().and_then(|s| s.parse().ok()))
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n <= 65_535)
+            .map(Some)
+            .ok_or_else(|| {
+                error(400, &format!("Invalid input for {key}. Reason: '{value}' is not a valid port number."))
+            }),
+    };
+    let (min, max) = match (port("port_range_min"), port("port_range_max")) {
+        (Ok(min), Ok(max)) => (min, max),
+        (Err(refusal), _) | (_, Err(refusal)) => return refusal,
+    };
+    if (min.is_some() || max.is_some()) && protocol.is_none() {
+        return reply::neutron_error(
+            400,
+            "SecurityGroupProtocolRequiredWithPorts",
+            "Must also specify protocol if port range is given.",
+        );
+    }
+    // `_validate_port_range`: TCP, UDP and SCTP need both ends, neither 0,
+    // min <= max; ICMP's are a type and a code, each 0-255, no code
+    // without a type.
+    let ported = matches!(protocol.as_deref(), Some("tcp" | "udp" | "sctp" | "6" | "17" | "132"));
+    let icmp = matches!(protocol.as_deref(), Some("icmp" | "icmpv6" | "ipv6-icmp" | "1" | "58"));
+    if ported && (min.is_some() || max.is_some()) {
+        if let Some(zero) = [min, max].into_iter().flatten().find(|p| *p == 0) {
+            let message = format!("Invalid value for port {zero}.");
+            return reply::neutron_error(400, "SecurityGroupInvalidPortValue", &message);
+        }
+        if !matches!((min, max), (Some(min), Some(max)) if min <= max) {
+            return reply::neutron_error(
+                400,
+                "SecurityGroupInvalidPortRange",
+                "For TCP/UDP protocols, port_range_min must be <= port_range_max",
+            );
+        }
+    }
+    if icmp {
+        for (key, field, value) in [("port_range_min", "type", min), ("port_range_max", "code", max)] {
+            if let Some(value) = value.filter(|v| *v > 255) {
+                let message = format!("Invalid value for ICMP {key} ({field}): {value}. It must be 0 to 255.");
+                return reply::neutron_error(400, "SecurityGroupInvalidIcmpValue", &message);
+            }
+        }
+        if let (None, Some(code)) = (min, max) {
+            let message =
+                format!("ICMP code (port-range-max) {code} is provided but ICMP type (port-range-min) is missing.");
+            return reply::neutron_error(400, "SecurityGroupMissingIcmpType", &message);
+        }
+    }
+    let remote_ip_prefix = text("remote_ip_prefix");
+    let remote_group_id = text("remote_group_id");
+    if remote_ip_prefix.is_some() && remote_group_id.is_some() {
+        return reply::neutron_error(
+            400,
+            "SecurityGroupRemoteGroupAndRemoteIpPrefix",
+            "Only remote_ip_prefix or remote_group_id may be provided.",
+        );
+    }
+    if let Some(prefix) = &remote_ip_prefix {
+        let v6 = prefix.contains(':');
+        let valid = prefix.split_once('/').map_or(prefix.as_str(), |(ip, _)| ip).parse::<std::net::IpAddr>().is_ok();
+        if !valid {
+            return error(
+                400,
+                &format!("Invalid input for remote_ip_prefix. Reason: '{prefix}' is not a valid IP subnet."),
+            );
+        }
+        if v6 != (ethertype == "IPv6") {
+            return reply::neutron_error(
+                400,
+                "SecurityGroupRuleParameterConflict",
+                &format!("Conflicting value ethertype {ethertype} for CIDR {prefix}"),
+            );
+        }
+    }
+    let Some(group) = state.security_groups.get(&group_id).filter(|g| g.project_id == ctx.project).cloned() else {
+        return security_group_not_found(&group_id);
+    };
+    if let Some(remote) = &remote_group_id
+        && state.security_groups.get(remote).is_none_or(|g| g.project_id != ctx.project)
+    {
+        return security_group_not_found(remote);
+    }
+    let rule = SimRule {
+        protocol,
+        port_range_min: min,
+        port_range_max: max,
+        remote_ip_prefix,
+        remote_group_id,
+        description: text("description").unwrap_or_default(),
+        ..SimRule::open(&group, &direction, &ethertype)
+    };
+    if let Some(existing) = state.security_group_rules.values().find(|r| r.same_as(&rule)) {
+        let message = format!("Security group rule already exists. Rule id is {}.", existing.id);
+        return reply::neutron_error(409, "SecurityGroupRuleExists", &message);
+    }
+    let id = state.add_rule(rule);
+    match state.security_group_rules.get(&id) {
+        Some(rule) => reply::json(StatusCode::CREATED, json!({ "security_group_rule": render_rule(rule) })),
+        None => rule_not_found(&id),
+    }
 }
 
 /// `GET /extensions`: the extensions whose behaviour this simulator has.

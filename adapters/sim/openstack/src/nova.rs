@@ -19,7 +19,7 @@ use super::handlers::{Ctx, Handled, model_error};
 use super::state::{
     ServerBook, SimKeypair, SimPort, State, fingerprint, fixed_ip_for, mac_for, naive_utc, nova_id, rfc3339,
 };
-use super::{Op, Service, reply};
+use super::{Flavor, Op, Service, glance, reply};
 
 /// Nova metadata keys tying a server to its Server.
 const UID_KEY: &str = "unikorn:server-uid";
@@ -938,6 +938,12 @@ fn create(ctx: &Ctx<'_>) -> Handled {
     if !state.flavors.is_empty() && !state.flavors.contains_key(&requested.flavor_id) {
         return (error(400, &format!("Flavor {} could not be found.", requested.flavor_id)), None);
     }
+    // servers.py `create`: an image Glance does not have is `ImageNotFound`
+    // -> 400 (only when images are registered, see `OpenStackSim::add_image`).
+    let image_visible = state.images.get(&requested.image_id).is_some_and(|(i, _)| glance::visible(i, &ctx.project));
+    if !state.images.is_empty() && !image_visible {
+        return (error(400, &format!("Image {} could not be found.", requested.image_id)), None);
+    }
     // nova/api/openstack/compute/servers.py: an unknown keypair is a 400.
     if let Some(key) = requested.key_name.as_deref().filter(|k| !state.keypairs.contains_key(*k)) {
         return (error(400, &format!("Invalid key_name provided. Key pair '{key}' not found.")), None);
@@ -1420,7 +1426,7 @@ fn delete_keypair(ctx: &Ctx<'_>, name: &str) -> Response {
     reply::empty(if ctx.nova_microversion >= (2, 2) { StatusCode::NO_CONTENT } else { StatusCode::ACCEPTED })
 }
 
-fn render_flavor(ctx: &Ctx<'_>, flavor: &super::Flavor, detail: bool) -> Value {
+fn render_flavor(ctx: &Ctx<'_>, flavor: &Flavor, detail: bool) -> Value {
     let links = json!([
         {"rel": "self", "href": format!("{}/compute/v2.1/flavors/{}", ctx.base_url, flavor.id)},
         {"rel": "bookmark", "href": format!("{}/compute/flavors/{}", ctx.base_url, flavor.id)},
@@ -1448,10 +1454,106 @@ fn render_flavor(ctx: &Ctx<'_>, flavor: &super::Flavor, detail: bool) -> Value {
 }
 
 /// `GET /flavors[/detail]` (nova/api/openstack/compute/flavors.py).
+/// `GET /flavors[/detail]` query keys (nova/api/openstack/compute/schemas/
+/// flavors.py `index_query`; from 2.75 any other key is 400).
+const FLAVOR_LIST_KEYS: &[&str] = &["limit", "marker", "is_public", "minRam", "minDisk", "sort_key", "sort_dir"];
+/// The `sort_key` enum of the same schema.
+const FLAVOR_SORT_KEYS: &[&str] = &[
+    "created_at",
+    "description",
+    "disabled",
+    "ephemeral_gb",
+    "flavorid",
+    "id",
+    "is_public",
+    "memory_mb",
+    "name",
+    "root_gb",
+    "rxtx_factor",
+    "swap",
+    "updated_at",
+    "vcpu_weight",
+    "vcpus",
+];
+
+/// `GET /flavors[/detail]` (nova/api/openstack/compute/flavors.py
+/// `_get_flavors`): `minRam` and `minDisk` filters (not an integer: 400),
+/// sorted by `sort_key` (default `flavorid`) and `sort_dir` (default `asc`;
+/// another value of either 400, the schema's enums), paged like servers:
+/// `osapi_max_limit` a page, `marker` (not found: 400), a `next` link in
+/// `flavors_links` whenever a page is full (common.py
+/// `_get_collection_links`).
 fn list_flavors(ctx: &Ctx<'_>, detail: bool) -> Response {
     let state = ctx.state();
-    let flavors: Vec<Value> = state.flavors.values().map(|f| render_flavor(ctx, f, detail)).collect();
-    reply::json(StatusCode::OK, json!({ "flavors": flavors }))
+    let invalid = |key: &str| {
+        let value = ctx.query(key).unwrap_or_default();
+        error(400, &format!("Invalid input for query parameters {key}. Value: {value}."))
+    };
+    if ctx.nova_microversion >= (2, 75)
+        && let Some(unknown) = ctx.query_keys().find(|k| !FLAVOR_LIST_KEYS.contains(k))
+    {
+        return invalid(unknown);
+    }
+    let sort_key = ctx.query("sort_key").unwrap_or("flavorid");
+    if !FLAVOR_SORT_KEYS.contains(&sort_key) {
+        return invalid("sort_key");
+    }
+    let descending = match ctx.query("sort_dir").unwrap_or("asc") {
+        "asc" => false,
+        "desc" => true,
+        _ => return invalid("sort_dir"),
+    };
+    let minimum = |key: &str| match ctx.query(key).map(str::parse::<u32>) {
+        None => Ok(0),
+        Some(Ok(value)) => Ok(value),
+        Some(Err(_)) => Err(error(400, &format!("Invalid {key} filter [{}]", ctx.query(key).unwrap_or_default()))),
+    };
+    let (min_ram, min_disk) = match (minimum("minRam"), minimum("minDisk")) {
+        (Ok(ram), Ok(disk)) => (ram, disk),
+        (Err(refusal), _) | (_, Err(refusal)) => return refusal,
+    };
+    let mut flavors: Vec<&Flavor> = state.flavors.values().filter(|f| f.ram >= min_ram && f.disk >= min_disk).collect();
+    flavors.sort_by(|a, b| {
+        let order = match sort_key {
+            "name" => a.name.cmp(&b.name),
+            "memory_mb" => a.ram.cmp(&b.ram),
+            "vcpus" => a.vcpus.cmp(&b.vcpus),
+            "root_gb" => a.disk.cmp(&b.disk),
+            // Columns not modelled are equal; flavorid breaks ties.
+            _ => std::cmp::Ordering::Equal,
+        }
+        .then_with(|| a.id.cmp(&b.id));
+        if descending { order.reverse() } else { order }
+    });
+    let page_size = ctx.sim.config().page_size.max(1);
+    let limit = match ctx.query("limit").map(str::parse::<usize>) {
+        None => page_size,
+        Some(Ok(limit)) => limit.min(page_size),
+        Some(Err(_)) => return invalid("limit"),
+    };
+    let start = match ctx.query("marker") {
+        None => 0,
+        Some(marker) => match flavors.iter().position(|f| f.id == marker) {
+            Some(i) => i + 1,
+            None => return error(400, &format!("marker [{marker}] not found")),
+        },
+    };
+    let page: Vec<&Flavor> = flavors.into_iter().skip(start).take(limit).collect();
+    let mut body = json!({ "flavors": page.iter().map(|f| render_flavor(ctx, f, detail)).collect::<Vec<_>>() });
+    if let Some(last) = page.last().filter(|_| limit > 0 && page.len() == limit) {
+        let path = if detail { "flavors/detail" } else { "flavors" };
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (key, value) in ctx.query_pairs().iter().filter(|(k, _)| k != "marker" && k != "limit") {
+            query.append_pair(key, value);
+        }
+        query.append_pair("limit", &limit.to_string());
+        query.append_pair("marker", &last.id);
+        body["flavors_links"] = json!([{
+            "rel": "next",
+            "href": format!("{}/compute/v2.1/{path}?{}", ctx.base_url, query.finish()),
+        }]);
+    }
+    reply::json(StatusCode::OK, body)
 }
 
 fn show_flavor(ctx: &Ctx<'_>, id: &str) -> Response {

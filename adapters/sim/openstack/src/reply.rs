@@ -31,6 +31,13 @@ pub(super) fn error(service: Service, code: u16, message: &str) -> Response {
             "message": message,
             "detail": "",
         }}),
+        // Glance's webob exceptions rendered as JSON (webob/exc.py
+        // `WSGIHTTPException.json_formatter`): the status line as `code`.
+        Service::Image => json!({
+            "code": format!("{code} {}", status.canonical_reason().unwrap_or("Error")),
+            "title": status.canonical_reason().unwrap_or("Error"),
+            "message": message,
+        }),
     };
     let mut response = json(status, body);
     if code == 429 || code == 413 {
@@ -52,6 +59,9 @@ pub(super) fn rate_limited(service: Service, code: u16, retry_after: u32) -> Res
         }
         Service::Network => json!({"NeutronError": {"type": "HTTPTooManyRequests", "message": message, "detail": ""}}),
         Service::Identity => json!({"error": {"code": code, "message": message, "title": "Too Many Requests"}}),
+        Service::Image => {
+            json!({"code": format!("{code} Too Many Requests"), "title": "Too Many Requests", "message": message})
+        }
     };
     let mut response = json(status, body);
     if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {

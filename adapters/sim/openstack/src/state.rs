@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::faults::FaultRules;
-use super::{Flavor, OpenStackCounters, RequestRecord};
+use super::{Flavor, Image, OpenStackCounters, RequestRecord};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -28,12 +28,18 @@ pub(super) struct State {
     /// Tenant networks by id (external ones come from the configuration).
     pub(super) networks: BTreeMap<String, SimNamed>,
     pub(super) security_groups: BTreeMap<String, SimNamed>,
+    /// Security group rules by id.
+    pub(super) security_group_rules: BTreeMap<String, SimRule>,
     /// Nova keypairs by name (Nova keeps them per user; one user here).
     pub(super) keypairs: BTreeMap<String, SimKeypair>,
     /// Keystone projects: id -> name (none: any project ID is accepted).
     pub(super) projects: BTreeMap<String, String>,
     /// (user id, project id) role assignments.
     pub(super) grants: BTreeSet<(String, String)>,
+    /// (user id, domain id) role assignments.
+    pub(super) domain_grants: BTreeSet<(String, String)>,
+    /// Glance images by id, with when they were added.
+    pub(super) images: BTreeMap<String, (Image, Timestamp)>,
     pub(super) flavors: BTreeMap<String, Flavor>,
     /// Nova server name -> the fate of every server created under that name
     /// without a Server uid in its metadata (the Go controller's).
@@ -93,6 +99,51 @@ pub(super) struct SimNamed {
     pub(super) id: String,
     pub(super) name: String,
     pub(super) project_id: String,
+    pub(super) description: String,
+}
+
+/// A security group rule (neutron-lib api/definitions/security_groups.py).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct SimRule {
+    pub(super) id: String,
+    pub(super) security_group_id: String,
+    pub(super) project_id: String,
+    /// `ingress` or `egress`.
+    pub(super) direction: String,
+    /// `IPv4` or `IPv6`.
+    pub(super) ethertype: String,
+    pub(super) protocol: Option<String>,
+    pub(super) port_range_min: Option<u32>,
+    pub(super) port_range_max: Option<u32>,
+    pub(super) remote_ip_prefix: Option<String>,
+    pub(super) remote_group_id: Option<String>,
+    pub(super) description: String,
+}
+
+impl SimRule {
+    /// A rule of `group` with nothing but a direction and an ethertype.
+    pub(super) fn open(group: &SimNamed, direction: &str, ethertype: &str) -> SimRule {
+        SimRule {
+            id: String::new(),
+            security_group_id: group.id.clone(),
+            project_id: group.project_id.clone(),
+            direction: direction.to_owned(),
+            ethertype: ethertype.to_owned(),
+            protocol: None,
+            port_range_min: None,
+            port_range_max: None,
+            remote_ip_prefix: None,
+            remote_group_id: None,
+            description: String::new(),
+        }
+    }
+
+    /// Whether two rules allow the same traffic (ids and descriptions aside),
+    /// as neutron/db/securitygroups_db.py `_check_for_duplicate_rules` compares.
+    pub(super) fn same_as(&self, other: &SimRule) -> bool {
+        SimRule { id: String::new(), description: String::new(), ..self.clone() }
+            == SimRule { id: String::new(), description: String::new(), ..other.clone() }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -248,8 +299,32 @@ impl State {
             return group.id.clone();
         }
         let id = self.next_id(0x05e6);
-        let group = SimNamed { id: id.clone(), name: "default".into(), project_id: project_id.to_owned() };
+        let group = SimNamed {
+            id: id.clone(),
+            name: "default".into(),
+            project_id: project_id.to_owned(),
+            description: "Default security group".into(),
+        };
+        // Its four rules: in from members of the group, out to anywhere,
+        // for IPv4 and IPv6 (securitygroups_db.py `create_security_group`
+        // with `default_sg`).
+        for (direction, ethertype) in [("ingress", "IPv4"), ("ingress", "IPv6"), ("egress", "IPv4"), ("egress", "IPv6")]
+        {
+            let mut rule = SimRule::open(&group, direction, ethertype);
+            if direction == "ingress" {
+                rule.remote_group_id = Some(id.clone());
+            }
+            self.add_rule(rule);
+        }
         self.security_groups.insert(id.clone(), group);
+        id
+    }
+
+    /// Stores a rule under a new id; returns the id.
+    pub(super) fn add_rule(&mut self, mut rule: SimRule) -> String {
+        rule.id = self.next_id(0x05e7);
+        let id = rule.id.clone();
+        self.security_group_rules.insert(id.clone(), rule);
         id
     }
 

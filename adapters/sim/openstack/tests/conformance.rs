@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use server_sim_openstack::{Flavor, KeystoneUrl, OpenStackSim, OpenStackSimConfig};
+use server_sim_openstack::{Flavor, Image, KeystoneUrl, OpenStackSim, OpenStackSimConfig};
 use server_simcloud::{CloudConfig, SimCloud, Timing};
 
 const USER: &str = "conformance";
@@ -22,6 +22,8 @@ const PROJECT_ID: &str = "5e5e7e57-0000-4000-8000-000000000001";
 const PROJECT: &str = "conformance";
 /// A project the user holds no role on.
 const OTHER_PROJECT: &str = "unassigned";
+const IMAGE_ID: &str = "5e5e1111-0000-4000-8000-000000000001";
+const IMAGE_NAME: &str = "cirros-0.6.3";
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
@@ -73,8 +75,8 @@ fn clients_or_skip() -> Option<PathBuf> {
 }
 
 /// A simulator as a small cloud would be: one project the user has a role
-/// on, another without, two tenant networks, a security group, flavors, and
-/// lists paged two at a time on both Nova and Neutron.
+/// on, another without, two tenant networks, a security group, flavors,
+/// images, and lists paged two at a time on both Nova and Neutron.
 fn simulator() -> OpenStackSim {
     let mut cloud = CloudConfig::reliable(11);
     cloud.mix.timing = Timing::FAST;
@@ -95,6 +97,8 @@ fn simulator() -> OpenStackSim {
     for (id, name, vcpus, ram, disk) in [("1", "m1.tiny", 1, 512, 1), ("2", "m1.small", 1, 2048, 20)] {
         sim.add_flavor(Flavor { id: id.into(), name: name.into(), vcpus, ram, disk });
     }
+    sim.add_image(Image::public(IMAGE_ID, IMAGE_NAME).with_properties([("os_distro", "cirros")]));
+    sim.add_image(Image::public("5e5e1111-0000-4000-8000-000000000002", "debian-13"));
     sim
 }
 
@@ -128,7 +132,8 @@ fn openstack_clients_conform() -> Result<(), Box<dyn std::error::Error>> {
         "security_group": {"name": "securitygroup-web", "id": sim.security_group_id("securitygroup-web")},
         "external_network": "external",
         "flavor_id": "1",
-        "image_id": "5e5e1111-0000-4000-8000-000000000001",
+        "image_id": IMAGE_ID,
+        "image_name": IMAGE_NAME,
     });
     std::fs::write(dir.join("fixture.json"), serde_json::to_vec_pretty(&fixture)?)?;
 

@@ -603,12 +603,16 @@ impl Engine {
             ReplicaChange::Lead => {
                 let term = Term::new(self.events.now(), self.events.now_ts());
                 let earlier = self.replicas.start_term(r, term);
-                if !self.config.ha.term_scoped_memory
-                    && let Some(term) = self.replicas.term_mut(r)
-                {
-                    // The broken variant a test switches on: an earlier
-                    // term's lists outlive it.
-                    term.listings = earlier.listings;
+                // The broken variants tests switch on: an earlier term's
+                // lists, or its reference memory, outlive it.
+                let ha = self.config.ha;
+                if let Some(term) = self.replicas.term_mut(r) {
+                    if !ha.term_scoped_memory {
+                        term.listings = earlier.listings;
+                    }
+                    if !ha.term_scoped_references {
+                        term.references = earlier.references;
+                    }
                 }
                 // A new term passes over every Server.
                 self.wake_all_for(r);

@@ -54,10 +54,15 @@ pub struct HaConfig {
     /// pass read, so a create is preceded in its pass by a guarded write
     /// (the create-issued note). Off (for a test): no precondition.
     pub guarded_writes: bool,
-    /// Production: what a replica remembers (its lists of the provider and
-    /// the create answers since) belongs to one leadership term and starts
-    /// empty with the next. Off (for a test): the lists outlive the term.
+    /// Production: what a replica remembers (its lists of the provider, the
+    /// uid index they make, and the create answers since) belongs to one
+    /// leadership term and starts empty with the next. Off (for a test):
+    /// the lists outlive the term.
     pub term_scoped_memory: bool,
+    /// Production: the reference writer's finalizer lists belong to one
+    /// term. Off (for a test): they outlive it, so a change they show made
+    /// is not written even after another replica undid it.
+    pub term_scoped_references: bool,
 }
 
 impl HaConfig {
@@ -78,6 +83,7 @@ impl HaConfig {
             fence: true,
             guarded_writes: true,
             term_scoped_memory: true,
+            term_scoped_references: true,
         }
     }
 }

@@ -51,6 +51,11 @@ pub struct KubeStats {
     pub write_conflicts: u64,
     pub writes_dropped: u64,
     pub write_answers_lost: u64,
+    /// Reference changes the writer's memory of its term already showed
+    /// made (nothing sent).
+    pub reference_writes_spared: u64,
+    /// Live reads the term's uid index answered "absent" without a request.
+    pub index_absent_answers: u64,
     pub stale_watch_deliveries: u64,
     pub controller_restarts: u64,
     pub user_deletes: u64,
@@ -108,6 +113,8 @@ impl KubeStats {
             write_conflicts,
             writes_dropped,
             write_answers_lost,
+            reference_writes_spared,
+            index_absent_answers,
             stale_watch_deliveries,
             controller_restarts,
             user_deletes,
@@ -140,6 +147,8 @@ impl KubeStats {
         self.write_conflicts += write_conflicts;
         self.writes_dropped += writes_dropped;
         self.write_answers_lost += write_answers_lost;
+        self.reference_writes_spared += reference_writes_spared;
+        self.index_absent_answers += index_absent_answers;
         self.stale_watch_deliveries += stale_watch_deliveries;
         // One controller: every shard sees the same restarts.
         self.controller_restarts = self.controller_restarts.max(*controller_restarts);
@@ -261,13 +270,14 @@ impl fmt::Display for Report {
         let k = &self.kube;
         writeln!(
             f,
-            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} operator resets",
+            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost, {} reference writes spared), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} operator resets",
             k.reconcile_passes,
             k.monitor_polls,
             k.writes,
             k.write_conflicts,
             k.writes_dropped,
             k.write_answers_lost,
+            k.reference_writes_spared,
             k.stale_watch_deliveries,
             k.controller_restarts,
             k.user_deletes,
@@ -287,11 +297,12 @@ impl fmt::Display for Report {
         let after = k.live_after_listed();
         writeln!(
             f,
-            "provider reads: {} listed, {} live after listed ({}), {} unlisted",
+            "provider reads: {} listed, {} live after listed ({}), {} unlisted; {} live reads answered absent by the term's index",
             k.listed_reads(),
             after.values().sum::<u64>(),
             join(&after),
-            k.unlisted_reads()
+            k.unlisted_reads(),
+            k.index_absent_answers
         )?;
         writeln!(
             f,

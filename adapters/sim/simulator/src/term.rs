@@ -1,12 +1,16 @@
 //! A replica's leadership term and what it remembers while it acts, as
 //! server-kube's `Term` (adapters/kube/src/term.rs) holds it: the monitor's
 //! latest list of each tenant (its provider group) and the create answers
-//! received since (adapters/kube/src/cloud/listings.rs). A term is a value
+//! received since (adapters/kube/src/cloud/listings.rs), and the reference
+//! writer's finalizer lists (adapters/kube/src/references.rs). A term is a value
 //! made when the replica starts to act; nothing of an earlier term's memory
 //! reaches it, so there is nothing to reset.
 
+use std::collections::HashMap;
+
 use jiff::Timestamp;
 use server_core::ProviderView;
+use server_core::model::ResourceKind;
 use server_core::port::ProviderServer;
 
 /// One leadership term of one replica.
@@ -18,11 +22,43 @@ pub(crate) struct Term {
     /// this term is never timed before it.
     pub(crate) started_second: Timestamp,
     pub(crate) listings: Listings,
+    pub(crate) references: KnownReferences,
 }
 
 impl Term {
     pub(crate) fn new(started: u64, started_at: Timestamp) -> Self {
-        Term { started, started_second: whole_second(started_at), listings: Listings::default() }
+        Term {
+            started,
+            started_second: whole_second(started_at),
+            listings: Listings::default(),
+            references: KnownReferences::default(),
+        }
+    }
+}
+
+/// A consumed object a reference is held on: its tenant, kind and name.
+pub(crate) type ReferenceTarget = (usize, ResourceKind, String);
+
+/// Each consumed object's finalizers as this term's writes last left them,
+/// as server-kube's reference writer keeps them (`Known`): a change they
+/// already show is not written.
+#[derive(Debug, Default)]
+pub(crate) struct KnownReferences {
+    known: HashMap<ReferenceTarget, Vec<String>>,
+}
+
+impl KnownReferences {
+    pub(crate) fn get(&self, target: &ReferenceTarget) -> Option<&[String]> {
+        self.known.get(target).map(Vec::as_slice)
+    }
+
+    pub(crate) fn set(&mut self, target: ReferenceTarget, finalizers: Vec<String>) {
+        self.known.insert(target, finalizers);
+    }
+
+    /// A write whose answer was lost: the object is read again next time.
+    pub(crate) fn forget(&mut self, target: &ReferenceTarget) {
+        self.known.remove(target);
     }
 }
 
@@ -53,6 +89,10 @@ struct Entry {
     listed: Option<(u64, ProviderServer)>,
     /// A create answer received after the list started, with when.
     answer: Option<(ProviderServer, Timestamp)>,
+    /// A create or delete sent then whose outcome no answer or later list
+    /// has told: the OpenStack index's "uncertain" (its absence proof does
+    /// not hold, so a live read reads the cloud).
+    in_doubt_since: Option<Timestamp>,
 }
 
 impl Listings {
@@ -100,6 +140,10 @@ impl Listings {
             if entry.answer.as_ref().is_some_and(|(_, answered)| *answered <= at) {
                 entry.answer = None;
             }
+            // A list that started in a later second than the doubt saw its outcome.
+            if entry.in_doubt_since.is_some_and(|since| since < at) {
+                entry.in_doubt_since = None;
+            }
         }
     }
 
@@ -115,14 +159,37 @@ impl Listings {
     ) {
         if let Some(entry) = self.group(tenant, servers).entries.get_mut(offset) {
             entry.answer = Some((record, at));
+            entry.in_doubt_since = None;
         }
     }
 
-    /// A delete was sent for the Server at `offset`: nothing held about it
-    /// stands (until the next list, it reads as not listed).
-    pub(crate) fn forget(&mut self, tenant: usize, offset: usize) {
+    /// A create or delete of the Server at `offset` is about to be sent at
+    /// `at`: until its answer or a later list, absence is not proven.
+    pub(crate) fn mark_in_doubt(&mut self, tenant: usize, servers: usize, offset: usize, at: Timestamp) {
+        if let Some(entry) = self.group(tenant, servers).entries.get_mut(offset) {
+            entry.in_doubt_since = Some(at);
+        }
+    }
+
+    /// What server-openstack's uid index answers without a request
+    /// (`Project::known` giving `Absent`): the tenant was listed, the list
+    /// did not show the Server, and no create or delete of it is in doubt
+    /// since. Sound only while every create since the list was this
+    /// term's own, which is why the index belongs to a term.
+    pub(crate) fn proves_absent(&self, tenant: usize, offset: usize) -> bool {
+        let Some(group) = self.groups.get(tenant) else { return false };
+        let entry = group.entries.get(offset);
+        group.listed_at.is_some()
+            && entry
+                .is_none_or(|entry| entry.listed.is_none() && entry.answer.is_none() && entry.in_doubt_since.is_none())
+    }
+
+    /// A delete was sent for the Server at `offset` at `at`: nothing held
+    /// about it stands (until the next list, it reads as not listed, and
+    /// its absence is in doubt).
+    pub(crate) fn forget(&mut self, tenant: usize, offset: usize, at: Timestamp) {
         if let Some(entry) = self.groups.get_mut(tenant).and_then(|group| group.entries.get_mut(offset)) {
-            *entry = Entry::default();
+            *entry = Entry { in_doubt_since: Some(at), ..Entry::default() };
         }
     }
 

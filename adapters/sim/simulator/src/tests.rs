@@ -300,15 +300,40 @@ fn leadership_back_and_forth(term_scoped_memory: bool) -> Report {
 }
 
 /// What a replica remembers belongs to its term: each term starts with no
-/// list, so no pass decides on what an earlier term listed (another
-/// replica may have acted since). Lists that outlive their term are caught.
+/// list and an empty uid index, so no pass decides on what an earlier term
+/// listed (another replica may have acted since). Lists that outlive their
+/// term are caught, and so is the index they make.
 #[test]
 fn lists_that_outlive_their_term_are_caught() {
     let scoped = leadership_back_and_forth(true);
     assert!(scoped.passed(), "{scoped}");
     assert!(scoped.kube.leader_terms >= 4 && scoped.kube.listed_reads() > 0, "{scoped}");
+    assert!(scoped.kube.index_absent_answers > 0, "{scoped}");
     let carried = leadership_back_and_forth(false);
     assert!(carried.violations.iter().any(|v| v.invariant == "term"), "{carried}");
+    // The uid index of an earlier term proves absent what another replica
+    // created since: a second create (13).
+    assert!(carried.kube.duplicate_creates > 0, "{carried}");
+}
+
+/// The reference writer's memory belongs to its term: a replica that
+/// removed a reference, lost the lease while the other added it back, and
+/// leads again must not take "already removed" from its earlier term. When
+/// the memory outlives its term, a deleted Server leaves its finalizer on a
+/// Network (6).
+#[test]
+fn reference_memory_that_outlives_its_term_is_caught() {
+    let mut config = config(600, 1);
+    config.ha.stalls = 4;
+    config.ha.stall_duration = 20_000;
+    config.kube.spec_edit = 0.9;
+    let scoped = run(&config);
+    assert!(scoped.passed(), "{scoped}");
+    config.ha.term_scoped_references = false;
+    let carried = run(&config);
+    assert!(carried.kube.reference_writes_spared > 0, "{carried}");
+    let leaked = |v: &&Violation| v.invariant == "6" && v.message.contains("reference finalizer");
+    assert!(carried.violations.iter().any(|v| leaked(&v)), "{carried}");
 }
 
 /// server-core's reconcile, leaving an operator's retry annotation in place.

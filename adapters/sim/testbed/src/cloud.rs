@@ -80,6 +80,16 @@ impl CloudBed {
         Ok(CloudBed { cloud, openstack })
     }
 
+    /// How long the adapter waits after a failed Keystone login before the
+    /// next, doubling up to `max` (OpenStack path; the default minute is
+    /// longer than a test).
+    pub fn set_login_backoff(&mut self, first: std::time::Duration, max: std::time::Duration) {
+        if let Some(path) = &mut self.openstack {
+            path.config.login_backoff = first;
+            path.config.login_backoff_max = max;
+        }
+    }
+
     /// Which path the operator takes.
     pub fn path(&self) -> CloudPath {
         if self.openstack.is_some() { CloudPath::OpenStack } else { CloudPath::Direct }

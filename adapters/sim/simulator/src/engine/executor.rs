@@ -4,12 +4,14 @@
 //! at the fixed interval after Yield or Error. Writes carry the
 //! resourceVersion the controller last saw.
 
-use server_core::model::SERVER_FINALIZER;
 use server_core::monitor::{project_with, projects};
-use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy};
+use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
 use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
 use server_core::reconcile::Reference;
-use server_core::{Action, ActionFailure, NetworkingView, Outcome, Pass, ProviderRead, ProviderView, Server};
+use server_core::{
+    Action, ActionFailure, ApiCause, ApiFailure, NetworkingView, NotSent, Outcome, Pass, ProviderRead, ProviderView,
+    Server,
+};
 
 use super::{Engine, ticket_of};
 use crate::api_server::ServerPart;
@@ -32,7 +34,7 @@ impl Engine {
         }
         let now = self.events.now_ts();
         let acting = self.replicas.is_up(r) && self.replicas.may_act(r);
-        let (pass, read, stale) = {
+        let (pass, read, stale, index_answers) = {
             let Some(tracked) = self.api.server_mut(i) else { return false };
             if tracked.ticket[r] != ticket || tracked.pending_at[r] == crate::world::NOT_PENDING {
                 return false;
@@ -65,6 +67,7 @@ impl Engine {
             // when the pass asks, read through the cloud), the server's port
             // (SimCloud resolves a security group ID to itself) and its
             // attachments.
+            let mut index_answers = 0;
             while let Some(need) = pass.poll_need() {
                 let listed = match need {
                     Need::Provider => term.and_then(|term| term.listings.view(t, offset)),
@@ -77,6 +80,10 @@ impl Engine {
                     },
                     Need::Provider | Need::ProviderLive(_) => match listed {
                         Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
+                        None if term.is_some_and(|term| term.listings.proves_absent(t, offset)) => {
+                            index_answers += 1;
+                            Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live }
+                        }
                         None => {
                             let view = match self.cloud.get_by(now, Some(tracked.handle)) {
                                 Ok(Some(record)) => ProviderView::Present(record),
@@ -117,9 +124,10 @@ impl Engine {
                     pass.decision().map(explain::decision).unwrap_or_default()
                 )
             });
-            (pass, read, stale)
+            (pass, read, stale, index_answers)
         };
         self.stats.reconcile_passes += 1;
+        self.stats.index_absent_answers += index_answers;
         self.trace.add(read.provider_code());
         if let Some(source) = pass.provider_source() {
             *self.stats.provider_reads.entry(source.label()).or_insert(0) += 1;
@@ -227,18 +235,18 @@ impl Engine {
         // not act (adapters/kube/src/fence.rs), whatever the pass decided.
         if !self.replicas.may_act(r) {
             self.stats.fenced_actions += 1;
-            return Err(ActionFailure::Api(NOT_LEADER.into()));
+            return Err(ActionFailure::Api(ApiFailure::new(action.name(), ApiCause::NotSent(NotSent::NotLeading))));
         }
         match action {
             // Every write to the Server is guarded by the resourceVersion the
             // pass holds, as the kube adapter's executor does: a lagging
             // cache makes it a Conflict, never a write over unseen changes.
-            Action::AddFinalizer => {
+            // A metadata write does to the stored Server what the pass folds
+            // (`fold_landed_meta`); a status write applies its patch.
+            Action::AddFinalizer | Action::Annotate { .. } => {
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    if !s.meta.has_finalizer(SERVER_FINALIZER) {
-                        s.meta.finalizers.push(SERVER_FINALIZER.into());
-                    }
+                    fold_landed_meta(&mut s.meta, action);
                     Ok(())
                 })
             }
@@ -248,7 +256,7 @@ impl Engine {
                 }
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    s.meta.finalizers.retain(|f| f != SERVER_FINALIZER);
+                    fold_landed_meta(&mut s.meta, action);
                     Ok(())
                 })?;
                 let gone = self.api.server(i).is_some_and(|tracked| {
@@ -266,23 +274,10 @@ impl Engine {
                     Ok(())
                 })
             }
-            Action::Annotate { key, value } => {
-                let expected = *rv;
-                self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
-                    match value {
-                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
-                        None => s.meta.annotations.remove(*key),
-                    };
-                    Ok(())
-                })
-            }
-            Action::Record(changes) => self.write_server(i, None, rv, ServerPart::Meta, &|s| {
-                for (key, value) in changes {
-                    match value {
-                        Some(value) => s.meta.annotations.insert((*key).to_owned(), value.clone()),
-                        None => s.meta.annotations.remove(*key),
-                    };
-                }
+            // A record is true whatever changed since the pass read: written
+            // unguarded (server-kube retries it without the precondition).
+            Action::Record(_) => self.write_server(i, None, rv, ServerPart::Meta, &|s| {
+                fold_landed_meta(&mut s.meta, action);
                 Ok(())
             }),
             Action::Emit(event) => {
@@ -310,8 +305,8 @@ impl Engine {
                 .cloud
                 .set_floating_ip(self.events.now_ts(), &request.server.uid, true)
                 .map_err(ActionFailure::Cloud),
-            Action::AddReference(reference) => self.write_reference(i, reference, true),
-            Action::RemoveReference(reference) => self.write_reference(i, reference, false),
+            Action::AddReference(reference) => self.write_reference(i, r, reference, true),
+            Action::RemoveReference(reference) => self.write_reference(i, r, reference, false),
         }
     }
 
@@ -341,22 +336,16 @@ impl Engine {
             self.api.touch(i);
             if precondition.is_some() {
                 self.stats.write_conflicts += 1;
-                return Err(ActionFailure::Conflict(
-                    "the object has been modified (simulated concurrent writer)".into(),
-                ));
+                return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
             }
         }
         if self.faults.chance(faults.write_dropped) {
             self.stats.writes_dropped += 1;
-            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+            return Err(ActionFailure::Api(answered(503, "ServiceUnavailable", "simulated; write not applied")));
         }
         let stored_rv = self.api.server(i).map_or(0, |tracked| tracked.rv());
         if precondition.is_some_and(|expected| expected != stored_rv) {
-            return Err(ActionFailure::Conflict(format!(
-                "resourceVersion {} is stale, the object is at {}",
-                precondition.unwrap_or_default(),
-                stored_rv
-            )));
+            return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
         }
         // An unguarded write moves the pass on only from the version it holds:
         // it does not adopt another writer's change it did not see.
@@ -366,12 +355,12 @@ impl Engine {
             Ok(new_rv) => new_rv,
             Err(error) => {
                 self.violation("patch", i, format!("write could not be applied: {error}"));
-                return Err(ActionFailure::Api(format!("invalid write: {error}")));
+                return Err(ActionFailure::Api(answered(422, "Invalid", &error.to_string())));
             }
         };
         if answer_lost {
             self.stats.write_answers_lost += 1;
-            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+            return Err(answer_lost_failure());
         }
         if adopt {
             *rv = new_rv;
@@ -379,21 +368,43 @@ impl Engine {
         Ok(())
     }
 
-    fn write_reference(&mut self, i: usize, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+    /// A reference change through replica `r`'s writer, as server-kube's
+    /// `ReferenceWriter` makes it: what its term last wrote of the object
+    /// (else the object as read) decides whether there is anything to write;
+    /// a removal is guarded by a test of the list it assumed (a JSON Patch
+    /// `test`) and, on a lost race, read again and retried.
+    fn write_reference(&mut self, i: usize, r: usize, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
+        let target = (tenant, reference.kind, reference.name.clone());
+        let stored = match self.api.tenant(tenant).and_then(|t| t.facts.find(reference.kind, &reference.name)) {
+            Some(resource) => resource.finalizers.clone(),
+            None => return Err(missing(reference)),
+        };
+        let known = self.replicas.term(r).and_then(|term| term.references.get(&target)).map(<[String]>::to_vec);
+        let assumed = known.unwrap_or_else(|| stored.clone());
+        if assumed.contains(&reference.finalizer) == add {
+            self.stats.reference_writes_spared += 1;
+            return Ok(());
+        }
         self.stats.writes += 1;
         let faults = self.config.kube;
         if self.faults.chance(faults.write_conflict) {
             self.stats.write_conflicts += 1;
-            return Err(ActionFailure::Conflict("finalizer list changed (simulated concurrent writer)".into()));
+            return Err(ActionFailure::Conflict(answered(409, "Conflict", "the object has been modified")));
         }
         if self.faults.chance(faults.write_dropped) {
             self.stats.writes_dropped += 1;
-            return Err(ActionFailure::Api("simulated 503 from the API server; write not applied".into()));
+            return Err(ActionFailure::Api(answered(503, "ServiceUnavailable", "simulated; write not applied")));
         }
-        let tenant = self.api.server(i).map(|tracked| tracked.tenant).unwrap_or_default();
-        let Some(tenant) = self.api.tenant_mut(tenant) else { return Err(not_found()) };
-        let Some(resource) = tenant.facts.find_mut(reference.kind, &reference.name) else {
-            return Err(ActionFailure::Api(format!("{} {} not found", reference.kind.as_str(), reference.name)));
+        if !add && assumed != stored {
+            // The `test` failed: the writer reads the object and writes again.
+            self.stats.write_conflicts += 1;
+            self.stats.writes += 1;
+        }
+        let Some(resource) =
+            self.api.tenant_mut(tenant).and_then(|t| t.facts.find_mut(reference.kind, &reference.name))
+        else {
+            return Err(missing(reference));
         };
         if add {
             if !resource.has_finalizer(&reference.finalizer) {
@@ -402,9 +413,17 @@ impl Engine {
         } else {
             resource.finalizers.retain(|f| f != &reference.finalizer);
         }
-        if self.faults.chance(faults.write_lost_answer) {
+        let written = resource.finalizers.clone();
+        let answer_lost = self.faults.chance(faults.write_lost_answer);
+        if let Some(term) = self.replicas.term_mut(r) {
+            match answer_lost {
+                true => term.references.forget(&target),
+                false => term.references.set(target, written),
+            }
+        }
+        if answer_lost {
             self.stats.write_answers_lost += 1;
-            return Err(ActionFailure::Api("simulated timeout; the write was applied but its answer lost".into()));
+            return Err(answer_lost_failure());
         }
         Ok(())
     }
@@ -414,6 +433,13 @@ impl Engine {
     /// removed Server) and the rule that a booted server is never recreated.
     fn create_provider_server(&mut self, i: usize, r: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
+        // The index marks the create in doubt before it is sent.
+        let now = whole_second(self.events.now_ts());
+        if let Some((t, offset, len)) = self.api.group_of(i)
+            && let Some(term) = self.replicas.term_mut(r)
+        {
+            term.listings.mark_in_doubt(t, len, offset, now);
+        }
         let before = self.cloud.truth(uid, self.events.now_ts());
         if before.live > 0 {
             // The model hands back the server that exists; a real Nova would
@@ -486,7 +512,7 @@ impl Engine {
         if let Some((t, offset, _)) = self.api.group_of(i)
             && let Some(term) = self.replicas.term_mut(r)
         {
-            term.listings.forget(t, offset);
+            term.listings.forget(t, offset, whole_second(self.events.now_ts()));
         }
         let before = self.cloud.truth_of(handle, self.events.now_ts());
         let result = self.cloud.delete_by(self.events.now_ts(), Some(handle));
@@ -597,11 +623,29 @@ fn monitored(server: &Server) -> bool {
     projects(server.meta.deleting, server.spec.pause)
 }
 
-/// What the fence answers (adapters/kube/src/fence.rs).
-const NOT_LEADER: &str = "not sent: this replica does not hold the leader lease";
+/// A simulated answer of the API server to a write.
+fn answered(code: u16, reason: &str, message: &str) -> ApiFailure {
+    ApiFailure::new("a simulated write", ApiCause::answered(code, reason, message))
+}
 
 fn not_found() -> ActionFailure {
-    ActionFailure::Api("servers.region.unikorn-cloud.org not found".into())
+    ActionFailure::Api(answered(404, "NotFound", "servers.region.unikorn-cloud.org not found"))
+}
+
+/// A write applied whose answer never came (a timeout).
+fn answer_lost_failure() -> ActionFailure {
+    ActionFailure::Api(ApiFailure::new(
+        "a simulated write",
+        ApiCause::NoAnswer("timed out; the write was applied but its answer lost".into()),
+    ))
+}
+
+/// A reference change on a consumed object that does not exist.
+fn missing(reference: &Reference) -> ActionFailure {
+    ActionFailure::Api(ApiFailure::new(
+        "a simulated reference write",
+        ApiCause::Missing { kind: reference.kind, name: reference.name.clone() },
+    ))
 }
 
 fn outcome_code(outcome: &Outcome) -> u64 {
