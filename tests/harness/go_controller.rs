@@ -143,9 +143,8 @@ impl GoController {
     }
 
     /// Stops both (SIGTERM) and waits until they have exited.
-    pub fn stop(mut self) {
-        self.controller.stop();
-        self.monitor.stop();
+    pub fn stop(self) {
+        drop(self);
     }
 
     /// How many times the monitor has exited and been restarted.
@@ -192,6 +191,17 @@ fn server_and_ca(kubeconfig: &Path) -> (String, Vec<u8>) {
     let ca = cluster.certificate_authority_data.unwrap_or_default();
     let ca = base64::engine::general_purpose::STANDARD.decode(ca).unwrap_or_else(|e| panic!("the CA: {e}"));
     (server, ca)
+}
+
+impl Drop for GoController {
+    /// Stops both; their logs stay for a failed test to read.
+    fn drop(&mut self) {
+        self.controller.stop();
+        self.monitor.stop();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 fn tail(log: &Path, lines: usize) -> String {
