@@ -57,6 +57,21 @@ pub async fn on_the_real_server<T>(scenario: impl Future<Output = T>) {
     API_SERVER.scope(ApiServer::Real, crate::within(scenario)).await;
 }
 
+/// [`on_the_real_server`] under a deadline of its own, for a scenario that
+/// waits on another process (the Go controller) longer than [`crate::within`] allows.
+pub async fn on_the_real_server_within<T>(deadline: std::time::Duration, scenario: impl Future<Output = T>) {
+    if shared().is_none() {
+        return;
+    }
+    let bounded = async move {
+        match tokio::time::timeout(deadline, scenario).await {
+            Ok(_) => {}
+            Err(_) => panic!("the test did not finish within {deadline:?}"),
+        }
+    };
+    API_SERVER.scope(ApiServer::Real, bounded).await;
+}
+
 /// The operator's ServiceAccount as deploy/base ships it.
 const OPERATOR_NAMESPACE: &str = "server-controller";
 const OPERATOR_ACCOUNT: &str = "server-controller";
@@ -128,6 +143,30 @@ impl RealApi {
     /// `events`) in the test's namespace.
     pub fn api(&self, resource: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.admin.clone(), &self.namespace, &api_resource(resource))
+    }
+
+    /// The admin's kubeconfig, for a process of its own (the Go controller).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.shared.plane.kubeconfig()
+    }
+
+    /// A token of the ServiceAccount `namespace/name` (`kubectl create token`).
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let token = self
+            .shared
+            .plane
+            .kubectl_checked(&["create", "token", name, "-n", namespace, "--duration=2h"], None)
+            .unwrap_or_else(|e| panic!("a token of {namespace}/{name}: {e}"));
+        token.trim().to_owned()
+    }
+
+    /// Applies `manifest` as the admin (`kubectl apply --server-side`): a
+    /// CRD of another version, say.
+    pub fn apply(&self, manifest: &str) {
+        self.shared
+            .plane
+            .kubectl_checked(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(manifest))
+            .unwrap_or_else(|e| panic!("applying a manifest: {e}"));
     }
 
     /// What the operator requested about the test's namespace, from the audit log.

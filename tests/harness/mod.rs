@@ -36,11 +36,12 @@ use tokio::task::JoinHandle;
 
 pub use server_sim_testbed::control_plane;
 pub mod apiserver;
+pub mod go_controller;
 pub mod ha;
 pub mod real;
 
 use apiserver::block_on;
-pub use apiserver::{ApiServer, RealApi, api_server, on_the_real_server};
+pub use apiserver::{ApiServer, RealApi, api_server, on_the_real_server, on_the_real_server_within};
 
 pub use server_sim_openstack as openstack;
 /// How the controller reaches SimCloud (the test bed's paths).
@@ -604,6 +605,11 @@ impl Env {
     /// Keeps the world running for `intervals` requeue intervals.
     pub async fn idle(&self, intervals: u32) {
         tokio::time::sleep(YIELD * intervals).await;
+    }
+
+    /// Keystone's v3 URL of the OpenStack simulator, when the Env runs through it.
+    pub fn openstack_auth_url(&self) -> Option<String> {
+        self.cloud_bed.openstack_config().map(|config| config.auth_url.clone())
     }
 
     /// The adapter's Keystone login backoff for the operator started next

@@ -201,7 +201,11 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         status,
         power_state: power_state(server.power_state),
         created: server.created.as_deref().and_then(parse_time),
-        launched_at: server.launched_at.as_deref().and_then(parse_time),
+        // Whole seconds: the Server's launchedAt and provisionedAt are
+        // metav1.Time to the Go controller, which writes them back without
+        // the fraction Nova gives (`13:53:12.774549`), so the two
+        // controllers agree on a booted server's latch only at seconds.
+        launched_at: server.launched_at.as_deref().and_then(parse_time).map(whole_seconds),
         private_ip: preferred(&fixed).map(|a| a.addr.clone()),
         public_ip: preferred(&floating).map(|a| a.addr.clone()),
         // Every address of one port shares its MAC; floating ones repeat it.
@@ -264,6 +268,12 @@ pub(crate) fn parse_time(text: &str) -> Option<Timestamp> {
     text.parse::<Timestamp>()
         .ok()
         .or_else(|| text.parse::<DateTime>().ok().and_then(|dt| dt.to_zoned(TimeZone::UTC).ok()).map(|z| z.timestamp()))
+}
+
+/// `at` without its fraction of a second, as Kubernetes' `metav1.Time`
+/// serializes (RFC 3339 to the second).
+fn whole_seconds(at: Timestamp) -> Timestamp {
+    Timestamp::from_second(at.as_second()).unwrap_or(at)
 }
 
 /// Nova metadata for the Server's provider server: the request's tags
@@ -441,6 +451,15 @@ mod tests {
         assert_eq!(parse_time("2013-09-23T13:53:12+01:00"), "2013-09-23T12:53:12Z".parse().ok());
         assert_eq!(parse_time(""), None);
         assert_eq!(parse_time("yesterday"), None);
+    }
+
+    #[test]
+    fn launched_at_keeps_whole_seconds_as_the_go_controller_writes_it() {
+        let record: NovaServer = serde_json::from_value(json!({
+            "id": "s", "status": "ACTIVE", "OS-SRV-USG:launched_at": "2013-09-23T13:53:12.774549",
+        }))
+        .unwrap_or_default();
+        assert_eq!(provider_server(&record).launched_at, "2013-09-23T13:53:12Z".parse().ok());
     }
 
     fn request() -> CreateRequest {

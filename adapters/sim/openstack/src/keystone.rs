@@ -1,6 +1,6 @@
 //! Keystone v3 `POST /v3/auth/tokens`: password (the user by ID, or by
 //! name with its domain) and application credentials, scoped to a project
-//! by ID or by name with its domain, answered 201 with the token in
+//! by ID or by name with its domain, or to the domain, answered 201 with the token in
 //! `X-Subject-Token` and a body carrying expiry, project, roles and catalog;
 //! `GET /v3/auth/tokens` shows a token again.
 
@@ -291,14 +291,21 @@ fn catalog(config: &OpenStackSimConfig, base_url: &str) -> Value {
         );
         json!({"id": format!("sim-{name}"), "type": kind, "name": name, "endpoints": endpoints})
     };
-    json!([
+    let mut services = vec![
         service("identity", "keystone", "/identity"),
         service("compute", "nova", "/compute/v2.1"),
         // Neutron's catalog entry is unversioned; clients append /v2.0.
         service("network", "neutron", "/network"),
         // Glance's too; clients append /v2 (devstack's `image` entry).
         service("image", "glance", "/image"),
-    ])
+    ];
+    // Listed, not served: the Go controller builds a block-storage client
+    // at start and exits when the catalog has none (gophercloud's
+    // `ErrEndpointNotFound`).
+    if config.block_storage_in_catalog {
+        services.push(service("block-storage", "cinderv3", "/volume/v3"));
+    }
+    Value::Array(services)
 }
 
 fn bad_request(message: &str) -> Response {
@@ -312,4 +319,45 @@ fn rejected(state: &mut State) -> Response {
 
 fn unauthorized() -> Response {
     reply::error(Service::Identity, 401, "The request you have made requires authentication.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(config: &OpenStackSimConfig, scope: Value) -> (StatusCode, Value) {
+        let mut state = State::default();
+        let body = json!({"auth": {
+            "identity": {"methods": ["password"], "password": {"user": {"id": "admin", "password": "secret"}}},
+            "scope": scope,
+        }});
+        let response = issue(&mut state, config, "http://sim", Timestamp::UNIX_EPOCH, body.to_string().as_bytes());
+        let status = response.status();
+        let body = state.tokens.values().next().map(|t| t.body.clone()).unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    fn types(catalog: &Value) -> Vec<&str> {
+        catalog.as_array().into_iter().flatten().filter_map(|s| s["type"].as_str()).collect()
+    }
+
+    #[test]
+    fn block_storage_is_listed_only_when_configured() {
+        let (_, body) = token(&OpenStackSimConfig::default(), json!({"project": {"id": "p"}}));
+        assert_eq!(types(&body["token"]["catalog"]), ["identity", "compute", "network", "image"]);
+        let cinder = OpenStackSimConfig { block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
+        let (_, body) = token(&cinder, json!({"project": {"id": "p"}}));
+        assert_eq!(types(&body["token"]["catalog"]).last(), Some(&"block-storage"));
+    }
+
+    #[test]
+    fn the_decoy_region_is_listed_first_unless_switched_off() {
+        let first_region = |config: &OpenStackSimConfig| {
+            let (_, body) = token(config, json!({"project": {"id": "p"}}));
+            body["token"]["catalog"][1]["endpoints"][0]["region"].as_str().map(str::to_owned)
+        };
+        assert_eq!(first_region(&OpenStackSimConfig::default()).as_deref(), Some(DECOY_REGION));
+        let single = OpenStackSimConfig { decoy_region: false, ..OpenStackSimConfig::default() };
+        assert_eq!(first_region(&single).as_deref(), Some("RegionOne"));
+    }
 }

@@ -46,7 +46,8 @@
 //!   domain-scoped token carries its `domain`, roles and catalog
 //!   (keystone/common/render_token.py), and serves identity calls only;
 //!   the catalog's `image` entry is unversioned (`/image`, as devstack
-//!   registers Glance; clients append `/v2`);
+//!   registers Glance; clients append `/v2`), and a `block-storage`
+//!   entry, not served, when configured;
 //!   application credentials refuse a scope. `GET|HEAD /v3/auth/tokens`
 //!   shows the `X-Subject-Token`, `DELETE` revokes it (204; service calls
 //!   with it 401 from then on), 404 for an unknown one
@@ -210,6 +211,11 @@ pub struct OpenStackSimConfig {
     /// controller does (gophercloud then takes each type's first public
     /// endpoint: openstack/endpoint_location.go `V3EndpointURL`).
     pub decoy_region: bool,
+    /// Whether the catalog lists a block-storage (Cinder v3) endpoint, which
+    /// is not served. The Go controller builds a block-storage client at
+    /// start and exits without one; the `openstack` CLI asks it for limits
+    /// when listed, so it is off by default.
+    pub block_storage_in_catalog: bool,
     pub token_ttl: Duration,
     /// Nova's `osapi_max_limit`: servers per list page.
     pub page_size: usize,
@@ -256,6 +262,7 @@ impl Default for OpenStackSimConfig {
         OpenStackSimConfig {
             region: "RegionOne".into(),
             decoy_region: true,
+            block_storage_in_catalog: false,
             token_ttl: Duration::from_secs(3600),
             page_size: 1000,
             pagination_max_limit: None,
@@ -584,6 +591,13 @@ impl OpenStackSim {
     /// any `flavorRef` is accepted.
     pub fn add_flavor(&self, flavor: Flavor) {
         self.state().flavors.insert(flavor.id.clone(), flavor);
+    }
+
+    /// Scripts the fate of every server Nova is asked to create under the
+    /// name `name` with no Server uid in its metadata, as another controller
+    /// (the Go one) creates them; each create gets it afresh.
+    pub fn script_by_name(&self, name: &str, fate: server_simcloud::Fate) {
+        self.state().fates_by_name.insert(name.to_owned(), fate);
     }
 
     /// Registers an application credential and the project it is bound to.

@@ -950,7 +950,13 @@ fn create(ctx: &Ctx<'_>) -> Handled {
     }
     let uid = match requested.metadata.get(UID_KEY) {
         Some(uid) => uid.clone(),
-        None => format!("anonymous-{}", state.next_serial()),
+        None => {
+            let uid = format!("anonymous-{}", state.next_serial());
+            if let Some(fate) = state.fates_by_name.get(&requested.name) {
+                ctx.model(|m| m.script(&uid, fate.clone()));
+            }
+            uid
+        }
     };
     // A network Nova makes a port on: the caller's own or an external one
     // (nova/network/neutron.py `_validate_requested_network_ids`:

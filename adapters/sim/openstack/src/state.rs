@@ -41,6 +41,9 @@ pub(super) struct State {
     /// Glance images by id, with when they were added.
     pub(super) images: BTreeMap<String, (Image, Timestamp)>,
     pub(super) flavors: BTreeMap<String, Flavor>,
+    /// Nova server name -> the fate of every server created under that name
+    /// without a Server uid in its metadata (the Go controller's).
+    pub(super) fates_by_name: BTreeMap<String, server_simcloud::Fate>,
     /// Tenant network id -> its one subnet's id.
     pub(super) subnets: BTreeMap<String, String>,
     pub(super) faults: FaultRules,

@@ -1,0 +1,398 @@
+//! The takeover from the Go controller, for real: the Go controller
+//! (`unikorn-server-controller` and `unikorn-region-monitor`, built by
+//! `.ci/build-go-controller`) makes the servers of six Servers on the
+//! reference kube-apiserver through the OpenStack simulator, under its own
+//! Server CRD; it is stopped, this operator starts on the same API server
+//! and cloud under its CRD and adopts every one of them, creating and
+//! deleting nothing; then the way back, README's runbook step 5: this
+//! operator stopped, the Go controller started again, nothing recreated.
+//!
+//! Skips without the Go build (`GO_CONTROLLER_BIN`) or the control plane,
+//! outside CI; fails under `CI=true` (see
+//! [`server_e2e::go_controller::go_controller_or_skip`]).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+use server_e2e::cloud::Fate;
+use server_e2e::go_controller::{GoBuild, GoController, go_controller_or_skip};
+use server_e2e::openstack::{OpenStackCounters, OpenStackSim, OpenStackSimConfig};
+use server_e2e::*;
+
+/// The Go controller's Server CRD, as its chart ships it at the commit it is built from.
+const GO_SERVER_CRD: &str = include_str!("../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml");
+/// The Region's service account, as the region's operators give it.
+const REGION_USER: &str = "region-admin";
+const REGION_PASSWORD: &str = "region-admin-password";
+const NAME_LABEL: &str = "unikorn-cloud.org/name";
+/// How often the Go monitor polls (its default is a minute).
+const MONITOR_POLL: Duration = Duration::from_secs(1);
+
+/// One Server of the world the Go controller makes.
+struct Made {
+    /// The object's name (`serverID` in Nova, `server-<name>` the port).
+    name: &'static str,
+    /// Its name label: the Nova server's name.
+    display: &'static str,
+    public_ip: bool,
+    boots: bool,
+}
+
+const WORLD: [Made; 6] = [
+    Made { name: "srv-a", display: "web-a", public_ip: true, boots: true },
+    Made { name: "srv-b", display: "web-b", public_ip: true, boots: true },
+    Made { name: "srv-c", display: "db-c", public_ip: false, boots: true },
+    Made { name: "srv-d", display: "db-d", public_ip: false, boots: true },
+    Made { name: "srv-e", display: "job-e", public_ip: false, boots: true },
+    Made { name: "srv-f", display: "broken-f", public_ip: false, boots: false },
+];
+
+/// The Server created while this operator runs.
+const LATE: Made = Made { name: "srv-g", display: "new-g", public_ip: true, boots: true };
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged() {
+    let Some(build) = go_controller_or_skip() else { return };
+    on_the_real_server_within(Duration::from_secs(420), takeover(build)).await;
+}
+
+async fn takeover(build: GoBuild) {
+    let started = Instant::now();
+    let sim_config =
+        OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
+    let mut env =
+        Env::build_with(CloudKind::OpenStack, 30, test_config(), cloud::CloudConfig::reliable(30), sim_config).await;
+    let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
+    let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
+    let kubeconfig = real.admin_kubeconfig();
+    real.apply(GO_SERVER_CRD);
+    // The monitor's in-cluster identity: its chart's RBAC is not at hand,
+    // so its ServiceAccount is bound to cluster-admin.
+    real.apply(&monitor_account(&env.namespace));
+    let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
+    seed_region(&env, &sim).await;
+    for made in &WORLD {
+        let fate = if made.boots { Fate::clean() } else { Fate::failing_forever() };
+        sim.script_by_name(made.display, fast(fate));
+        let mut spec = Env::spec();
+        if made.public_ip {
+            spec["publicIPAllocation"] = json!({ "enabled": true });
+        }
+        let labels = [
+            (server_core::model::REGION_LABEL, REGION),
+            (server_core::model::IDENTITY_LABEL, IDENTITY),
+            (NAME_LABEL, made.display),
+            ("unikorn-cloud.org/organization", "org-1"),
+            ("unikorn-cloud.org/project", "proj-1"),
+        ];
+        env.create_server_with_labels(made.name, Fate::clean(), spec, &labels);
+    }
+
+    // The Go controller makes them: booted ones latched by its monitor, the
+    // failing one retried to its cap of 3 and parked.
+    let go_started = Instant::now();
+    let mut go = GoController::start(&build, &kubeconfig, &token, &env.namespace, MONITOR_POLL, "make");
+    wait_for(&mut go, Duration::from_secs(240), "the Go controller to make every server", || {
+        WORLD.iter().all(|made| {
+            let Some(server) = env.server_json(made.name) else { return false };
+            if made.boots {
+                server["status"]["provisionedAt"].is_string()
+                    && (!made.public_ip || server["status"]["publicIP"].is_string())
+            } else {
+                server["status"]["providerCreateFailures"] == 3 && reason(&server, "Available") == "Errored"
+            }
+        })
+    })
+    .await;
+    let go_took = go_started.elapsed();
+    let go_restarts = go.monitor_restarts();
+    go.stop();
+    let go_refusals = refusals(&sim.requests()[..]);
+    let made_by_go = Snapshot::take(&env, &sim);
+    assert_eq!(made_by_go.live.len(), WORLD.len(), "one live server per Server: {:#?}", made_by_go.live);
+    for made in &WORLD {
+        let nova = made_by_go.nova(made.name);
+        assert_eq!(nova.name, made.display, "the Go controller names a server after the Server's name label");
+        assert_eq!(nova.metadata.get("serverID").map(String::as_str), Some(made.name));
+    }
+    made_by_go.assert_nothing_leaked_or_doubled(WORLD.iter());
+    let go_creates = made_by_go.counters.server_creates;
+
+    // This operator takes over under its own CRD.
+    if let Some(real) = env.real() {
+        real.apply(&our_crd());
+    }
+    let takeover_started = Instant::now();
+    env.start();
+    wait_for_env(Duration::from_secs(90), "every Go-made server adopted", || {
+        WORLD.iter().all(|made| adoptions(&env, made.name) >= 1)
+    })
+    .await;
+    wait_for_env(Duration::from_secs(60), "every booted Server Provisioned", || {
+        WORLD
+            .iter()
+            .filter(|made| made.boots)
+            .all(|made| env.server_json(made.name).is_some_and(|server| reason(&server, "Available") == "Provisioned"))
+    })
+    .await;
+    let takeover_took = takeover_started.elapsed();
+    env.idle(30).await;
+    let adopted = Snapshot::take(&env, &sim);
+    let (adopt_creates, adopt_deletes) = made_by_go.changes(&adopted);
+    assert_eq!((adopt_creates, adopt_deletes), (0, 0), "the takeover created or deleted: {:#?}", adopted.counters);
+    assert_eq!(
+        adopted.counters.server_metadata_updates - made_by_go.counters.server_metadata_updates,
+        WORLD.len() as u64,
+        "each Go-made server tagged once"
+    );
+    adopted.assert_nothing_leaked_or_doubled(WORLD.iter());
+    assert_eq!(adopted.ids(), made_by_go.ids(), "the same servers live");
+    for made in &WORLD {
+        let server = env.server_json(made.name).unwrap_or_default();
+        let uid = server["metadata"]["uid"].as_str().unwrap_or_default();
+        assert_eq!(adoptions(&env, made.name), 1, "{}: one ProviderServerAdopted", made.name);
+        let nova = adopted.nova(made.name);
+        assert_eq!(nova.metadata.get("unikorn:server-uid").map(String::as_str), Some(uid), "{} is tagged", made.name);
+        assert_eq!(
+            server["status"]["provisionedAt"], made_by_go.statuses[made.name]["provisionedAt"],
+            "{}: provisionedAt stays as latched",
+            made.name
+        );
+        if !made.boots {
+            assert_eq!(server["status"]["providerCreateFailures"], 3, "{}: still parked at the cap", made.name);
+        }
+    }
+
+    // A Server made while this operator runs: the Go controller must find
+    // its server on the way back too.
+    let all: Vec<&Made> = WORLD.iter().chain([&LATE]).collect();
+    let mut spec = Env::spec();
+    spec["publicIPAllocation"] = json!({ "enabled": true });
+    let labels = [
+        (server_core::model::REGION_LABEL, REGION),
+        (server_core::model::IDENTITY_LABEL, IDENTITY),
+        (NAME_LABEL, LATE.display),
+    ];
+    env.create_server_with_labels(LATE.name, fast(Fate::clean()), spec, &labels);
+    wait_for_env(Duration::from_secs(60), "the new Server Provisioned with its public IP", || {
+        env.server_json(LATE.name).is_some_and(|server| {
+            reason(&server, "Available") == "Provisioned" && server["status"]["publicIP"].is_string()
+        })
+    })
+    .await;
+    env.idle(10).await;
+    let ours = Snapshot::take(&env, &sim);
+    env.stop().await;
+    assert_eq!(adopted.changes(&ours), (3, 0), "a server, its port and floating IP: {:#?}", ours.counters);
+    ours.assert_nothing_leaked_or_doubled(all.iter().copied());
+    assert_eq!(ours.nova(LATE.name).name, LATE.display, "named after the name label, as the Go controller names");
+    let ours_requests = sim.requests().len();
+
+    // The way back: the Go controller again, under its CRD.
+    if let Some(real) = env.real() {
+        real.apply(GO_SERVER_CRD);
+    }
+    let back_started = Instant::now();
+    let mut go = GoController::start(&build, &kubeconfig, &token, &env.namespace, MONITOR_POLL, "back");
+    let log = go.dir().join("unikorn-server-controller.log");
+    wait_for(&mut go, Duration::from_secs(90), "the Go controller to reconcile every booted server again", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        all.iter()
+            .filter(|made| made.boots)
+            .all(|made| text.lines().any(|line| line.contains("server already exists") && line.contains(made.name)))
+    })
+    .await;
+    tokio::time::sleep(MONITOR_POLL * 5).await;
+    go.assert_running();
+    let back_restarts = go.monitor_restarts();
+    go.stop();
+    let back_refusals = refusals(&sim.requests()[ours_requests..]);
+    let back = Snapshot::take(&env, &sim);
+    let back_took = back_started.elapsed();
+    let (back_creates, back_deletes) = ours.changes(&back);
+    assert_eq!((back_creates, back_deletes), (0, 0), "the Go controller recreated or deleted: {:#?}", back.counters);
+    back.assert_nothing_leaked_or_doubled(all.iter().copied());
+    assert_eq!(back.ids(), ours.ids(), "the same servers live");
+    for made in all.iter().filter(|made| made.boots) {
+        assert_eq!(back.statuses[made.name]["provisionedAt"], ours.statuses[made.name]["provisionedAt"]);
+    }
+
+    eprintln!(
+        "takeover: the Go controller made {} Servers' servers in {go_took:.1?} ({go_creates} Nova creates; \
+         the simulator refused it {go_refusals:?}; its monitor restarted {go_restarts} times); \
+         this operator adopted {} in {takeover_took:.1?} with {adopt_creates} creates and {adopt_deletes} deletes, \
+         then made 1; the Go controller back for {back_took:.1?}: {back_creates} creates, {back_deletes} deletes \
+         (refused {back_refusals:?}, monitor restarted {back_restarts} times); {} ports and {} floating IPs at \
+         the end; whole test {:.1?}",
+        WORLD.len(),
+        WORLD.iter().map(|made| adoptions(&env, made.name)).sum::<u64>(),
+        back.ports.len(),
+        back.floating_ips.len(),
+        started.elapsed(),
+    );
+}
+
+/// The Region the Go controller serves (`--namespace` is the test's), and
+/// its service-account Secret: a Keystone user of the domain with a role on
+/// the tenant's project.
+async fn seed_region(env: &Env, sim: &OpenStackSim) {
+    sim.add_user(REGION_USER, REGION_PASSWORD);
+    // It logs in domain-scoped at start (its identity client).
+    sim.grant_domain(REGION_USER, "default");
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "region-openstack", "namespace": env.namespace },
+        "stringData": {
+            "domain-id": "default", "user-id": REGION_USER, "password": REGION_PASSWORD, "project-id": PROJECT,
+        },
+    }))
+    .unwrap_or_else(|e| panic!("a Secret: {e}"));
+    Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("creating the region's Secret: {e}"));
+    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
+    let region = json!({
+        "metadata": { "name": REGION },
+        "spec": {
+            "provider": "openstack",
+            "openstack": {
+                "endpoint": endpoint,
+                "serviceAccountSecret": { "namespace": env.namespace, "name": "region-openstack" },
+            },
+        },
+    });
+    if let Some(real) = env.real() {
+        real.create("regions", region).await;
+    }
+}
+
+/// The simulator's answers of 400 and above, by endpoint and status.
+fn refusals(requests: &[server_e2e::openstack::RequestRecord]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for request in requests.iter().filter(|request| request.status >= 400) {
+        *counts.entry(format!("{:?} {}", request.op, request.status)).or_default() += 1;
+    }
+    counts
+}
+
+fn monitor_account(namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: unikorn-region-monitor\n  namespace: {namespace}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: unikorn-region-monitor-{namespace}\n\
+         roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
+         subjects:\n- kind: ServiceAccount\n  name: unikorn-region-monitor\n  namespace: {namespace}\n"
+    )
+}
+
+fn our_crd() -> String {
+    serde_json::to_string(&server_kube::crd::server_crd()).unwrap_or_else(|e| panic!("the Server CRD: {e}"))
+}
+
+fn reason(server: &Value, type_: &str) -> String {
+    let conditions = server["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let condition = conditions.iter().find(|c| c["type"] == type_);
+    condition.and_then(|c| c["reason"].as_str()).unwrap_or_default().to_owned()
+}
+
+/// `ProviderServerAdopted` Events about a Server, a series counted as its count.
+fn adoptions(env: &Env, name: &str) -> u64 {
+    env.objects("events")
+        .iter()
+        .filter(|event| event["regarding"]["name"] == name && event["reason"] == "ProviderServerAdopted")
+        .map(|event| event["series"]["count"].as_u64().unwrap_or(1))
+        .sum()
+}
+
+/// The cloud and the Servers at one moment.
+struct Snapshot {
+    counters: OpenStackCounters,
+    /// The live Nova servers, by the Server name in their `serverID`.
+    live: BTreeMap<String, server_e2e::openstack::ServerView>,
+    ports: Vec<server_e2e::openstack::PortView>,
+    floating_ips: Vec<server_e2e::openstack::FloatingIpView>,
+    statuses: BTreeMap<String, Value>,
+}
+
+impl Snapshot {
+    fn take(env: &Env, sim: &OpenStackSim) -> Snapshot {
+        let live = sim
+            .servers()
+            .into_iter()
+            .filter(|view| sim.cloud().truth(&view.server_uid).live > 0)
+            .map(|view| (view.metadata.get("serverID").cloned().unwrap_or_default(), view))
+            .collect();
+        let statuses = WORLD
+            .iter()
+            .chain([&LATE])
+            .map(|made| (made.name.to_owned(), env.server_json(made.name).unwrap_or_default()["status"].clone()))
+            .collect();
+        Snapshot { counters: sim.counters(), live, ports: sim.ports(), floating_ips: sim.floating_ips(), statuses }
+    }
+
+    /// The Nova ids of the live servers, by Server name.
+    fn ids(&self) -> BTreeMap<&str, Option<&str>> {
+        self.live.iter().map(|(name, view)| (name.as_str(), view.id.as_deref())).collect()
+    }
+
+    fn nova(&self, name: &str) -> &server_e2e::openstack::ServerView {
+        self.live.get(name).unwrap_or_else(|| panic!("no live server has serverID={name}: {:#?}", self.live))
+    }
+
+    /// Creates and deletes in the cloud (servers, ports, floating IPs) from
+    /// this snapshot to `later`.
+    fn changes(&self, later: &Snapshot) -> (u64, u64) {
+        let (a, b) = (&self.counters, &later.counters);
+        let creates = (b.server_creates - a.server_creates)
+            + (b.port_creates - a.port_creates)
+            + (b.floating_ip_creates - a.floating_ip_creates);
+        let deletes = (b.server_deletes - a.server_deletes)
+            + (b.port_deletes - a.port_deletes)
+            + (b.floating_ip_deletes - a.floating_ip_deletes);
+        (creates, deletes)
+    }
+
+    /// One port per live server, each bound to it; one floating IP per
+    /// Server that asks for a public IP, each on a live server's port.
+    fn assert_nothing_leaked_or_doubled<'a>(&self, world: impl IntoIterator<Item = &'a Made> + Clone) {
+        let mut names: Vec<&str> = self.ports.iter().map(|port| port.name.as_str()).collect();
+        names.sort_unstable();
+        let expected: Vec<String> = world.clone().into_iter().map(|made| format!("server-{}", made.name)).collect();
+        assert_eq!(names, expected, "one port per Server: {:#?}", self.ports);
+        for port in &self.ports {
+            let bound = port.server_uid.as_deref().unwrap_or_default();
+            assert!(self.live.values().any(|s| s.server_uid == bound), "port {} is bound to no live server", port.name);
+        }
+        let wanted = world.into_iter().filter(|made| made.public_ip).count();
+        assert_eq!(self.floating_ips.len(), wanted, "one floating IP per public Server: {:#?}", self.floating_ips);
+        for ip in &self.floating_ips {
+            let port = ip.port_id.as_deref().unwrap_or_default();
+            assert!(self.ports.iter().any(|p| p.id == port), "floating IP {} is on no port", ip.address);
+        }
+    }
+}
+
+/// Polls `check` every 250 ms for up to `within`, failing with the Go
+/// controller's logs when it does not hold or a Go process exits.
+async fn wait_for(go: &mut GoController, within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    loop {
+        if check() {
+            return;
+        }
+        go.assert_running();
+        assert!(started.elapsed() < within, "timed out after {within:?} waiting for {what}\n{}", go.logs());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn wait_for_env(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !check() {
+        assert!(started.elapsed() < within, "timed out after {within:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
