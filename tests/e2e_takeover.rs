@@ -109,6 +109,24 @@ async fn takeover(build: GoBuild) {
     })
     .await;
     let go_took = go_started.elapsed();
+
+    // `run --shadow` beside the running Go controller, on the region it has
+    // converged: this operator would create and delete nothing, and writes
+    // nothing while it says so.
+    let before_shadow = Snapshot::take(&env, &sim);
+    let round = server_kube::shadow(env.operator_client(), &env.read_only_clouds(), &env.config, Some(&env.namespace))
+        .await
+        .unwrap_or_else(|e| panic!("a shadow round: {e}"));
+    let total = round.total();
+    assert_eq!(round.entries.len(), WORLD.len(), "{round}");
+    assert_eq!((total.creates, total.deletes, round.undecided()), (0, 0, 0), "{round}");
+    let after_shadow = Snapshot::take(&env, &sim);
+    assert_eq!(before_shadow.changes(&after_shadow), (0, 0), "{round}");
+    assert_eq!(
+        after_shadow.counters.server_metadata_updates, before_shadow.counters.server_metadata_updates,
+        "the shadow tagged a server"
+    );
+    eprintln!("shadow beside the Go controller:\n{round}");
     let go_restarts = go.monitor_restarts();
     go.stop();
     let go_refusals = refusals(&sim.requests()[..]);

@@ -199,3 +199,28 @@ fn a_region_request_timeout_longer_than_the_cloud_timeout_is_refused_at_start() 
         "{stderr}"
     );
 }
+
+/// `run --shadow` reads OpenStack regions only and says so when given none;
+/// `--shadow-once` means nothing without `--shadow`. Neither binds the probes
+/// port (a Go controller beside it holds :8080).
+#[test]
+fn run_shadow_needs_a_region_to_read_and_shadow_once_needs_shadow() {
+    let demo = ServedDemo::start(1);
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--shadow", "--shadow-once", "--kubeconfig"])
+        .arg(demo.kubeconfig())
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with("error: no region to read: --shadow reads OpenStack regions"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["run", "--shadow-once"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("the operator starts");
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--shadow"), "{output:?}");
+}

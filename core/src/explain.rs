@@ -51,6 +51,69 @@ pub struct Explanation {
     pub decision: Option<Decision>,
 }
 
+/// What a decision would change, counted as a migration report says it
+/// (`run --shadow`): provider servers created and deleted, other changes to
+/// the cloud (a port's security, a floating IP, a port or floating IP
+/// released), and writes to the API server (the Server, references, Events).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Intent {
+    pub creates: usize,
+    pub deletes: usize,
+    pub cloud_changes: usize,
+    pub api_writes: usize,
+}
+
+impl Intent {
+    /// What `decision`'s actions would do (its follow-ups are not known
+    /// before its actions run, so they are not counted).
+    pub fn of(decision: &Decision) -> Intent {
+        let mut intent = Intent::default();
+        for action in &decision.actions {
+            match action {
+                Action::CreateProviderServer(_) => intent.creates += 1,
+                Action::DeleteProviderServer(_) => intent.deletes += 1,
+                Action::ReleaseAttachment(_) | Action::UpdatePort(_) | Action::EnsureFloatingIp(_) => {
+                    intent.cloud_changes += 1;
+                }
+                Action::AddFinalizer
+                | Action::RemoveFinalizer
+                | Action::AddReference(_)
+                | Action::RemoveReference(_)
+                | Action::WriteStatus(_)
+                | Action::Annotate { .. }
+                | Action::Record(_)
+                | Action::Emit(_) => intent.api_writes += 1,
+            }
+        }
+        intent
+    }
+
+    /// Nothing would change.
+    pub fn is_idle(&self) -> bool {
+        *self == Intent::default()
+    }
+}
+
+impl fmt::Display for Intent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_idle() {
+            return f.write_str("nothing");
+        }
+        let parts = [
+            (self.creates, "provider server create"),
+            (self.deletes, "provider server delete"),
+            (self.cloud_changes, "other cloud change"),
+            (self.api_writes, "API write"),
+        ];
+        let said: Vec<String> = parts
+            .iter()
+            .filter(|(count, _)| *count > 0)
+            .map(|(count, what)| format!("{count} {what}{}", if *count == 1 { "" } else { "s" }))
+            .collect();
+        f.write_str(&said.join(", "))
+    }
+}
+
 /// What `pass` would do, as far as a read-only driver took it: `reads` are
 /// the needs it answered; `unread` says why it stopped before deciding, if
 /// it did. A pass that has not decided gives no decision: it is not guessed.
@@ -77,6 +140,14 @@ pub fn explain_unread(server: Server, facts: Facts, options: Options, unread: Un
     let mut pass = Pass::start(server, options, now);
     let reads = pass.answer_from(&facts, |need| !matches!(need, Need::Provider | Need::ProviderLive(_)));
     explain_pass(&pass, reads, Some(unread))
+}
+
+impl Explanation {
+    /// What the decision would change; `None` when there is no decision
+    /// (the provider's record was not read).
+    pub fn intent(&self) -> Option<Intent> {
+        self.decision.as_ref().map(Intent::of)
+    }
 }
 
 impl fmt::Display for Explanation {

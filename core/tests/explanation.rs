@@ -125,3 +125,45 @@ fn a_booted_server_is_said_never_to_be_recreated() {
     assert!(text.contains("never deleted and recreated"), "{text}");
     assert!(text.contains("server vm-1 is ACTIVE, booted at"), "{text}");
 }
+
+/// The migration report's count (`run --shadow`): a Server with no server
+/// would be created; one whose server runs and whose status says so would
+/// change nothing; without the record there is no decision to count.
+#[test]
+fn the_intent_counts_what_a_decision_would_change() {
+    let options = Options::with_max_attempts(3);
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    facts.provider = ProviderView::Absent;
+    let intent = explain(server.clone(), facts.clone(), options, at(10)).intent().unwrap();
+    assert_eq!((intent.creates, intent.deletes), (1, 0));
+    assert!(intent.to_string().starts_with("1 provider server create, "), "{intent}");
+
+    let running = ProviderServer {
+        id: "vm-1".into(),
+        server_uid: "uid-web".into(),
+        status: ProviderStatus::Active,
+        power_state: PowerState::Running,
+        launched_at: Some(at(5)),
+        ..Default::default()
+    };
+    let mut settled = server.clone();
+    settled.status = server_core::observe(&settled.status, Some(&running), at(6));
+    facts.provider = ProviderView::Present(running);
+    for second in [10, 11] {
+        let decision = reconcile(&settled, &facts, &options, at(second));
+        persist(&mut settled, &decision);
+    }
+    let idle = explain(settled, facts, options, at(12)).intent().unwrap();
+    assert!(idle.is_idle(), "{idle}");
+    assert_eq!(idle.to_string(), "nothing");
+
+    let unread = explain_unread(
+        server,
+        referenced_facts(&adopted()),
+        options,
+        Unread::NoCloudGiven { region: "r".into() },
+        at(10),
+    );
+    assert_eq!(unread.intent(), None);
+}

@@ -303,6 +303,19 @@ impl Env {
         self.running = Some(Running { stop, task });
     }
 
+    /// The client the operator runs with (its ServiceAccount on the real API server).
+    pub fn operator_client(&self) -> &Client {
+        &self.operator_client
+    }
+
+    /// The clouds `explain` and `run --shadow` are given: the region's, read only.
+    pub fn read_only_clouds(&self) -> CloudRegistry {
+        let port = self.cloud_bed.read_only_port().unwrap_or_else(|e| panic!("no cloud port: {e}"));
+        let mut registry = CloudRegistry::new();
+        registry.insert(REGION, RegionCloud::openstack(port));
+        registry
+    }
+
     /// Has the next start serve `region` with `cloud` too.
     pub fn serve_region(&mut self, region: &str, cloud: RegionCloud) {
         self.other_regions.push((region.to_owned(), cloud));

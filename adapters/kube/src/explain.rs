@@ -1,11 +1,15 @@
 //! `server-controller explain`: reads one Server and runs the pass a
 //! controller would run, answering its needs with live reads (there are no
 //! caches in a one-shot command), and returns the core's decision with the
-//! reads and facts behind it. Reads only; nothing is written, created or
-//! deleted.
+//! reads and facts behind it; `run --shadow` does the same for every
+//! Server, round after round. Reads only; nothing is written, created or
+//! deleted (the clouds it is given read only too).
 
-use kube::{Api, Client};
-use server_core::explain::{Explanation, Unread, explain_pass};
+use std::fmt;
+
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use server_core::explain::{Explanation, Intent, Unread, explain_pass};
 use server_core::model::REGION_LABEL;
 use server_core::pass::Need;
 use server_core::{Pass, RegionUnserved};
@@ -55,4 +59,98 @@ pub async fn explain(
         reads.push(need);
     }
     Ok(explain_pass(&pass, reads, None))
+}
+
+/// One Server of a shadow round: what the controller would do with it now,
+/// or why that could not be told.
+#[derive(Debug)]
+pub struct ShadowEntry {
+    pub namespace: String,
+    pub name: String,
+    pub explained: Result<Explanation, String>,
+}
+
+/// What the controller would do now with every Server it was asked about.
+#[derive(Debug, Default)]
+pub struct ShadowRound {
+    pub entries: Vec<ShadowEntry>,
+}
+
+impl ShadowRound {
+    /// The decided Servers' intents, summed.
+    pub fn total(&self) -> Intent {
+        let mut total = Intent::default();
+        for intent in self.entries.iter().filter_map(|e| e.explained.as_ref().ok().and_then(Explanation::intent)) {
+            total.creates += intent.creates;
+            total.deletes += intent.deletes;
+            total.cloud_changes += intent.cloud_changes;
+            total.api_writes += intent.api_writes;
+        }
+        total
+    }
+
+    /// Servers whose decision could not be told (no record read, or not explained).
+    pub fn undecided(&self) -> usize {
+        self.entries.iter().filter(|e| e.explained.as_ref().map_or(true, |x| x.decision.is_none())).count()
+    }
+}
+
+impl fmt::Display for ShadowRound {
+    /// One line per Server, then the sums. Nothing of a Server's spec or
+    /// user data, no response body: what would change, and the outcome.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for entry in &self.entries {
+            write!(f, "{}/{}: ", entry.namespace, entry.name)?;
+            match &entry.explained {
+                Ok(explained) => match (&explained.decision, explained.intent()) {
+                    (Some(decision), Some(intent)) => writeln!(f, "would do {intent}; {}", decision.outcome.label())?,
+                    _ => writeln!(f, "undecided: the provider's record was not read")?,
+                },
+                Err(error) => writeln!(f, "cannot be explained: {error}")?,
+            }
+        }
+        let total = self.total();
+        writeln!(
+            f,
+            "shadow: {} Servers; would create {} and delete {} provider servers, make {} other cloud changes and {} API writes; {} undecided",
+            self.entries.len(),
+            total.creates,
+            total.deletes,
+            total.cloud_changes,
+            total.api_writes,
+            self.undecided()
+        )
+    }
+}
+
+/// What the controller would do now with every Server in `namespace` (every
+/// namespace when `None`), each read and decided as [`explain`] does. A
+/// Server that cannot be read or explained is said so in its line; the
+/// round goes on.
+pub async fn shadow(
+    client: &Client,
+    clouds: &CloudRegistry,
+    config: &ControllerConfig,
+    namespace: Option<&str>,
+) -> Result<ShadowRound, Error> {
+    let servers: Api<Server> = match namespace {
+        Some(namespace) => Api::namespaced(client.clone(), namespace),
+        None => Api::all(client.clone()),
+    };
+    // Names only: one Server the typed client cannot decode must not hide
+    // the others.
+    let mut round = ShadowRound::default();
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = servers.list_metadata(&params).await.map_err(|e| Error::kube("cannot list Servers", e))?;
+        for object in &page.items {
+            let (namespace, name) = (object.namespace().unwrap_or_default(), object.name_any());
+            let explained = explain(client, clouds, config, &namespace, &name).await.map_err(|e| e.to_string());
+            round.entries.push(ShadowEntry { namespace, name, explained });
+        }
+        match page.metadata.continue_.filter(|token| !token.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(round),
+        }
+    }
 }

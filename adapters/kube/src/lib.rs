@@ -50,7 +50,7 @@ pub use consumed::{ReadKind, all_crds, consumed_crds, read_kinds};
 pub use controller::requeue_for;
 pub use error::Error;
 pub use events::REPORTING_CONTROLLER;
-pub use explain::explain;
+pub use explain::{ShadowEntry, ShadowRound, explain, shadow};
 pub use fence::Fence;
 pub use health::Health;
 pub use leader::LeaseConfig;

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use server_core::model::AllowedAddressPair;
@@ -64,6 +64,8 @@ struct Inner {
     /// A lookup that only a new list can answer waits for the next one when
     /// a list ended less than this long ago (see [`OpenStackCloud::with_lookup_list_gap`]).
     lookup_list_gap: AtomicU64,
+    /// Reads only (see [`OpenStackCloud::read_only`]).
+    read_only: AtomicBool,
 }
 
 impl fmt::Debug for OpenStackCloud {
@@ -121,6 +123,7 @@ impl OpenStackCloud {
                 names: NeutronNames::default(),
                 region: std::sync::RwLock::default(),
                 lookup_list_gap: AtomicU64::new(0),
+                read_only: AtomicBool::new(false),
             }),
             term: TermMemory::new(&Term::unfenced()),
         })
@@ -138,6 +141,29 @@ impl OpenStackCloud {
         let millis = u64::try_from(gap.as_millis()).unwrap_or(u64::MAX);
         self.inner.lookup_list_gap.store(millis, Ordering::Relaxed);
         self
+    }
+
+    /// A port that reads and never writes, for `explain` and `run
+    /// --shadow`: a Go-made server is reported as this operator would adopt
+    /// it, without tagging it; every call that changes the cloud answers
+    /// `Unreachable` (nothing sent).
+    pub fn read_only(self) -> Self {
+        self.inner.read_only.store(true, Ordering::Relaxed);
+        self
+    }
+
+    fn is_read_only(&self) -> bool {
+        self.inner.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Refuses `what` on a read-only port, before anything is sent.
+    fn writable(&self, what: &str) -> Result<(), CloudError> {
+        match self.is_read_only() {
+            true => Err(CloudError::Unreachable {
+                message: format!("{what}: this cloud port only reads; nothing was sent"),
+            }),
+            false => Ok(()),
+        }
     }
 
     fn lookup_list_gap(&self) -> Duration {
@@ -297,6 +323,13 @@ impl OpenStackCloud {
         }
         let mut ownership = mapping::ownership_metadata(server);
         ownership.insert(mapping::METADATA_ADOPTED_FROM.to_owned(), "go-controller".to_owned());
+        if self.is_read_only() {
+            // As it would be once adopted; nothing written, nothing remembered.
+            for (key, value) in ownership {
+                nova.metadata.insert(&key, value);
+            }
+            return Ok(Some(nova));
+        }
         compute::update_metadata(session, &id, &ownership).await?;
         for (key, value) in ownership {
             nova.metadata.insert(&key, value);
@@ -667,11 +700,17 @@ impl CloudPort for OpenStackCloud {
         identity: &'a IdentityContext,
         request: &'a CreateRequest,
     ) -> PortFuture<'a, ProviderServer> {
-        Box::pin(self.create_flow(identity, request))
+        Box::pin(async move {
+            self.writable("creating a server")?;
+            self.create_flow(identity, request).await
+        })
     }
 
     fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
-        Box::pin(self.delete_flow(identity, server))
+        Box::pin(async move {
+            self.writable("deleting a server")?;
+            self.delete_flow(identity, server).await
+        })
     }
 
     fn get<'a>(
@@ -705,7 +744,10 @@ impl CloudPort for OpenStackCloud {
     }
 
     fn release<'a>(&'a self, identity: &'a IdentityContext, resource: &'a AttachedResource) -> PortFuture<'a, ()> {
-        Box::pin(self.release_flow(identity, resource))
+        Box::pin(async move {
+            self.writable("releasing a port or floating IP")?;
+            self.release_flow(identity, resource).await
+        })
     }
 
     fn networking<'a>(
@@ -717,7 +759,10 @@ impl CloudPort for OpenStackCloud {
     }
 
     fn update_port<'a>(&'a self, identity: &'a IdentityContext, update: &'a PortUpdate) -> PortFuture<'a, ()> {
-        Box::pin(self.update_port_flow(identity, update))
+        Box::pin(async move {
+            self.writable("updating a port")?;
+            self.update_port_flow(identity, update).await
+        })
     }
 
     fn ensure_floating_ip<'a>(
@@ -725,7 +770,10 @@ impl CloudPort for OpenStackCloud {
         identity: &'a IdentityContext,
         request: &'a FloatingIpRequest,
     ) -> PortFuture<'a, ()> {
-        Box::pin(self.ensure_floating_ip_flow(identity, request))
+        Box::pin(async move {
+            self.writable("making a floating IP")?;
+            self.ensure_floating_ip_flow(identity, request).await
+        })
     }
 
     /// The same region with an empty uid index: a list taken in an earlier

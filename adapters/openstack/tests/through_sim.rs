@@ -1321,3 +1321,43 @@ async fn a_nova_older_than_2_90_refuses_the_adapter_and_nothing_is_made() -> Tes
     assert!(listed.to_string().contains("406"), "{listed}");
     Ok(())
 }
+
+/// `explain` and `run --shadow` read through a read-only port: a server the
+/// Go controller made is reported as this operator would adopt it, but
+/// nothing is tagged, and every call that would change the cloud is refused
+/// before it is sent.
+#[tokio::test]
+async fn a_read_only_port_reports_an_adoption_without_tagging_and_sends_no_change() -> TestResult {
+    let h = Harness::new().await?;
+    let server = server_ref("uid-go");
+    let metadata =
+        [("serverID", server.name.as_str())].into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let seed = server_sim_openstack::SeededServer {
+        uid: "go-made".into(),
+        name: "web".into(),
+        flavor_id: "flavor-small".into(),
+        image_id: "image-ubuntu".into(),
+        metadata,
+        port_name: port_name(&server.name),
+        network_id: h.network_id.clone(),
+        security_group_ids: vec![h.group_ids[0].clone()],
+    };
+    let id = h.sim.seed_server(PROJECT, seed)?;
+    let reader = h.fresh_cloud()?.read_only();
+
+    let record = reader.get(&h.identity, &server).await?;
+    assert!(record.as_ref().is_some_and(|r| r.id == id && r.adopted && r.server_uid == "uid-go"), "{record:?}");
+    assert_eq!(h.sim.counters().server_metadata_updates, 0, "nothing tagged");
+    let refused = reader.create(&h.identity, &request("uid-new", false)).await.err();
+    assert!(matches!(refused, Some(CloudError::Unreachable { .. })), "{refused:?}");
+    let refused = reader.delete(&h.identity, &server).await.err();
+    assert!(matches!(refused, Some(CloudError::Unreachable { .. })), "{refused:?}");
+    let counters = h.sim.counters();
+    assert_eq!((counters.server_creates, counters.server_deletes, counters.port_creates), (0, 0, 0));
+
+    // The operator's own port adopts it, once.
+    let adopted = h.cloud.get(&h.identity, &server).await?;
+    assert!(adopted.is_some_and(|r| r.adopted), "adopted by a port that writes");
+    assert_eq!(h.sim.counters().server_metadata_updates, 1);
+    Ok(())
+}

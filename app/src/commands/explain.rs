@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use server_kube::{CloudRegistry, ControllerConfig};
 
-use super::run::{MAX_ATTEMPTS_BOUND, cause_once, kube_client, openstack_clouds, parse_region_source};
+use super::run::{Access, MAX_ATTEMPTS_BOUND, cause_once, kube_client, openstack_clouds, parse_region_source};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -97,8 +97,16 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 
 async fn explain(args: &Args) -> anyhow::Result<String> {
     let client = kube_client(args.kubeconfig.as_deref()).await?;
-    let clouds: CloudRegistry =
-        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, &client, None, Duration::ZERO, None).await?;
+    let clouds: CloudRegistry = openstack_clouds(
+        &args.openstack_configs,
+        &args.openstack_secrets,
+        &client,
+        None,
+        Duration::ZERO,
+        None,
+        Access::ReadOnly,
+    )
+    .await?;
     let config = ControllerConfig {
         options: server_core::Options::with_max_attempts(args.provider_create_max_attempts),
         ..ControllerConfig::default()

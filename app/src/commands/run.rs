@@ -77,6 +77,19 @@ pub(crate) struct Args {
     #[arg(long, env = "SERVER_CONTROLLER_NO_MONITOR")]
     no_monitor: bool,
 
+    /// Read everything and act on nothing: each --monitor-interval, print
+    /// per Server what this operator would do now, and the sums. No cloud
+    /// write, no API write, no Lease, no probes port. For a migration: beside
+    /// the Go controller on a converged region it must report no create and
+    /// no delete.
+    #[arg(long, env = "SERVER_CONTROLLER_SHADOW")]
+    shadow: bool,
+
+    /// With --shadow: one round, then exit: 0 when no provider server would
+    /// be created or deleted, 3 when some would.
+    #[arg(long, requires = "shadow")]
+    shadow_once: bool,
+
     /// Read each region's Region resource (uni-region's, named by the region
     /// ID) from this namespace, usually the region controller's
     /// (`unikorn-region`), for its floating-IP network selector
@@ -221,6 +234,15 @@ pub(crate) fn run(args: &Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.shadow {
+        return match runtime.block_on(shadow(args)) {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("error: {}", cause_once(&error));
+                ExitCode::from(2)
+            }
+        };
+    }
     match runtime.block_on(operate(args)) {
         Ok(()) => ExitCode::SUCCESS,
         // It never ran: said as a command-line tool says it, exit code 2.
@@ -322,9 +344,16 @@ async fn clouds(args: &Args, client: &kube::Client, metrics: &OperatorMetrics) -
     let hook = Some(metrics.login_failure_hook());
     // Lookups that need a new Nova list leave it to the monitor's next poll.
     let gap = args.monitor_interval;
-    let registry =
-        openstack_clouds(&args.openstack_configs, &args.openstack_secrets, client, hook, gap, Some(args.cloud_timeout))
-            .await?;
+    let registry = openstack_clouds(
+        &args.openstack_configs,
+        &args.openstack_secrets,
+        client,
+        hook,
+        gap,
+        Some(args.cloud_timeout),
+        Access::ReadWrite,
+    )
+    .await?;
     #[cfg(feature = "sim")]
     let registry = {
         let mut registry = registry.supporting(server_kube::ProviderKind::Simulated);
@@ -417,6 +446,14 @@ async fn refuse_servers_made_elsewhere(
 /// OpenStack identity source. Credentials are per identity
 /// (OpenstackIdentity), never in this configuration. Lookups list Nova at
 /// most once per `lookup_list_gap` (see `OpenStackCloud::with_lookup_list_gap`).
+/// Whether a command's clouds may change anything: `run` acts; `explain`
+/// and `run --shadow` only read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
 pub(crate) async fn openstack_clouds(
     configs: &[(String, String)],
     secrets: &[(String, String)],
@@ -424,6 +461,7 @@ pub(crate) async fn openstack_clouds(
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
     lookup_list_gap: Duration,
     cloud_timeout: Option<Duration>,
+    access: Access,
 ) -> anyhow::Result<CloudRegistry> {
     let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
     for (region, path) in configs {
@@ -432,7 +470,7 @@ pub(crate) async fn openstack_clouds(
         let config = OpenStackConfig::from_json(&text)
             .with_context(|| format!("region {region}'s OpenStack configuration {path} is invalid"))?;
         check_request_timeout(region, &config, cloud_timeout)?;
-        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
+        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap, access)?;
     }
     for (region, secret) in secrets {
         let (namespace, name) = secret
@@ -451,7 +489,7 @@ pub(crate) async fn openstack_clouds(
         let config = OpenStackConfig::from_secret_data(&data)
             .with_context(|| format!("region {region}'s Secret {secret} is invalid"))?;
         check_request_timeout(region, &config, cloud_timeout)?;
-        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap)?;
+        register_openstack(&mut registry, region, config, login_failure_hook.clone(), lookup_list_gap, access)?;
     }
     Ok(registry)
 }
@@ -485,14 +523,18 @@ fn register_openstack(
     config: OpenStackConfig,
     login_failure_hook: Option<server_openstack::FailureStreakHook>,
     lookup_list_gap: Duration,
+    access: Access,
 ) -> anyhow::Result<()> {
     if registry.get(region).is_some() {
         anyhow::bail!("region {region} is given twice; give each region once");
     }
-    let port = OpenStackCloud::with_login_failure_hook(config, login_failure_hook)
+    let cloud = OpenStackCloud::with_login_failure_hook(config, login_failure_hook)
         .with_context(|| format!("region {region}"))?
-        .with_lookup_list_gap(lookup_list_gap)
-        .port();
+        .with_lookup_list_gap(lookup_list_gap);
+    let port = match access {
+        Access::ReadWrite => cloud.port(),
+        Access::ReadOnly => cloud.read_only().port(),
+    };
     registry.insert(region, RegionCloud::openstack(port));
     Ok(())
 }
@@ -524,6 +566,41 @@ struct Started {
     listener: tokio::net::TcpListener,
     operator: Operator,
     endpoints: Endpoints,
+}
+
+/// `run --shadow`: rounds of what this operator would do, printed; nothing
+/// acted on. The clouds read only (`OpenStackCloud::read_only`).
+async fn shadow(args: &Args) -> anyhow::Result<ExitCode> {
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let clouds = openstack_clouds(
+        &args.openstack_configs,
+        &args.openstack_secrets,
+        &client,
+        None,
+        Duration::ZERO,
+        Some(args.cloud_timeout),
+        Access::ReadOnly,
+    )
+    .await?;
+    if clouds.regions().next().is_none() {
+        anyhow::bail!(
+            "no region to read: --shadow reads OpenStack regions; give --openstack-config REGION_ID=FILE or \
+             --openstack-secret REGION_ID=NAMESPACE/NAME"
+        );
+    }
+    let config = controller_config(args, None);
+    loop {
+        let round = server_kube::shadow(&client, &clouds, &config, args.namespace.as_deref()).await?;
+        print!("{round}");
+        if args.shadow_once {
+            let total = round.total();
+            return Ok(if total.creates + total.deletes == 0 { ExitCode::SUCCESS } else { ExitCode::from(3) });
+        }
+        tokio::select! {
+            () = terminated() => return Ok(ExitCode::SUCCESS),
+            () = tokio::time::sleep(args.monitor_interval) => {}
+        }
+    }
 }
 
 async fn operate(args: &Args) -> Result<(), Stopped> {
@@ -677,11 +754,11 @@ mod tests {
         let mut registry = CloudRegistry::new().supporting(ProviderKind::Openstack);
         let first = config()
             .map_err(anyhow::Error::from)
-            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO));
+            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO, Access::ReadWrite));
         assert!(first.is_ok(), "{first:?}");
         let again = config()
             .map_err(anyhow::Error::from)
-            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO));
+            .and_then(|c| register_openstack(&mut registry, "r1", c, None, Duration::ZERO, Access::ReadWrite));
         let error = again.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(error.contains("region r1 is given twice"), "{error}");
         assert!(registry.get("r1").is_some());

@@ -90,6 +90,15 @@ impl CloudBed {
         }
     }
 
+    /// A port that only reads (`explain`, `run --shadow`): the OpenStack
+    /// adapter's read-only port; on the direct path SimCloud's own.
+    pub fn read_only_port(&self) -> Result<Arc<dyn CloudPort>, Error> {
+        match &self.openstack {
+            None => Ok(self.cloud.port()),
+            Some(path) => Ok(OpenStackCloud::new(path.config.clone()).map_err(Box::new)?.read_only().port()),
+        }
+    }
+
     /// Which path the operator takes.
     pub fn path(&self) -> CloudPath {
         if self.openstack.is_some() { CloudPath::OpenStack } else { CloudPath::Direct }
