@@ -59,6 +59,8 @@ pub struct Explanation {
 pub struct Intent {
     pub creates: usize,
     pub deletes: usize,
+    /// Provider server rebuilds (an image change: the root disk is made anew).
+    pub rebuilds: usize,
     pub cloud_changes: usize,
     pub api_writes: usize,
 }
@@ -72,6 +74,7 @@ impl Intent {
             match action {
                 Action::CreateProviderServer(_) => intent.creates += 1,
                 Action::DeleteProviderServer(_) => intent.deletes += 1,
+                Action::RebuildProviderServer(_) => intent.rebuilds += 1,
                 Action::ReleaseAttachment(_) | Action::UpdatePort(_) | Action::EnsureFloatingIp(_) => {
                     intent.cloud_changes += 1;
                 }
@@ -102,6 +105,7 @@ impl fmt::Display for Intent {
         let parts = [
             (self.creates, "provider server create"),
             (self.deletes, "provider server delete"),
+            (self.rebuilds, "provider server rebuild"),
             (self.cloud_changes, "other cloud change"),
             (self.api_writes, "API write"),
         ];
@@ -219,6 +223,9 @@ fn stands(lifecycle: Lifecycle, options: &Options, failures: i32) -> String {
         Lifecycle::Parked(ParkKind::InvalidSpec) => "parked: the spec cannot be acted on as written".into(),
         Lifecycle::Parked(ParkKind::HostPinned) => "parked: the spec pins the server to a physical host".into(),
         Lifecycle::Parked(ParkKind::Forbidden) => "parked: the cloud's policy forbade this generation's create".into(),
+        Lifecycle::Parked(ParkKind::RebuildFailed) => {
+            "parked: the rebuild onto the spec's image ended in an error".into()
+        }
         Lifecycle::Provisioning => format!("provisioning ({failures} of {cap} create attempts failed so far)"),
         Lifecycle::Running => "running: provisioned, and the provider reports it healthy".into(),
         Lifecycle::Unhealthy => "booted, and the provider reports it not healthy; kept, it may hold data".into(),
@@ -267,7 +274,12 @@ fn provider(view: &ProviderView) -> String {
                 Some(at) => format!("booted at {at}"),
                 None => "not booted".into(),
             };
-            format!("server {} is {status}, {booted}", record.id)
+            let image = match &record.image_id {
+                Some(image) => format!(", image {image}"),
+                None => String::new(),
+            };
+            let task = if record.task_in_flight { ", a task under way" } else { "" };
+            format!("server {} is {status}, {booted}{image}{task}", record.id)
         }
         ProviderView::Absent => "has no server for this Server".into(),
         ProviderView::Unknown(reason) => format!("could not be read ({reason}): nothing is created or deleted"),
@@ -311,6 +323,9 @@ fn describe(action: &Action) -> String {
             )
         }
         Action::DeleteProviderServer(_) => "delete the provider server".into(),
+        Action::RebuildProviderServer(request) => {
+            format!("rebuild provider server {} onto image {}", request.provider_id, request.image_id)
+        }
         Action::ReleaseAttachment(resource) => format!("release the provider server's {resource}"),
         Action::UpdatePort(update) => format!(
             "set port {}'s security groups ({}) and allowed address pairs ({}) to the spec's",

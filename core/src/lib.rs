@@ -48,6 +48,7 @@ pub use predicate::{
 pub use reconcile::{
     Action, ActionFailure, ApiCause, ApiFailure, AttachmentsView, Decision, Facts, LiveRead, NetworkingView, NotSent,
     Options, Outcome, PassError, ProviderRead, ProviderView, RegionUnserved, Wait, action_failed, live_read_needed,
-    needs_facts, reads_attachments, reads_networking, reconcile,
+    needs_facts, reads_attachments, reads_networking, rebuild_settlement_pending, reconcile,
+    task_in_flight as rebuild_task_in_flight,
 };
 pub use status_patch::{StatusPatch, StatusPatchError, apply_status_patch, status_merge_patch};

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use crate::model::{
     CREATE_FORBIDDEN_ANNOTATION, CREATE_REFUSED_ANNOTATION, CREATE_REFUSED_MESSAGE_ANNOTATION, ConditionReason,
-    ConditionStatus, ConditionType, RETRY_ANNOTATION, ResourceKind, Server, USER_DATA_REFUSED_ANNOTATION,
+    ConditionStatus, ConditionType, RETRY_ANNOTATION, RebuildState, ResourceKind, Server, USER_DATA_REFUSED_ANNOTATION,
 };
 use crate::options::Options;
 use crate::predicate::{booted_server_unseen, ever_booted};
@@ -33,6 +33,9 @@ pub enum ParkKind {
     /// The cloud's policy forbade this generation's create: a person must
     /// grant what it asks for, then request a retry.
     Forbidden,
+    /// A rebuild onto the spec's image ended in an error: the server is kept
+    /// as it is until another image is asked for, or it is replaced.
+    RebuildFailed,
 }
 
 impl ParkKind {
@@ -45,6 +48,7 @@ impl ParkKind {
             ParkKind::InvalidSpec => "invalid-spec",
             ParkKind::HostPinned => "host-pinned",
             ParkKind::Forbidden => "forbidden",
+            ParkKind::RebuildFailed => "rebuild-failed",
         }
     }
 
@@ -74,6 +78,10 @@ impl ParkKind {
             ParkKind::Forbidden => format!(
                 "no spec change fixes a policy: have the identity's cloud user granted the role the policy asks \
                  for, then request a retry: {retry}"
+            ),
+            ParkKind::RebuildFailed => format!(
+                "select another image (the same one is not rebuilt again), or replace the server by deleting the \
+                 Server and creating it again: {edit}"
             ),
         }
     }
@@ -108,6 +116,10 @@ pub enum Park {
     },
     /// The spec pins the server to a physical host.
     HostPinned,
+    /// The rebuild onto `image` ended in an error.
+    RebuildFailed {
+        image: String,
+    },
 }
 
 impl Park {
@@ -120,6 +132,7 @@ impl Park {
             Park::InvalidSpec { .. } => ParkKind::InvalidSpec,
             Park::Forbidden { .. } => ParkKind::Forbidden,
             Park::HostPinned => ParkKind::HostPinned,
+            Park::RebuildFailed { .. } => ParkKind::RebuildFailed,
         }
     }
 
@@ -133,6 +146,10 @@ impl Park {
             | Park::Forbidden { message } => message.clone(),
             Park::MissingAfterBoot => MISSING_AFTER_BOOT_MESSAGE.into(),
             Park::HostPinned => HOST_PINNED_MESSAGE.into(),
+            Park::RebuildFailed { image } => format!(
+                "the provider server's rebuild onto image {image} ended in an error; it is kept as it is (its root \
+                 disk may not hold what it did)"
+            ),
         }
     }
 
@@ -161,6 +178,9 @@ pub fn park(server: &Server, options: &Options) -> Option<Park> {
         ParkKind::InvalidSpec => Park::InvalidSpec { message: duplicate_id(server).unwrap_or_default() },
         ParkKind::Forbidden => Park::Forbidden { message: refusal_message(server) },
         ParkKind::HostPinned => Park::HostPinned,
+        ParkKind::RebuildFailed => Park::RebuildFailed {
+            image: server.status.rebuild.as_ref().map(|r| r.target_image_id.clone()).unwrap_or_default(),
+        },
     })
 }
 
@@ -267,6 +287,9 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
     if errored && booted_server_unseen(status) {
         return Lifecycle::Parked(ParkKind::MissingAfterBoot);
     }
+    if errored && rebuild_failed(server) {
+        return Lifecycle::Parked(ParkKind::RebuildFailed);
+    }
     if errored {
         return Lifecycle::Errored;
     }
@@ -278,6 +301,15 @@ pub fn lifecycle(server: &Server, options: &Options) -> Lifecycle {
         Some(ConditionStatus::False) => Lifecycle::Unhealthy,
         Some(ConditionStatus::Unknown) | None => Lifecycle::Unseen,
     }
+}
+
+/// The marker of a rebuild onto the spec's image says it failed.
+pub(crate) fn rebuild_failed(server: &Server) -> bool {
+    server
+        .status
+        .rebuild
+        .as_ref()
+        .is_some_and(|r| r.state == RebuildState::Failed && r.target_image_id == server.spec.image.id)
 }
 
 /// The cloud's policy forbade the create of the Server's current generation.
@@ -439,6 +471,7 @@ mod tests {
             Lifecycle::Parked(ParkKind::MissingAfterBoot),
             Lifecycle::Parked(ParkKind::InvalidSpec),
             Lifecycle::Parked(ParkKind::Forbidden),
+            Lifecycle::Parked(ParkKind::RebuildFailed),
             Lifecycle::Paused,
             Lifecycle::Deleting,
         ];
@@ -460,6 +493,7 @@ mod tests {
             Park::InvalidSpec { message: "network n1 is named twice".into() },
             Park::HostPinned,
             Park::Forbidden { message: "the cloud's policy does not let this identity create".into() },
+            Park::RebuildFailed { image: "img-2".into() },
         ];
         for park in parks {
             let message = park.available_message("ns", "web");
@@ -467,7 +501,9 @@ mod tests {
                 ParkKind::AtCap | ParkKind::Refused | ParkKind::Forbidden => {
                     format!("kubectl annotate server web -n ns {RETRY_ANNOTATION}=now")
                 }
-                ParkKind::UserDataRefused | ParkKind::InvalidSpec => "kubectl edit server web -n ns".into(),
+                ParkKind::UserDataRefused | ParkKind::InvalidSpec | ParkKind::RebuildFailed => {
+                    "kubectl edit server web -n ns".into()
+                }
                 ParkKind::MissingAfterBoot | ParkKind::HostPinned => "kubectl delete server web -n ns".into(),
             };
             assert!(!message.contains("  "), "no runs of spaces: {message}");

@@ -38,9 +38,11 @@ pub fn project_with(
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, ServerStatus, set_condition};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
 use crate::predicate::record_shows_boot;
+use crate::reconcile::advance_rebuild_from as advance_from;
 
 /// Projects a provider record (or its absence from the provider's list) onto
-/// a status. Touches only monitor-owned fields; `provisionedAt` is latched.
+/// a status. Touches only monitor-owned fields; `provisionedAt` is latched,
+/// and a rebuild marker's state only advances (never created or cleared).
 ///
 /// A server being cleared for retry (`providerCreateRetrying`) keeps the
 /// status the reconciler reset it to while the record shows no boot: that
@@ -57,9 +59,12 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
     let Some(record) = record else {
         return next;
     };
+    if let Some(marker) = next.rebuild.as_mut() {
+        advance_from(marker, record);
+    }
     next.phase = match (&record.status, record.power_state) {
         (ProviderStatus::Build, _) if record.queued => Some(Phase::Queued),
-        (ProviderStatus::Build, _) => Some(Phase::Building),
+        (ProviderStatus::Build | ProviderStatus::Rebuild, _) => Some(Phase::Building),
         (_, PowerState::Running) => Some(Phase::Running),
         (_, PowerState::Shutdown) => Some(Phase::Stopped),
         _ => next.phase.or(Some(Phase::Pending)),
@@ -84,6 +89,9 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
     next
 }
 
+/// Healthy's message while the provider rebuilds the server.
+pub(crate) const REBUILDING_MESSAGE: &str = "Server is rebuilding";
+
 /// Sets the Healthy condition the monitor owns from a provider record (or
 /// its absence). A pass that holds a record writes Healthy only through this,
 /// so it writes what the monitor's next poll of the same record writes: the
@@ -99,9 +107,7 @@ fn health_of(record: Option<&ProviderServer>) -> (ConditionStatus, ConditionReas
         Some(ProviderStatus::Error) => {
             (ConditionStatus::False, ConditionReason::Errored, "Server is in an error state")
         }
-        Some(ProviderStatus::Rebuild) => {
-            (ConditionStatus::False, ConditionReason::Provisioning, "Server is rebuilding")
-        }
+        Some(ProviderStatus::Rebuild) => (ConditionStatus::False, ConditionReason::Provisioning, REBUILDING_MESSAGE),
         Some(ProviderStatus::Unknown) => {
             (ConditionStatus::Unknown, ConditionReason::Unknown, "Server status is unknown")
         }

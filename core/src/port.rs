@@ -43,6 +43,10 @@ pub trait CloudPort: Send + Sync {
         request: &'a CreateRequest,
     ) -> PortFuture<'a, ProviderServer>;
     fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress>;
+    /// Asks the provider to rebuild the server onto another image (Nova's
+    /// `rebuild` action with the image alone: the server keeps its ID, ports,
+    /// key and user data; its root disk is made anew). `Ok` means accepted.
+    fn rebuild<'a>(&'a self, identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()>;
     fn get<'a>(
         &'a self,
         identity: &'a IdentityContext,
@@ -342,6 +346,15 @@ pub struct CreateRequest {
     pub owner: Owner,
 }
 
+/// A rebuild of a present provider server onto `image_id`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildRequest {
+    pub server: ServerRef,
+    /// The provider server to rebuild.
+    pub provider_id: String,
+    pub image_id: String,
+}
+
 /// The unikorn IDs a Server's labels carry (empty when a label is missing,
 /// as the Go controller writes them).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -364,6 +377,14 @@ pub struct ProviderServer {
     pub created: Option<Timestamp>,
     /// Nova `OS-SRV-USG:launched_at`: the server booted.
     pub launched_at: Option<Timestamp>,
+    /// The image the server runs (Nova `image.id`), `None` when the record
+    /// does not say. A rebuild sets it to its target when it is accepted.
+    #[serde(default)]
+    pub image_id: Option<String>,
+    /// A task is under way on the server (Nova `OS-EXT-STS:task_state` is
+    /// set: rebuilding, rebooting, ...); at rest it is false.
+    #[serde(default)]
+    pub task_in_flight: bool,
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub mac_address: Option<String>,

@@ -7,6 +7,7 @@ use crate::model::{
     ADOPTED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Phase, Server, ServerStatus, retry_requested,
 };
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
+use crate::reconcile::rebuild_settlement_pending;
 
 /// Whether the provider ever booted this server, as far as status tells.
 /// Fails closed: any one sign of a boot is enough.
@@ -89,7 +90,13 @@ pub fn unbooted_server_unseen(server: &Server) -> bool {
 ///   finds (lost before launch);
 /// - a first sign of a boot on a Server whose Available is Errored (a server
 ///   parked as failed whose slow create came up after all leaves its park);
-/// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]).
+/// - an operator's retry annotation appearing ([`crate::model::RETRY_ANNOTATION`]);
+/// - a rebuild's end awaiting its settlement pass
+///   ([`crate::reconcile::rebuild_settlement_pending`]): a level, so every
+///   write while it stands wakes the reconciler, and a lost wake or a
+///   dropped settlement write is recovered by the next write. Never for an
+///   `Initiated` or `Rebuilding` marker: a wake there could send a rebuild
+///   whose acceptance was not yet written a second time.
 pub fn should_wake(old: Option<&Server>, new: &Server) -> bool {
     wakes(old.map(WakeSignals::of).as_ref(), &WakeSignals::of(new))
 }
@@ -107,6 +114,7 @@ pub struct WakeSignals {
     ever_booted: bool,
     available_errored: bool,
     retry_requested: bool,
+    rebuild_settlement_pending: bool,
 }
 
 impl WakeSignals {
@@ -122,6 +130,7 @@ impl WakeSignals {
             ever_booted: ever_booted(status),
             available_errored: available_errored(status),
             retry_requested: retry_requested(&server.meta),
+            rebuild_settlement_pending: rebuild_settlement_pending(server),
         }
     }
 }
@@ -131,7 +140,8 @@ pub fn wakes(old: Option<&WakeSignals>, new: &WakeSignals) -> bool {
     let Some(old) = old else {
         return true;
     };
-    old.generation != new.generation
+    new.rebuild_settlement_pending
+        || old.generation != new.generation
         || (!old.deleting && new.deleting)
         || (!old.create_failure && new.create_failure)
         || new.create_failures < old.create_failures

@@ -690,19 +690,30 @@ fn sequences_keep_the_invariants(rules: Rules) -> Result<(), String> {
 /// Invariant 15: one owner per field. A monitor poll and a pass that read
 /// the same provider record never rewrite each other's Healthy: once two
 /// rounds of a poll and a pass have settled it, the next poll of that record
-/// changes no Healthy, nor does the pass after it.
+/// changes no Healthy, nor does the pass after it. A pass that sends a
+/// rebuild changes the record: the provider shows the rebuild it accepted
+/// (Nova: REBUILD, the target image, a task under way).
 fn monitor_and_pass_agree_on_health(rules: Rules) -> Result<(), String> {
-    run((arb_server(), arb_record(), 1i32..5), |(mut server, record, max)| {
+    run((arb_server(), arb_record(), 1i32..5), |(mut server, mut record, max)| {
         server.meta.deleting = false;
         let options = Options::with_max_attempts(max);
         let healthy = |status: &ServerStatus| status.condition(ConditionType::Healthy).cloned();
-        let facts = facts_with(&server, ProviderView::Present(record.clone()));
         // Two rounds of a poll and a pass settle whatever the status was
         // before (the first pass may end a retry the monitor waited on).
         for t in [10, 20] {
             server.status = (rules.observe)(&server.status, Some(&record), at(t));
-            server.status = (rules.reconcile)(&server, &facts, &options, at(t + 1)).status;
+            let facts = facts_with(&server, ProviderView::Present(record.clone()));
+            let decision = (rules.reconcile)(&server, &facts, &options, at(t + 1));
+            for action in &decision.actions {
+                if let Action::RebuildProviderServer(request) = action {
+                    record.status = ProviderStatus::Rebuild;
+                    record.image_id = Some(request.image_id.clone());
+                    record.task_in_flight = true;
+                }
+            }
+            server.status = decision.status;
         }
+        let facts = facts_with(&server, ProviderView::Present(record.clone()));
         let settled = healthy(&server.status);
         server.status = (rules.observe)(&server.status, Some(&record), at(30));
         prop_assert_eq!(healthy(&server.status), settled.clone(), "the poll rewrote the pass's Healthy");

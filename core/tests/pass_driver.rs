@@ -93,7 +93,8 @@ impl Store {
             Action::AddReference(_)
             | Action::RemoveReference(_)
             | Action::UpdatePort(_)
-            | Action::EnsureFloatingIp(_) => {}
+            | Action::EnsureFloatingIp(_)
+            | Action::RebuildProviderServer(_) => {}
         }
     }
 

@@ -4,6 +4,7 @@ mod condition;
 mod consumed;
 mod display;
 mod meta;
+mod rebuild;
 mod spec;
 mod status;
 
@@ -17,6 +18,7 @@ pub use meta::{
     REGION_LABEL, RETRY_ANNOTATION, SERVER_FINALIZER, USER_DATA_REFUSED_ANNOTATION, reference_finalizer,
     retry_requested,
 };
+pub use rebuild::{Rebuild, RebuildState};
 pub use spec::{
     AllowedAddressPair, ImageSpec, NetworkAttachment, PublicIpAllocation, SecurityGroupRef, ServerSpec, SshInjection,
     Tag, UserData,

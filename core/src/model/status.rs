@@ -1,5 +1,5 @@
 //! `Server.status`, field for field as the real CRD names them. Fields the
-//! CRD has and we do not model (volumes, rebuild, ...) are never written: the
+//! CRD has and we do not model (volumes, ...) are never written: the
 //! adapters persist status as a merge patch of changed fields only.
 
 use jiff::Timestamp;
@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::condition::{Condition, ConditionType, find_condition};
+use super::rebuild::Rebuild;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub enum Phase {
@@ -64,6 +65,11 @@ pub struct ServerStatus {
     /// create attempt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub provider_create_retrying: bool,
+    /// The image rebuild asked for and how far it got (write-ahead: recorded
+    /// before the provider is asked). Created, retargeted and cleared by the
+    /// reconciler; the monitor only advances its state from what it sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<Rebuild>,
 }
 
 fn is_zero(value: &i32) -> bool {

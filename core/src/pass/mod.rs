@@ -568,6 +568,7 @@ pub fn fold_landed_meta(meta: &mut ObjectMeta, action: &Action) {
         | Action::RemoveReference(_)
         | Action::CreateProviderServer(_)
         | Action::DeleteProviderServer(_)
+        | Action::RebuildProviderServer(_)
         | Action::ReleaseAttachment(_)
         | Action::UpdatePort(_)
         | Action::EnsureFloatingIp(_)

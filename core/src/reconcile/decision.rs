@@ -3,7 +3,9 @@ use super::facts::RegionUnserved;
 use super::networking::Converging;
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
-use crate::port::{AttachedResource, CloudError, CreateRequest, FloatingIpRequest, PortUpdate, ServerRef};
+use crate::port::{
+    AttachedResource, CloudError, CreateRequest, FloatingIpRequest, PortUpdate, RebuildRequest, ServerRef,
+};
 use crate::status_patch::StatusPatch;
 use crate::user_data::UserDataError;
 
@@ -58,6 +60,10 @@ pub enum Action {
     Record(Vec<(&'static str, Option<String>)>),
     CreateProviderServer(Box<CreateRequest>),
     DeleteProviderServer(ServerRef),
+    /// Rebuild the present provider server onto another image: the one
+    /// destructive step of an image change, sent only under an intent read
+    /// back durable (see `rebuild`).
+    RebuildProviderServer(RebuildRequest),
     /// Release (delete) one of the Server's provider resources besides its
     /// server, by its ID; idempotent (one already gone is released).
     ReleaseAttachment(AttachedResource),
@@ -83,6 +89,7 @@ impl Action {
             Action::Record(_) => "Record",
             Action::CreateProviderServer(_) => "CreateProviderServer",
             Action::DeleteProviderServer(_) => "DeleteProviderServer",
+            Action::RebuildProviderServer(_) => "RebuildProviderServer",
             Action::ReleaseAttachment(_) => "ReleaseAttachment",
             Action::UpdatePort(_) => "UpdatePort",
             Action::EnsureFloatingIp(_) => "EnsureFloatingIp",
@@ -219,6 +226,44 @@ pub enum Wait {
     /// The Server changed between the pass's read and its create (an
     /// adapter's re-read found a new generation).
     ServerChanged,
+    /// An image change is on its way to the provider server.
+    Rebuild(RebuildWait),
+}
+
+/// Where an image change waits (see `rebuild`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebuildWait {
+    /// The intent was recorded; a later pass that reads it back sends it.
+    IntentRecorded,
+    /// The server has not booted yet: its image is still a create
+    /// parameter, and an image change waits for the first boot.
+    FirstBoot,
+    /// The provider server is busy with a task; the rebuild waits for rest.
+    ProviderBusy,
+    /// The provider could not be asked which image the server runs.
+    ImageUnreadable,
+    /// The finished rebuild's marker was cleared; the next pass reads that back.
+    Settling,
+    /// The rebuild's failure was recorded; the next pass reads it back and parks.
+    FailureRecorded,
+    /// The marker's end is recorded and the provider still works on the server.
+    Converging,
+}
+
+impl RebuildWait {
+    pub fn message(self) -> &'static str {
+        match self {
+            RebuildWait::IntentRecorded => "Image change recorded; rebuilding the provider server onto it",
+            RebuildWait::FirstBoot => "Image change waits until the provider server first boots",
+            RebuildWait::ProviderBusy => "Image change waits until the provider server is at rest",
+            RebuildWait::ImageUnreadable => {
+                "Waiting for the provider to tell which image the server runs before changing it"
+            }
+            RebuildWait::Settling => "Provider server rebuilt onto the new image; confirming",
+            RebuildWait::FailureRecorded => "Provider server rebuild failed; recording it",
+            RebuildWait::Converging => "Waiting for the provider server rebuild to settle",
+        }
+    }
 }
 
 impl Wait {
@@ -257,6 +302,7 @@ impl Wait {
             Wait::Provider(error) => format!("Waiting for the provider: {error}"),
             Wait::Conflict(failure) => format!("Conflicting write, retrying: {failure}"),
             Wait::ServerChanged => "the Server changed since it was read; deciding again".into(),
+            Wait::Rebuild(wait) => wait.message().into(),
         }
     }
 }
@@ -358,16 +404,22 @@ pub enum EventReason {
     /// controller's own; the Go controller sent them and the create failed).
     ProviderTagsDropped,
     /// A spec change the controller does not apply to an existing provider
-    /// server (flavor, image): the server keeps what it was created with.
+    /// server (its flavor): the server keeps what it was created with.
     SpecChangeNotApplied,
     /// The Server holds something this controller cannot read (this
     /// controller's own): named by field, never by value.
     ServerUnreadable,
+    /// The provider accepted a rebuild of the server onto the spec's image.
+    ProviderServerRebuilding,
+    /// The provider server runs the spec's image after a rebuild.
+    ProviderServerRebuilt,
+    /// A rebuild ended in an error; the Server is parked until another image.
+    ProviderServerRebuildFailed,
 }
 
 impl EventReason {
     /// Every reason, for metrics that show each from the start.
-    pub const ALL: [EventReason; 13] = [
+    pub const ALL: [EventReason; 16] = [
         EventReason::ProviderCreateRetrying,
         EventReason::ProviderCreateRetryReady,
         EventReason::ProviderCreateFailed,
@@ -381,6 +433,9 @@ impl EventReason {
         EventReason::ProviderTagsDropped,
         EventReason::SpecChangeNotApplied,
         EventReason::ServerUnreadable,
+        EventReason::ProviderServerRebuilding,
+        EventReason::ProviderServerRebuilt,
+        EventReason::ProviderServerRebuildFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -398,6 +453,9 @@ impl EventReason {
             EventReason::ProviderTagsDropped => "ProviderTagsDropped",
             EventReason::SpecChangeNotApplied => "SpecChangeNotApplied",
             EventReason::ServerUnreadable => "ServerUnreadable",
+            EventReason::ProviderServerRebuilding => "ProviderServerRebuilding",
+            EventReason::ProviderServerRebuilt => "ProviderServerRebuilt",
+            EventReason::ProviderServerRebuildFailed => "ProviderServerRebuildFailed",
         }
     }
 }
@@ -432,7 +490,10 @@ mod tests {
             | EventReason::ProviderServerAdopted
             | EventReason::ProviderTagsDropped
             | EventReason::SpecChangeNotApplied
-            | EventReason::ServerUnreadable => EventReason::ALL.iter().position(|listed| *listed == reason),
+            | EventReason::ServerUnreadable
+            | EventReason::ProviderServerRebuilding
+            | EventReason::ProviderServerRebuilt
+            | EventReason::ProviderServerRebuildFailed => EventReason::ALL.iter().position(|listed| *listed == reason),
         };
         let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");

@@ -38,11 +38,14 @@ pub enum LiveRead {
     /// noted with its time (a retry's delete clears the note): the listed
     /// server may be one this controller deleted since.
     NoCreateNoted,
+    /// An image change is under way or pending: every step of a rebuild
+    /// decides from the server as the provider shows it now.
+    ImageChange,
 }
 
 impl LiveRead {
     /// Every reason, e.g. for a metric's label values known in advance.
-    pub const ALL: [LiveRead; 7] = [
+    pub const ALL: [LiveRead; 8] = [
         LiveRead::ChangesTheProvider,
         LiveRead::NotListed,
         LiveRead::Deleting,
@@ -50,6 +53,7 @@ impl LiveRead {
         LiveRead::TooOld,
         LiveRead::PredatesTheCreate,
         LiveRead::NoCreateNoted,
+        LiveRead::ImageChange,
     ];
 
     pub fn label(self) -> &'static str {
@@ -61,6 +65,7 @@ impl LiveRead {
             LiveRead::TooOld => "too_old",
             LiveRead::PredatesTheCreate => "predates_the_create",
             LiveRead::NoCreateNoted => "no_create_noted",
+            LiveRead::ImageChange => "image_change",
         }
     }
 }
@@ -97,13 +102,17 @@ pub fn live_read_needed(
                 | Action::ReleaseAttachment(_)
                 | Action::UpdatePort(_)
                 | Action::EnsureFloatingIp(_)
+                | Action::RebuildProviderServer(_)
         )
     });
     if changes_the_provider {
         return Some(LiveRead::ChangesTheProvider);
     }
-    if !matches!(facts.provider, ProviderView::Present(_)) {
+    let ProviderView::Present(record) = &facts.provider else {
         return Some(LiveRead::NotListed);
+    };
+    if super::rebuild::image_change_in_view(server, record) || decision.status.rebuild != server.status.rebuild {
+        return Some(LiveRead::ImageChange);
     }
     if server.meta.deleting {
         return Some(LiveRead::Deleting);

@@ -9,17 +9,21 @@ mod listed;
 mod networking;
 mod plan;
 mod provision;
+mod rebuild;
 mod references;
 mod retry;
 pub(crate) mod validate;
 
 pub use crate::options::Options;
 pub use api_failure::{ApiCause, ApiFailure, NotSent};
-pub use decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, ServerPart, Wait};
+pub use decision::{
+    Action, Decision, Event, EventReason, EventType, Outcome, PassError, RebuildWait, Reference, ServerPart, Wait,
+};
 pub use facts::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderView, RegionUnserved};
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
 pub use networking::{Converging, port_follows_spec, wants_public_ip};
+pub use rebuild::{advance_from as advance_rebuild_from, rebuild_settlement_pending, task_in_flight};
 
 use jiff::Timestamp;
 

@@ -28,6 +28,9 @@ pub(crate) struct Plan {
     name: String,
     /// Said after "Provisioned" in Available's message of a finished pass.
     provisioned_note: Option<String>,
+    /// The status write and events follow the provider actions: they say
+    /// what the provider accepted (a rebuild), so none is written unless it did.
+    status_after_provider: bool,
 }
 
 impl Plan {
@@ -46,6 +49,7 @@ impl Plan {
             namespace: server.meta.namespace.clone(),
             name: server.meta.name.clone(),
             provisioned_note: None,
+            status_after_provider: false,
         }
     }
 
@@ -74,6 +78,12 @@ impl Plan {
     /// Provider create or delete: after the status that accounts for it.
     pub(crate) fn provider(&mut self, action: Action) {
         self.provider.push(action);
+    }
+
+    /// Writes the status, and says the events, only once the provider
+    /// actions succeeded.
+    pub(crate) fn write_status_after_provider(&mut self) {
+        self.status_after_provider = true;
     }
 
     /// Reference pruning and finalizer removal: last.
@@ -133,6 +143,16 @@ impl Plan {
         }
         actions.extend(self.leading);
         let status_write = StatusPatch::between(&self.before, &self.status);
+        if self.status_after_provider {
+            actions.extend(self.annotations);
+            actions.extend(self.provider);
+            actions.extend(status_write.map(Action::WriteStatus));
+            if !recording {
+                actions.extend(self.events.into_iter().map(Action::Emit));
+            }
+            actions.extend(self.trailing);
+            return Decision { status: self.status, actions, outcome };
+        }
         let writes_status = status_write.is_some();
         actions.extend(status_write.map(Action::WriteStatus));
         // Events follow the pass's first guarded write of the Server: a pass

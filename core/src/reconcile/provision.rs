@@ -8,6 +8,7 @@ use super::decision::{
 };
 use super::facts::{Facts, ProviderView};
 use super::plan::Plan;
+use super::rebuild::{self, ImageStep};
 use super::references;
 use crate::issued::IssuedCreate;
 use crate::lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park, refused_park};
@@ -260,6 +261,15 @@ fn ensure_exists(
                 let now = plan.now;
                 project_health(&mut plan.status, Some(record), now);
             }
+            match rebuild::converge_image(server, record, &mut plan) {
+                ImageStep::Continue => {}
+                ImageStep::End(outcome) => return plan.finish(outcome),
+                ImageStep::Submit(request) => {
+                    plan.provider(Action::RebuildProviderServer(request));
+                    plan.write_status_after_provider();
+                    return plan.finish(Outcome::Done);
+                }
+            }
             report_unapplied_spec_change(server, &mut plan);
             for action in references::to_prune(server, facts) {
                 plan.trail(action);
@@ -406,17 +416,15 @@ fn quoted_bounded(text: &str) -> String {
     }
 }
 
-/// A provider server is never rebuilt for a new flavor or image (as with
-/// the Go controller): the change is reported on Available's message and,
-/// when that message changes, in one event, so an edit is never silently
-/// ignored. Only a create this controller issued records what it sent.
+/// A provider server is never resized for a new flavor (as with the Go
+/// controller; an image change is rebuilt, see `rebuild`): the change is
+/// reported on Available's message and, when that message changes, in one
+/// event, so an edit is never silently ignored. Only a create this
+/// controller issued records what it sent.
 fn report_unapplied_spec_change(server: &Server, plan: &mut Plan) {
     let Some(issued) = IssuedCreate::of(server) else { return };
     let spec = &server.spec;
-    let changed = [
-        ("spec.flavorID", issued.flavor_id.as_deref(), spec.flavor_id.as_str()),
-        ("spec.image.id", issued.image_id.as_deref(), spec.image.id.as_str()),
-    ];
+    let changed = [("spec.flavorID", issued.flavor_id.as_deref(), spec.flavor_id.as_str())];
     let changes: Vec<String> = changed
         .iter()
         .filter_map(|(field, created, now)| {

@@ -3,8 +3,8 @@
 
 use proptest::prelude::*;
 use server_core::model::{
-    ConditionReason, ConditionStatus, ConditionType, Phase, SERVER_FINALIZER, Server, ServerStatus, UserData,
-    set_condition,
+    ConditionReason, ConditionStatus, ConditionType, Phase, Rebuild, RebuildState, SERVER_FINALIZER, Server,
+    ServerStatus, UserData, set_condition,
 };
 use server_core::port::{PowerState, ProviderServer, ProviderStatus};
 use server_core::reconcile::ProviderView;
@@ -51,10 +51,21 @@ pub fn arb_status() -> impl Strategy<Value = ServerStatus> {
         -1i32..7,
         any::<bool>(),
         prop::option::of(Just("fa:16:3e:00:00:01".to_string())),
+        arb_marker(),
     )
         .prop_map(
-            |(healthy, available, phase, (launched_at, provisioned_at, scheduled_at), failures, retrying, mac)| {
+            |(
+                healthy,
+                available,
+                phase,
+                (launched_at, provisioned_at, scheduled_at),
+                failures,
+                retrying,
+                mac,
+                rebuild,
+            )| {
                 let mut status = ServerStatus {
+                    rebuild,
                     phase,
                     launched_at,
                     provisioned_at,
@@ -121,6 +132,29 @@ pub fn arb_provider_status() -> impl Strategy<Value = ProviderStatus> {
     ]
 }
 
+/// An image a record runs or a marker targets: the spec's (`image`, see
+/// `support::server`), another one, or (for a record) none said.
+pub fn arb_image() -> impl Strategy<Value = String> {
+    prop_oneof![Just("image".to_string()), Just("image-2".to_string())]
+}
+
+pub fn arb_rebuild_state() -> impl Strategy<Value = RebuildState> {
+    prop_oneof![
+        Just(RebuildState::Initiated),
+        Just(RebuildState::Rebuilding),
+        Just(RebuildState::Succeeded),
+        Just(RebuildState::Failed),
+    ]
+}
+
+/// A rebuild marker, now and then (most Servers have none).
+pub fn arb_marker() -> impl Strategy<Value = Option<Rebuild>> {
+    prop::option::weighted(
+        0.15,
+        (arb_image(), arb_rebuild_state()).prop_map(|(target_image_id, state)| Rebuild { target_image_id, state }),
+    )
+}
+
 pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
     (
         arb_provider_status(),
@@ -129,19 +163,26 @@ pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
         arb_time(),
         arb_time(),
         prop::option::of(Just("fa:16:3e:00:00:02".to_string())),
+        // Mostly the spec's image, as a server that was never rebuilt.
+        prop::option::weighted(0.9, prop_oneof![4 => Just("image".to_string()), 1 => Just("image-2".to_string())]),
+        prop::bool::weighted(0.2),
     )
-        .prop_map(|(status, power_state, queued, created, launched_at, mac_address)| ProviderServer {
-            id: "vm".into(),
-            server_uid: "uid-web".into(),
-            status,
-            power_state,
-            queued,
-            created,
-            launched_at,
-            private_ip: Some("10.0.0.9".into()),
-            public_ip: None,
-            mac_address,
-            adopted: false,
+        .prop_map(|(status, power_state, queued, created, launched_at, mac_address, image_id, task_in_flight)| {
+            ProviderServer {
+                id: "vm".into(),
+                server_uid: "uid-web".into(),
+                status,
+                power_state,
+                queued,
+                created,
+                launched_at,
+                private_ip: Some("10.0.0.9".into()),
+                public_ip: None,
+                mac_address,
+                adopted: false,
+                image_id,
+                task_in_flight,
+            }
         })
 }
 
