@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use server_core::port::{
-    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef, Term,
+    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, RebuildRequest, ServerRef,
+    Term,
 };
 use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator, RegionCloud};
 use tokio::net::{TcpListener, TcpStream};
@@ -62,6 +63,10 @@ impl CloudPort for SlowAnswers {
 
     fn delete<'a>(&'a self, identity: &'a IdentityContext, server: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
         self.cloud.delete(identity, server)
+    }
+
+    fn rebuild<'a>(&'a self, identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()> {
+        self.cloud.rebuild(identity, request)
     }
 
     fn get<'a>(
@@ -197,6 +202,14 @@ impl CloudPort for MidCallBlock {
             self.midway("POST /servers").await?;
             self.log("POST /servers");
             self.cloud.create(identity, request).await
+        })
+    }
+
+    fn rebuild<'a>(&'a self, identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.midway("POST /servers/action rebuild").await?;
+            self.log("POST /servers/action rebuild");
+            self.cloud.rebuild(identity, request).await
         })
     }
 

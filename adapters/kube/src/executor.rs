@@ -242,6 +242,16 @@ impl ActionIo<'_> {
                 }
                 Ok(())
             }
+            Action::RebuildProviderServer(request) => {
+                let cloud = self.cloud()?;
+                if let Some(group) = &self.group {
+                    // The listed record shows the image before the rebuild.
+                    self.term.listings.forget(group, &self.uid);
+                }
+                cloud.call(|c| c.rebuild(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
+                info!(server = %self.name, namespace = %self.namespace, provider_id = %request.provider_id, "provider server rebuild accepted");
+                Ok(())
+            }
             Action::ReleaseAttachment(resource) => {
                 let cloud = self.cloud()?;
                 cloud.call(|c| c.release(&cloud.identity, resource)).await.map_err(ActionFailure::Cloud)?;

@@ -25,7 +25,7 @@ use kube::Client;
 use kube::client::Body;
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
-    ProviderServer, RequestGate, ServerRef, Term,
+    ProviderServer, RebuildRequest, RequestGate, ServerRef, Term,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -265,6 +265,13 @@ impl CloudPort for FencedCloud {
         Box::pin(async move {
             self.check()?;
             self.cloud.delete(identity, server).await
+        })
+    }
+
+    fn rebuild<'a>(&'a self, identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.check()?;
+            self.cloud.rebuild(identity, request).await
         })
     }
 

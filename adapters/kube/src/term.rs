@@ -170,7 +170,7 @@ mod tests {
     use server_core::ProviderView;
     use server_core::port::{
         AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
-        ProviderServer, ServerRef, Term as PortTerm,
+        ProviderServer, RebuildRequest, ServerRef, Term as PortTerm,
     };
     use tokio::time::Instant;
 
@@ -189,6 +189,9 @@ mod tests {
         }
         fn delete<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
             Box::pin(async { Ok(DeleteProgress::Gone) })
+        }
+        fn rebuild<'a>(&'a self, _: &'a IdentityContext, _: &'a RebuildRequest) -> PortFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
         }
         fn get<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, Option<ProviderServer>> {
             Box::pin(async { Ok(None) })

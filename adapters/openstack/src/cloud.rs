@@ -10,7 +10,7 @@ use server_core::model::AllowedAddressPair;
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, FloatingIp, FloatingIpRequest,
     IdentityContext, NetworkSelector, Networking, NetworkingQuery, PortFuture, PortUpdate, ProviderServer,
-    ProviderStatus, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
+    ProviderStatus, RebuildRequest, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
 };
 use tracing::{debug, info, warn};
 
@@ -719,6 +719,16 @@ impl CloudPort for OpenStackCloud {
         server: &'a ServerRef,
     ) -> PortFuture<'a, Option<ProviderServer>> {
         Box::pin(self.get_flow(identity, server))
+    }
+
+    fn rebuild<'a>(&'a self, identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.writable("rebuilding a server")?;
+            let session = self.session(identity);
+            compute::rebuild_server(&session, &request.provider_id, &request.image_id).await?;
+            info!(server_uid = %request.server.uid, provider_id = %request.provider_id, "provider server rebuild accepted");
+            Ok(())
+        })
     }
 
     fn apply_region_settings(&self, settings: &RegionSettings) {

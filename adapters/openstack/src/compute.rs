@@ -110,6 +110,18 @@ pub(crate) async fn update_metadata(
     session.send(&call).await?.ok(OPERATION)
 }
 
+/// Rebuilds a server onto `image_id` (`POST /servers/{id}/action` with
+/// `rebuild.imageRef` alone: Nova keeps its key, user data, ports and
+/// metadata, and makes its root disk anew). 202 is acceptance; 409 says a
+/// task or the server's state stands in the way.
+pub(crate) async fn rebuild_server(session: &Session<'_>, id: &str, image_id: &str) -> Result<(), CloudError> {
+    const OPERATION: &str = "rebuilding server";
+    let path = format!("/servers/{}/action", segment(id));
+    let body = serde_json::json!({"rebuild": {"imageRef": image_id}});
+    let call = Call::new(OPERATION, Service::Compute, Method::POST, path).body(body);
+    session.send(&call).await?.ok(OPERATION)
+}
+
 /// Reclaims a soft-deleted server now; one already gone counts as deleted.
 pub(crate) async fn force_delete_server(session: &Session<'_>, id: &str) -> Result<(), CloudError> {
     const OPERATION: &str = "force-deleting server";

@@ -60,9 +60,36 @@ pub(crate) struct NovaServer {
     pub(crate) created: Option<String>,
     #[serde(rename = "OS-SRV-USG:launched_at", default)]
     pub(crate) launched_at: Option<String>,
+    /// The image it runs: `{"id": ...}`, or `""` for a server booted from a volume.
+    #[serde(default)]
+    pub(crate) image: NovaImage,
     /// Network name -> addresses on it.
     #[serde(default)]
     pub(crate) addresses: BTreeMap<String, Vec<NovaAddress>>,
+}
+
+/// Nova's `image` of a server: an object with the image's `id`, or an empty
+/// string when the server boots from a volume (nova/api/openstack/compute/
+/// views/servers.py `_get_image`). Anything else reads as not said.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum NovaImage {
+    Image {
+        id: String,
+    },
+    #[default]
+    #[serde(skip)]
+    None,
+    Other(serde::de::IgnoredAny),
+}
+
+impl NovaImage {
+    pub(crate) fn id(&self) -> Option<&str> {
+        match self {
+            NovaImage::Image { id } if !id.is_empty() => Some(id),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -211,6 +238,8 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         // Every address of one port shares its MAC; floating ones repeat it.
         mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
         adopted: server.metadata.adopted,
+        image_id: server.image.id().map(str::to_owned),
+        task_in_flight: server.task_state.as_deref().is_some_and(|task| !task.is_empty()),
     }
 }
 

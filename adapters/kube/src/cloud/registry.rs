@@ -157,7 +157,8 @@ impl fmt::Debug for CloudRegistry {
 #[cfg(test)]
 mod tests {
     use server_core::port::{
-        CloudError, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, ServerRef, Term,
+        CloudError, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, RebuildRequest,
+        ServerRef, Term,
     };
 
     use super::*;
@@ -170,6 +171,9 @@ mod tests {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
         fn delete<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, DeleteProgress> {
+            Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
+        }
+        fn rebuild<'a>(&'a self, _: &'a IdentityContext, _: &'a RebuildRequest) -> PortFuture<'a, ()> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
         fn get<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, Option<ProviderServer>> {

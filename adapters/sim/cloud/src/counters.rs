@@ -28,6 +28,9 @@ pub struct Counters {
     pub vanished: u64,
     /// Calls failed by the configured provider outage.
     pub outage_failures: u64,
+    pub rebuild_calls: u64,
+    /// Rebuilds the cloud accepted (the image changed, a task began).
+    pub rebuilds_accepted: u64,
 }
 
 impl Counters {
@@ -47,6 +50,8 @@ impl Counters {
             launched_deleted,
             vanished,
             outage_failures,
+            rebuild_calls,
+            rebuilds_accepted,
         } = *other;
         self.create_calls += create_calls;
         self.delete_calls += delete_calls;
@@ -61,6 +66,8 @@ impl Counters {
         self.launched_deleted += launched_deleted;
         self.vanished += vanished;
         self.outage_failures += outage_failures;
+        self.rebuild_calls += rebuild_calls;
+        self.rebuilds_accepted += rebuilds_accepted;
     }
 }
 
@@ -81,4 +88,9 @@ pub struct UidTruth {
     /// Deletions started on a provider server that had launched
     /// (invariant 1: none of them may be on the retry path).
     pub launched_deleted: u32,
+    /// Rebuilds accepted for this uid's servers.
+    pub rebuilds_accepted: u32,
+    /// Rebuilds accepted onto the image the server already ran: a second
+    /// rebuild for one target (the protocol never sends one).
+    pub rebuilds_repeated: u32,
 }

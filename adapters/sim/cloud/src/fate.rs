@@ -29,6 +29,12 @@ pub struct Fate {
     pub delete_time: Duration,
     /// The first this-many reads (get, or list) that concern this server fail.
     pub failed_reads: u32,
+    /// The first this-many accepted rebuilds end in ERROR.
+    pub failed_rebuilds: u32,
+    /// REBUILD (a task under way) -> ACTIVE, or ERROR for a failing one.
+    pub rebuild_time: Duration,
+    /// A rebuild that succeeded goes ERROR this long after it settled.
+    pub error_after_rebuild: Option<Duration>,
 }
 
 impl Fate {
@@ -46,7 +52,27 @@ impl Fate {
             fail_time: Duration::from_secs(20),
             delete_time: Duration::ZERO,
             failed_reads: 0,
+            failed_rebuilds: 0,
+            rebuild_time: Duration::from_secs(20),
+            error_after_rebuild: None,
         }
+    }
+
+    /// The first `n` accepted rebuilds end in ERROR.
+    pub fn with_failed_rebuilds(mut self, n: u32) -> Self {
+        self.failed_rebuilds = n;
+        self
+    }
+
+    pub fn with_rebuild_time(mut self, time: Duration) -> Self {
+        self.rebuild_time = time;
+        self
+    }
+
+    /// A rebuild that succeeded goes ERROR `after` it settled.
+    pub fn with_error_after_rebuild(mut self, after: Duration) -> Self {
+        self.error_after_rebuild = Some(after);
+        self
     }
 
     /// The first `k` accepted creates fail before launch, then boots are clean.
@@ -223,6 +249,10 @@ pub struct FateMix {
     pub error_after_launch: f64,
     pub vanish_after_launch: f64,
     pub slow_delete: f64,
+    /// Rebuilds (of any fate) that end in ERROR, and that go ERROR after
+    /// they succeeded: drawn on top of the headline fate.
+    pub failing_rebuild: f64,
+    pub error_after_rebuild: f64,
     pub timing: Timing,
 }
 
@@ -247,6 +277,8 @@ impl FateMix {
             vanish_after_launch: rate * 0.15,
             refused: rate * 0.20,
             slow_delete: rate,
+            failing_rebuild: rate * 0.3,
+            error_after_rebuild: rate * 0.1,
             timing: Timing::REALISTIC,
         }
     }
@@ -290,6 +322,14 @@ impl FateMix {
         }
         if slow {
             fate.delete_time = slow_delete;
+        }
+        // Drawn after the rest, so the draws above stay what they were.
+        fate.rebuild_time = t.build.draw(&mut rng);
+        let rebuild = rng.next_f64();
+        if rebuild < self.failing_rebuild {
+            fate.failed_rebuilds = 1;
+        } else if rebuild < self.failing_rebuild + self.error_after_rebuild {
+            fate.error_after_rebuild = Some(after_launch);
         }
         fate
     }

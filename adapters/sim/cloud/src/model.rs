@@ -146,6 +146,24 @@ struct Instance {
     gone: Option<i64>,
     /// Made by another controller and taken over for the Server.
     adopted: bool,
+    /// The image it runs (the create's, then each accepted rebuild's).
+    image: String,
+    /// The latest accepted rebuild.
+    rebuild: Option<RebuildRun>,
+}
+
+/// A rebuild the cloud accepted, in milliseconds since the epoch. As Nova
+/// does, the image changes at acceptance, together with the task.
+#[derive(Clone, Copy, Debug)]
+struct RebuildRun {
+    /// The task runs until then.
+    until: i64,
+    /// It ends in ERROR.
+    fails: bool,
+    /// A rebuild that succeeded goes ERROR then (a fault after success).
+    error_after: Option<i64>,
+    /// Accepted rebuilds of this instance so far (for the record's version).
+    count: u64,
 }
 
 impl Instance {
@@ -169,6 +187,8 @@ impl Instance {
             vanish: None,
             gone: None,
             adopted: false,
+            image: String::new(),
+            rebuild: None,
         }
     }
 }
@@ -182,7 +202,19 @@ impl Instance {
         self.launch.is_some_and(|t| t <= now)
     }
 
+    fn rebuilding(&self, now: i64) -> bool {
+        self.rebuild.is_some_and(|r| now < r.until)
+    }
+
     fn status(&self, now: i64) -> ProviderStatus {
+        if let Some(run) = self.rebuild {
+            if now < run.until {
+                return ProviderStatus::Rebuild;
+            }
+            if run.fails || run.error_after.is_some_and(|t| t <= now) {
+                return ProviderStatus::Error;
+            }
+        }
         if self.error.is_some_and(|t| t <= now) {
             ProviderStatus::Error
         } else if self.launched(now) {
@@ -203,10 +235,16 @@ impl Instance {
         let status = match self.status(now) {
             ProviderStatus::Build => u64::from(self.queued(now)),
             ProviderStatus::Active => 2,
+            ProviderStatus::Rebuild => 4,
             _ => 3,
         };
         let public_ip = self.public_ip.is_some() && self.launched(now);
-        (self.number << 4) | (u64::from(public_ip) << 3) | (status << 1) | u64::from(self.launched(now))
+        let rebuilds = self.rebuild.map_or(0, |r| r.count & 0xff);
+        (self.number << 14)
+            | (rebuilds << 6)
+            | (u64::from(public_ip) << 5)
+            | (status << 1)
+            | u64::from(self.launched(now))
     }
 
     fn record(&self, uid: &str, now: i64) -> ProviderServer {
@@ -226,6 +264,8 @@ impl Instance {
             // The port's MAC is final only once the server is ACTIVE.
             mac_address: active.then(|| self.mac.clone()),
             adopted: self.adopted,
+            image_id: (!self.image.is_empty()).then(|| self.image.clone()),
+            task_in_flight: self.rebuilding(now),
         }
     }
 }
@@ -239,6 +279,11 @@ fn identity_of(n: u64, public_ip: bool) -> (String, String, Option<String>, Stri
         public_ip.then(|| format!("100.{}.{b}.{c}", 64 + (a & 0x3f))),
         format!("fa:16:3e:{a:02x}:{b:02x}:{c:02x}"),
     )
+}
+
+/// Nova's answer for a server that is not there.
+fn server_not_found() -> CloudError {
+    CloudError::Refused { status: 404, message: "simulated: the server could not be found".into() }
 }
 
 /// Neutron's answer for a port that is not there.
@@ -399,6 +444,7 @@ impl CloudModel {
             launch,
             error,
             vanish,
+            image: request.image_id.clone(),
             ..Instance::new(number, project, request.name.clone(), now)
         };
         let record = instance.record(uid, now);
@@ -443,6 +489,54 @@ impl CloudModel {
         if let Some(state) = self.servers.get_mut(slot) {
             state.instances.push(instance);
         }
+    }
+
+    /// Rebuilds the Server's provider server onto `image`, as Nova's
+    /// `rebuild` action does: refused (409) while a task runs or before the
+    /// server launched (Nova's vm_state check allows ACTIVE, SHUTOFF and
+    /// ERROR only), 404 without a server; once accepted the image and the
+    /// task change at once, and the task ends after the fate's rebuild time.
+    pub fn rebuild(&mut self, now: Timestamp, uid: &str, image: &str) -> Result<(), CloudError> {
+        let now = now.as_millisecond();
+        self.counters.rebuild_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
+        if self.faults.chance(self.config.write_failure_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Unavailable { status: 503, message: "simulated rebuild outage".into() });
+        }
+        let Some(state) = self.slots.get(uid).and_then(|&slot| self.servers.get_mut(slot)) else {
+            return Err(server_not_found());
+        };
+        let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) else {
+            return Err(server_not_found());
+        };
+        if instance.rebuilding(now) || !instance.launched(now) {
+            return Err(CloudError::Conflict {
+                message: "simulated 409: cannot 'rebuild' instance while it is in task_state or vm_state building"
+                    .into(),
+            });
+        }
+        let fate = &state.fate;
+        state.truth.rebuilds_accepted += 1;
+        if instance.image == image {
+            state.truth.rebuilds_repeated += 1;
+        }
+        self.counters.rebuilds_accepted += 1;
+        let until = now.saturating_add(millis(fate.rebuild_time));
+        let fails = state.truth.rebuilds_accepted <= fate.failed_rebuilds;
+        let count = instance.rebuild.map_or(0, |r| r.count) + 1;
+        let error_after = fate.error_after_rebuild.filter(|_| !fails).map(|d| until.saturating_add(millis(d)));
+        instance.image = image.to_owned();
+        instance.rebuild = Some(RebuildRun { until, fails, error_after, count });
+        if self.faults.chance(self.config.lost_create_rate) {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Timeout {
+                message: "simulated rebuild answer lost; the rebuild was accepted".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Starts (or continues) deleting the Server's provider server.

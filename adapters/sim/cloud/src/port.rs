@@ -9,7 +9,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use server_core::port::{
     AttachedResource, CloudPort, CreateRequest, DeleteProgress, FloatingIpRequest, IdentityContext, Networking,
-    NetworkingQuery, PortFuture, PortUpdate, ProviderServer, ServerRef, Term,
+    NetworkingQuery, PortFuture, PortUpdate, ProviderServer, RebuildRequest, ServerRef, Term,
 };
 
 use super::clock::{Clock, SystemClock};
@@ -121,6 +121,14 @@ impl CloudPort for SimCloud {
             self.delay().await;
             let now = self.now();
             self.model().delete(now, &server.uid)
+        })
+    }
+
+    fn rebuild<'a>(&'a self, _identity: &'a IdentityContext, request: &'a RebuildRequest) -> PortFuture<'a, ()> {
+        Box::pin(async move {
+            self.delay().await;
+            let now = self.now();
+            self.model().rebuild(now, &request.server.uid, &request.image_id)
         })
     }
 

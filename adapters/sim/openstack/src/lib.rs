@@ -295,6 +295,8 @@ pub struct OpenStackCounters {
     pub server_gets: u64,
     pub server_deletes: u64,
     pub server_actions: u64,
+    /// `rebuild` actions among them.
+    pub server_rebuilds: u64,
     /// `POST /servers/{id}/metadata` (adopting a Go-made server tags it).
     pub server_metadata_updates: u64,
     pub port_lists: u64,
@@ -413,7 +415,7 @@ pub enum Op {
     ServerCreate,
     ServerGet,
     ServerDelete,
-    /// `POST /servers/{id}/action` (only `forceDelete` is modelled).
+    /// `POST /servers/{id}/action` (`forceDelete` and `rebuild` are modelled).
     ServerAction,
     /// `POST /servers/{id}/metadata`.
     ServerMetadataUpdate,

@@ -461,14 +461,17 @@ fn delete(ctx: &Ctx<'_>, id: &str) -> Handled {
     reclaim(ctx, &mut state, &uid)
 }
 
-/// `POST /servers/{id}/action` with `{"forceDelete": null}`: reclaims a
-/// soft-deleted server now.
+/// `POST /servers/{id}/action`: `{"forceDelete": null}` reclaims a
+/// soft-deleted server now; `{"rebuild": {"imageRef": ...}}` rebuilds it.
 fn action(ctx: &Ctx<'_>, id: &str) -> Handled {
+    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or_default();
+    if let Some(rebuild) = body.get("rebuild") {
+        return rebuild_server(ctx, id, rebuild);
+    }
     let mut state = ctx.state();
     state.counters.server_actions += 1;
-    let body: Value = serde_json::from_slice(&ctx.body).unwrap_or_default();
     if body.get("forceDelete").is_none() {
-        return (error(400, "There is no such action in this simulator (only forceDelete)."), None);
+        return (error(400, "There is no such action in this simulator (only forceDelete and rebuild)."), None);
     }
     let uid = match find(ctx, &state, id) {
         Ok((uid, _)) => uid,
@@ -480,6 +483,36 @@ fn action(ctx: &Ctx<'_>, id: &str) -> Handled {
     let (response, hold) = reclaim(ctx, &mut state, &uid);
     // Nova answers the action 202, not the delete's 204.
     if response.status().is_success() { (reply::empty(StatusCode::ACCEPTED), hold) } else { (response, hold) }
+}
+
+/// The `rebuild` action (nova/api/openstack/compute/servers.py
+/// `_action_rebuild`): `imageRef` is required and must name an image the
+/// project sees (400); a server with a task under way or still building is
+/// refused with 409 (compute/api.py `rebuild` checks vm_state ACTIVE,
+/// STOPPED or ERROR and task_state None). Accepted, the server's image and
+/// task change together and the answer is 202 with the server, which still
+/// shows what it was before the task began (`status` from before).
+fn rebuild_server(ctx: &Ctx<'_>, id: &str, rebuild: &Value) -> Handled {
+    let mut state = ctx.state();
+    state.counters.server_actions += 1;
+    state.counters.server_rebuilds += 1;
+    let Some(image_id) = rebuild.get("imageRef").and_then(Value::as_str).filter(|i| !i.is_empty()) else {
+        return (error(400, "Invalid input for field/attribute imageRef. Value: None."), None);
+    };
+    let (uid, before) = match find(ctx, &state, id) {
+        Ok(found) => found,
+        Err(refusal) => return refusal,
+    };
+    if !state.images.get(image_id).is_some_and(|(image, _)| glance::visible(image, &ctx.project)) {
+        return (error(400, &format!("Image {image_id} could not be found.")), None);
+    }
+    if let Err(e) = ctx.model(|m| m.rebuild(ctx.now, &uid, image_id)) {
+        return model_error(ctx, Service::Compute, &e);
+    }
+    if let Some(book) = state.books.get_mut(&uid) {
+        book.image_id = image_id.to_owned();
+    }
+    (reply::json(StatusCode::ACCEPTED, json!({"server": render(ctx, &state, &before)})), None)
 }
 
 /// Hands the server to the model's delete timeline. Nova answers at once
@@ -1190,6 +1223,8 @@ fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
     let building = record.status == ProviderStatus::Build;
     let task_state = if book.is_some_and(|b| b.deleting) {
         Value::from("deleting")
+    } else if record.task_in_flight {
+        Value::from("rebuild_spawning")
     } else if building && record.queued {
         Value::from("scheduling")
     } else if building {
@@ -1239,7 +1274,7 @@ fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
         "user_id": "sim-user",
         "metadata": metadata,
         "hostId": if building && record.queued { "" } else { "5e5e-sim-host" },
-        "image": {"id": book.map_or("", |b| b.image_id.as_str()), "links": []},
+        "image": {"id": record.image_id.as_deref().unwrap_or_else(|| book.map_or("", |b| b.image_id.as_str())), "links": []},
         "flavor": flavor,
         "created": record.created.map(rfc3339),
         "updated": updated_at(book, record).map(rfc3339),

@@ -449,6 +449,8 @@ impl Engine {
         let _ = self.commit(i, ServerPart::MetaAndSpec, &|s| {
             let spec = &mut s.spec;
             spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
+            // A new image: a booted server is rebuilt onto it.
+            spec.image.id = if spec.image.id == "image-1" { "image-2".into() } else { "image-1".into() };
             // Swap network and security group, so the old ones get pruned.
             for network in &mut spec.networks {
                 network.id = if network.id == "net-a" { "net-b".into() } else { "net-a".into() };

@@ -105,6 +105,7 @@ pub(crate) fn action(action: &Action) -> String {
         Action::Emit(event) => format!("Emit({})", event.reason.as_str()),
         Action::CreateProviderServer(_) => "CreateProviderServer".into(),
         Action::DeleteProviderServer(_) => "DeleteProviderServer".into(),
+        Action::RebuildProviderServer(request) => format!("RebuildProviderServer({})", request.image_id),
         Action::ReleaseAttachment(resource) => format!("ReleaseAttachment({resource})"),
         Action::UpdatePort(update) => format!("UpdatePort({})", update.port_id),
         Action::EnsureFloatingIp(request) => format!("EnsureFloatingIp({})", request.port_id),

@@ -74,6 +74,8 @@ pub struct KubeStats {
     pub acting_overlap_ms: u64,
     /// Writes and cloud calls the fence refused.
     pub fenced_actions: u64,
+    /// Rebuilds sent to the cloud (each accepted or refused there).
+    pub rebuilds_sent: u64,
     /// Creates sent while a provider server of the Server existed (invariant 13: none).
     pub duplicate_creates: u64,
     /// Watch cuts relisted (the run's: every shard sees the same), the pages
@@ -126,6 +128,7 @@ impl KubeStats {
             leader_stalls,
             acting_overlap_ms,
             fenced_actions,
+            rebuilds_sent,
             duplicate_creates,
             relists,
             relist_pages,
@@ -162,6 +165,7 @@ impl KubeStats {
         self.leader_stalls = self.leader_stalls.max(*leader_stalls);
         self.acting_overlap_ms = self.acting_overlap_ms.max(*acting_overlap_ms);
         self.fenced_actions += fenced_actions;
+        self.rebuilds_sent += rebuilds_sent;
         self.duplicate_creates += duplicate_creates;
         self.relists = self.relists.max(*relists);
         self.relist_pages += relist_pages;
@@ -266,6 +270,15 @@ impl fmt::Display for Report {
             c.list_calls,
             c.injected_failures,
             c.outage_failures
+        )?;
+        writeln!(
+            f,
+            "rebuilds: {} sent, {} accepted by the cloud; events: {} rebuilding, {} rebuilt, {} failed and parked",
+            self.kube.rebuilds_sent,
+            c.rebuilds_accepted,
+            self.kube.events.get("ProviderServerRebuilding").copied().unwrap_or(0),
+            self.kube.events.get("ProviderServerRebuilt").copied().unwrap_or(0),
+            self.kube.events.get("ProviderServerRebuildFailed").copied().unwrap_or(0),
         )?;
         let k = &self.kube;
         writeln!(

@@ -30,6 +30,9 @@ fn default_mix_runs_without_violations() {
     assert!(k.pauses > 0 && k.unpauses == k.pauses && k.retry_requests > 0, "{report}");
     assert!(k.adoptable_servers > 0 && k.events.contains_key("ProviderServerAdopted"), "{report}");
     assert!(k.events.contains_key("RetryRequested") && k.listed_reads() > 0, "{report}");
+    // Image edits on booted servers are rebuilt; some rebuilds fail and park.
+    assert!(k.rebuilds_sent > 0 && report.cloud.rebuilds_accepted > 0, "{report}");
+    assert!(k.events.contains_key("ProviderServerRebuilt"), "{report}");
 }
 
 #[test]

@@ -190,6 +190,7 @@ pub(crate) fn copy_status(to: &mut ServerStatus, from: &ServerStatus) {
         provisioned_at,
         provider_create_failures,
         provider_create_retrying,
+        rebuild,
     } = to;
     conditions.truncate(from.conditions.len());
     for (to, from) in conditions.iter_mut().zip(&from.conditions) {
@@ -207,6 +208,7 @@ pub(crate) fn copy_status(to: &mut ServerStatus, from: &ServerStatus) {
     (*launched_at, *scheduled_at, *provisioned_at) = (from.launched_at, from.scheduled_at, from.provisioned_at);
     *provider_create_failures = from.provider_create_failures;
     *provider_create_retrying = from.provider_create_retrying;
+    rebuild.clone_from(&from.rebuild);
 }
 
 /// A map made equal to another in place when both have the same keys (a

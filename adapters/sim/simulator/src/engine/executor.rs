@@ -6,7 +6,7 @@
 
 use server_core::monitor::{project_with, projects};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
-use server_core::port::{AttachedResource, CreateRequest, Networking, ServerRef};
+use server_core::port::{AttachedResource, CreateRequest, Networking, RebuildRequest, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{
     Action, ActionFailure, ApiCause, ApiFailure, NetworkingView, NotSent, Outcome, Pass, ProviderRead, ProviderView,
@@ -222,6 +222,31 @@ impl Engine {
         outcome
     }
 
+    /// Sends a rebuild, checking the rebuild properties against the cloud's
+    /// truth: never of a server that has not launched, never a second
+    /// accepted rebuild onto the image a server already runs.
+    fn rebuild_provider_server(&mut self, i: usize, r: usize, request: &RebuildRequest) -> Result<(), ActionFailure> {
+        self.stats.rebuilds_sent += 1;
+        let handle = self.cloud.handle(&request.server.uid);
+        let now = self.events.now_ts();
+        let before = self.cloud.truth_of(handle, now);
+        if !before.live_launched {
+            self.violation("rebuild", i, "a rebuild sent for a provider server that has not launched".into());
+        }
+        if let Some((t, offset, _)) = self.api.group_of(i)
+            && let Some(term) = self.replicas.term_mut(r)
+        {
+            term.listings.forget(t, offset, whole_second(now));
+        }
+        let result = self.cloud.rebuild(now, &request.server.uid, &request.image_id);
+        let after = self.cloud.truth_of(handle, now);
+        self.note(i, || format!("  cloud rebuild onto {}: {result:?}", request.image_id));
+        if after.rebuilds_repeated > before.rebuilds_repeated {
+            self.violation("rebuild", i, format!("a second accepted rebuild onto {}", request.image_id));
+        }
+        result.map_err(ActionFailure::Cloud)
+    }
+
     /// Performs one action.
     fn run_action(
         &mut self,
@@ -287,6 +312,7 @@ impl Engine {
             }
             Action::CreateProviderServer(request) => self.create_provider_server(i, r, request),
             Action::DeleteProviderServer(server) => self.delete_provider_server(i, r, server, read),
+            Action::RebuildProviderServer(request) => self.rebuild_provider_server(i, r, request),
             // A port goes with its server in SimCloud's model.
             Action::ReleaseAttachment(AttachedResource::Port { .. }) => Ok(()),
             Action::ReleaseAttachment(AttachedResource::FloatingIp { id }) => {
@@ -680,5 +706,6 @@ fn action_code(action: &Action) -> u64 {
         Action::ReleaseAttachment(_) => 11,
         Action::UpdatePort(_) => 12,
         Action::EnsureFloatingIp(_) => 13,
+        Action::RebuildProviderServer(_) => 14,
     }
 }
