@@ -18,6 +18,7 @@
 use super::decision::{Event, EventReason, EventType, Outcome, RebuildWait, Wait};
 use super::plan::Plan;
 use super::provision::server_ref;
+use crate::issued::IssuedCreate;
 use crate::lifecycle::{Park, rebuild_failed};
 use crate::model::{
     ConditionReason, ConditionStatus, ConditionType, Phase, Rebuild, RebuildState, Server, set_condition,
@@ -38,9 +39,15 @@ pub(crate) enum ImageStep {
 
 /// Whether `record` (listed or live) shows an image change under way or
 /// pending for `server`: a marker stands, or the record names another image
-/// than the spec's. A record that does not name its image shows none.
+/// than the spec's. A record that does not name its image (a create's
+/// answer) is taken to run the image the create note recorded.
 pub(crate) fn image_change_in_view(server: &Server, record: &ProviderServer) -> bool {
-    server.status.rebuild.is_some() || record.image_id.as_deref().is_some_and(|image| image != server.spec.image.id)
+    let desired = server.spec.image.id.as_str();
+    let running = match &record.image_id {
+        Some(image) => Some(image.clone()),
+        None => IssuedCreate::of(server).and_then(|issued| issued.image_id),
+    };
+    server.status.rebuild.is_some() || running.is_some_and(|image| image != desired)
 }
 
 /// A task is under way on the server. REBUILD is counted too: the provider

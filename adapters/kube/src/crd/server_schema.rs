@@ -2,7 +2,7 @@
 //! replaces the chart's CRD on a cluster, so it must accept exactly what the
 //! chart's accepts and validate what it validates (formats, patterns, enums,
 //! the immutability rule), and declare the fields other region components
-//! write (volumes, rebuild) that this operator does not model, so the API
+//! write (volumes) that this operator does not model, and the rebuild marker, so the API
 //! server keeps them. Every field carries a description of its own, so
 //! `kubectl explain server.spec` on a real cluster answers.
 //!
@@ -107,7 +107,7 @@ fn complete_status(status: &mut Value) {
         }
     }
     properties["rebuild"] = json!({
-        "description": "The latest rebuild the region service asked for: its target image and how far it got. Written by the region service; not acted on by this controller.",
+        "description": "The image rebuild under way or last failed: its target image and how far it got. Recorded before the rebuild is sent; cleared once the server runs the target image at rest.",
         "type": "object",
         "required": ["state", "targetImageID"],
         "properties": {

@@ -486,8 +486,8 @@ fn action(ctx: &Ctx<'_>, id: &str) -> Handled {
 }
 
 /// The `rebuild` action (nova/api/openstack/compute/servers.py
-/// `_action_rebuild`): `imageRef` is required and must name an image the
-/// project sees (400); a server with a task under way or still building is
+/// `_action_rebuild`): `imageRef` is required and, with images registered,
+/// must name one the project sees (400); a server with a task under way or still building is
 /// refused with 409 (compute/api.py `rebuild` checks vm_state ACTIVE,
 /// STOPPED or ERROR and task_state None). Accepted, the server's image and
 /// task change together and the answer is 202 with the server, which still
@@ -503,7 +503,9 @@ fn rebuild_server(ctx: &Ctx<'_>, id: &str, rebuild: &Value) -> Handled {
         Ok(found) => found,
         Err(refusal) => return refusal,
     };
-    if !state.images.get(image_id).is_some_and(|(image, _)| glance::visible(image, &ctx.project)) {
+    // As for a create: checked once images are registered.
+    let visible = state.images.get(image_id).is_some_and(|(image, _)| glance::visible(image, &ctx.project));
+    if !state.images.is_empty() && !visible {
         return (error(400, &format!("Image {image_id} could not be found.")), None);
     }
     if let Err(e) = ctx.model(|m| m.rebuild(ctx.now, &uid, image_id)) {

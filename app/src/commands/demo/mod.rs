@@ -487,6 +487,7 @@ pub(crate) fn outcome(history: &History, max: i32) -> String {
         Some(ParkKind::InvalidSpec) => return "parked: invalid spec".into(),
         Some(ParkKind::HostPinned) => return "parked: pinned to a host".into(),
         Some(ParkKind::Forbidden) => return "forbidden by the cloud's policy".into(),
+        Some(ParkKind::RebuildFailed) => return "parked: its rebuild failed".into(),
         None => {}
     }
     if server.status.phase == Some(Phase::Running) && healthy_is(server, ConditionStatus::False) {
