@@ -28,6 +28,7 @@ mod issued;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;
+pub mod observations;
 mod options;
 pub mod pass;
 pub mod port;

@@ -364,6 +364,10 @@ pub struct ProviderServer {
     pub created: Option<Timestamp>,
     /// Nova `OS-SRV-USG:launched_at`: the server booted.
     pub launched_at: Option<Timestamp>,
+    /// The name of the flavor the server was created with (Nova's embedded
+    /// `flavor.original_name`), for the metrics' `flavor_name` label.
+    #[serde(default)]
+    pub flavor_name: Option<String>,
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub mac_address: Option<String>,

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use server_core::model::NAME_LABEL;
 use server_core::port::{NetworkSelector, RegionSettings};
 use tracing::{info, warn};
 
@@ -40,12 +41,15 @@ pub(crate) fn settings_of(region: &Region) -> RegionSettings {
 pub(crate) struct RegionRecord {
     provider: Option<DeclaredProvider>,
     settings: RegionSettings,
+    /// Its display name (`unikorn-cloud.org/name`), for the metrics.
+    name: Option<String>,
 }
 
 pub(crate) fn record_of(region: &Region) -> RegionRecord {
     RegionRecord {
         provider: region.spec.provider.as_deref().map(DeclaredProvider::parse),
         settings: settings_of(region),
+        name: region.labels().get(NAME_LABEL).cloned(),
     }
 }
 
@@ -62,6 +66,8 @@ impl Applier {
         self.clouds.declare(
             regions.iter().filter_map(|(name, record)| Some((name.clone(), record.provider.clone()?))).collect(),
         );
+        self.clouds
+            .name_regions(regions.iter().filter_map(|(id, record)| Some((id.clone(), record.name.clone()?))).collect());
         let names: Vec<String> = self.clouds.regions().map(str::to_owned).collect();
         for name in names {
             let settings = regions.get(&name).map(|record| record.settings.clone()).unwrap_or_default();

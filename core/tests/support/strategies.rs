@@ -141,6 +141,7 @@ pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
             private_ip: Some("10.0.0.9".into()),
             public_ip: None,
             mac_address,
+            flavor_name: None,
             adopted: false,
         })
 }

@@ -225,6 +225,9 @@ impl Instance {
             public_ip: self.public_ip.clone().filter(|_| launched),
             // The port's MAC is final only once the server is ACTIVE.
             mac_address: active.then(|| self.mac.clone()),
+            // SimCloud keeps no flavor catalog: the name is unknown, as Nova
+            // before microversion 2.47.
+            flavor_name: None,
             adopted: self.adopted,
         }
     }
