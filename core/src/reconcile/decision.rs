@@ -363,11 +363,15 @@ pub enum EventReason {
     /// The Server holds something this controller cannot read (this
     /// controller's own): named by field, never by value.
     ServerUnreadable,
+    /// The spec asks for what this controller does not do (a host pin,
+    /// `spec.infrastructureRef`): parked before anything is touched (this
+    /// controller's own).
+    SpecNotSupported,
 }
 
 impl EventReason {
     /// Every reason, for metrics that show each from the start.
-    pub const ALL: [EventReason; 13] = [
+    pub const ALL: [EventReason; 14] = [
         EventReason::ProviderCreateRetrying,
         EventReason::ProviderCreateRetryReady,
         EventReason::ProviderCreateFailed,
@@ -381,6 +385,7 @@ impl EventReason {
         EventReason::ProviderTagsDropped,
         EventReason::SpecChangeNotApplied,
         EventReason::ServerUnreadable,
+        EventReason::SpecNotSupported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -398,6 +403,7 @@ impl EventReason {
             EventReason::ProviderTagsDropped => "ProviderTagsDropped",
             EventReason::SpecChangeNotApplied => "SpecChangeNotApplied",
             EventReason::ServerUnreadable => "ServerUnreadable",
+            EventReason::SpecNotSupported => "SpecNotSupported",
         }
     }
 }
@@ -432,7 +438,8 @@ mod tests {
             | EventReason::ProviderServerAdopted
             | EventReason::ProviderTagsDropped
             | EventReason::SpecChangeNotApplied
-            | EventReason::ServerUnreadable => EventReason::ALL.iter().position(|listed| *listed == reason),
+            | EventReason::ServerUnreadable
+            | EventReason::SpecNotSupported => EventReason::ALL.iter().position(|listed| *listed == reason),
         };
         let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");
