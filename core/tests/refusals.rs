@@ -162,8 +162,6 @@ fn a_host_pin_is_refused_never_ignored() {
 }
 
 fn pin_events(decision: &server_core::Decision) -> usize {
-    let refused = |action: &&Action| {
-        matches!(action, Action::Emit(event) if event.reason == server_core::reconcile::EventReason::SpecNotSupported)
-    };
+    let refused = |action: &&Action| matches!(action, Action::Emit(event) if event.reason == server_core::reconcile::EventReason::SpecNotSupported);
     decision.actions.iter().filter(refused).count()
 }

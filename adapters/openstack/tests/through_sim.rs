@@ -736,9 +736,10 @@ async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
     Ok(())
 }
 
-/// A server someone made by hand in the project, without the operator's
-/// metadata, straight through the simulator's HTTP API.
-async fn foreign_server(h: &Harness) -> TestResult {
+/// A raw HTTP client of the simulator and a token of the project.
+async fn raw_client(
+    h: &Harness,
+) -> Result<(reqwest::Client, reqwest::header::HeaderValue), Box<dyn std::error::Error>> {
     // Only this raw client needs a process default; the adapter never does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
@@ -748,6 +749,13 @@ async fn foreign_server(h: &Harness) -> TestResult {
     }});
     let reply = client.post(format!("{}/auth/tokens", h.served.auth_url())).json(&auth).send().await?;
     let token = reply.headers().get("x-subject-token").ok_or("no token")?.clone();
+    Ok((client, token))
+}
+
+/// A server someone made by hand in the project, without the operator's
+/// metadata, straight through the simulator's HTTP API.
+async fn foreign_server(h: &Harness) -> TestResult {
+    let (client, token) = raw_client(h).await?;
     let server =
         serde_json::json!({"server": {"name": "by-hand", "flavorRef": "f", "imageRef": "i", "networks": "none"}});
     // `networks: "none"` exists from 2.37 (Nova's schema wants a list before).
@@ -759,6 +767,72 @@ async fn foreign_server(h: &Harness) -> TestResult {
         .send()
         .await?;
     assert_eq!(reply.status().as_u16(), 202);
+    Ok(())
+}
+
+/// Servers `a` and `a-2`: names one of which is a prefix of the other.
+/// Nova's `name` filter is a pattern (the simulator matches it as Nova
+/// does), so `name=a` lists both; Neutron's is an equality. The adapter
+/// finds servers by their uid metadata, never by name, and re-checks the
+/// exact name and description of the ports and floating IPs it finds by
+/// them: releasing `a` leaves everything of `a-2`.
+#[tokio::test]
+async fn names_one_of_which_prefixes_the_other_are_told_apart() -> TestResult {
+    let h = Harness::new().await?;
+    let named = |uid: &str, name: &str| {
+        let mut req = request(uid, true);
+        req.server.name = name.into();
+        req.name = name.into();
+        req
+    };
+    let (a, a2) = (named("uid-a", "a"), named("uid-a2", "a-2"));
+    for req in [&a, &a2] {
+        h.sim.cloud().script(&req.server.uid, Fate::clean());
+        h.create(&h.cloud, req).await?;
+    }
+    h.clock.advance(Duration::from_secs(40));
+
+    let (client, token) = raw_client(&h).await?;
+    let names = |body: &serde_json::Value, key: &str| -> Vec<String> {
+        let mut names: Vec<String> = body[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    let nova: serde_json::Value = client
+        .get(format!("{}/compute/v2.1/servers?name=a", h.served.url()))
+        .header("x-auth-token", token.clone())
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(names(&nova, "servers"), ["a", "a-2"], "Nova's name filter is a pattern: {nova}");
+    let neutron: serde_json::Value = client
+        .get(format!("{}/network/v2.0/ports?name=server-a", h.served.url()))
+        .header("x-auth-token", token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(names(&neutron, "ports"), ["server-a"], "Neutron's name filter is an equality: {neutron}");
+
+    assert_eq!(h.cloud.delete(&h.identity, &a.server).await?, DeleteProgress::InProgress);
+    h.clock.advance(Duration::from_secs(40));
+    assert_eq!(h.cloud.delete(&h.identity, &a.server).await?, DeleteProgress::Gone);
+    let released = h.cloud.attachments(&h.identity, &a.server).await?;
+    assert_eq!(released.len(), 2, "its port and its floating IP: {released:?}");
+    for resource in &released {
+        h.cloud.release(&h.identity, resource).await?;
+    }
+    let ports: Vec<String> = h.sim.ports().into_iter().map(|port| port.name).collect();
+    assert_eq!(ports, ["server-a-2"]);
+    assert_eq!(h.sim.floating_ips().len(), 1, "a-2's floating IP stays");
+    assert_eq!(h.sim.cloud().truth("uid-a2").live, 1);
+    assert!(h.cloud.get(&h.identity, &a2.server).await?.is_some());
     Ok(())
 }
 
