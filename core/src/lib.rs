@@ -23,6 +23,7 @@
 //!
 //! See ARCHITECTURE.md, "Adding a consumed kind".
 
+pub mod baremetal;
 pub mod explain;
 mod issued;
 pub mod lifecycle;

@@ -222,6 +222,8 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         // Every address of one port shares its MAC; floating ones repeat it.
         mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
         flavor_name: server.flavor.as_ref().and_then(|flavor| flavor.original_name.clone()),
+        // Ironic's view, when read, is added by the list.
+        ironic: None,
         adopted: server.metadata.adopted,
     }
 }

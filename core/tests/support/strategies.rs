@@ -142,6 +142,7 @@ pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
             public_ip: None,
             mac_address,
             flavor_name: None,
+            ironic: None,
             adopted: false,
         })
 }

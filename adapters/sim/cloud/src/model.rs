@@ -228,6 +228,9 @@ impl Instance {
             // SimCloud keeps no flavor catalog: the name is unknown, as Nova
             // before microversion 2.47.
             flavor_name: None,
+            // SimCloud's servers are VMs; the OpenStack simulator's Ironic
+            // shows nodes for its baremetal flavors.
+            ironic: None,
             adopted: self.adopted,
         }
     }
