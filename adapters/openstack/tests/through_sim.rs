@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
+use server_core::baremetal::ProvisionState;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
@@ -833,6 +834,50 @@ async fn names_one_of_which_prefixes_the_other_are_told_apart() -> TestResult {
     assert_eq!(h.sim.floating_ips().len(), 1, "a-2's floating IP stays");
     assert_eq!(h.sim.cloud().truth("uid-a2").live, 1);
     assert!(h.cloud.get(&h.identity, &a2.server).await?.is_some());
+    Ok(())
+}
+
+/// A baremetal server in Nova BUILD carries its Ironic node's provision
+/// state (one node list per project list, only while a server builds): the
+/// node `available` while Nova schedules, `wait call-back` while it
+/// deploys; a VM has none, nor does a server out of BUILD; Ironic failing
+/// leaves the list whole, without node states (the VM default).
+#[tokio::test]
+async fn a_building_baremetal_server_carries_its_ironic_node_state() -> TestResult {
+    let sim_config = OpenStackSimConfig { baremetal_flavors: vec!["flavor-metal".into()], ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    let mut metal = request("uid-metal", false);
+    metal.flavor_id = "flavor-metal".into();
+    for (req, build) in [(&metal, 60), (&request("uid-vm", false), 60)] {
+        h.sim.cloud().script(&req.server.uid, Fate::clean().with_build_time(Duration::from_secs(build)));
+        h.cloud.create(&h.identity, req).await?;
+    }
+    let states = |records: &[ProviderServer]| -> Vec<(String, Option<ProvisionState>)> {
+        let mut states: Vec<_> = records.iter().map(|r| (r.server_uid.clone(), r.ironic)).collect();
+        states.sort_by(|a, b| a.0.cmp(&b.0));
+        states
+    };
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(
+        states(&listed),
+        [("uid-metal".into(), Some(ProvisionState::Available)), ("uid-vm".into(), None)],
+        "scheduling: the node is not deploying yet"
+    );
+    h.clock.advance(Duration::from_secs(5));
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(states(&listed)[0], ("uid-metal".into(), Some(ProvisionState::DeployWait)));
+    assert_eq!(h.ops(Op::BaremetalNodeList), 2, "one node list per project list");
+
+    h.sim.inject(Target::Op(Op::BaremetalNodeList), Fault::Status(403), 1);
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(listed.len(), 2, "an unreadable Ironic leaves the list whole");
+    assert!(listed.iter().all(|record| record.ironic.is_none()));
+
+    h.clock.advance(Duration::from_secs(60));
+    let before = h.ops(Op::BaremetalNodeList);
+    let listed = h.cloud.list(&h.identity).await?;
+    assert!(listed.iter().all(|record| record.status == ProviderStatus::Active && record.ironic.is_none()));
+    assert_eq!(h.ops(Op::BaremetalNodeList), before, "no server builds: Ironic is not asked");
     Ok(())
 }
 

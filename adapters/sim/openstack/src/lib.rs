@@ -176,6 +176,7 @@
 mod faults;
 mod glance;
 mod handlers;
+mod ironic;
 mod keystone;
 mod neutron;
 mod nova;
@@ -249,6 +250,10 @@ pub struct OpenStackSimConfig {
     /// document's `version`); at most [`MAX_MICROVERSION`], the newest whose
     /// shapes the simulator renders. A request above it is refused 406.
     pub max_microversion: (u32, u32),
+    /// Flavor IDs whose servers are baremetal: an Ironic node deploys each
+    /// (`GET /baremetal/v1/nodes`), and the catalog lists Ironic. None by
+    /// default (no Ironic in the catalog).
+    pub baremetal_flavors: Vec<String>,
 }
 
 /// The newest compute microversion the simulator answers as Nova does:
@@ -273,6 +278,7 @@ impl Default for OpenStackSimConfig {
             soft_delete: false,
             delete_delay: Duration::from_millis(500),
             max_microversion: MAX_MICROVERSION,
+            baremetal_flavors: Vec::new(),
         }
     }
 }
@@ -467,6 +473,8 @@ pub enum Op {
     ImageVersions,
     ImageList,
     ImageGet,
+    /// `GET /baremetal/v1/nodes` (Ironic).
+    BaremetalNodeList,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -476,6 +484,7 @@ pub(crate) enum Service {
     Compute,
     Network,
     Image,
+    Baremetal,
 }
 
 impl Op {
@@ -505,6 +514,7 @@ impl Op {
             | Op::FlavorGet
             | Op::Limits => Service::Compute,
             Op::ImageVersions | Op::ImageList | Op::ImageGet => Service::Image,
+            Op::BaremetalNodeList => Service::Baremetal,
             _ => Service::Network,
         }
     }
