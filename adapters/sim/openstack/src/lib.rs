@@ -1,6 +1,6 @@
 //! An OpenStack HTTP simulator over [`SimCloud`]'s deterministic model:
 //! Keystone v3 tokens, Nova servers, Neutron ports, floating IPs and
-//! networks, and Glance's image list, answering as the OpenStack API reference documents them, with
+//! networks, Glance's image list and Ironic's node list, answering as the OpenStack API reference documents them, with
 //! scripted fault injection.
 //!
 //! Servers live in the SimCloud model, so its fates (failing boots, refusals,
@@ -165,6 +165,16 @@
 //!   `next` link whenever a page is full, `first` and `schema`
 //!   (`ResponseSerializer.index`).
 //! - Errors in webob's JSON shape `{code: "404 Not Found", title, message}`.
+//!
+//! Ironic (ironic/api/controllers/v1/node.py), read-only, listed in the
+//! catalog (`baremetal`) only when `baremetal_flavors` names flavors:
+//! - `GET /v1/nodes`: a node for each of the project's servers of those
+//!   flavors (the project as the node's lessee: Ironic's project-scoped node
+//!   policy), its `provision_state` following the server (`available` while
+//!   Nova schedules, `wait call-back` while it deploys, `active`, `deploy
+//!   failed` on ERROR); `associated`, `instance_uuid` and `fields` applied,
+//!   an unknown argument 400; one page.
+//! - Errors as Ironic's WSME fault: `{"error_message": "{\"faultstring\": ...}"}`.
 //!
 //! Not modelled: image uploads and changes, volumes, server actions other than
 //! `forceDelete`, several fixed IPs a port, Neutron resources' own tags.
