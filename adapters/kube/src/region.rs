@@ -167,6 +167,21 @@ mod tests {
         RegionExternalNetworks, RegionNetworkSelector, RegionNetworkSpec, RegionOpenstackSpec, RegionSpec,
     };
 
+    /// The display name the metrics' `region_name` shows: the Region's
+    /// `unikorn-cloud.org/name` label, kept by the registry per region.
+    #[test]
+    fn the_display_name_is_the_name_label() {
+        let mut region = Region::new("region-a", RegionSpec::default());
+        assert_eq!(record_of(&region).name, None);
+        region.metadata.labels = Some([(NAME_LABEL.to_owned(), "europe-west".to_owned())].into_iter().collect());
+        assert_eq!(record_of(&region).name.as_deref(), Some("europe-west"));
+        let clouds = CloudRegistry::new();
+        let mut applier = Applier { clouds: clouds.clone(), applied: BTreeMap::new() };
+        applier.apply(&BTreeMap::from([("region-a".to_owned(), record_of(&region))]));
+        assert_eq!(clouds.region_name("region-a"), "europe-west");
+        assert_eq!(clouds.region_name("region-b"), "");
+    }
+
     #[test]
     fn the_selector_is_read_from_the_openstack_network_section() {
         let mut region = Region::new("region-a", RegionSpec::default());
