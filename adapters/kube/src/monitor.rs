@@ -132,7 +132,10 @@ impl Monitor {
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
             let unset = ServerStatus::default();
             let region_name = term.clouds.region_name(region);
-            for cached in members {
+            // The group's counts by (state, flavor ID, flavor name), borrowed
+            // from the Servers and the records: no copy per Server.
+            let mut counted: BTreeMap<(&'static str, &str, &str), usize> = BTreeMap::new();
+            for cached in &members {
                 let Ok(content) = &cached.content else { continue };
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
@@ -144,9 +147,11 @@ impl Monitor {
                     flavor_id: content.spec.spec.flavor_id.clone(),
                     flavor_name: record.and_then(|r| r.flavor_name.clone()).unwrap_or_default(),
                 };
-                if record.is_some() {
-                    *states.entry(ServerStateKey { state: state_label(next.phase), labels: labels() }).or_default() +=
-                        1;
+                if let Some(record) = record {
+                    let flavor_name = record.flavor_name.as_deref().unwrap_or_default();
+                    *counted
+                        .entry((state_label(next.phase), &content.spec.spec.flavor_id, flavor_name))
+                        .or_default() += 1;
                 }
                 let created = cached.metadata.creation_timestamp.as_ref().map(|time| time.0);
                 let launch = created.and_then(|created| first_launch(status, &next, created));
@@ -161,6 +166,16 @@ impl Monitor {
                     });
                 }
             }
+            for ((state, flavor_id, flavor_name), count) in counted {
+                let labels = ServerLabels {
+                    region_id: region.clone(),
+                    region_name: region_name.clone(),
+                    flavor_id: flavor_id.to_owned(),
+                    flavor_name: flavor_name.to_owned(),
+                };
+                *states.entry(ServerStateKey { state, labels }).or_default() += count;
+            }
+            drop(members);
             drop(by_uid);
             term.listings.record_list(key, listed_at, records);
         }
