@@ -1,6 +1,7 @@
 //! A spec this controller does not act on, end to end: a Server pinned to a
 //! physical host (`spec.infrastructureRef`, which the upstream CRD carries)
-//! is parked before any create with a message naming the field. The CRD
+//! is parked before any create with a message naming the field and one
+//! `SpecNotSupported` Warning event. The CRD
 //! makes the pin immutable (kube-apiserver enforces its CEL rule), so the
 //! advice is to delete and create again, which works.
 
@@ -27,7 +28,11 @@ async fn a_host_pin_parks_before_any_create_and_a_new_server_without_it_runs(kin
     let namespace = parked.metadata.namespace.clone().unwrap_or_default();
     let message = available_message(&parked);
     assert!(message.ends_with(&format!("kubectl delete server pinned -n {namespace}")), "{message}");
+    env.wait("the refusal's event", || env.event_count("pinned", "SpecNotSupported") == 1).await;
+    let notes = env.event_notes("pinned", "SpecNotSupported");
+    assert!(notes.iter().all(|note| note.contains("spec.infrastructureRef")), "{notes:?}");
     env.idle(3).await;
+    assert_eq!(env.event_count("pinned", "SpecNotSupported"), 1, "the refusal is announced once");
     assert_eq!(env.truth(&uid).create_calls, 0, "the provider was asked to create a pinned server");
     if kind == CloudKind::OpenStack {
         assert_eq!(env.openstack_requests_by_op().get(&Op::ServerCreate), None, "Nova was asked to create");

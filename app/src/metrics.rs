@@ -11,7 +11,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use server_core::observations::FirstLaunch;
 use server_core::reconcile::{EventReason, LiveRead};
+use server_kube::{ServerLabels, ServerStateKey};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
@@ -43,6 +45,58 @@ struct PhaseLabel {
     phase: String,
 }
 
+/// The labels of the Go controller's `unikorn_region_server_*` durations.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabelSet {
+    region_id: String,
+    region_name: String,
+    flavor_id: String,
+    flavor_name: String,
+}
+
+impl From<&ServerLabels> for ServerLabelSet {
+    fn from(labels: &ServerLabels) -> Self {
+        ServerLabelSet {
+            region_id: labels.region_id.clone(),
+            region_name: labels.region_name.clone(),
+            flavor_id: labels.flavor_id.clone(),
+            flavor_name: labels.flavor_name.clone(),
+        }
+    }
+}
+
+/// The labels of `unikorn_region_server_state`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerStateLabelSet {
+    state: &'static str,
+    region_id: String,
+    region_name: String,
+    flavor_id: String,
+    flavor_name: String,
+}
+
+impl From<&ServerStateKey> for ServerStateLabelSet {
+    fn from(key: &ServerStateKey) -> Self {
+        let ServerLabelSet { region_id, region_name, flavor_id, flavor_name } = (&key.labels).into();
+        ServerStateLabelSet { state: key.state, region_id, region_name, flavor_id, flavor_name }
+    }
+}
+
+/// The buckets of the Go controller's histograms (pkg/monitor/health/server,
+/// metrics.go), so its users' dashboards read the same series.
+const PROVISION_BUCKETS: [f64; 10] = [5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0];
+const SCHEDULING_BUCKETS: [f64; 7] = [1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+fn provision_histogram() -> Histogram {
+    Histogram::new(PROVISION_BUCKETS)
+}
+
+fn scheduling_histogram() -> Histogram {
+    Histogram::new(SCHEDULING_BUCKETS)
+}
+
+type DurationFamily = Family<ServerLabelSet, Histogram, fn() -> Histogram>;
+
 /// `outcome` of `reconciles_total`: `server_core::Outcome::label`'s values,
 /// and `failed` for a pass whose facts could not be gathered.
 const RECONCILE_OUTCOMES: &[&str] = &["done", "yield", "terminal", "error", "failed"];
@@ -68,6 +122,11 @@ pub(crate) struct OperatorMetrics {
     leader: Gauge,
     /// Phases last reported, so a phase that empties drops to zero.
     known_phases: Mutex<Vec<String>>,
+    server_state: Family<ServerStateLabelSet, Gauge>,
+    /// Series of `server_state` last reported, so one that empties goes.
+    known_states: Mutex<Vec<ServerStateLabelSet>>,
+    provision_duration: DurationFamily,
+    scheduling_duration: DurationFamily,
 }
 
 impl OperatorMetrics {
@@ -91,6 +150,10 @@ impl OperatorMetrics {
             servers_by_phase: Family::default(),
             leader: Gauge::default(),
             known_phases: Mutex::new(Vec::new()),
+            server_state: Family::default(),
+            known_states: Mutex::new(Vec::new()),
+            provision_duration: Family::new_with_constructor(provision_histogram),
+            scheduling_duration: Family::new_with_constructor(scheduling_histogram),
         };
         for outcome in RECONCILE_OUTCOMES {
             drop(metrics.reconciles.get_or_create(&OutcomeLabel { outcome: (*outcome).to_owned() }));
@@ -154,6 +217,25 @@ impl OperatorMetrics {
             "leader",
             "1 while this replica holds the leader lease and may act (always 1 without leader election)",
             metrics.leader.clone(),
+        );
+        // The Go controller's server metrics, under its names (no prefix):
+        // dashboards and alerts written for it read these unchanged.
+        registry.register(
+            "unikorn_region_server_state",
+            "Number of servers currently in each lifecycle state, per region and flavor",
+            metrics.server_state.clone(),
+        );
+        registry.register(
+            "unikorn_region_server_provision_duration_seconds",
+            "Duration from the Server's creation to Nova booting it (OS-SRV-USG:launched_at), observed once per \
+             Server when launchedAt is first recorded",
+            metrics.provision_duration.clone(),
+        );
+        registry.register(
+            "unikorn_region_server_scheduling_duration_seconds",
+            "Duration from the Server's creation to Nova creating the server (created), observed once per Server \
+             with its provision duration",
+            metrics.scheduling_duration.clone(),
         );
         metrics
     }
@@ -227,6 +309,28 @@ impl server_kube::Metrics for OperatorMetrics {
         }
         *known = counts.keys().cloned().collect();
     }
+
+    fn servers_by_state(&self, counts: &BTreeMap<ServerStateKey, usize>) {
+        let Ok(mut known) = self.known_states.lock() else { return };
+        let current: Vec<ServerStateLabelSet> = counts.keys().map(ServerStateLabelSet::from).collect();
+        for gone in known.iter().filter(|series| !current.contains(series)) {
+            self.server_state.remove(gone);
+        }
+        for (series, count) in current.iter().zip(counts.values()) {
+            self.server_state.get_or_create(series).set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+        *known = current;
+    }
+
+    fn server_launched(&self, labels: &ServerLabels, launch: FirstLaunch) {
+        let labels = ServerLabelSet::from(labels);
+        if let Some(provision) = launch.provision {
+            self.provision_duration.get_or_create(&labels).observe(provision.as_secs_f64());
+        }
+        if let Some(scheduling) = launch.scheduling {
+            self.scheduling_duration.get_or_create(&labels).observe(scheduling.as_secs_f64());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -280,4 +384,156 @@ mod tests {
         assert!(text.contains("server_controller_provider_reads_total{how=\"listed\"} 2"), "{text}");
         assert!(text.contains("server_controller_provider_reads_total{how=\"changes_the_provider\"} 1"), "{text}");
     }
+}
+
+/// The Go controller's server metrics, scraped from `/metrics` of the
+/// operator running Servers to their boot on both cloud paths.
+#[cfg(all(test, feature = "sim"))]
+mod scraped {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use server_core::model::NAME_LABEL;
+    use server_e2e::cloud::Fate;
+    use server_e2e::*;
+    use server_kube::ControllerConfig;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::http::Endpoints;
+
+    const OTHER_FLAVOR: &str = "3f9a2c71-6d4e-4b8a-9c15-7e2d0b8f4a92";
+
+    /// `/metrics` served on a loopback port for `registry` (the probes'
+    /// watchdog from an operator that is not run: only `/metrics` is read).
+    async fn serve(env: &Env, registry: Registry) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let idle = server_kube::Operator::new(env.operator_client().clone(), env.read_only_clouds(), test_config());
+        let endpoints = Endpoints::new(registry, idle.health());
+        tokio::spawn(async move { endpoints.serve(listener, std::future::pending()).await });
+        addr
+    }
+
+    async fn scrape(addr: std::net::SocketAddr) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("/metrics answers");
+        stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").await.expect("the request is sent");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.expect("the response is read");
+        assert!(response.starts_with("HTTP/1.0 200") || response.starts_with("HTTP/1.1 200"), "{response}");
+        response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default()
+    }
+
+    /// The value of the one sample of `series` whose labels include `labels`.
+    fn sample(body: &str, series: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let mut found = body
+            .lines()
+            .filter(|line| line.starts_with(&format!("{series}{{")))
+            .filter(|line| labels.iter().all(|(key, value)| line.contains(&format!("{key}=\"{value}\""))));
+        let line = found.next()?;
+        assert!(found.next().is_none(), "several {series} samples match {labels:?}:\n{body}");
+        line.rsplit(' ').next()?.parse().ok()
+    }
+
+    async fn launches_and_states_are_counted_once_per_server(kind: CloudKind) {
+        // The Region's display name on SimKube; on kube-apiserver the
+        // operator runs under the base RBAC, which reads no Region (the
+        // overlay grants that in the Regions' namespace), and the name is empty.
+        let named = api_server() == ApiServer::SimKube;
+        let region_namespace = named.then(|| NAMESPACE.to_owned());
+        let mut env = Env::with_config(kind, 31, ControllerConfig { region_namespace, ..test_config() }).await;
+        env.seed(
+            "regions",
+            REGION,
+            json!({
+                "provider": "openstack",
+                "openstack": {
+                    "endpoint": "https://keystone.example.com/v3",
+                    "serviceAccountSecret": { "namespace": NAMESPACE, "name": "region-1-credentials" },
+                },
+            }),
+        );
+        env.edit("regions", REGION, |region| region["metadata"]["labels"] = json!({ NAME_LABEL: "region-one" }));
+        let mut other = Env::spec();
+        other["flavorID"] = json!(OTHER_FLAVOR);
+        env.create_server("a", fast(Fate::clean()), Env::spec());
+        env.create_server("b", fast(Fate::clean()), Env::spec());
+        env.create_server("c", fast(Fate::clean()), other);
+        let mut registry = Registry::default();
+        let metrics = Arc::new(OperatorMetrics::register(&mut registry, Some(test_config().monitor_interval)));
+        let addr = serve(&env, registry).await;
+        env.start_with_metrics(Loops::Both, metrics);
+        for name in ["a", "b", "c"] {
+            env.wait_server(name, "Running", |s| phase(s) == "Running").await;
+        }
+
+        // Nova's embedded flavor names it; SimCloud names none. The
+        // OpenStack simulator knows no flavor here and gives its ID, as
+        // Nova gives the name of the flavor the server was created with.
+        let flavor_name = |flavor: &'static str| if kind == CloudKind::OpenStack { flavor } else { "" };
+        let region_name = if named { "region-one" } else { "" };
+        let of = |flavor: &'static str| {
+            [
+                ("region_id", REGION),
+                ("region_name", region_name),
+                ("flavor_id", flavor),
+                ("flavor_name", flavor_name(flavor)),
+            ]
+        };
+        let expected = [(FLAVOR, 2.0), (OTHER_FLAVOR, 1.0)];
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        let mut body = scrape(addr).await;
+        let counted = |body: &str| {
+            expected.iter().all(|(flavor, servers)| {
+                let mut running = of(flavor).to_vec();
+                running.push(("state", "running"));
+                sample(body, "unikorn_region_server_state", &running) == Some(*servers)
+                    && sample(body, "unikorn_region_server_provision_duration_seconds_count", &of(flavor))
+                        == Some(*servers)
+            })
+        };
+        while !counted(&body) {
+            assert!(tokio::time::Instant::now() < deadline, "the servers were never counted:\n{body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            body = scrape(addr).await;
+        }
+
+        // Many polls later, and after writes of the monitor to each Server
+        // (its phase, set back by hand, projected again): the durations
+        // were observed once per Server.
+        for name in ["a", "b", "c"] {
+            env.patch_status(name, json!({ "phase": "Building" })).await;
+        }
+        for name in ["a", "b", "c"] {
+            env.wait_server(name, "Running again", |s| phase(s) == "Running").await;
+        }
+        env.idle(20).await;
+        let body = scrape(addr).await;
+        for (flavor, servers) in expected {
+            for histogram in ["provision", "scheduling"] {
+                let family = format!("unikorn_region_server_{histogram}_duration_seconds");
+                let count = sample(&body, &format!("{family}_count"), &of(flavor));
+                assert_eq!(count, Some(servers), "{family} of {flavor}:\n{body}");
+                // Each booted within seconds: all in the 5 s bucket.
+                let mut first = of(flavor).to_vec();
+                first.push(("le", "5.0"));
+                assert_eq!(sample(&body, &format!("{family}_bucket"), &first), Some(servers), "{body}");
+            }
+            let mut running = of(flavor).to_vec();
+            running.push(("state", "running"));
+            assert_eq!(sample(&body, "unikorn_region_server_state", &running), Some(servers), "{body}");
+        }
+        // The Go controller's bucket bounds.
+        for (family, top, beyond) in [("provision", "3600.0", "7200.0"), ("scheduling", "300.0", "600.0")] {
+            let family = format!("unikorn_region_server_{family}_duration_seconds_bucket");
+            let mut top_bucket = of(FLAVOR).to_vec();
+            top_bucket.push(("le", top));
+            assert!(sample(&body, &family, &top_bucket).is_some(), "{family} has no le={top}:\n{body}");
+            let over = body.lines().any(|line| line.starts_with(&family) && line.contains(&format!("le=\"{beyond}\"")));
+            assert!(!over, "{family} has a bucket le={beyond}:\n{body}");
+        }
+        env.stop().await;
+    }
+
+    server_e2e::cloud_scenarios!(launches_and_states_are_counted_once_per_server);
 }

@@ -23,11 +23,13 @@
 //!
 //! See ARCHITECTURE.md, "Adding a consumed kind".
 
+pub mod baremetal;
 pub mod explain;
 mod issued;
 pub mod lifecycle;
 pub mod model;
 pub mod monitor;
+pub mod observations;
 mod options;
 pub mod pass;
 pub mod port;

@@ -63,8 +63,14 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
         advance_from(marker, record);
     }
     next.phase = match (&record.status, record.power_state) {
-        (ProviderStatus::Build, _) if record.queued => Some(Phase::Queued),
-        (ProviderStatus::Build | ProviderStatus::Rebuild, _) => Some(Phase::Building),
+        // A baremetal server's phase is its Ironic node's; without one read,
+        // a VM's (Nova's task state).
+        (ProviderStatus::Build, _) => Some(match record.ironic {
+            Some(state) => crate::baremetal::build_phase(state),
+            None if record.queued => Phase::Queued,
+            None => Phase::Building,
+        }),
+        (ProviderStatus::Rebuild, _) => Some(Phase::Building),
         (_, PowerState::Running) => Some(Phase::Running),
         (_, PowerState::Shutdown) => Some(Phase::Stopped),
         _ => next.phase.or(Some(Phase::Pending)),

@@ -385,6 +385,14 @@ pub struct ProviderServer {
     /// set: rebuilding, rebooting, ...); at rest it is false.
     #[serde(default)]
     pub task_in_flight: bool,
+    /// The name of the flavor the server was created with (Nova's embedded
+    /// `flavor.original_name`), for the metrics' `flavor_name` label.
+    #[serde(default)]
+    pub flavor_name: Option<String>,
+    /// The provision state of the Ironic node deploying the server, for a
+    /// baremetal server whose node the provider could read.
+    #[serde(default)]
+    pub ironic: Option<crate::baremetal::ProvisionState>,
     pub private_ip: Option<String>,
     pub public_ip: Option<String>,
     pub mac_address: Option<String>,

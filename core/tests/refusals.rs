@@ -149,10 +149,19 @@ fn a_host_pin_is_refused_never_ignored() {
     let Outcome::Terminal(park) = &decision.outcome else { panic!("{:?}", decision.outcome) };
     assert_eq!(park.kind(), ParkKind::HostPinned);
     assert!(park.message().contains("spec.infrastructureRef"), "{}", park.message());
+    assert_eq!(pin_events(&decision), 1, "the refusal is announced: {:?}", decision.actions);
     persist(&mut server, &decision);
     assert_eq!(lifecycle(&server, &Options::default()), Lifecycle::Parked(ParkKind::HostPinned));
+    // Said once: a later pass over the parked Server announces nothing.
+    let again = reconcile(&server, &facts, &Options::default(), at(15));
+    assert_eq!(pin_events(&again), 0, "{:?}", again.actions);
     server.spec.infrastructure_ref = None;
     server.meta.generation += 1;
     let decision = reconcile(&server, &facts, &Options::default(), at(20));
     assert_eq!(creates(&decision), 1, "without the pin it is created: {:?}", decision.outcome);
+}
+
+fn pin_events(decision: &server_core::Decision) -> usize {
+    let refused = |action: &&Action| matches!(action, Action::Emit(event) if event.reason == server_core::reconcile::EventReason::SpecNotSupported);
+    decision.actions.iter().filter(refused).count()
 }

@@ -54,7 +54,7 @@ pub use explain::{ShadowEntry, ShadowRound, explain, shadow};
 pub use fence::Fence;
 pub use health::Health;
 pub use leader::LeaseConfig;
-pub use metrics::{Metrics, NoMetrics};
+pub use metrics::{Metrics, NoMetrics, ServerLabels, ServerStateKey};
 pub use references::ReferencePatch;
 
 use cache::Caches;

@@ -5,7 +5,28 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use server_core::model::ResourceKind;
+use server_core::observations::FirstLaunch;
 use server_core::reconcile::EventReason;
+
+/// The labels the Go controller's server metrics carry: the Server's region
+/// (its label, and the Region's `unikorn-cloud.org/name` label when
+/// `--region-namespace` is given, else empty) and flavor (`spec.flavorID`,
+/// and the name Nova records for it, empty when it records none).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerLabels {
+    pub region_id: String,
+    pub region_name: String,
+    pub flavor_id: String,
+    pub flavor_name: String,
+}
+
+/// One series of the servers-by-state count: the state
+/// (`server_core::observations::state_label`) and the Server's labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServerStateKey {
+    pub state: &'static str,
+    pub labels: ServerLabels,
+}
 
 /// What the controller and the monitor report. Implementations must be cheap
 /// and must not block: they are called inline.
@@ -55,6 +76,21 @@ pub trait Metrics: Send + Sync {
     /// Live Servers by phase (`""` for none yet), as of the last monitor poll.
     fn servers_by_phase(&self, counts: &BTreeMap<String, usize>) {
         let _ = counts;
+    }
+
+    /// Servers by state, region and flavor, as of the last monitor poll:
+    /// those of the (region, identity) groups the poll listed that the
+    /// provider has (as the Go controller counts them: a Server the poll
+    /// could not check is left out, never shown in a made-up state).
+    fn servers_by_state(&self, counts: &BTreeMap<ServerStateKey, usize>) {
+        let _ = counts;
+    }
+
+    /// A Server's first launch (`server_core::observations::first_launch`),
+    /// reported once: on the monitor's status write that recorded it, once
+    /// the API server accepted it.
+    fn server_launched(&self, labels: &ServerLabels, launch: FirstLaunch) {
+        let _ = (labels, launch);
     }
 }
 

@@ -2,9 +2,12 @@
 //! the operator's cache (no list of the API), ask each (region, identity)'s
 //! cloud once for all its servers (as the identity the region's identity
 //! source finds in the caches), project each Server the core's
-//! `monitor::projects` names with `monitor::project`, and patch only what
-//! changed, guarded by the resourceVersion the cache holds,
-//! a bounded number of patches at a time. Each list is kept (`listings`) so
+//! `monitor::projects` names as `monitor::project` does (`observe`, then the
+//! patch between), and patch only what changed, guarded by the
+//! resourceVersion the cache holds, a bounded number of patches at a time.
+//! The projected statuses feed the server metrics: the counts by state,
+//! region and flavor, and each Server's first launch
+//! (`server_core::observations`), reported once its write is accepted. Each list is kept (`listings`) so
 //! passes can take their provider view from it instead of asking the cloud.
 
 use std::collections::{BTreeMap, HashMap};
@@ -19,7 +22,8 @@ use serde_json::{Value, json};
 use server_core::ServerStatus;
 use server_core::StatusPatch;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
-use server_core::monitor::{project, projects};
+use server_core::monitor::{observe, projects};
+use server_core::observations::{FirstLaunch, first_launch, state_label};
 use server_core::port::ProviderServer;
 use tracing::{debug, info, warn};
 
@@ -29,7 +33,7 @@ use crate::cloud::GroupKey;
 use crate::config::ControllerConfig;
 use crate::error::{api_code, short_message};
 use crate::kube_api::now;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ServerLabels, ServerStateKey};
 use crate::shutdown::Shutdown;
 use crate::term::{Term, Terms};
 
@@ -116,6 +120,7 @@ impl Monitor {
         }
         self.metrics.servers_by_phase(&phases);
 
+        let mut states: BTreeMap<ServerStateKey, usize> = BTreeMap::new();
         let mut patches = Vec::new();
         for (key, members) in groups {
             let (namespace, region, identity) = &key;
@@ -129,23 +134,55 @@ impl Monitor {
             report.groups += 1;
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
             let unset = ServerStatus::default();
-            for cached in members {
+            let region_name = term.clouds.region_name(region);
+            // The group's counts by (state, flavor ID, flavor name), borrowed
+            // from the Servers and the records: no copy per Server.
+            let mut counted: BTreeMap<(&'static str, &str, &str), usize> = BTreeMap::new();
+            for cached in &members {
                 let Ok(content) = &cached.content else { continue };
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
-                if let Some(patch) = project(status, record, now()).map(StatusPatch::into_json) {
+                // `monitor::project`, with the projected status kept for the metrics.
+                let next = observe(status, record, now());
+                let labels = || ServerLabels {
+                    region_id: region.clone(),
+                    region_name: region_name.clone(),
+                    flavor_id: content.spec.spec.flavor_id.clone(),
+                    flavor_name: record.and_then(|r| r.flavor_name.clone()).unwrap_or_default(),
+                };
+                if let Some(record) = record {
+                    let flavor_name = record.flavor_name.as_deref().unwrap_or_default();
+                    *counted
+                        .entry((state_label(next.phase), &content.spec.spec.flavor_id, flavor_name))
+                        .or_default() += 1;
+                }
+                let created = cached.metadata.creation_timestamp.as_ref().map(|time| time.0);
+                let launch = created.and_then(|created| first_launch(status, &next, created));
+                if let Some(patch) = StatusPatch::between(status, &next).map(StatusPatch::into_json) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),
                         uid: cached.metadata.uid.clone().unwrap_or_default(),
                         namespace: namespace.clone(),
                         resource_version: cached.resource_version().unwrap_or_default(),
                         patch,
+                        launch: launch.map(|launch| (labels(), launch)),
                     });
                 }
             }
+            for ((state, flavor_id, flavor_name), count) in counted {
+                let labels = ServerLabels {
+                    region_id: region.clone(),
+                    region_name: region_name.clone(),
+                    flavor_id: flavor_id.to_owned(),
+                    flavor_name: flavor_name.to_owned(),
+                };
+                *states.entry(ServerStateKey { state, labels }).or_default() += count;
+            }
+            drop(members);
             drop(by_uid);
             term.listings.record_list(key, listed_at, records);
         }
+        self.metrics.servers_by_state(&states);
         let results: Vec<PatchResult> = stream::iter(patches)
             .map(|write| self.patch(term, caches, write))
             .buffer_unordered(PATCHES_AT_ONCE)
@@ -188,7 +225,7 @@ impl Monitor {
     }
 
     async fn patch(&self, term: &Term, caches: &Caches, write: StatusWrite) -> PatchResult {
-        let StatusWrite { name, uid, namespace, resource_version, patch } = write;
+        let StatusWrite { name, uid, namespace, resource_version, patch, launch } = write;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
         // listed the cloud): its patch would only earn a 409. The next poll
@@ -212,6 +249,11 @@ impl Monitor {
             Ok(patched) => {
                 let made = patched.resource_version().unwrap_or_default();
                 term.own_writes.wrote(&uid, Some(&resource_version), &made, false, std::time::Instant::now());
+                // Observed on the accepted write only: a refused one leaves
+                // launchedAt unset, and the next poll observes it then.
+                if let Some((labels, launch)) = launch {
+                    self.metrics.server_launched(&labels, launch);
+                }
                 PatchResult::Patched
             }
             // The Server changed since it was read; the next poll sees it fresh.
@@ -242,6 +284,8 @@ struct StatusWrite {
     namespace: String,
     resource_version: String,
     patch: Value,
+    /// The first launch this write records, with the Server's labels.
+    launch: Option<(ServerLabels, FirstLaunch)>,
 }
 
 /// Status patches in flight at once.

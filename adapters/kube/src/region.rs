@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use futures_util::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
+use server_core::model::NAME_LABEL;
 use server_core::port::{NetworkSelector, RegionSettings};
 use tracing::{info, warn};
 
@@ -40,12 +41,15 @@ pub(crate) fn settings_of(region: &Region) -> RegionSettings {
 pub(crate) struct RegionRecord {
     provider: Option<DeclaredProvider>,
     settings: RegionSettings,
+    /// Its display name (`unikorn-cloud.org/name`), for the metrics.
+    name: Option<String>,
 }
 
 pub(crate) fn record_of(region: &Region) -> RegionRecord {
     RegionRecord {
         provider: region.spec.provider.as_deref().map(DeclaredProvider::parse),
         settings: settings_of(region),
+        name: region.labels().get(NAME_LABEL).cloned(),
     }
 }
 
@@ -62,6 +66,8 @@ impl Applier {
         self.clouds.declare(
             regions.iter().filter_map(|(name, record)| Some((name.clone(), record.provider.clone()?))).collect(),
         );
+        self.clouds
+            .name_regions(regions.iter().filter_map(|(id, record)| Some((id.clone(), record.name.clone()?))).collect());
         let names: Vec<String> = self.clouds.regions().map(str::to_owned).collect();
         for name in names {
             let settings = regions.get(&name).map(|record| record.settings.clone()).unwrap_or_default();
@@ -160,6 +166,21 @@ mod tests {
     use crate::crd::{
         RegionExternalNetworks, RegionNetworkSelector, RegionNetworkSpec, RegionOpenstackSpec, RegionSpec,
     };
+
+    /// The display name the metrics' `region_name` shows: the Region's
+    /// `unikorn-cloud.org/name` label, kept by the registry per region.
+    #[test]
+    fn the_display_name_is_the_name_label() {
+        let mut region = Region::new("region-a", RegionSpec::default());
+        assert_eq!(record_of(&region).name, None);
+        region.metadata.labels = Some([(NAME_LABEL.to_owned(), "europe-west".to_owned())].into_iter().collect());
+        assert_eq!(record_of(&region).name.as_deref(), Some("europe-west"));
+        let clouds = CloudRegistry::new();
+        let mut applier = Applier { clouds: clouds.clone(), applied: BTreeMap::new() };
+        applier.apply(&BTreeMap::from([("region-a".to_owned(), record_of(&region))]));
+        assert_eq!(clouds.region_name("region-a"), "europe-west");
+        assert_eq!(clouds.region_name("region-b"), "");
+    }
 
     #[test]
     fn the_selector_is_read_from_the_openstack_network_section() {

@@ -138,6 +138,9 @@ pub(crate) struct Endpoints {
     pub(crate) compute: String,
     /// Neutron, ending in `/v2.0`.
     pub(crate) network: String,
+    /// Ironic, ending in `/v1`, when the catalog has it (optional: only the
+    /// phases of baremetal servers read it).
+    pub(crate) baremetal: Option<String>,
 }
 
 impl Auth {
@@ -308,6 +311,10 @@ impl Auth {
         } else {
             format!("{}/v2.0", network.trim_end_matches('/'))
         };
+        let baremetal = self.endpoint(&body.catalog, "baremetal").ok().map(|url| {
+            let url = url.trim_end_matches('/');
+            if url.ends_with("/v1") { url.to_owned() } else { format!("{url}/v1") }
+        });
         let expires_at = body.expires_at.as_deref().and_then(parse_time);
         let issued_at = body.issued_at.as_deref().and_then(parse_time);
         let lifetime = match (issued_at, expires_at) {
@@ -322,7 +329,7 @@ impl Auth {
         Ok(Token {
             value,
             project_id,
-            endpoints: Endpoints { compute, network },
+            endpoints: Endpoints { compute, network, baremetal },
             expires_at,
             refresh_at: started + (lifetime - margin),
         })

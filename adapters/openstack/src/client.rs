@@ -13,18 +13,24 @@ use crate::http::Reply;
 /// Nova's microversion every compute call asks for.
 pub(crate) const NOVA_MICROVERSION: &str = "2.90";
 
+/// Ironic's microversion the node list asks for: `fields` is from 1.8.
+pub(crate) const IRONIC_MICROVERSION: &str = "1.8";
+
 /// The two services the port needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Service {
     Compute,
     Network,
+    Baremetal,
 }
 
 impl Service {
-    fn base(self, token: &Token) -> &str {
+    /// The service's endpoint in the token's catalog (Ironic's is optional).
+    fn base(self, token: &Token) -> Option<&str> {
         match self {
-            Service::Compute => &token.endpoints.compute,
-            Service::Network => &token.endpoints.network,
+            Service::Compute => Some(&token.endpoints.compute),
+            Service::Network => Some(&token.endpoints.network),
+            Service::Baremetal => token.endpoints.baremetal.as_deref(),
         }
     }
 }
@@ -113,7 +119,11 @@ impl Session<'_> {
             debug!(operation = call.operation, "request not admitted by the term's gate");
             return Err(CloudError::Unreachable { message: format!("{}: {NOT_ADMITTED}", call.operation) });
         };
-        let base = call.service.base(token).trim_end_matches('/');
+        let Some(base) = call.service.base(token).map(|base| base.trim_end_matches('/')) else {
+            return Err(CloudError::Unreachable {
+                message: format!("{}: not sent: the service catalog has no endpoint for it", call.operation),
+            });
+        };
         // A provider that asked to be left alone for a while is left alone:
         // whichever pass comes first (another wake, another Server of the
         // project) gets the rate limit back without a request.
@@ -136,6 +146,9 @@ impl Session<'_> {
             request = request
                 .header("X-OpenStack-Nova-API-Version", NOVA_MICROVERSION)
                 .header("OpenStack-API-Version", format!("compute {}", NOVA_MICROVERSION));
+        }
+        if call.service == Service::Baremetal {
+            request = request.header("X-OpenStack-Ironic-API-Version", IRONIC_MICROVERSION);
         }
         if !call.query.is_empty() {
             request = request.query(&call.query);

@@ -16,12 +16,12 @@ use tracing::{debug, info, warn};
 
 use crate::auth::{Auth, FailureStreakHook};
 use crate::client::{Http, Session};
-use crate::compute;
 use crate::config::{ConfigError, OpenStackConfig};
 use crate::index::{Known, Project, ServerIndex};
 use crate::mapping::{self, NovaServer, port_name};
 use crate::network::{self as neutron, Port};
 use crate::resolve::NeutronNames;
+use crate::{baremetal, compute};
 
 /// The cloud port of one OpenStack region. Cheap to clone (shared state).
 ///
@@ -686,11 +686,24 @@ impl OpenStackCloud {
         let servers = self.list_into(&session, &project).await?;
         // Servers this operator did not make (no uid) are not its business;
         // down-cell records cannot be told apart, so they are left out too.
-        Ok(servers
+        let mut records: Vec<ProviderServer> = servers
             .iter()
             .filter(|s| s.server_uid().is_some() && !s.down_cell())
             .map(mapping::provider_server)
-            .collect())
+            .collect();
+        // While a server builds, Ironic tells a baremetal one's progress:
+        // one list of the project's nodes, read best effort.
+        if records.iter().any(|record| record.status == ProviderStatus::Build) {
+            match baremetal::node_states(&session).await {
+                Ok(states) => {
+                    for record in records.iter_mut().filter(|record| record.status == ProviderStatus::Build) {
+                        record.ironic = states.get(&record.id).copied();
+                    }
+                }
+                Err(error) => debug!(%error, "baremetal nodes not read; building servers show the VM default"),
+            }
+        }
+        Ok(records)
     }
 }
 

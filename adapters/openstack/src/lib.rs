@@ -77,6 +77,7 @@
 //! directly, so nothing depends on a process-wide default provider.
 
 mod auth;
+mod baremetal;
 mod client;
 mod cloud;
 mod compute;

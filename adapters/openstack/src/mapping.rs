@@ -66,6 +66,17 @@ pub(crate) struct NovaServer {
     /// Network name -> addresses on it.
     #[serde(default)]
     pub(crate) addresses: BTreeMap<String, Vec<NovaAddress>>,
+    /// The flavor embedded in the record (microversion >= 2.47).
+    #[serde(default)]
+    pub(crate) flavor: Option<NovaFlavor>,
+}
+
+/// What this controller reads of the flavor Nova embeds in a server record:
+/// the name it had when the server was created.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub(crate) struct NovaFlavor {
+    #[serde(default)]
+    pub(crate) original_name: Option<String>,
 }
 
 /// Nova's `image` of a server: an object with the image's `id`, or an empty
@@ -237,6 +248,9 @@ pub(crate) fn provider_server(server: &NovaServer) -> ProviderServer {
         public_ip: preferred(&floating).map(|a| a.addr.clone()),
         // Every address of one port shares its MAC; floating ones repeat it.
         mac_address: preferred(&fixed).or(preferred(&floating)).and_then(|a| a.mac.clone()),
+        flavor_name: server.flavor.as_ref().and_then(|flavor| flavor.original_name.clone()),
+        // Ironic's view, when read, is added by the list.
+        ironic: None,
         adopted: server.metadata.adopted,
         image_id: server.image.id().map(str::to_owned),
         task_in_flight: server.task_state.as_deref().is_some_and(|task| !task.is_empty()),

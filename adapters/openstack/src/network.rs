@@ -45,6 +45,8 @@ pub(crate) struct FloatingIp {
     /// Neutron keeps the floating IP, unassociated).
     #[serde(default)]
     pub(crate) port_id: Option<String>,
+    #[serde(default)]
+    pub(crate) description: String,
 }
 
 #[derive(Deserialize)]
@@ -147,15 +149,23 @@ pub(crate) struct Named {
     pub(crate) tags: Vec<String>,
 }
 
-/// Ports of the token's project with this exact name (some Neutron
-/// backends match the `name` filter as a pattern, so `server-web` would
-/// also find `server-web-2`: the answer is filtered again here).
+/// Ports of the token's project with this exact name. Neutron's own `name`
+/// filter is an equality, but OpenStack `name` filters are not all one
+/// (Nova's and Octavia's match a pattern, so `server-web` also finds
+/// `server-web-2`), and a proxy or backend in front of Neutron may do the
+/// same: the answer is checked again here, and a port without the name
+/// (one the answer left it out of) is not taken for it.
 pub(crate) async fn ports_named(session: &Session<'_>, name: &str) -> Result<Vec<Port>, CloudError> {
     const OPERATION: &str = "listing ports";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/ports").query("name", name);
-    let mut ports: Vec<Port> = list_all(session, call, "ports").await?;
-    ports.retain(|port| port.name.is_empty() || port.name == name);
-    Ok(ports)
+    Ok(exactly(list_all(session, call, "ports").await?, |port: &Port| &port.name, name))
+}
+
+/// The items whose `key` is exactly `wanted`: the re-check after a list
+/// filtered by a name or a description.
+pub(crate) fn exactly<T>(mut items: Vec<T>, key: impl Fn(&T) -> &str, wanted: &str) -> Vec<T> {
+    items.retain(|item| key(item) == wanted);
+    items
 }
 
 pub(crate) async fn create_port(session: &Session<'_>, body: Value) -> Result<Port, CloudError> {
@@ -197,7 +207,8 @@ pub(crate) async fn floating_ips_described(
 ) -> Result<Vec<FloatingIp>, CloudError> {
     const OPERATION: &str = "listing floating IPs";
     let call = Call::new(OPERATION, Service::Network, Method::GET, "/floatingips").query("description", description);
-    list_all(session, call, "floatingips").await
+    let described: Vec<FloatingIp> = list_all(session, call, "floatingips").await?;
+    Ok(exactly(described, |ip: &FloatingIp| &ip.description, description))
 }
 
 /// Allocates a floating IP on `network_id` and associates it with the port.
@@ -251,4 +262,22 @@ pub(crate) async fn security_groups(session: &Session<'_>) -> Result<Vec<Named>,
         .query("fields", "id")
         .query("fields", "name");
     list_all(session, call, "security_groups").await
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    fn port(name: &str) -> Port {
+        serde_json::from_value(json!({ "id": format!("id-{name}"), "name": name })).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A list filtered by a pattern (`server-a` also finds `server-a-2`), or
+    /// an answer without the name, yields only the exact name.
+    #[test]
+    fn only_the_exact_name_is_kept() {
+        let listed = vec![port("server-a-2"), port("server-a"), port("server-ab"), port("")];
+        let kept = exactly(listed, |port: &Port| &port.name, "server-a");
+        assert_eq!(kept.iter().map(|port| port.id.as_str()).collect::<Vec<_>>(), ["id-server-a"]);
+    }
 }

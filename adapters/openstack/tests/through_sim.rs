@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jiff::Timestamp;
+use server_core::baremetal::ProvisionState;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
@@ -736,9 +737,10 @@ async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
     Ok(())
 }
 
-/// A server someone made by hand in the project, without the operator's
-/// metadata, straight through the simulator's HTTP API.
-async fn foreign_server(h: &Harness) -> TestResult {
+/// A raw HTTP client of the simulator and a token of the project.
+async fn raw_client(
+    h: &Harness,
+) -> Result<(reqwest::Client, reqwest::header::HeaderValue), Box<dyn std::error::Error>> {
     // Only this raw client needs a process default; the adapter never does.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::new();
@@ -748,6 +750,13 @@ async fn foreign_server(h: &Harness) -> TestResult {
     }});
     let reply = client.post(format!("{}/auth/tokens", h.served.auth_url())).json(&auth).send().await?;
     let token = reply.headers().get("x-subject-token").ok_or("no token")?.clone();
+    Ok((client, token))
+}
+
+/// A server someone made by hand in the project, without the operator's
+/// metadata, straight through the simulator's HTTP API.
+async fn foreign_server(h: &Harness) -> TestResult {
+    let (client, token) = raw_client(h).await?;
     let server =
         serde_json::json!({"server": {"name": "by-hand", "flavorRef": "f", "imageRef": "i", "networks": "none"}});
     // `networks: "none"` exists from 2.37 (Nova's schema wants a list before).
@@ -759,6 +768,116 @@ async fn foreign_server(h: &Harness) -> TestResult {
         .send()
         .await?;
     assert_eq!(reply.status().as_u16(), 202);
+    Ok(())
+}
+
+/// Servers `a` and `a-2`: names one of which is a prefix of the other.
+/// Nova's `name` filter is a pattern (the simulator matches it as Nova
+/// does), so `name=a` lists both; Neutron's is an equality. The adapter
+/// finds servers by their uid metadata, never by name, and re-checks the
+/// exact name and description of the ports and floating IPs it finds by
+/// them: releasing `a` leaves everything of `a-2`.
+#[tokio::test]
+async fn names_one_of_which_prefixes_the_other_are_told_apart() -> TestResult {
+    let h = Harness::new().await?;
+    let named = |uid: &str, name: &str| {
+        let mut req = request(uid, true);
+        req.server.name = name.into();
+        req.name = name.into();
+        req
+    };
+    let (a, a2) = (named("uid-a", "a"), named("uid-a2", "a-2"));
+    for req in [&a, &a2] {
+        h.sim.cloud().script(&req.server.uid, Fate::clean());
+        h.create(&h.cloud, req).await?;
+    }
+    h.clock.advance(Duration::from_secs(40));
+
+    let (client, token) = raw_client(&h).await?;
+    let names = |body: &serde_json::Value, key: &str| -> Vec<String> {
+        let mut names: Vec<String> = body[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|item| item["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    let nova: serde_json::Value = client
+        .get(format!("{}/compute/v2.1/servers?name=a", h.served.url()))
+        .header("x-auth-token", token.clone())
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(names(&nova, "servers"), ["a", "a-2"], "Nova's name filter is a pattern: {nova}");
+    let neutron: serde_json::Value = client
+        .get(format!("{}/network/v2.0/ports?name=server-a", h.served.url()))
+        .header("x-auth-token", token)
+        .send()
+        .await?
+        .json()
+        .await?;
+    assert_eq!(names(&neutron, "ports"), ["server-a"], "Neutron's name filter is an equality: {neutron}");
+
+    assert_eq!(h.cloud.delete(&h.identity, &a.server).await?, DeleteProgress::InProgress);
+    h.clock.advance(Duration::from_secs(40));
+    assert_eq!(h.cloud.delete(&h.identity, &a.server).await?, DeleteProgress::Gone);
+    let released = h.cloud.attachments(&h.identity, &a.server).await?;
+    assert_eq!(released.len(), 2, "its port and its floating IP: {released:?}");
+    for resource in &released {
+        h.cloud.release(&h.identity, resource).await?;
+    }
+    let ports: Vec<String> = h.sim.ports().into_iter().map(|port| port.name).collect();
+    assert_eq!(ports, ["server-a-2"]);
+    assert_eq!(h.sim.floating_ips().len(), 1, "a-2's floating IP stays");
+    assert_eq!(h.sim.cloud().truth("uid-a2").live, 1);
+    assert!(h.cloud.get(&h.identity, &a2.server).await?.is_some());
+    Ok(())
+}
+
+/// A baremetal server in Nova BUILD carries its Ironic node's provision
+/// state (one node list per project list, only while a server builds): the
+/// node `available` while Nova schedules, `wait call-back` while it
+/// deploys; a VM has none, nor does a server out of BUILD; Ironic failing
+/// leaves the list whole, without node states (the VM default).
+#[tokio::test]
+async fn a_building_baremetal_server_carries_its_ironic_node_state() -> TestResult {
+    let sim_config = OpenStackSimConfig { baremetal_flavors: vec!["flavor-metal".into()], ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    let mut metal = request("uid-metal", false);
+    metal.flavor_id = "flavor-metal".into();
+    for (req, build) in [(&metal, 60), (&request("uid-vm", false), 60)] {
+        h.sim.cloud().script(&req.server.uid, Fate::clean().with_build_time(Duration::from_secs(build)));
+        h.cloud.create(&h.identity, req).await?;
+    }
+    let states = |records: &[ProviderServer]| -> Vec<(String, Option<ProvisionState>)> {
+        let mut states: Vec<_> = records.iter().map(|r| (r.server_uid.clone(), r.ironic)).collect();
+        states.sort_by(|a, b| a.0.cmp(&b.0));
+        states
+    };
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(
+        states(&listed),
+        [("uid-metal".into(), Some(ProvisionState::Available)), ("uid-vm".into(), None)],
+        "scheduling: the node is not deploying yet"
+    );
+    h.clock.advance(Duration::from_secs(5));
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(states(&listed)[0], ("uid-metal".into(), Some(ProvisionState::DeployWait)));
+    assert_eq!(h.ops(Op::BaremetalNodeList), 2, "one node list per project list");
+
+    h.sim.inject(Target::Op(Op::BaremetalNodeList), Fault::Status(403), 1);
+    let listed = h.cloud.list(&h.identity).await?;
+    assert_eq!(listed.len(), 2, "an unreadable Ironic leaves the list whole");
+    assert!(listed.iter().all(|record| record.ironic.is_none()));
+
+    h.clock.advance(Duration::from_secs(60));
+    let before = h.ops(Op::BaremetalNodeList);
+    let listed = h.cloud.list(&h.identity).await?;
+    assert!(listed.iter().all(|record| record.status == ProviderStatus::Active && record.ironic.is_none()));
+    assert_eq!(h.ops(Op::BaremetalNodeList), before, "no server builds: Ironic is not asked");
     Ok(())
 }
 

@@ -415,11 +415,15 @@ pub enum EventReason {
     ProviderServerRebuilt,
     /// A rebuild ended in an error; the Server is parked until another image.
     ProviderServerRebuildFailed,
+    /// The spec asks for what this controller does not do (a host pin,
+    /// `spec.infrastructureRef`): parked before anything is touched (this
+    /// controller's own).
+    SpecNotSupported,
 }
 
 impl EventReason {
     /// Every reason, for metrics that show each from the start.
-    pub const ALL: [EventReason; 16] = [
+    pub const ALL: [EventReason; 17] = [
         EventReason::ProviderCreateRetrying,
         EventReason::ProviderCreateRetryReady,
         EventReason::ProviderCreateFailed,
@@ -436,6 +440,7 @@ impl EventReason {
         EventReason::ProviderServerRebuilding,
         EventReason::ProviderServerRebuilt,
         EventReason::ProviderServerRebuildFailed,
+        EventReason::SpecNotSupported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -456,6 +461,7 @@ impl EventReason {
             EventReason::ProviderServerRebuilding => "ProviderServerRebuilding",
             EventReason::ProviderServerRebuilt => "ProviderServerRebuilt",
             EventReason::ProviderServerRebuildFailed => "ProviderServerRebuildFailed",
+            EventReason::SpecNotSupported => "SpecNotSupported",
         }
     }
 }
@@ -493,7 +499,8 @@ mod tests {
             | EventReason::ServerUnreadable
             | EventReason::ProviderServerRebuilding
             | EventReason::ProviderServerRebuilt
-            | EventReason::ProviderServerRebuildFailed => EventReason::ALL.iter().position(|listed| *listed == reason),
+            | EventReason::ProviderServerRebuildFailed
+            | EventReason::SpecNotSupported => EventReason::ALL.iter().position(|listed| *listed == reason),
         };
         let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");

@@ -33,6 +33,8 @@ use crate::model::{
 use crate::status_patch::StatusPatch;
 use plan::Plan;
 
+use crate::lifecycle::Park;
+
 /// Whether a pass over `server` reads its facts at all. A paused Server, or
 /// one being deleted that no longer carries the finalizer, has nothing to do:
 /// the adapter can skip gathering (no API or provider reads) and still call
@@ -101,6 +103,18 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
         .and_then(|()| validate::no_duplicate_ids(server))
         .and_then(|()| validate::references_exist(server, facts));
     if let Err(outcome) = checks {
+        // A host pin is refused, never ignored: the park's message on the
+        // Available condition, and one Warning event when it is first said.
+        if let Outcome::Terminal(park @ Park::HostPinned) = &outcome
+            && plan.says_anew(&outcome)
+        {
+            plan.emit(Event {
+                type_: EventType::Warning,
+                reason: EventReason::SpecNotSupported,
+                action: "RefuseHostPin",
+                note: park.message(),
+            });
+        }
         return plan.finish(outcome);
     }
 

@@ -177,6 +177,13 @@ impl Plan {
     }
 
     /// Available for a pass of this Server that ends in `outcome`.
+    /// Whether ending in `outcome` changes the Available message the
+    /// Server holds: a park said for the first time.
+    pub(crate) fn says_anew(&self, outcome: &Outcome) -> bool {
+        let (_, _, message) = self.available_for(outcome);
+        self.before.condition(ConditionType::Available).is_none_or(|available| available.message != message)
+    }
+
     fn available_for(&self, outcome: &Outcome) -> (ConditionStatus, ConditionReason, String) {
         available_for(outcome, self.deleting, &self.namespace, &self.name)
     }

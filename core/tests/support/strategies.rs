@@ -179,6 +179,8 @@ pub fn arb_record() -> impl Strategy<Value = ProviderServer> {
                 private_ip: Some("10.0.0.9".into()),
                 public_ip: None,
                 mac_address,
+                flavor_name: None,
+                ironic: None,
                 adopted: false,
                 image_id,
                 task_in_flight,

@@ -63,6 +63,9 @@ pub struct CloudRegistry {
     /// unsupported provider.
     supported: BTreeSet<ProviderKind>,
     declared: Arc<RwLock<BTreeMap<String, DeclaredProvider>>>,
+    /// Region ID → the display name its Region resource's
+    /// `unikorn-cloud.org/name` label gives (kept current like `declared`).
+    names: Arc<RwLock<BTreeMap<String, String>>>,
 }
 
 impl CloudRegistry {
@@ -121,6 +124,17 @@ impl CloudRegistry {
         }
     }
 
+    /// Replaces the Region resources' display names, region by region.
+    pub(crate) fn name_regions(&self, names: BTreeMap<String, String>) {
+        *self.names.write().unwrap_or_else(PoisonError::into_inner) = names;
+    }
+
+    /// A region's display name (the metrics' `region_name`): empty when no
+    /// Region resource gives one.
+    pub(crate) fn region_name(&self, region_id: &str) -> String {
+        self.names.read().unwrap_or_else(PoisonError::into_inner).get(region_id).cloned().unwrap_or_default()
+    }
+
     /// Replaces what the Region resources name, region by region.
     pub(crate) fn declare(&self, providers: BTreeMap<String, DeclaredProvider>) {
         *self.declared.write().unwrap_or_else(PoisonError::into_inner) = providers;
@@ -142,7 +156,12 @@ impl CloudRegistry {
                 (region.clone(), RegionCloud { port, ..cloud.clone() })
             })
             .collect();
-        CloudRegistry { clouds, supported: self.supported.clone(), declared: self.declared.clone() }
+        CloudRegistry {
+            clouds,
+            supported: self.supported.clone(),
+            declared: self.declared.clone(),
+            names: self.names.clone(),
+        }
     }
 }
 

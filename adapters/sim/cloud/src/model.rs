@@ -263,6 +263,12 @@ impl Instance {
             public_ip: self.public_ip.clone().filter(|_| launched),
             // The port's MAC is final only once the server is ACTIVE.
             mac_address: active.then(|| self.mac.clone()),
+            // SimCloud keeps no flavor catalog: the name is unknown, as Nova
+            // before microversion 2.47.
+            flavor_name: None,
+            // SimCloud's servers are VMs; the OpenStack simulator's Ironic
+            // shows nodes for its baremetal flavors.
+            ironic: None,
             adopted: self.adopted,
             image_id: (!self.image.is_empty()).then(|| self.image.clone()),
             task_in_flight: self.rebuilding(now),

@@ -18,7 +18,7 @@ use server_core::port::CloudError;
 
 use super::faults::Fault;
 use super::state::State;
-use super::{Op, OpenStackSim, RequestRecord, Service, glance, keystone, neutron, nova, reply, versions};
+use super::{Op, OpenStackSim, RequestRecord, Service, glance, ironic, keystone, neutron, nova, reply, versions};
 use server_simcloud::CloudModel;
 
 pub(super) fn router(sim: OpenStackSim) -> Router {
@@ -77,6 +77,7 @@ pub(super) fn router(sim: OpenStackSim) -> Router {
         .route("/compute/v2.1/flavors/detail", get(endpoint(Op::FlavorListDetail)))
         .route("/compute/v2.1/flavors/{id}", get(endpoint(Op::FlavorGet)))
         .route("/compute/v2.1/limits", get(endpoint(Op::Limits)))
+        .route("/baremetal/v1/nodes", get(endpoint(Op::BaremetalNodeList)))
         .route("/network/v2.0/ports", get(endpoint(Op::PortList)).post(endpoint(Op::PortCreate)))
         .route(
             "/network/v2.0/ports/{id}",
@@ -312,6 +313,7 @@ async fn handle(sim: &OpenStackSim, request: Request) -> Handled {
         }
         Service::Network => (neutron::handle(op, &ctx), None),
         Service::Image => (glance::handle(op, &ctx), None),
+        Service::Baremetal => ironic::handle(op, &ctx),
         Service::Identity => (reply::error(Service::Identity, 404, "The resource could not be found."), None),
     }
 }

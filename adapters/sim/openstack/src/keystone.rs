@@ -302,6 +302,10 @@ fn catalog(config: &OpenStackSimConfig, base_url: &str) -> Value {
     // Listed, not served: the Go controller builds a block-storage client
     // at start and exits when the catalog has none (gophercloud's
     // `ErrEndpointNotFound`).
+    // Ironic, when the simulator has baremetal flavors.
+    if !config.baremetal_flavors.is_empty() {
+        services.push(service("baremetal", "ironic", "/baremetal"));
+    }
     if config.block_storage_in_catalog {
         services.push(service("block-storage", "cinderv3", "/volume/v3"));
     }

@@ -1,6 +1,6 @@
 //! An OpenStack HTTP simulator over [`SimCloud`]'s deterministic model:
 //! Keystone v3 tokens, Nova servers, Neutron ports, floating IPs and
-//! networks, and Glance's image list, answering as the OpenStack API reference documents them, with
+//! networks, Glance's image list and Ironic's node list, answering as the OpenStack API reference documents them, with
 //! scripted fault injection.
 //!
 //! Servers live in the SimCloud model, so its fates (failing boots, refusals,
@@ -166,6 +166,16 @@
 //!   (`ResponseSerializer.index`).
 //! - Errors in webob's JSON shape `{code: "404 Not Found", title, message}`.
 //!
+//! Ironic (ironic/api/controllers/v1/node.py), read-only, listed in the
+//! catalog (`baremetal`) only when `baremetal_flavors` names flavors:
+//! - `GET /v1/nodes`: a node for each of the project's servers of those
+//!   flavors (the project as the node's lessee: Ironic's project-scoped node
+//!   policy), its `provision_state` following the server (`available` while
+//!   Nova schedules, `wait call-back` while it deploys, `active`, `deploy
+//!   failed` on ERROR); `associated`, `instance_uuid` and `fields` applied,
+//!   an unknown argument 400; one page.
+//! - Errors as Ironic's WSME fault: `{"error_message": "{\"faultstring\": ...}"}`.
+//!
 //! Not modelled: image uploads and changes, volumes, server actions other than
 //! `forceDelete`, several fixed IPs a port, Neutron resources' own tags.
 
@@ -176,6 +186,7 @@
 mod faults;
 mod glance;
 mod handlers;
+mod ironic;
 mod keystone;
 mod neutron;
 mod nova;
@@ -249,6 +260,10 @@ pub struct OpenStackSimConfig {
     /// document's `version`); at most [`MAX_MICROVERSION`], the newest whose
     /// shapes the simulator renders. A request above it is refused 406.
     pub max_microversion: (u32, u32),
+    /// Flavor IDs whose servers are baremetal: an Ironic node deploys each
+    /// (`GET /baremetal/v1/nodes`), and the catalog lists Ironic. None by
+    /// default (no Ironic in the catalog).
+    pub baremetal_flavors: Vec<String>,
 }
 
 /// The newest compute microversion the simulator answers as Nova does:
@@ -273,6 +288,7 @@ impl Default for OpenStackSimConfig {
             soft_delete: false,
             delete_delay: Duration::from_millis(500),
             max_microversion: MAX_MICROVERSION,
+            baremetal_flavors: Vec::new(),
         }
     }
 }
@@ -469,6 +485,8 @@ pub enum Op {
     ImageVersions,
     ImageList,
     ImageGet,
+    /// `GET /baremetal/v1/nodes` (Ironic).
+    BaremetalNodeList,
 }
 
 /// Which API an endpoint belongs to (error body shapes differ).
@@ -478,6 +496,7 @@ pub(crate) enum Service {
     Compute,
     Network,
     Image,
+    Baremetal,
 }
 
 impl Op {
@@ -507,6 +526,7 @@ impl Op {
             | Op::FlavorGet
             | Op::Limits => Service::Compute,
             Op::ImageVersions | Op::ImageList | Op::ImageGet => Service::Image,
+            Op::BaremetalNodeList => Service::Baremetal,
             _ => Service::Network,
         }
     }

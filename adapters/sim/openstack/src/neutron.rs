@@ -272,7 +272,9 @@ const SECURITY_GROUP_FILTERS: &[&str] =
 
 /// Whether an item's attribute matches one filter value, as Neutron
 /// compares after converting the query string to the attribute's type
-/// (booleans `true`/`false`/`1`/`0`, numbers, strings exactly); a list
+/// (booleans `true`/`false`/`1`/`0`, numbers, strings exactly: a `name` or
+/// `description` filter is an equality, neutron/db/_model_query.py
+/// `apply_filters`, `column.in_(value)`, unlike Nova's pattern); a list
 /// attribute matches when it holds the value; `fixed_ips` takes
 /// `ip_address=X` or `subnet_id=Y` (neutron-lib `convert_kvp_list_to_dict`).
 fn attribute_matches(attribute: &Value, wanted: &str) -> bool {

@@ -213,6 +213,12 @@ fn date_time(ctx: &Ctx<'_>, key: &str) -> Result<Option<Timestamp>, Handled> {
 /// A regex filter as Nova applies it for a non-admin (nova/compute/api.py
 /// `get_all`, `_REGEX_FILTERS`... matched with `re.search`): an invalid
 /// pattern matches nothing.
+/// Nova's `name` and `ip` list filters are regular expressions matched
+/// anywhere in the value, not equalities: the API maps `name` to
+/// `display_name`, and the database query applies it with the database's
+/// REGEXP operator, unanchored (nova/db/main/api.py `_regex_instance_filter`,
+/// called from `instance_get_all_by_filters_sort`), so `name=server-a` also
+/// lists `server-a-2`. A pattern the regex engine refuses matches nothing.
 fn matches(pattern: &str, value: &str) -> bool {
     regex::Regex::new(pattern).is_ok_and(|re| re.is_match(value))
 }

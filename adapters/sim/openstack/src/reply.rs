@@ -38,6 +38,9 @@ pub(super) fn error(service: Service, code: u16, message: &str) -> Response {
             "title": status.canonical_reason().unwrap_or("Error"),
             "message": message,
         }),
+        // Ironic's WSME fault: the fault serialized into `error_message`
+        // (ironic/api/hooks.py `PublicUrlHook`, wsme's faultstring).
+        Service::Baremetal => baremetal_fault(code, message),
     };
     let mut response = json(status, body);
     if code == 429 || code == 413 {
@@ -62,6 +65,7 @@ pub(super) fn rate_limited(service: Service, code: u16, retry_after: u32) -> Res
         Service::Image => {
             json!({"code": format!("{code} Too Many Requests"), "title": "Too Many Requests", "message": message})
         }
+        Service::Baremetal => baremetal_fault(code, message),
     };
     let mut response = json(status, body);
     if let Ok(value) = HeaderValue::from_str(&retry_after.to_string()) {
@@ -110,4 +114,11 @@ fn neutron_error_type(code: u16) -> &'static str {
         503 => "HTTPServiceUnavailable",
         _ => "HTTPInternalServerError",
     }
+}
+
+/// Ironic's error body: the WSME fault as a JSON string in `error_message`.
+fn baremetal_fault(code: u16, message: &str) -> serde_json::Value {
+    let kind = if code < 500 { "Client" } else { "Server" };
+    let fault = json!({"faultstring": message, "faultcode": kind, "debuginfo": null});
+    json!({ "error_message": fault.to_string() })
 }
