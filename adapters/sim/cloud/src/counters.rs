@@ -81,4 +81,7 @@ pub struct UidTruth {
     /// Deletions started on a provider server that had launched
     /// (invariant 1: none of them may be on the retry path).
     pub launched_deleted: u32,
+    /// Creates accepted after a server of this uid had launched: a booted
+    /// server recreated (a Server's data lost with the server it booted on).
+    pub creates_after_launch: u32,
 }
