@@ -30,8 +30,7 @@ use crate::supervised::{Launch, Supervised, tail};
 pub const CONTROLLER: &str = "unikorn-server-controller";
 pub const MONITOR: &str = "unikorn-region-monitor";
 /// The Go controller's Server CRD, as its chart ships it at the commit it is built from.
-pub const GO_SERVER_CRD: &str =
-    include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml");
+pub const GO_SERVER_CRD: &str = include_str!("../../../../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml");
 /// The Region's service account in Keystone, as the region's operators give it.
 pub const REGION_USER: &str = "region-admin";
 pub const REGION_PASSWORD: &str = "region-admin-password";
@@ -188,7 +187,8 @@ impl GoController {
         // the race is lost a pod restarts it, and so does its watchdog.
         env.push(("GOMAXPROCS", "2".to_owned()));
         let monitor_log = dir.join(format!("{MONITOR}.log"));
-        let monitor_args = [format!("--namespace={namespace}"), format!("--poll-period={}ms", options.poll.as_millis())];
+        let monitor_args =
+            [format!("--namespace={namespace}"), format!("--poll-period={}ms", options.poll.as_millis())];
         let monitor_overlay = dir.join(MONITOR);
         let monitor = Supervised::spawn(&Launch {
             name: MONITOR,

@@ -45,8 +45,8 @@ pub use apiserver_bed::{ApiServerBed, ServerMirror};
 pub use cloud::{CloudBed, CloudPath};
 pub use kube_bed::KubeBed;
 pub use server_sim_openstack::{
-    Fault as OpenStackFault, Op as OpenStackOp, OpenStackCounters, OpenStackSimConfig, RequestRecord as OpenStackRequest,
-    Target as OpenStackTarget,
+    Fault as OpenStackFault, Op as OpenStackOp, OpenStackCounters, OpenStackSimConfig,
+    RequestRecord as OpenStackRequest, Target as OpenStackTarget,
 };
 pub use tenant::{API_VERSION, Tenant};
 

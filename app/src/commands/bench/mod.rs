@@ -246,7 +246,9 @@ async fn measure(
     let api_server_at_start = api_server_sample(&world);
     let started = Instant::now();
     let mut operator = match go_build {
-        None => ControllerProcess::Ours(OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?),
+        None => {
+            ControllerProcess::Ours(OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?)
+        }
         Some(build) => {
             let token = world.monitor_token().context("the world was not seeded for the Go controller")?;
             let options = GoOptions {

@@ -95,12 +95,6 @@ impl OperatorProcess {
             Some(status) => anyhow::bail!("the operator exited early ({status})"),
         }
     }
-
-    /// Its counters from /metrics.
-    pub(crate) async fn metrics(&self) -> anyhow::Result<OperatorMetrics> {
-        let text = http_get(self.metrics, "/metrics").await?;
-        Ok(OperatorMetrics::parse(&text))
-    }
 }
 
 /// Stops it, however the bench ends (how it exits is not measured).

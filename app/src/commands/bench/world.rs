@@ -12,8 +12,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use serde_json::{Value, json};
-use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
 use server_core::model::{ConditionReason, ConditionType, Phase};
+use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
 use server_sim_testbed::{
     ApiServerBed, CloudBed, CloudPath, KubeBed, OpenStackSimConfig, ServerMirror, Tenant, go_controller,
 };
@@ -166,7 +166,9 @@ impl BenchWorld {
         let user_data = user_data();
         let (kube, uids) = match api_server {
             ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data, public_ip_share).await?,
-            ApiServer::Real => Self::seed_real(&tenant, &cloud, controller, servers, &user_data, public_ip_share).await?,
+            ApiServer::Real => {
+                Self::seed_real(&tenant, &cloud, controller, servers, &user_data, public_ip_share).await?
+            }
         };
         let tracked = uids
             .into_iter()
@@ -748,6 +750,85 @@ mod tests {
         let s = server("server-00007", 7, "dXNlcg==", false);
         assert_eq!(s["spec"]["networks"][0]["id"], network(7));
         assert_eq!(s["spec"]["securityGroups"][0]["id"], security_group(17));
+    }
+
+    /// A Server as the Go controller leaves it: Available's reason, its
+    /// create failures, provisionedAt and phase.
+    fn go_status(reason: &str, failures: i32, provisioned: bool, phase: &str) -> server_core::Server {
+        let mut object = server("server-00001", 1, "dXNlcg==", false);
+        object["metadata"]["uid"] = json!("uid-1");
+        object["status"] = json!({
+            "conditions": [{"type": "Available", "status": if reason == "Provisioned" { "True" } else { "False" },
+                "reason": reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "providerCreateFailures": failures,
+            "phase": phase,
+        });
+        if provisioned {
+            object["status"]["provisionedAt"] = json!("2026-01-01T00:01:00Z");
+        }
+        core_view(&Arc::new(object)).expect("a readable Server")
+    }
+
+    fn truth(live: u32, launched: bool, ever: bool, after_launch: u32) -> UidTruth {
+        UidTruth {
+            live,
+            live_launched: launched,
+            ever_launched: ever,
+            creates_after_launch: after_launch,
+            ..UidTruth::default()
+        }
+    }
+
+    #[test]
+    fn the_go_controller_settles_a_boot_only_once_provisioned_on_a_booted_server() {
+        let clean = Fate::clean();
+        let provisioned = go_status("Provisioned", 0, true, "Running");
+        assert!(go_settled(&clean, &provisioned, &truth(1, true, true, 0), 3));
+        // Provisioned before the monitor latched it, or on a server not booted yet: not yet.
+        assert!(!go_settled(&clean, &go_status("Provisioned", 0, false, "Pending"), &truth(1, true, true, 0), 3));
+        assert!(!go_settled(&clean, &provisioned, &truth(1, false, false, 0), 3));
+        // A retry under way is no end.
+        let retrying = go_status("Errored", 1, false, "Pending");
+        assert!(!go_settled(&Fate::failing_boots(2), &retrying, &truth(1, false, false, 0), 3));
+    }
+
+    #[test]
+    fn the_go_controller_settles_a_failing_fate_only_parked_at_its_cap() {
+        let forever = Fate::failing_forever();
+        assert!(go_settled(&forever, &go_status("Errored", 3, false, "Pending"), &truth(1, false, false, 0), 3));
+        assert!(!go_settled(&forever, &go_status("Errored", 2, false, "Pending"), &truth(1, false, false, 0), 3));
+        assert!(!go_settled(&forever, &go_status("Provisioning", 3, false, "Pending"), &truth(1, false, false, 0), 3));
+    }
+
+    #[test]
+    fn a_vanished_server_settles_once_the_go_side_saw_it_gone_or_made_another() {
+        let vanish = Fate::vanish_after_launch(Duration::from_secs(60));
+        let gone = truth(0, false, true, 0);
+        assert!(!go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &gone, 3));
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Stopped"), &gone, 3));
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &truth(0, false, true, 1), 3));
+        // Before it vanished, a vanishing fate is a boot like any other.
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &truth(1, true, true, 0), 3));
+    }
+
+    #[test]
+    fn a_latch_counts_a_rewrite_and_a_clearing_never_the_first_write() {
+        let mut latch = Latch::default();
+        assert!(!latch.observe(None));
+        assert!(!latch.observe(Some("2026-01-01T00:00:00Z")));
+        assert!(!latch.observe(Some("2026-01-01T00:00:00Z")));
+        assert!(latch.observe(Some("2026-01-01T00:00:01Z")));
+        let mut cleared = Latch::default();
+        cleared.observe(Some("2026-01-01T00:00:00Z"));
+        assert!(cleared.observe(None));
+    }
+
+    #[test]
+    fn invariants_name_each_violation_with_its_count() {
+        let none = Invariants::default();
+        assert!(none.violations().is_empty());
+        let some = Invariants { booted_servers_recreated: 2, provisioned_at_changed: 1, ..Invariants::default() };
+        assert_eq!(some.violations(), ["2 booted servers recreated", "1 provisionedAt changed"]);
     }
 
     #[test]
