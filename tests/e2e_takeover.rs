@@ -14,20 +14,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::api::PostParams;
 use serde_json::{Value, json};
 use server_e2e::cloud::Fate;
-use server_e2e::go_controller::{GoBuild, GoController, go_controller_or_skip};
+use server_e2e::go_controller::{GO_SERVER_CRD, GoBuild, GoController, go_controller_or_skip};
 use server_e2e::openstack::{OpenStackCounters, OpenStackSim, OpenStackSimConfig};
 use server_e2e::*;
 
-/// The Go controller's Server CRD, as its chart ships it at the commit it is built from.
-const GO_SERVER_CRD: &str = include_str!("../fixtures/unikorn-crds/region.unikorn-cloud.org_servers.yaml");
-/// The Region's service account, as the region's operators give it.
-const REGION_USER: &str = "region-admin";
-const REGION_PASSWORD: &str = "region-admin-password";
 const NAME_LABEL: &str = "unikorn-cloud.org/name";
 /// How often the Go monitor polls (its default is a minute).
 const MONITOR_POLL: Duration = Duration::from_secs(1);
@@ -70,11 +62,12 @@ async fn takeover(build: GoBuild) {
     let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
     let kubeconfig = real.admin_kubeconfig();
     real.apply(GO_SERVER_CRD);
-    // The monitor's in-cluster identity: its chart's RBAC is not at hand,
-    // so its ServiceAccount is bound to cluster-admin.
-    real.apply(&monitor_account(&env.namespace));
+    // The accounts (the monitor's in-cluster identity), the Region and its
+    // service-account Secret, and that account in Keystone.
+    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
+    real.apply(&server_e2e::go_controller::manifests(&env.namespace, REGION, &endpoint, PROJECT));
+    server_e2e::go_controller::prepare_cloud(&sim);
     let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
-    seed_region(&env, &sim).await;
     for made in &WORLD {
         let fate = if made.boots { Fate::clean() } else { Fate::failing_forever() };
         sim.script_by_name(made.display, fast(fate));
@@ -254,40 +247,6 @@ async fn takeover(build: GoBuild) {
     );
 }
 
-/// The Region the Go controller serves (`--namespace` is the test's), and
-/// its service-account Secret: a Keystone user of the domain with a role on
-/// the tenant's project.
-async fn seed_region(env: &Env, sim: &OpenStackSim) {
-    sim.add_user(REGION_USER, REGION_PASSWORD);
-    // It logs in domain-scoped at start (its identity client).
-    sim.grant_domain(REGION_USER, "default");
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": { "name": "region-openstack", "namespace": env.namespace },
-        "stringData": {
-            "domain-id": "default", "user-id": REGION_USER, "password": REGION_PASSWORD, "project-id": PROJECT,
-        },
-    }))
-    .unwrap_or_else(|e| panic!("a Secret: {e}"));
-    Api::<Secret>::namespaced(env.client.clone(), &env.namespace)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap_or_else(|e| panic!("creating the region's Secret: {e}"));
-    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
-    let region = json!({
-        "metadata": { "name": REGION },
-        "spec": {
-            "provider": "openstack",
-            "openstack": {
-                "endpoint": endpoint,
-                "serviceAccountSecret": { "namespace": env.namespace, "name": "region-openstack" },
-            },
-        },
-    });
-    if let Some(real) = env.real() {
-        real.create("regions", region).await;
-    }
-}
-
 /// The simulator's answers of 400 and above, by endpoint and status.
 fn refusals(requests: &[server_e2e::openstack::RequestRecord]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -295,15 +254,6 @@ fn refusals(requests: &[server_e2e::openstack::RequestRecord]) -> BTreeMap<Strin
         *counts.entry(format!("{:?} {}", request.op, request.status)).or_default() += 1;
     }
     counts
-}
-
-fn monitor_account(namespace: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: unikorn-region-monitor\n  namespace: {namespace}\n---\n\
-         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: unikorn-region-monitor-{namespace}\n\
-         roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
-         subjects:\n- kind: ServiceAccount\n  name: unikorn-region-monitor\n  namespace: {namespace}\n"
-    )
 }
 
 fn our_crd() -> String {

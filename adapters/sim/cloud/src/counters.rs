@@ -93,4 +93,7 @@ pub struct UidTruth {
     /// Rebuilds accepted onto the image the server already ran: a second
     /// rebuild for one target (the protocol never sends one).
     pub rebuilds_repeated: u32,
+    /// Creates accepted after a server of this uid had launched: a booted
+    /// server recreated (a Server's data lost with the server it booted on).
+    pub creates_after_launch: u32,
 }

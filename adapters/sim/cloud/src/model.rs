@@ -425,6 +425,9 @@ impl CloudModel {
                 message: "Quota exceeded for instances: requested 1, but already used 10 of 10 instances".into(),
             });
         }
+        if state.instances.iter().any(|i| i.launched(now)) {
+            state.truth.creates_after_launch += 1;
+        }
         state.truth.creates_accepted += 1;
         self.counters.creates_accepted += 1;
         self.next_number += 1;

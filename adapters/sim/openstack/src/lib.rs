@@ -500,6 +500,11 @@ pub(crate) enum Service {
 }
 
 impl Op {
+    /// Whether it is a Nova (compute) request: servers, keypairs, flavors, limits, versions.
+    pub fn is_compute(self) -> bool {
+        self.service() == Service::Compute
+    }
+
     pub(crate) fn service(self) -> Service {
         match self {
             Op::Token | Op::TokenValidate | Op::IdentityVersions | Op::IdentityVersion => Service::Identity,
@@ -620,6 +625,15 @@ impl OpenStackSim {
     /// (the Go one) creates them; each create gets it afresh.
     pub fn script_by_name(&self, name: &str, fate: server_simcloud::Fate) {
         self.state().fates_by_name.insert(name.to_owned(), fate);
+    }
+
+    /// Attributes every server Nova is asked to create with no Server uid
+    /// but `serverID=<server_id>` in its metadata (as the Go controller
+    /// records the Server's name) to the Server `uid`: its drawn or scripted
+    /// fate applies, its attempts count on, and its truth is that Server's,
+    /// as for a create that carries the uid.
+    pub fn attribute_server_id(&self, server_id: &str, uid: &str) {
+        self.state().uids_by_server_id.insert(server_id.to_owned(), uid.to_owned());
     }
 
     /// Registers an application credential and the project it is bound to.

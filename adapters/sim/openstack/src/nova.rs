@@ -23,6 +23,8 @@ use super::{Flavor, Op, Service, glance, reply};
 
 /// Nova metadata keys tying a server to its Server.
 const UID_KEY: &str = "unikorn:server-uid";
+/// The Go controller's record of the Server's name on its servers.
+const GO_SERVER_ID_KEY: &str = "serverID";
 const NAMESPACE_KEY: &str = "unikorn:server-namespace";
 const NAME_KEY: &str = "unikorn:server-name";
 /// Nova's limits.
@@ -989,7 +991,8 @@ fn create(ctx: &Ctx<'_>) -> Handled {
     if let Some(key) = requested.key_name.as_deref().filter(|k| !state.keypairs.contains_key(*k)) {
         return (error(400, &format!("Invalid key_name provided. Key pair '{key}' not found.")), None);
     }
-    let uid = match requested.metadata.get(UID_KEY) {
+    let attributed = requested.metadata.get(GO_SERVER_ID_KEY).and_then(|id| state.uids_by_server_id.get(id));
+    let uid = match requested.metadata.get(UID_KEY).or(attributed) {
         Some(uid) => uid.clone(),
         None => {
             let uid = format!("anonymous-{}", state.next_serial());

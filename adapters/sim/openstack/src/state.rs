@@ -44,6 +44,9 @@ pub(super) struct State {
     /// Nova server name -> the fate of every server created under that name
     /// without a Server uid in its metadata (the Go controller's).
     pub(super) fates_by_name: BTreeMap<String, server_simcloud::Fate>,
+    /// Nova metadata `serverID` -> the Server uid a create without a uid is
+    /// attributed to (see `OpenStackSim::attribute_server_id`).
+    pub(super) uids_by_server_id: BTreeMap<String, String>,
     /// Tenant network id -> its one subnet's id.
     pub(super) subnets: BTreeMap<String, String>,
     pub(super) faults: FaultRules,

@@ -19,7 +19,7 @@
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -29,6 +29,11 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use server_simkube::{CounterSnapshot, Verb};
+
+use crate::supervised::{Launch, Supervised};
+
+/// kube-apiserver's and etcd's time between TERM and KILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The script that builds the binaries, named in every message about them.
 pub const BUILD_SCRIPT: &str = ".ci/build-control-plane";
@@ -114,7 +119,7 @@ impl ControlPlane {
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd_data = etcd_data_dir(&dir)?;
-        let etcd = Supervised::spawn(
+        let etcd = spawn(
             "etcd",
             &bin.join("etcd"),
             &[
@@ -136,7 +141,7 @@ impl ControlPlane {
             Some(&etcd_data),
         )?;
         let path = |file: &str| dir.join(file).display().to_string();
-        let apiserver = Supervised::spawn(
+        let apiserver = spawn(
             "kube-apiserver",
             &bin.join("kube-apiserver"),
             &[
@@ -317,12 +322,23 @@ impl ControlPlane {
         user: &str,
         namespace: Option<&str>,
     ) -> Result<CounterSnapshot, ControlPlaneError> {
+        self.audited_counters_of(&[user], namespace)
+    }
+
+    /// [`ControlPlane::audited_counters_in`] of the requests any of `users`
+    /// made, counted together: one controller running as several processes
+    /// (the Go controller and its monitor).
+    pub fn audited_counters_of(
+        &self,
+        users: &[&str],
+        namespace: Option<&str>,
+    ) -> Result<CounterSnapshot, ControlPlaneError> {
         let file = std::fs::File::open(self.audit_log()).map_err(io("reading the audit log"))?;
         let mut counters = CounterSnapshot::default();
         for line in std::io::BufRead::lines(std::io::BufReader::new(file)) {
             let line = line.map_err(io("reading the audit log"))?;
             let Ok(event) = serde_json::from_str::<AuditEvent>(&line) else { continue };
-            if event.user.username != user {
+            if !users.contains(&event.user.username.as_str()) {
                 continue;
             }
             if namespace.is_some()
@@ -399,12 +415,13 @@ impl ControlPlane {
             if ready {
                 return Ok(());
             }
-            for process in [&mut self.etcd, &mut self.apiserver].into_iter().flatten() {
+            for (what, process) in [("etcd", &mut self.etcd), ("kube-apiserver", &mut self.apiserver)] {
+                let Some(process) = process else { continue };
                 if Instant::now() > deadline || process.exited() {
                     return Err(ControlPlaneError::NotReady {
-                        what: process.name,
-                        log: process.log.display().to_string(),
-                        tail: tail(&process.log),
+                        what,
+                        log: process.log().display().to_string(),
+                        tail: crate::supervised::tail(process.log(), 20),
                     });
                 }
             }
@@ -488,90 +505,6 @@ const UPSTREAM_CONSUMED_CRDS: [(&str, &str); 6] = [
 /// Every request to the API, answered; metadata only (no bodies: Secrets).
 const AUDIT_POLICY: &str =
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
-
-/// A process under a shell watchdog: the watchdog ends with the process, and
-/// stops it by PID (TERM, then KILL after 5 s) on EOF on its stdin; then it
-/// removes `cleanup`.
-#[derive(Debug)]
-struct Supervised {
-    name: &'static str,
-    log: PathBuf,
-    watchdog: Child,
-    stdin: Option<ChildStdin>,
-}
-
-const WATCHDOG: &str = r#"
-program=$1; log=$2; cleanup=$3; shift 3
-exec 3<&0
-"$program" "$@" >>"$log" 2>&1 </dev/null &
-pid=$!
-( read -r _ <&3; kill -TERM "$pid" 2>/dev/null; sleep 5; kill -KILL "$pid" 2>/dev/null ) &
-reader=$!
-exec 3<&-
-wait "$pid"
-status=$?
-kill "$reader" 2>/dev/null
-[ -n "$cleanup" ] && rm -rf "$cleanup"
-exit "$status"
-"#;
-
-impl Supervised {
-    fn spawn(
-        name: &'static str,
-        program: &Path,
-        args: &[String],
-        log: &Path,
-        cleanup: Option<&Path>,
-    ) -> Result<Self, ControlPlaneError> {
-        let mut watchdog = Command::new("bash")
-            .arg("-c")
-            .arg(WATCHDOG)
-            .arg("watchdog")
-            .arg(program)
-            .arg(log)
-            .arg(cleanup.map(|p| p.display().to_string()).unwrap_or_default())
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(io(format!("starting {}", program.display())))?;
-        let stdin = watchdog.stdin.take();
-        Ok(Supervised { name, log: log.to_owned(), watchdog, stdin })
-    }
-
-    /// The supervised program's PID: the watchdog's child running it.
-    fn program_pid(&self) -> Option<u32> {
-        let watchdog = self.watchdog.id();
-        let children = std::fs::read_to_string(format!("/proc/{watchdog}/task/{watchdog}/children")).ok()?;
-        children.split_whitespace().filter_map(|pid| pid.parse::<u32>().ok()).find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| self.name.starts_with(comm.trim()) || comm.trim().starts_with(self.name))
-        })
-    }
-
-    /// Whether the process has stopped: its watchdog ends with it.
-    fn exited(&mut self) -> bool {
-        !matches!(self.watchdog.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Supervised {
-    fn drop(&mut self) {
-        // EOF on the watchdog's stdin stops the process; wait for it so its
-        // ports and data are free when the next test starts.
-        drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if self.exited() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.watchdog.kill();
-        let _ = self.watchdog.wait();
-    }
-}
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
@@ -694,8 +627,24 @@ fn free_port() -> Result<u16, ControlPlaneError> {
         .map_err(io("picking a loopback port"))
 }
 
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(20)..].join("\n")
+/// Starts `program` under the watchdog (no overlay, no restart).
+fn spawn(
+    name: &'static str,
+    program: &Path,
+    args: &[String],
+    log: &Path,
+    cleanup: Option<&Path>,
+) -> Result<Supervised, ControlPlaneError> {
+    let launch = Launch {
+        name,
+        program,
+        args,
+        env: &[],
+        log,
+        cleanup,
+        overlay: None,
+        restart: false,
+        stop_timeout: STOP_TIMEOUT,
+    };
+    Supervised::spawn(&launch).map_err(io(format!("starting {}", program.display())))
 }

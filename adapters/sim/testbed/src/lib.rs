@@ -11,7 +11,12 @@
 //!   real OpenStack adapter ([`CloudPath::OpenStack`]).
 //! - [`control_plane::ControlPlane`]: the reference API server, etcd and
 //!   kube-apiserver built by `.ci/build-control-plane`, for the tests and
-//!   `bench --kube real`.
+//!   `bench --api-server real`.
+//! - [`go_controller::GoController`]: the Go controller this operator
+//!   replaces, and what it needs seeded, for the takeover test and
+//!   `bench --controller go`.
+//! - [`supervised::Supervised`]: a process under a watchdog, stopped however
+//!   its owner ends.
 //!
 //! ```no_run
 //! # async fn doc() -> Result<(), server_sim_testbed::Error> {
@@ -31,14 +36,17 @@
 mod apiserver_bed;
 mod cloud;
 pub mod control_plane;
+pub mod go_controller;
 mod kube_bed;
+pub mod supervised;
 mod tenant;
 
 pub use apiserver_bed::{ApiServerBed, ServerMirror};
 pub use cloud::{CloudBed, CloudPath};
 pub use kube_bed::KubeBed;
 pub use server_sim_openstack::{
-    Fault as OpenStackFault, Op as OpenStackOp, OpenStackCounters, Target as OpenStackTarget,
+    Fault as OpenStackFault, Op as OpenStackOp, OpenStackCounters, OpenStackSimConfig,
+    RequestRecord as OpenStackRequest, Target as OpenStackTarget,
 };
 pub use tenant::{API_VERSION, Tenant};
 

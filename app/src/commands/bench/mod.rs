@@ -20,9 +20,10 @@ use anyhow::Context as _;
 
 use crate::commands::run::parse_duration;
 use crate::telemetry::{self, LogFormat};
-use operator::{OperatorFlags, OperatorMetrics, OperatorProcess, ProcessSample};
+use operator::{ControllerProcess, OperatorFlags, OperatorMetrics, OperatorProcess, ProcessSample};
 use report::{ApiCounts, BenchReport, CloudCounts, SizeResult, SteadyState, per};
-use world::{ApiServer, BenchWorld};
+use server_sim_testbed::go_controller::{GoBuild, GoController, GoOptions};
+use world::{ApiServer, BenchWorld, Controller};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -108,6 +109,19 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = ApiServer::Simkube)]
     api_server: ApiServer,
 
+    /// The controller measured: this operator, or the Go controller it
+    /// replaces (`GO_CONTROLLER_BIN`, built by `.ci/build-go-controller`;
+    /// needs `--api-server real`, as root for its mount namespace, and port
+    /// 8080 free), which runs with its fixed 10 s yield whatever
+    /// `--yield-interval` says, its monitor polling every `--monitor-interval`.
+    #[arg(long, value_enum, default_value_t = Controller::Ours)]
+    controller: Controller,
+
+    /// Passes at once: this operator's `--concurrency`, the Go controller's
+    /// `--max-concurrency` (their defaults: 8 and 2).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    concurrency: u32,
+
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
 }
@@ -136,6 +150,13 @@ pub(crate) fn run(args: &Args) -> ExitCode {
 /// Runs every size; whether all settled.
 async fn bench(args: &Args) -> anyhow::Result<bool> {
     let started = Instant::now();
+    let go_build = match args.controller {
+        Controller::Ours => None,
+        Controller::Go if args.api_server != ApiServer::Real => {
+            anyhow::bail!("--controller go runs on the real API server only: add --api-server real")
+        }
+        Controller::Go => Some(GoBuild::find()?),
+    };
     let work_dir = match &args.work_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("server-controller-bench-{}", std::process::id())),
@@ -148,7 +169,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     let mut steady_state = None;
     let mut api_server_names: Vec<String> = Vec::new();
     for &servers in &args.servers {
-        let (size, steady, api_server) = measure(args, servers, &work_dir).await?;
+        let (size, steady, api_server) = measure(args, go_build.as_ref(), servers, &work_dir).await?;
         if !api_server_names.contains(&api_server) {
             api_server_names.push(api_server);
         }
@@ -157,6 +178,10 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     }
     let all_settled = sizes.iter().all(|size| size.settled && size.violations().is_empty());
     let report = BenchReport {
+        controller: match &go_build {
+            None => "server-controller".to_owned(),
+            Some(build) => format!("the Go controller ({})", build.stamp),
+        },
         api_server: api_server_names.join(", "),
         seed: args.seed,
         create_failure_rate: args.create_failure_rate,
@@ -186,12 +211,20 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
 /// One size: the world, the operator, the wait, the counts.
 async fn measure(
     args: &Args,
+    go_build: Option<&GoBuild>,
     servers: usize,
     work_dir: &Path,
 ) -> anyhow::Result<(SizeResult, Option<SteadyState>, String)> {
     eprintln!("bench: {servers} Servers: seeding the world");
-    let mut world =
-        BenchWorld::start(args.api_server, servers, args.seed, args.create_failure_rate, args.public_ip_share).await?;
+    let mut world = BenchWorld::start(
+        args.api_server,
+        args.controller,
+        servers,
+        args.seed,
+        args.create_failure_rate,
+        args.public_ip_share,
+    )
+    .await?;
     let floating_ip_faults = world.inject_floating_ip_faults(args.floating_ip_fault_rate);
     let dir = work_dir.join(format!("n{servers}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -206,12 +239,30 @@ async fn measure(
             .map(|w| w.split_whitespace().map(str::to_owned).collect())
             .unwrap_or_default(),
         max_attempts: args.max_attempts,
+        concurrency: args.concurrency,
     };
     let sims_peak_is_this_size = operator::reset_own_peak_rss();
     let sims_at_start = ProcessSample::read(None)?;
     let api_server_at_start = api_server_sample(&world);
     let started = Instant::now();
-    let mut operator = OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?;
+    let mut operator = match go_build {
+        None => {
+            ControllerProcess::Ours(OperatorProcess::spawn(&kubeconfig, &region, &flags, &dir.join("operator.log"))?)
+        }
+        Some(build) => {
+            let token = world.monitor_token().context("the world was not seeded for the Go controller")?;
+            let options = GoOptions {
+                namespace: crate::commands::demo::world::NAMESPACE.to_owned(),
+                poll: args.monitor_interval,
+                max_concurrency: args.concurrency,
+                max_attempts: args.max_attempts,
+                controller_gomaxprocs: None,
+                log_level: "info",
+                dir: dir.join("go-controller"),
+            };
+            ControllerProcess::Go(GoController::start(build, &kubeconfig, token, &options)?)
+        }
+    };
     let (settled, wall) = settle(args, &mut world, &mut operator, started).await?;
     // Every public Server running has its public IP (a floating IP whose
     // create failed is made by a later pass): waited for, bounded.
@@ -225,11 +276,13 @@ async fn measure(
         wall.as_secs_f64()
     );
 
+    world.watch_latches();
     let api = world.api_counters()?;
     let cloud = openstack_counters(&world)?;
+    let cloud_log = world.cloud.openstack().map(|sim| sim.requests()).unwrap_or_default();
     let api_server_now = api_server_sample(&world);
     let metrics = operator.metrics().await.unwrap_or_default();
-    let process = ProcessSample::read(Some(operator.pid()))?;
+    let process = operator.sample()?;
     let sims = ProcessSample::read(None)?;
     let size = SizeResult {
         servers,
@@ -240,7 +293,7 @@ async fn measure(
         operator_cpu_seconds: process.cpu_seconds,
         operator_cpu_ms_per_server: per(process.cpu_seconds * 1000.0, servers),
         api: ApiCounts::from_counters(&api, servers),
-        cloud: CloudCounts::from_counters(cloud, servers),
+        cloud: CloudCounts::from_counters(cloud, &cloud_log, servers),
         passes: metrics.passes,
         passes_per_server: per(metrics.passes, servers),
         listed_reads_per_server: per(metrics.listed_reads, servers),
@@ -260,6 +313,8 @@ async fn measure(
         public,
         floating_ip_faults,
         deletion: None,
+        invariants: world.invariants(),
+        restarts: operator.restarts(),
     };
     // Measured even when a few Servers did not settle: the report says so.
     let steady = if servers == args.steady_servers {
@@ -272,6 +327,9 @@ async fn measure(
         eprintln!("bench: {servers} Servers: deleting every Server");
         size.deletion = Some(world.delete_all_and_count_leaks(args.timeout, &mut operator).await?);
     }
+    // Whatever the deletion did to booted servers is the user's: the
+    // invariants were counted before it; only a latch changed since counts.
+    size.invariants.provisioned_at_changed = world.invariants().provisioned_at_changed;
     // The operator stops before the world it talks to.
     drop(operator);
     Ok((size, steady, world.api_server()))
@@ -284,7 +342,7 @@ const UNSETTLED_SHOWN: usize = 10;
 async fn settle(
     args: &Args,
     world: &mut BenchWorld,
-    operator: &mut OperatorProcess,
+    operator: &mut ControllerProcess,
     started: Instant,
 ) -> anyhow::Result<(Vec<bool>, Duration)> {
     let servers = world.tracked.len();
@@ -292,6 +350,7 @@ async fn settle(
     let mut last_progress = Instant::now();
     loop {
         operator.check_running()?;
+        world.watch_latches();
         let mut done = world.observe(&mut settled, args.max_attempts).await?;
         if done == servers {
             // Settled once is not settled now: look at every Server again.
@@ -317,7 +376,7 @@ async fn settle(
 async fn steady_window(
     args: &Args,
     world: &BenchWorld,
-    operator: &mut OperatorProcess,
+    operator: &mut ControllerProcess,
     servers: usize,
     converged: bool,
 ) -> anyhow::Result<SteadyState> {
@@ -350,7 +409,7 @@ async fn steady_window(
         cloud_server_lists,
         cloud_requests: report::cloud_requests(&cloud_after) - report::cloud_requests(&cloud_before),
         cloud_server_lists_per_poll: if monitor_polls > 0.0 { cloud_server_lists as f64 / monitor_polls } else { 0.0 },
-        rss_operator_bytes: ProcessSample::read(Some(operator.pid()))?.peak_rss,
+        rss_operator_bytes: operator.sample()?.peak_rss,
     })
 }
 

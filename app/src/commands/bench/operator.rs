@@ -13,6 +13,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use server_sim_testbed::go_controller::GoController;
+
 use crate::commands::demo::world::{NAMESPACE, REGION};
 
 /// Linux's USER_HZ: the unit of /proc/<pid>/stat CPU times (fixed at 100 in
@@ -32,6 +34,8 @@ pub(crate) struct OperatorFlags {
     /// A profiler and its arguments to start the operator under; empty for none.
     pub(crate) wrapper: Vec<String>,
     pub(crate) max_attempts: i32,
+    /// `--concurrency`.
+    pub(crate) concurrency: u32,
 }
 
 /// The running operator process.
@@ -71,6 +75,7 @@ impl OperatorProcess {
             .args(["--monitor-interval", &humantime::format_duration(flags.monitor_interval).to_string()])
             .args(["--cloud-timeout", &humantime::format_duration(flags.cloud_timeout).to_string()])
             .args(["--provider-create-max-attempts", &flags.max_attempts.to_string()])
+            .args(["--concurrency", &flags.concurrency.to_string()])
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("cannot share the operator's log file")?)
             .stderr(log)
@@ -90,12 +95,6 @@ impl OperatorProcess {
             Some(status) => anyhow::bail!("the operator exited early ({status})"),
         }
     }
-
-    /// Its counters from /metrics.
-    pub(crate) async fn metrics(&self) -> anyhow::Result<OperatorMetrics> {
-        let text = http_get(self.metrics, "/metrics").await?;
-        Ok(OperatorMetrics::parse(&text))
-    }
 }
 
 /// Stops it, however the bench ends (how it exits is not measured).
@@ -104,6 +103,67 @@ impl Drop for OperatorProcess {
         // It may already be gone; then there is nothing to stop.
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// The controller under measurement: this operator's process, or the Go
+/// controller's two.
+pub(crate) enum ControllerProcess {
+    Ours(OperatorProcess),
+    Go(GoController),
+}
+
+/// Where the Go controller serves its metrics (it has no flag to move them).
+const GO_METRICS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 8080));
+
+impl ControllerProcess {
+    /// Fails if a process exited (the Go monitor is restarted, as a pod is).
+    pub(crate) fn check_running(&mut self) -> anyhow::Result<()> {
+        match self {
+            ControllerProcess::Ours(process) => process.check_running(),
+            ControllerProcess::Go(go) => Ok(go.check_running()?),
+        }
+    }
+
+    /// The PIDs to measure.
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        match self {
+            ControllerProcess::Ours(process) => vec![process.pid()],
+            ControllerProcess::Go(go) => {
+                let (controller, monitor) = go.pids();
+                controller.into_iter().chain(monitor).collect()
+            }
+        }
+    }
+
+    /// Peak RSS and CPU of its processes, summed.
+    pub(crate) fn sample(&self) -> anyhow::Result<ProcessSample> {
+        let mut total = ProcessSample::default();
+        for pid in self.pids() {
+            let sample = ProcessSample::read(Some(pid))?;
+            total.peak_rss += sample.peak_rss;
+            total.rss += sample.rss;
+            total.cpu_seconds += sample.cpu_seconds;
+        }
+        Ok(total)
+    }
+
+    /// Restarts of a process (the Go monitor's), which take its CPU and
+    /// peak RSS so far out of [`ControllerProcess::sample`].
+    pub(crate) fn restarts(&self) -> usize {
+        match self {
+            ControllerProcess::Ours(_) => 0,
+            ControllerProcess::Go(go) => go.monitor_restarts(),
+        }
+    }
+
+    /// Its counters from /metrics.
+    pub(crate) async fn metrics(&self) -> anyhow::Result<OperatorMetrics> {
+        let addr = match self {
+            ControllerProcess::Ours(process) => process.metrics,
+            ControllerProcess::Go(_) => GO_METRICS,
+        };
+        Ok(OperatorMetrics::parse(&http_get(addr, "/metrics").await?))
     }
 }
 
@@ -130,7 +190,8 @@ impl OperatorMetrics {
             let Ok(value) = value.parse::<f64>() else { continue };
             let name = series.split('{').next().unwrap_or(series);
             match name {
-                "server_controller_reconciles_total" => metrics.passes += value,
+                // controller-runtime's, as the Go controller counts its passes.
+                "server_controller_reconciles_total" | "controller_runtime_reconcile_total" => metrics.passes += value,
                 "server_controller_monitor_poll_duration_seconds_count" => metrics.monitor_polls += value,
                 "server_controller_provider_reads_total" if series.contains("how=\"listed\"") => {
                     metrics.listed_reads += value;

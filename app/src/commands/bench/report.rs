@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
-use server_sim_testbed::OpenStackCounters;
+use server_sim_testbed::{OpenStackCounters, OpenStackOp, OpenStackRequest};
 use server_simkube::{CounterSnapshot, Verb};
 
 #[derive(Debug, Serialize)]
 pub(crate) struct BenchReport {
+    /// This operator, or the Go controller with its build.
+    pub(crate) controller: String,
     /// SimKube, or kube-apiserver with its version.
     pub(crate) api_server: String,
     pub(crate) seed: u64,
@@ -67,6 +69,12 @@ pub(crate) struct SizeResult {
     pub(crate) floating_ip_faults: u32,
     /// After every Server was deleted: what the cloud still holds.
     pub(crate) deletion: Option<super::world::Deletion>,
+    /// Two servers for one Server, booted servers recreated or deleted,
+    /// `provisionedAt` changed: counted up to the deletion.
+    pub(crate) invariants: super::world::Invariants,
+    /// Times a controller process exited and was restarted (the Go
+    /// monitor's races at start): their CPU and RSS are not in the figures.
+    pub(crate) restarts: usize,
 }
 
 impl SizeResult {
@@ -74,7 +82,7 @@ impl SizeResult {
     /// IP, a deletion that did not end, and anything the cloud still holds
     /// of a deleted Server.
     pub(crate) fn violations(&self) -> Vec<String> {
-        let mut violations = Vec::new();
+        let mut violations = self.invariants.violations();
         if self.public.running_without_ip > 0 {
             violations.push(format!("{} running public Servers without a public IP", self.public.running_without_ip));
         }
@@ -143,6 +151,16 @@ pub(crate) struct CloudCounts {
     /// metadata), per Server: the cloud calls a Server costs, amortized
     /// lists included.
     pub(crate) nova_requests_per_server: f64,
+    /// Every request the simulator answered (Keystone, Nova, Neutron and
+    /// Glance, version documents and flavors included), from its log: the
+    /// measure that counts both controllers alike.
+    pub(crate) all_requests: u64,
+    pub(crate) all_requests_per_server: f64,
+    /// `POST /v3/auth/tokens`: Keystone logins.
+    pub(crate) keystone_logins: u64,
+    pub(crate) keystone_logins_per_server: f64,
+    /// Every compute request of the log (flavors, keypairs and versions too).
+    pub(crate) all_nova_requests_per_server: f64,
     pub(crate) counters: OpenStackCounters,
 }
 
@@ -236,9 +254,17 @@ impl ApiCounts {
 }
 
 impl CloudCounts {
-    pub(crate) fn from_counters(counters: OpenStackCounters, servers: usize) -> Self {
+    pub(crate) fn from_counters(counters: OpenStackCounters, log: &[OpenStackRequest], servers: usize) -> Self {
         let requests = cloud_requests(&counters);
+        let all_requests = log.len() as u64;
+        let keystone_logins = log.iter().filter(|request| request.op == OpenStackOp::Token).count() as u64;
+        let nova = log.iter().filter(|request| request.op.is_compute()).count();
         CloudCounts {
+            all_requests,
+            all_requests_per_server: per(all_requests as f64, servers),
+            keystone_logins,
+            keystone_logins_per_server: per(keystone_logins as f64, servers),
+            all_nova_requests_per_server: per(nova as f64, servers),
             requests,
             requests_per_server: per(requests as f64, servers),
             gets_per_server: per(counters.server_gets as f64, servers),
@@ -255,6 +281,7 @@ fn megabytes(bytes: u64) -> String {
 
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}\n", self.controller)?;
         writeln!(
             f,
             "bench on {}: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
@@ -335,6 +362,11 @@ impl fmt::Display for BenchReport {
                 if violations.is_empty() { "none".into() } else { format!("**{}**", violations.join("; ")) },
             )?;
         }
+        writeln!(f, "\nside by side (docs/BENCH.md):\n")?;
+        writeln!(f, "{}", SideBySide::HEADER)?;
+        for s in &self.sizes {
+            writeln!(f, "{}", SideBySide { controller: &self.controller, size: s })?;
+        }
         for s in self.sizes.iter().filter(|s| !s.unsettled.is_empty()) {
             writeln!(f, "\nnot settled at {} Servers (first {}):", s.servers, s.unsettled.len())?;
             for u in &s.unsettled {
@@ -361,5 +393,49 @@ impl fmt::Display for BenchReport {
             None => writeln!(f, "\nsteady state: not measured (no size matched --steady-servers)")?,
         }
         writeln!(f, "bench took {:.0} s", self.duration_seconds)
+    }
+}
+
+/// One row of docs/BENCH.md's side-by-side table: the columns.
+pub(crate) struct SideBySide<'a> {
+    pub(crate) controller: &'a str,
+    pub(crate) size: &'a SizeResult,
+}
+
+impl SideBySide<'_> {
+    pub(crate) const HEADER: &'static str = "| controller | N | settled | settle time | API requests / Server | writes / Server | 409s | cloud calls / Server | Nova calls / Server | Keystone logins / Server | RSS peak | CPU / Server | creates while one lived | booted recreated | booted deleted | provisionedAt changed | leaked servers / ports / FIPs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+}
+
+impl fmt::Display for SideBySide<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.size;
+        let settled = if s.settled { "all".to_owned() } else { format!("{}/{}", s.settled_servers, s.servers) };
+        let leaks = s.deletion.as_ref().map_or_else(
+            || "not deleted".to_owned(),
+            |d| format!("{} / {} / {}", d.leaked_servers, d.leaked_ports, d.leaked_floating_ips),
+        );
+        let writes = s.api.writes_per_server;
+        let i = &s.invariants;
+        write!(
+            f,
+            "| {} | {} | {} | {:.0} s | {:.1} | {:.1} | {} | {:.1} | {:.2} | {:.2} | {} | {:.1} ms | {} | {} | {} | {} | {} |",
+            self.controller,
+            s.servers,
+            settled,
+            s.wall_seconds,
+            s.api.requests_per_server,
+            writes,
+            s.api.conflicts,
+            s.cloud.all_requests_per_server,
+            s.cloud.all_nova_requests_per_server,
+            s.cloud.keystone_logins_per_server,
+            megabytes(s.rss_operator_bytes),
+            s.operator_cpu_ms_per_server,
+            i.creates_while_one_lived,
+            i.booted_servers_recreated,
+            i.booted_servers_deleted_to_retry,
+            i.provisioned_at_changed,
+            leaks,
+        )
     }
 }

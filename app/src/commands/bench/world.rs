@@ -12,9 +12,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use base64::Engine as _;
 use serde_json::{Value, json};
+use server_core::model::{ConditionReason, ConditionType, Phase};
 use server_core::model::{IDENTITY_LABEL, NAME_LABEL, ORGANIZATION_LABEL, REGION_LABEL};
-use server_sim_testbed::{ApiServerBed, CloudBed, CloudPath, KubeBed, ServerMirror, Tenant};
-use server_simcloud::{CloudConfig, SimCloud};
+use server_sim_testbed::{
+    ApiServerBed, CloudBed, CloudPath, KubeBed, OpenStackSimConfig, ServerMirror, Tenant, go_controller,
+};
+use server_simcloud::{CloudConfig, Fate, SimCloud, UidTruth};
 use server_simkube::{CounterSnapshot, SimKube};
 
 use crate::commands::demo::scenario::{self, Planned, Role};
@@ -60,6 +63,18 @@ pub(crate) enum ApiServer {
     Real,
 }
 
+/// The controller under measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Controller {
+    /// This operator, `server-controller run`.
+    Ours,
+    /// The Go controller it replaces (`unikorn-server-controller` and
+    /// `unikorn-region-monitor`, built by `.ci/build-go-controller`), under
+    /// its own Server CRD; on the real API server only.
+    Go,
+}
+
 /// Where the Servers live and how they are read and counted.
 enum Kube {
     Sim(KubeBed),
@@ -67,11 +82,15 @@ enum Kube {
     Real { mirror: ServerMirror, bed: Box<ApiServerBed>, operator: OperatorIdentity },
 }
 
-/// How the operator authenticates to the real API server.
+/// How the controller authenticates to the real API server.
 struct OperatorIdentity {
     kubeconfig: PathBuf,
-    /// Its user name in the audit log.
-    user: String,
+    /// Its user names in the audit log (the Go controller's two processes
+    /// run as two ServiceAccounts).
+    users: Vec<String>,
+    /// The Go monitor's ServiceAccount token (it knows only the in-cluster
+    /// configuration); none for this operator.
+    monitor_token: Option<String>,
 }
 
 /// The operator's RBAC as deploy/base ships it: the bench's operator runs under it.
@@ -88,6 +107,29 @@ pub(crate) struct BenchWorld {
     kube: Kube,
     pub(crate) cloud: CloudBed,
     pub(crate) tracked: Vec<Tracked>,
+    pub(crate) controller: Controller,
+    /// Each Server's `provisionedAt` as first seen, and whether it changed since.
+    latches: Vec<Latch>,
+}
+
+/// One Server's `provisionedAt` as first seen: it must never change after.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Latch {
+    first: Option<String>,
+    changed: bool,
+}
+
+impl Latch {
+    /// Notes the value seen now; whether it differs from the first one seen
+    /// (cleared or rewritten).
+    pub(crate) fn observe(&mut self, now: Option<&str>) -> bool {
+        match (&self.first, now) {
+            (None, Some(now)) => self.first = Some(now.to_owned()),
+            (Some(first), now) if now != Some(first.as_str()) => self.changed = true,
+            _ => {}
+        }
+        self.changed
+    }
 }
 
 impl BenchWorld {
@@ -97,6 +139,7 @@ impl BenchWorld {
     /// asking for a public IP.
     pub(crate) async fn start(
         api_server: ApiServer,
+        controller: Controller,
         servers: usize,
         seed: u64,
         create_failure_rate: f64,
@@ -105,7 +148,17 @@ impl BenchWorld {
         let tenant = World::tenant();
         let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
         config.mix = scenario::mix(create_failure_rate);
-        let cloud = CloudBed::start(CloudPath::OpenStack, SimCloud::new(config), &tenant, None).await?;
+        let mix = config.mix;
+        let sim_config = match controller {
+            Controller::Ours => OpenStackSimConfig::default(),
+            // gophercloud takes each type's first endpoint (no region named),
+            // and the Go controller builds a Cinder client at start.
+            Controller::Go => {
+                OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..Default::default() }
+            }
+        };
+        let cloud =
+            CloudBed::start_with(CloudPath::OpenStack, SimCloud::new(config), &tenant, None, sim_config).await?;
         for i in 0..SHARED_RESOURCES {
             cloud.seed_neutron(&tenant, "networks", &network(i));
             cloud.seed_neutron(&tenant, "securitygroups", &security_group(i));
@@ -113,18 +166,35 @@ impl BenchWorld {
         let user_data = user_data();
         let (kube, uids) = match api_server {
             ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data, public_ip_share).await?,
-            ApiServer::Real => Self::seed_real(&tenant, servers, &user_data, public_ip_share).await?,
+            ApiServer::Real => {
+                Self::seed_real(&tenant, &cloud, controller, servers, &user_data, public_ip_share).await?
+            }
         };
         let tracked = uids
             .into_iter()
             .enumerate()
             .map(|(i, uid)| {
-                let fate = cloud.cloud.with_model(|model| model.fate(&uid));
-                let planned = Planned { name: server_name(i), role: Role::Drawn, unmodelled_fields: false };
+                let name = server_name(i);
+                let fate = match api_server {
+                    ApiServer::Simkube => cloud.cloud.with_model(|model| model.fate(&uid)),
+                    // kube-apiserver's uids differ from run to run: the fate
+                    // is drawn by name, so both controllers meet the same.
+                    ApiServer::Real => {
+                        let fate = mix.draw(seed, &name);
+                        cloud.cloud.script(&uid, fate.clone());
+                        fate
+                    }
+                };
+                if let (Controller::Go, Some(openstack)) = (controller, cloud.openstack()) {
+                    // The Go controller's creates carry `serverID=<name>`, no uid.
+                    openstack.attribute_server_id(&name, &uid);
+                }
+                let planned = Planned { name, role: Role::Drawn, unmodelled_fields: false };
                 Tracked { planned, uid, fate, rearmed: false, public: is_public(i, public_ip_share) }
             })
-            .collect();
-        Ok(BenchWorld { kube, cloud, tracked })
+            .collect::<Vec<_>>();
+        let latches = vec![Latch::default(); tracked.len()];
+        Ok(BenchWorld { kube, cloud, tracked, controller, latches })
     }
 
     async fn seed_simkube(
@@ -158,19 +228,50 @@ impl BenchWorld {
 
     async fn seed_real(
         tenant: &Tenant,
+        cloud: &CloudBed,
+        controller: Controller,
         servers: usize,
         user_data: &str,
         public_ip_share: f64,
     ) -> anyhow::Result<(Kube, Vec<String>)> {
         let bed = ApiServerBed::start(NAMESPACE).await?;
         eprintln!("bench: {} at {}", bed.plane.version, bed.plane.url);
+        let apply = |manifest: &str| {
+            bed.plane.kubectl_checked(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(manifest))
+        };
+        let operator = match controller {
+            Controller::Ours => {
+                let (kubeconfig, user) = bed.service_account(&OPERATOR_RBAC, OPERATOR_ACCOUNT.0, OPERATOR_ACCOUNT.1)?;
+                OperatorIdentity { kubeconfig, users: vec![user], monitor_token: None }
+            }
+            Controller::Go => {
+                apply(go_controller::GO_SERVER_CRD)?;
+                bed.plane.kubectl_checked(
+                    &["wait", "--for=condition=Established", "--timeout=60s", "crd/servers.region.unikorn-cloud.org"],
+                    None,
+                )?;
+                let openstack = cloud.openstack().context("the bench's cloud is not on the OpenStack path")?;
+                let auth_url = cloud.openstack_config().context("no OpenStack configuration")?.auth_url.clone();
+                go_controller::prepare_cloud(openstack);
+                apply(&go_controller::manifests(NAMESPACE, REGION, &auth_url, &tenant.project))?;
+                let kubeconfig = bed.plane.service_account_kubeconfig(NAMESPACE, go_controller::CONTROLLER_ACCOUNT);
+                let token = bed.plane.kubectl_checked(
+                    &["create", "token", go_controller::MONITOR_ACCOUNT, "-n", NAMESPACE, "--duration=24h"],
+                    None,
+                )?;
+                OperatorIdentity {
+                    kubeconfig,
+                    users: go_controller::audit_users(NAMESPACE).to_vec(),
+                    monitor_token: Some(token.trim().to_owned()),
+                }
+            }
+        };
         bed.seed_tenant(tenant, true).await?;
         bed.seed(tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY})).await?;
         for i in 0..SHARED_RESOURCES {
             bed.seed(tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")})).await?;
             bed.seed(tenant, "securitygroups", &security_group(i), json!({})).await?;
         }
-        let (kubeconfig, user) = bed.service_account(&OPERATOR_RBAC, OPERATOR_ACCOUNT.0, OPERATOR_ACCOUNT.1)?;
         let bed = Arc::new(bed);
         let mut uids = vec![String::new(); servers];
         let mut creates = tokio::task::JoinSet::new();
@@ -188,7 +289,7 @@ impl BenchWorld {
         let bed = Arc::into_inner(bed).context("a seeding task outlived the seeding")?;
         let mut mirror = ServerMirror::start(&bed, NAMESPACE);
         mirror.synced().await;
-        Ok((Kube::Real { mirror, bed: Box::new(bed), operator: OperatorIdentity { kubeconfig, user } }, uids))
+        Ok((Kube::Real { mirror, bed: Box::new(bed), operator }, uids))
     }
 
     async fn record_uid(
@@ -215,7 +316,10 @@ impl BenchWorld {
     pub(crate) fn api_counters(&self) -> anyhow::Result<CounterSnapshot> {
         match &self.kube {
             Kube::Sim(kube) => Ok(kube.sim.counters()),
-            Kube::Real { bed, operator, .. } => Ok(bed.plane.audited_counters(&operator.user)?),
+            Kube::Real { bed, operator, .. } => {
+                let users: Vec<&str> = operator.users.iter().map(String::as_str).collect();
+                Ok(bed.plane.audited_counters_of(&users, None)?)
+            }
         }
     }
 
@@ -227,6 +331,14 @@ impl BenchWorld {
                 let (apiserver, etcd) = bed.plane.process_ids();
                 apiserver.into_iter().chain(etcd).collect()
             }
+        }
+    }
+
+    /// The Go monitor's ServiceAccount token, when the world is seeded for the Go controller.
+    pub(crate) fn monitor_token(&self) -> Option<&str> {
+        match &self.kube {
+            Kube::Real { operator, .. } => operator.monitor_token.as_deref(),
+            Kube::Sim(_) => None,
         }
     }
 
@@ -310,16 +422,45 @@ impl BenchWorld {
             }
             let Some(object) = self.stored(&self.tracked[i].planned.name) else { continue };
             let Some(server) = core_view(&object) else { continue };
-            if demo::needs_rearm(&self.tracked[i], &server, max_attempts) {
-                self.edit(&self.tracked[i].planned.name, demo::rearm_patch()).await?;
-                self.tracked[i].rearmed = true;
-            }
-            let t = &self.tracked[i];
-            let history = demo::observer::History { latest: Some(server), ..Default::default() };
-            let made = self.cloud.cloud.truth(&t.uid).creates_accepted;
-            *done = demo::is_settled(t, &history, max_attempts, made);
+            let truth = self.cloud.cloud.truth(&self.tracked[i].uid);
+            *done = match self.controller {
+                Controller::Ours => {
+                    if demo::needs_rearm(&self.tracked[i], &server, max_attempts) {
+                        self.edit(&self.tracked[i].planned.name, demo::rearm_patch()).await?;
+                        self.tracked[i].rearmed = true;
+                    }
+                    let t = &self.tracked[i];
+                    let history = demo::observer::History { latest: Some(server), ..Default::default() };
+                    demo::is_settled(t, &history, max_attempts, truth.creates_accepted)
+                }
+                // The Go controller parks no refusal: nothing for the user to edit.
+                Controller::Go => go_settled(&self.tracked[i].fate, &server, &truth, max_attempts),
+            };
         }
         Ok(settled.iter().filter(|done| **done).count())
+    }
+
+    /// Notes every Server's `provisionedAt`; how many changed since first seen.
+    pub(crate) fn watch_latches(&mut self) -> usize {
+        for i in 0..self.tracked.len() {
+            let Some(object) = self.stored(&self.tracked[i].planned.name) else { continue };
+            if let Some(latch) = self.latches.get_mut(i) {
+                latch.observe(object["status"]["provisionedAt"].as_str());
+            }
+        }
+        self.latches.iter().filter(|latch| latch.changed).count()
+    }
+
+    /// What must never happen, from the cloud's truth and the latches.
+    pub(crate) fn invariants(&self) -> Invariants {
+        let openstack = self.cloud.openstack().map(|sim| sim.counters()).unwrap_or_default();
+        let truths: Vec<_> = self.tracked.iter().map(|t| self.cloud.cloud.truth(&t.uid)).collect();
+        Invariants {
+            creates_while_one_lived: openstack.duplicate_server_creates,
+            booted_servers_recreated: truths.iter().filter(|truth| truth.creates_after_launch > 0).count(),
+            booted_servers_deleted_to_retry: truths.iter().filter(|truth| truth.launched_deleted > 0).count(),
+            provisioned_at_changed: self.latches.iter().filter(|latch| latch.changed).count(),
+        }
     }
 
     /// The first `limit` Servers not settled, each with its fate and where it stands.
@@ -336,11 +477,12 @@ impl BenchWorld {
                     gone: object.is_none(),
                     ..Default::default()
                 };
-                Unsettled {
-                    name: t.planned.name.clone(),
-                    fate: demo::describe_fate(t),
-                    outcome: demo::outcome(&history, max_attempts),
-                }
+                let truth = self.cloud.cloud.truth(&t.uid);
+                let outcome = match (self.controller, &history.latest) {
+                    (Controller::Go, Some(server)) => go_outcome(server, &truth),
+                    _ => demo::outcome(&history, max_attempts),
+                };
+                Unsettled { name: t.planned.name.clone(), fate: demo::describe_fate(t), outcome }
             })
             .collect()
     }
@@ -416,7 +558,7 @@ impl BenchWorld {
         max_attempts: i32,
         started: std::time::Instant,
         timeout: Duration,
-        operator: &mut super::operator::OperatorProcess,
+        operator: &mut super::operator::ControllerProcess,
     ) -> anyhow::Result<PublicIps> {
         loop {
             operator.check_running()?;
@@ -435,7 +577,7 @@ impl BenchWorld {
     pub(crate) async fn delete_all_and_count_leaks(
         &self,
         timeout: Duration,
-        operator: &mut super::operator::OperatorProcess,
+        operator: &mut super::operator::ControllerProcess,
     ) -> anyhow::Result<Deletion> {
         let started = std::time::Instant::now();
         for t in &self.tracked {
@@ -459,6 +601,77 @@ impl BenchWorld {
             leaked_floating_ips: openstack.floating_ips().len(),
         })
     }
+}
+
+/// The invariants, counted over the whole run.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub(crate) struct Invariants {
+    /// Nova creates for a Server while a server of it existed (a real Nova
+    /// makes a second server; the simulator counts it and answers with the
+    /// one it has).
+    pub(crate) creates_while_one_lived: u64,
+    /// Servers with a create accepted after one of their servers had
+    /// booted.
+    pub(crate) booted_servers_recreated: usize,
+    /// Servers one of whose booted servers the controller deleted (the
+    /// user's deletion of the Server aside: counted before it).
+    pub(crate) booted_servers_deleted_to_retry: usize,
+    /// Servers whose `provisionedAt` changed or was cleared once written.
+    pub(crate) provisioned_at_changed: usize,
+}
+
+impl Invariants {
+    pub(crate) fn violations(&self) -> Vec<String> {
+        [
+            (self.creates_while_one_lived as usize, "creates while a server of the Server existed"),
+            (self.booted_servers_recreated, "booted servers recreated"),
+            (self.booted_servers_deleted_to_retry, "booted servers deleted"),
+            (self.provisioned_at_changed, "provisionedAt changed"),
+        ]
+        .into_iter()
+        .filter(|(count, _)| *count > 0)
+        .map(|(count, what)| format!("{count} {what}"))
+        .collect()
+    }
+}
+
+/// Whether the Go controller brought a Server to an end it leaves only by a
+/// person's action: provisioned on a booted server the cloud still has
+/// (`provisionedAt` latched by its monitor), or parked at its create cap
+/// (`providerCreateFailures` at the cap, Available `Errored`; it requeues
+/// it no more). A server that vanished after boot ends where the Go
+/// controller leaves it: recreated (and counted as a booted server
+/// recreated) or not, once its monitor saw the server gone.
+pub(crate) fn go_settled(fate: &Fate, server: &server_core::Server, truth: &UidTruth, max_attempts: i32) -> bool {
+    let reason = server.status.condition(ConditionType::Available).map(|c| c.reason);
+    let cap = u32::try_from(max_attempts).unwrap_or(1);
+    let parked_at_cap =
+        reason == Some(ConditionReason::Errored) && server.status.provider_create_failures >= max_attempts;
+    if fate.failed_boots >= cap {
+        return parked_at_cap;
+    }
+    let provisioned = reason == Some(ConditionReason::Provisioned) && server.status.provisioned_at.is_some();
+    if fate.vanish_after_launch.is_some() && truth.ever_launched && truth.live == 0 {
+        // Gone from the cloud: settled once the Go side shows it, as a
+        // phase other than Running, or once it made another.
+        return server.status.phase != Some(Phase::Running) || truth.creates_after_launch > 0;
+    }
+    provisioned && truth.live_launched
+}
+
+/// Where a Server the Go controller manages stands, in words.
+pub(crate) fn go_outcome(server: &server_core::Server, truth: &UidTruth) -> String {
+    let reason = server.status.condition(ConditionType::Available).map_or("none".to_owned(), |c| c.reason.to_string());
+    let phase = server.status.phase.map_or_else(|| "none".to_owned(), |phase| phase.to_string());
+    format!(
+        "Available {reason}, phase {phase}, providerCreateFailures {}, provisionedAt {}; the cloud: {} live ({}), {} accepted creates, {} refused",
+        server.status.provider_create_failures,
+        if server.status.provisioned_at.is_some() { "set" } else { "unset" },
+        truth.live,
+        if truth.live_launched { "booted" } else { "not booted" },
+        truth.creates_accepted,
+        truth.creates_refused,
+    )
 }
 
 /// A Server that did not reach the end its fate leads to.
@@ -537,6 +750,85 @@ mod tests {
         let s = server("server-00007", 7, "dXNlcg==", false);
         assert_eq!(s["spec"]["networks"][0]["id"], network(7));
         assert_eq!(s["spec"]["securityGroups"][0]["id"], security_group(17));
+    }
+
+    /// A Server as the Go controller leaves it: Available's reason, its
+    /// create failures, provisionedAt and phase.
+    fn go_status(reason: &str, failures: i32, provisioned: bool, phase: &str) -> server_core::Server {
+        let mut object = server("server-00001", 1, "dXNlcg==", false);
+        object["metadata"]["uid"] = json!("uid-1");
+        object["status"] = json!({
+            "conditions": [{"type": "Available", "status": if reason == "Provisioned" { "True" } else { "False" },
+                "reason": reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "providerCreateFailures": failures,
+            "phase": phase,
+        });
+        if provisioned {
+            object["status"]["provisionedAt"] = json!("2026-01-01T00:01:00Z");
+        }
+        core_view(&Arc::new(object)).expect("a readable Server")
+    }
+
+    fn truth(live: u32, launched: bool, ever: bool, after_launch: u32) -> UidTruth {
+        UidTruth {
+            live,
+            live_launched: launched,
+            ever_launched: ever,
+            creates_after_launch: after_launch,
+            ..UidTruth::default()
+        }
+    }
+
+    #[test]
+    fn the_go_controller_settles_a_boot_only_once_provisioned_on_a_booted_server() {
+        let clean = Fate::clean();
+        let provisioned = go_status("Provisioned", 0, true, "Running");
+        assert!(go_settled(&clean, &provisioned, &truth(1, true, true, 0), 3));
+        // Provisioned before the monitor latched it, or on a server not booted yet: not yet.
+        assert!(!go_settled(&clean, &go_status("Provisioned", 0, false, "Pending"), &truth(1, true, true, 0), 3));
+        assert!(!go_settled(&clean, &provisioned, &truth(1, false, false, 0), 3));
+        // A retry under way is no end.
+        let retrying = go_status("Errored", 1, false, "Pending");
+        assert!(!go_settled(&Fate::failing_boots(2), &retrying, &truth(1, false, false, 0), 3));
+    }
+
+    #[test]
+    fn the_go_controller_settles_a_failing_fate_only_parked_at_its_cap() {
+        let forever = Fate::failing_forever();
+        assert!(go_settled(&forever, &go_status("Errored", 3, false, "Pending"), &truth(1, false, false, 0), 3));
+        assert!(!go_settled(&forever, &go_status("Errored", 2, false, "Pending"), &truth(1, false, false, 0), 3));
+        assert!(!go_settled(&forever, &go_status("Provisioning", 3, false, "Pending"), &truth(1, false, false, 0), 3));
+    }
+
+    #[test]
+    fn a_vanished_server_settles_once_the_go_side_saw_it_gone_or_made_another() {
+        let vanish = Fate::vanish_after_launch(Duration::from_secs(60));
+        let gone = truth(0, false, true, 0);
+        assert!(!go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &gone, 3));
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Stopped"), &gone, 3));
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &truth(0, false, true, 1), 3));
+        // Before it vanished, a vanishing fate is a boot like any other.
+        assert!(go_settled(&vanish, &go_status("Provisioned", 0, true, "Running"), &truth(1, true, true, 0), 3));
+    }
+
+    #[test]
+    fn a_latch_counts_a_rewrite_and_a_clearing_never_the_first_write() {
+        let mut latch = Latch::default();
+        assert!(!latch.observe(None));
+        assert!(!latch.observe(Some("2026-01-01T00:00:00Z")));
+        assert!(!latch.observe(Some("2026-01-01T00:00:00Z")));
+        assert!(latch.observe(Some("2026-01-01T00:00:01Z")));
+        let mut cleared = Latch::default();
+        cleared.observe(Some("2026-01-01T00:00:00Z"));
+        assert!(cleared.observe(None));
+    }
+
+    #[test]
+    fn invariants_name_each_violation_with_its_count() {
+        let none = Invariants::default();
+        assert!(none.violations().is_empty());
+        let some = Invariants { booted_servers_recreated: 2, provisioned_at_changed: 1, ..Invariants::default() };
+        assert_eq!(some.violations(), ["2 booted servers recreated", "1 provisionedAt changed"]);
     }
 
     #[test]
