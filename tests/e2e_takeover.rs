@@ -247,6 +247,91 @@ async fn takeover(build: GoBuild) {
     );
 }
 
+/// The Servers whose rebuild the Go controller begins and this operator ends.
+const REBUILT: [&str; 2] = ["rb-a", "rb-b"];
+const IMAGE_2: &str = "1f9e5d4c-69b6-4e66-a4c6-1c76d2d8d403";
+
+/// A rebuild the Go controller began (its `status.rebuild` marker, the same
+/// on both sides) is continued after the takeover: the accepted one is not
+/// sent again, the marker settles and is cleared, nothing is recreated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_the_go_controller_began_is_continued_after_the_takeover() {
+    let Some(build) = go_controller_or_skip() else { return };
+    on_the_real_server_within(Duration::from_secs(360), rebuild_takeover(build)).await;
+}
+
+async fn rebuild_takeover(build: GoBuild) {
+    let sim_config =
+        OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
+    let mut env =
+        Env::build_with(CloudKind::OpenStack, 31, test_config(), cloud::CloudConfig::reliable(31), sim_config).await;
+    let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
+    let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
+    let kubeconfig = real.admin_kubeconfig();
+    real.apply(GO_SERVER_CRD);
+    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
+    real.apply(&server_e2e::go_controller::manifests(&env.namespace, REGION, &endpoint, PROJECT));
+    server_e2e::go_controller::prepare_cloud(&sim);
+    let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
+    for name in REBUILT {
+        // Long enough a rebuild that the Go controller is stopped in it.
+        sim.script_by_name(name, fast(Fate::clean()).with_rebuild_time(Duration::from_secs(40)));
+        let labels = [
+            (server_core::model::REGION_LABEL, REGION),
+            (server_core::model::IDENTITY_LABEL, IDENTITY),
+            (NAME_LABEL, name),
+        ];
+        env.create_server_with_labels(name, Fate::clean(), Env::spec(), &labels);
+    }
+    let mut go = GoController::start(&build, &kubeconfig, &token, &env.namespace, MONITOR_POLL, "rebuild");
+    wait_for(&mut go, Duration::from_secs(180), "the Go controller to boot both", || {
+        REBUILT.iter().all(|name| env.server_json(name).is_some_and(|s| s["status"]["provisionedAt"].is_string()))
+    })
+    .await;
+    let latched: Vec<Value> = REBUILT
+        .iter()
+        .map(|name| env.server_json(name).unwrap_or_default()["status"]["provisionedAt"].clone())
+        .collect();
+    for name in REBUILT {
+        env.patch_spec(name, json!({ "image": { "id": IMAGE_2 } })).await;
+    }
+    wait_for(&mut go, Duration::from_secs(120), "the Go controller's rebuilds accepted", || {
+        REBUILT.iter().all(|name| {
+            env.server_json(name).is_some_and(|s| {
+                s["status"]["rebuild"]["state"] == "Rebuilding" && s["status"]["rebuild"]["targetImageID"] == IMAGE_2
+            })
+        })
+    })
+    .await;
+    go.stop();
+    let before = sim.counters();
+    assert_eq!(before.server_rebuilds, REBUILT.len() as u64, "the Go controller's rebuilds, one each");
+
+    if let Some(real) = env.real() {
+        real.apply(&our_crd());
+    }
+    env.start();
+    wait_for_env(Duration::from_secs(120), "the rebuilds settled and their markers cleared", || {
+        REBUILT.iter().all(|name| {
+            env.server_json(name).is_some_and(|s| {
+                s["status"]["rebuild"].is_null()
+                    && reason(&s, "Available") == "Provisioned"
+                    && s["status"]["phase"] == "Running"
+            })
+        })
+    })
+    .await;
+    env.idle(10).await;
+    let after = sim.counters();
+    assert_eq!(after.server_rebuilds, before.server_rebuilds, "the accepted rebuilds were not sent again");
+    assert_eq!((after.server_creates, after.server_deletes), (before.server_creates, before.server_deletes));
+    for (name, latched) in REBUILT.iter().zip(&latched) {
+        assert_eq!(&env.server_json(name).unwrap_or_default()["status"]["provisionedAt"], latched, "{name}'s latch");
+        assert_eq!(adoptions(&env, name), 1, "{name}: adopted once");
+    }
+    env.stop().await;
+}
+
 /// The simulator's answers of 400 and above, by endpoint and status.
 fn refusals(requests: &[server_e2e::openstack::RequestRecord]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();

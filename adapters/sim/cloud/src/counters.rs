@@ -96,4 +96,9 @@ pub struct UidTruth {
     /// Creates accepted after a server of this uid had launched: a booted
     /// server recreated (a Server's data lost with the server it booted on).
     pub creates_after_launch: u32,
+    /// Of those, creates after a launch some read showed (a get, a list, a
+    /// create's answer): the controller could have known the server booted.
+    /// The rest followed a boot no read showed (it vanished between reads),
+    /// which no controller can tell from a server that never booted.
+    pub creates_after_boot_read: u32,
 }

@@ -150,6 +150,9 @@ struct Instance {
     image: String,
     /// The latest accepted rebuild.
     rebuild: Option<RebuildRun>,
+    /// A read (get, list, a create's answer) showed it launched: the
+    /// controller could know it booted.
+    boot_read: bool,
 }
 
 /// A rebuild the cloud accepted, in milliseconds since the epoch. As Nova
@@ -189,6 +192,7 @@ impl Instance {
             adopted: false,
             image: String::new(),
             rebuild: None,
+            boot_read: false,
         }
     }
 }
@@ -413,8 +417,9 @@ impl CloudModel {
                 message: format!("Invalid input for field/attribute user_data: longer than {NOVA_USER_DATA_MAX}"),
             });
         }
-        if let Some(existing) = state.instances.last().filter(|i| i.exists(now)) {
+        if let Some(existing) = state.instances.last_mut().filter(|i| i.exists(now)) {
             self.counters.creates_deduplicated += 1;
+            existing.boot_read |= existing.launched(now);
             return Ok(existing.record(uid, now));
         }
         if state.truth.creates_refused < state.fate.refused_creates {
@@ -427,6 +432,9 @@ impl CloudModel {
         }
         if state.instances.iter().any(|i| i.launched(now)) {
             state.truth.creates_after_launch += 1;
+        }
+        if state.instances.iter().any(|i| i.boot_read) {
+            state.truth.creates_after_boot_read += 1;
         }
         state.truth.creates_accepted += 1;
         self.counters.creates_accepted += 1;
@@ -638,19 +646,23 @@ impl CloudModel {
         if self.faults.chance(self.config.read_failure_rate) {
             return Err(self.read_failure());
         }
-        let state = slot.and_then(|slot| self.servers.get(slot));
-        Ok(state.and_then(|s| s.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&s.uid, now))))
+        let Some(state) = slot.and_then(|slot| self.servers.get_mut(slot)) else { return Ok(None) };
+        let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) else { return Ok(None) };
+        instance.boot_read |= instance.launched(now);
+        Ok(Some(instance.record(&state.uid, now)))
     }
 
     /// Every provider server of the project, ordered by uid.
     pub fn list(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<ProviderServer>, CloudError> {
         let listed = self.list_versions(now, project_id)?;
         let now = now.as_millisecond();
-        let mut records: Vec<ProviderServer> = listed
-            .iter()
-            .filter_map(|(handle, _)| self.servers.get(handle.0))
-            .filter_map(|s| s.instances.last().map(|i| i.record(&s.uid, now)))
-            .collect();
+        let mut records = Vec::with_capacity(listed.len());
+        for (handle, _) in &listed {
+            let Some(state) = self.servers.get_mut(handle.0) else { continue };
+            let Some(instance) = state.instances.last_mut() else { continue };
+            instance.boot_read |= instance.launched(now);
+            records.push(instance.record(&state.uid, now));
+        }
         records.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
         Ok(records)
     }

@@ -332,3 +332,26 @@ fn manual_clock_drives_a_sync_port_user() {
     clock.advance(Duration::from_secs(61));
     assert!(cloud.truth("u").live_launched);
 }
+
+/// A create after a boot some read showed counts as a booted server
+/// recreated; one after a boot that vanished between reads is counted
+/// apart (no controller could have known it booted).
+#[test]
+fn a_create_after_a_boot_a_read_showed_is_told_from_one_after_an_unread_boot() {
+    let fate = Fate::vanish_after_launch(Duration::from_secs(10)).with_build_time(Duration::from_secs(30));
+    let mut unread = model_with("u", fate.clone());
+    let _ = unread.create(at(0), "p", &request("u"));
+    assert_eq!(status_at(&mut unread, "u", 20), Some(ProviderStatus::Build));
+    assert_eq!(status_at(&mut unread, "u", 50), None, "booted at 30 and gone at 40, unread");
+    let _ = unread.create(at(60), "p", &request("u"));
+    let truth = unread.truth("u", at(60));
+    assert_eq!((truth.creates_after_launch, truth.creates_after_boot_read), (1, 0));
+
+    let mut read = model_with("u", fate);
+    let _ = read.create(at(0), "p", &request("u"));
+    assert_eq!(status_at(&mut read, "u", 35), Some(ProviderStatus::Active));
+    assert_eq!(status_at(&mut read, "u", 50), None);
+    let _ = read.create(at(60), "p", &request("u"));
+    let truth = read.truth("u", at(60));
+    assert_eq!((truth.creates_after_launch, truth.creates_after_boot_read), (1, 1));
+}

@@ -403,7 +403,7 @@ pub(crate) struct SideBySide<'a> {
 }
 
 impl SideBySide<'_> {
-    pub(crate) const HEADER: &'static str = "| controller | N | settled | settle time | API requests / Server | writes / Server | 409s | cloud calls / Server | Nova calls / Server | Keystone logins / Server | RSS peak | CPU / Server | creates while one lived | booted recreated | booted deleted | provisionedAt changed | leaked servers / ports / FIPs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
+    pub(crate) const HEADER: &'static str = "| controller | N | settled | settle time | API requests / Server | writes / Server | 409s | cloud calls / Server | Nova calls / Server | Keystone logins / Server | RSS peak | CPU / Server | creates while one lived | booted recreated (after an unread boot) | booted deleted | provisionedAt changed | leaked servers / ports / FIPs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|";
 }
 
 impl fmt::Display for SideBySide<'_> {
@@ -418,7 +418,7 @@ impl fmt::Display for SideBySide<'_> {
         let i = &s.invariants;
         write!(
             f,
-            "| {} | {} | {} | {:.0} s | {:.1} | {:.1} | {} | {:.1} | {:.2} | {:.2} | {} | {:.1} ms | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {:.0} s | {:.1} | {:.1} | {} | {:.1} | {:.2} | {:.2} | {} | {:.1} ms | {} | {} ({}) | {} | {} | {} |",
             self.controller,
             s.servers,
             settled,
@@ -433,6 +433,7 @@ impl fmt::Display for SideBySide<'_> {
             s.operator_cpu_ms_per_server,
             i.creates_while_one_lived,
             i.booted_servers_recreated,
+            i.recreated_after_unread_boots,
             i.booted_servers_deleted_to_retry,
             i.provisioned_at_changed,
             leaks,

@@ -457,7 +457,11 @@ impl BenchWorld {
         let truths: Vec<_> = self.tracked.iter().map(|t| self.cloud.cloud.truth(&t.uid)).collect();
         Invariants {
             creates_while_one_lived: openstack.duplicate_server_creates,
-            booted_servers_recreated: truths.iter().filter(|truth| truth.creates_after_launch > 0).count(),
+            booted_servers_recreated: truths.iter().filter(|truth| truth.creates_after_boot_read > 0).count(),
+            recreated_after_unread_boots: truths
+                .iter()
+                .filter(|truth| truth.creates_after_launch > 0 && truth.creates_after_boot_read == 0)
+                .count(),
             booted_servers_deleted_to_retry: truths.iter().filter(|truth| truth.launched_deleted > 0).count(),
             provisioned_at_changed: self.latches.iter().filter(|latch| latch.changed).count(),
         }
@@ -610,9 +614,13 @@ pub(crate) struct Invariants {
     /// makes a second server; the simulator counts it and answers with the
     /// one it has).
     pub(crate) creates_while_one_lived: u64,
-    /// Servers with a create accepted after one of their servers had
-    /// booted.
+    /// Servers with a create accepted after a read (get, list, a create's
+    /// answer) had shown one of their servers booted.
     pub(crate) booted_servers_recreated: usize,
+    /// Servers created again after a boot no read showed (the server
+    /// vanished between two reads): no controller can tell that from a
+    /// server that never booted, so it is reported, not a violation.
+    pub(crate) recreated_after_unread_boots: usize,
     /// Servers one of whose booted servers the controller deleted (the
     /// user's deletion of the Server aside: counted before it).
     pub(crate) booted_servers_deleted_to_retry: usize,
