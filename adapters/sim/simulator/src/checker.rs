@@ -3,7 +3,9 @@
 //! and each stored write (2, 3) here; the engine asks it about 1, 4, 6 and
 //! 13 where the cloud calls happen, against the cloud's truth.
 
-use server_core::model::{ConditionReason, ConditionType, RETRY_ANNOTATION, ServerStatus, retry_requested};
+use server_core::model::{
+    ConditionReason, ConditionType, RETRY_ANNOTATION, RebuildState, ServerStatus, retry_requested,
+};
 use server_core::{Action, Decision, Options, Outcome, ProviderView, Server};
 
 use super::report::Violation;
@@ -138,6 +140,20 @@ impl Checker {
             && new.provisioned_at != Some(latched)
         {
             found.push(("3", format!("provisionedAt changed from {latched} to {:?}", new.provisioned_at)));
+        }
+        if let (Some(before), Some(after)) = (&old.rebuild, &new.rebuild) {
+            let same_target = before.target_image_id == after.target_image_id;
+            // Forward only; the one assignment over a rank is the park's
+            // Failed over Succeeded, and a new target starts at Initiated.
+            let backwards = after.state.rank() < before.state.rank()
+                || (before.state == RebuildState::Failed && after.state != RebuildState::Failed);
+            if same_target && backwards {
+                found
+                    .push(("rebuild", format!("the rebuild marker went from {:?} to {:?}", before.state, after.state)));
+            }
+            if !same_target && after.state != RebuildState::Initiated {
+                found.push(("rebuild", format!("a marker retargeted at {:?}", after.state)));
+            }
         }
         if new.provider_create_failures > max {
             found.push(("2", format!("providerCreateFailures {} above the cap {max}", new.provider_create_failures)));

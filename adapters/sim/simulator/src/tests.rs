@@ -163,6 +163,29 @@ fn a_monitor_that_clears_provisioned_at_is_caught() {
     assert!(report.violations.iter().any(|v| v.invariant == "3"), "{report}");
 }
 
+/// A monitor that takes a task under way for a rebuild begun, whatever the
+/// marker said (no rank check).
+fn observe_without_the_rank_check(
+    status: &ServerStatus,
+    record: Option<&ProviderServer>,
+    now: Timestamp,
+) -> ServerStatus {
+    let mut next = server_core::observe(status, record, now);
+    if let (Some(marker), Some(record)) = (next.rebuild.as_mut(), record)
+        && server_core::rebuild_task_in_flight(record)
+    {
+        marker.state = server_core::model::RebuildState::Initiated;
+    }
+    next
+}
+
+#[test]
+fn a_monitor_that_moves_the_rebuild_marker_back_is_caught() {
+    let broken = DecisionRules { observe: observe_without_the_rank_check, ..DecisionRules::CORE };
+    let report = run_with(&config(600, 4), broken);
+    assert!(report.violations.iter().any(|v| v.invariant == "rebuild"), "{report}");
+}
+
 /// Caches that lag for minutes, half the watch deliveries held back, and a
 /// resync every minute: passes act on old copies all the time. The
 /// resourceVersion guards and the issued-create note must still hold every
