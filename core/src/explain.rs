@@ -97,6 +97,18 @@ impl Intent {
     }
 }
 
+impl std::ops::AddAssign for Intent {
+    /// Sums field by field (destructured, so a new field cannot be left out).
+    fn add_assign(&mut self, other: Intent) {
+        let Intent { creates, deletes, rebuilds, cloud_changes, api_writes } = other;
+        self.creates += creates;
+        self.deletes += deletes;
+        self.rebuilds += rebuilds;
+        self.cloud_changes += cloud_changes;
+        self.api_writes += api_writes;
+    }
+}
+
 impl fmt::Display for Intent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_idle() {

@@ -246,9 +246,10 @@ fn a_pass_moves_the_marker_only_as_it_may(rule: Reconcile) -> Result<(), String>
                 prop_assert_eq!(after, &Rebuild::initiated(desired), "armed something else than the spec's image")
             }
             (Some(before), None) => prop_assert!(
-                record.image_id.as_deref() == Some(before.target_image_id.as_str())
-                    && !server_core::rebuild_task_in_flight(&record),
-                "cleared {before:?} before the provider showed it done"
+                !server_core::ever_booted(&decision.status)
+                    || record.image_id.as_deref() == Some(before.target_image_id.as_str())
+                        && !server_core::rebuild_task_in_flight(&record),
+                "cleared {before:?} of a booted server before the provider showed it done"
             ),
             (None, None) => {}
         }
@@ -492,4 +493,22 @@ fn a_rebuild_taken_for_a_create_failure_is_caught() {
 #[test]
 fn attribution_by_the_marker_alone_is_caught() {
     must_catch(|| one_accepted_rebuild_per_target(attributes_by_the_marker));
+}
+
+/// What a migration report counts: a pass that sends a rebuild is a
+/// rebuild (a root disk made anew), summed across Servers like creates.
+#[test]
+fn a_rebuild_is_counted_in_what_a_pass_would_do() {
+    let (mut server, facts) = running_server();
+    server.spec.image.id = "image-2".into();
+    let decision = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &decision);
+    let sent = reconcile(&server, &facts, &OPTIONS, at(20));
+    let intent = server_core::explain::Intent::of(&sent);
+    assert_eq!((intent.rebuilds, intent.creates, intent.deletes), (1, 0, 0));
+    assert!(intent.to_string().contains("1 provider server rebuild"), "{intent}");
+    let mut total = server_core::explain::Intent::default();
+    total += intent;
+    total += intent;
+    assert_eq!(total.rebuilds, 2);
 }

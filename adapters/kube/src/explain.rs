@@ -81,10 +81,7 @@ impl ShadowRound {
     pub fn total(&self) -> Intent {
         let mut total = Intent::default();
         for intent in self.entries.iter().filter_map(|e| e.explained.as_ref().ok().and_then(Explanation::intent)) {
-            total.creates += intent.creates;
-            total.deletes += intent.deletes;
-            total.cloud_changes += intent.cloud_changes;
-            total.api_writes += intent.api_writes;
+            total += intent;
         }
         total
     }

@@ -594,7 +594,9 @@ async fn shadow(args: &Args) -> anyhow::Result<ExitCode> {
         print!("{round}");
         if args.shadow_once {
             let total = round.total();
-            return Ok(if total.creates + total.deletes == 0 { ExitCode::SUCCESS } else { ExitCode::from(3) });
+            // A rebuild destroys a root disk: as much a difference as a create or a delete.
+            let destructive = total.creates + total.deletes + total.rebuilds;
+            return Ok(if destructive == 0 { ExitCode::SUCCESS } else { ExitCode::from(3) });
         }
         tokio::select! {
             () = terminated() => return Ok(ExitCode::SUCCESS),

@@ -72,6 +72,13 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
         }
     };
 
+    // A rebuild marker on a Server whose server never booted is retired: no
+    // rebuild is sent before a boot, and a server that fails before it is
+    // created again from the spec's image.
+    if !ever_booted(&plan.status) && plan.status.rebuild.is_some() {
+        plan.status.rebuild = None;
+    }
+
     // Fail closed: a server that ever booted is never deleted to retry.
     if plan.status.provider_create_retrying && ever_booted(&plan.status) {
         plan.status.provider_create_retrying = false;
