@@ -646,23 +646,30 @@ impl CloudModel {
         if self.faults.chance(self.config.read_failure_rate) {
             return Err(self.read_failure());
         }
-        let Some(state) = slot.and_then(|slot| self.servers.get_mut(slot)) else { return Ok(None) };
-        let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) else { return Ok(None) };
-        instance.boot_read |= instance.launched(now);
-        Ok(Some(instance.record(&state.uid, now)))
+        let state = slot.and_then(|slot| self.servers.get(slot));
+        Ok(state.and_then(|s| s.instances.last().filter(|i| i.exists(now)).map(|i| i.record(&s.uid, now))))
+    }
+
+    /// The controller was shown `uid`'s server as it is at `now` (a get or
+    /// a list answered to it, not a read inside the cloud): from then on a
+    /// boot it shows is one the controller could know of.
+    pub fn mark_read(&mut self, now: Timestamp, uid: &str) {
+        let now = now.as_millisecond();
+        let Some(state) = self.slots.get(uid).and_then(|&slot| self.servers.get_mut(slot)) else { return };
+        if let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) {
+            instance.boot_read |= instance.launched(now);
+        }
     }
 
     /// Every provider server of the project, ordered by uid.
     pub fn list(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<ProviderServer>, CloudError> {
         let listed = self.list_versions(now, project_id)?;
         let now = now.as_millisecond();
-        let mut records = Vec::with_capacity(listed.len());
-        for (handle, _) in &listed {
-            let Some(state) = self.servers.get_mut(handle.0) else { continue };
-            let Some(instance) = state.instances.last_mut() else { continue };
-            instance.boot_read |= instance.launched(now);
-            records.push(instance.record(&state.uid, now));
-        }
+        let mut records: Vec<ProviderServer> = listed
+            .iter()
+            .filter_map(|(handle, _)| self.servers.get(handle.0))
+            .filter_map(|s| s.instances.last().map(|i| i.record(&s.uid, now)))
+            .collect();
         records.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
         Ok(records)
     }

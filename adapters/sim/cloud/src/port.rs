@@ -140,7 +140,10 @@ impl CloudPort for SimCloud {
         Box::pin(async move {
             self.delay().await;
             let now = self.now();
-            self.model().get(now, &server.uid)
+            let mut model = self.model();
+            let record = model.get(now, &server.uid);
+            model.mark_read(now, &server.uid);
+            record
         })
     }
 
@@ -148,7 +151,12 @@ impl CloudPort for SimCloud {
         Box::pin(async move {
             self.delay().await;
             let now = self.now();
-            self.model().list(now, &identity.project_id)
+            let mut model = self.model();
+            let records = model.list(now, &identity.project_id)?;
+            for record in &records {
+                model.mark_read(now, &record.server_uid);
+            }
+            Ok(records)
         })
     }
 

@@ -314,6 +314,9 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
     let more = limit > 0 && page.len() == limit;
     let mut servers = Vec::with_capacity(page.len());
     for record in &page {
+        if detail {
+            ctx.model(|m| m.mark_read(ctx.now, &record.server_uid));
+        }
         servers.push(if detail { render(ctx, &state, record) } else { summary(ctx, &state, record) });
     }
     let mut body = json!({ "servers": servers });
@@ -352,7 +355,10 @@ fn show(ctx: &Ctx<'_>, id: &str) -> Handled {
     let mut state = ctx.state();
     state.counters.server_gets += 1;
     match find(ctx, &state, id) {
-        Ok((_, record)) => (reply::json(StatusCode::OK, json!({ "server": render(ctx, &state, &record) })), None),
+        Ok((uid, record)) => {
+            ctx.model(|m| m.mark_read(ctx.now, &uid));
+            (reply::json(StatusCode::OK, json!({ "server": render(ctx, &state, &record) })), None)
+        }
         Err(refusal) => refusal,
     }
 }

@@ -455,6 +455,13 @@ impl BenchWorld {
     pub(crate) fn invariants(&self) -> Invariants {
         let openstack = self.cloud.openstack().map(|sim| sim.counters()).unwrap_or_default();
         let truths: Vec<_> = self.tracked.iter().map(|t| self.cloud.cloud.truth(&t.uid)).collect();
+        for (tracked, truth) in self.tracked.iter().zip(&truths).filter(|(_, truth)| truth.creates_after_boot_read > 0) {
+            eprintln!(
+                "bench: {} (fate {}) was created again after its boot was read: {truth:?}",
+                tracked.planned.name,
+                tracked.fate.kind().as_str()
+            );
+        }
         Invariants {
             creates_while_one_lived: openstack.duplicate_server_creates,
             booted_servers_recreated: truths.iter().filter(|truth| truth.creates_after_boot_read > 0).count(),
