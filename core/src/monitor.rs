@@ -95,9 +95,6 @@ pub fn observe(status: &ServerStatus, record: Option<&ProviderServer>, now: Time
     next
 }
 
-/// Healthy's message while the provider rebuilds the server.
-pub(crate) const REBUILDING_MESSAGE: &str = "Server is rebuilding";
-
 /// Sets the Healthy condition the monitor owns from a provider record (or
 /// its absence). A pass that holds a record writes Healthy only through this,
 /// so it writes what the monitor's next poll of the same record writes: the
@@ -113,7 +110,9 @@ fn health_of(record: Option<&ProviderServer>) -> (ConditionStatus, ConditionReas
         Some(ProviderStatus::Error) => {
             (ConditionStatus::False, ConditionReason::Errored, "Server is in an error state")
         }
-        Some(ProviderStatus::Rebuild) => (ConditionStatus::False, ConditionReason::Provisioning, REBUILDING_MESSAGE),
+        Some(ProviderStatus::Rebuild) => {
+            (ConditionStatus::False, ConditionReason::Provisioning, "Server is rebuilding")
+        }
         Some(ProviderStatus::Unknown) => {
             (ConditionStatus::Unknown, ConditionReason::Unknown, "Server status is unknown")
         }

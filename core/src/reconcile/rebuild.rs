@@ -20,10 +20,8 @@ use super::plan::Plan;
 use super::provision::server_ref;
 use crate::issued::IssuedCreate;
 use crate::lifecycle::{Park, rebuild_failed};
-use crate::model::{
-    ConditionReason, ConditionStatus, ConditionType, Phase, Rebuild, RebuildState, Server, set_condition,
-};
-use crate::monitor::observe;
+use crate::model::{ConditionReason, ConditionType, Phase, Rebuild, RebuildState, Server};
+use crate::monitor::{observe, project_health};
 use crate::port::{ProviderServer, ProviderStatus, RebuildRequest};
 
 /// What the image asks of the pass.
@@ -244,13 +242,6 @@ fn park(server: &Server, record: &ProviderServer, plan: &mut Plan) -> ImageStep 
 /// rebuilding server, so the two never rewrite each other.
 fn stamp_accepted(plan: &mut Plan) {
     plan.status.phase = Some(Phase::Building);
-    let now = plan.now;
-    set_condition(
-        &mut plan.status.conditions,
-        ConditionType::Healthy,
-        ConditionStatus::False,
-        ConditionReason::Provisioning,
-        crate::monitor::REBUILDING_MESSAGE,
-        now,
-    );
+    let rebuilding = ProviderServer { status: ProviderStatus::Rebuild, ..ProviderServer::default() };
+    project_health(&mut plan.status, Some(&rebuilding), plan.now);
 }

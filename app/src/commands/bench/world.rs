@@ -455,7 +455,8 @@ impl BenchWorld {
     pub(crate) fn invariants(&self) -> Invariants {
         let openstack = self.cloud.openstack().map(|sim| sim.counters()).unwrap_or_default();
         let truths: Vec<_> = self.tracked.iter().map(|t| self.cloud.cloud.truth(&t.uid)).collect();
-        for (tracked, truth) in self.tracked.iter().zip(&truths).filter(|(_, truth)| truth.creates_after_boot_read > 0) {
+        for (tracked, truth) in self.tracked.iter().zip(&truths).filter(|(_, truth)| truth.creates_after_boot_read > 0)
+        {
             eprintln!(
                 "bench: {} (fate {}) was created again after its boot was read: {truth:?}",
                 tracked.planned.name,
