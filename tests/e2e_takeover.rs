@@ -46,9 +46,14 @@ const WORLD: [Made; 6] = [
 /// The Server created while this operator runs.
 const LATE: Made = Made { name: "srv-g", display: "new-g", public_ip: true, boots: true };
 
+/// The Go controller's metrics bind `:8080` with no flag to move them: the
+/// tests that run it take turns.
+static GO_METRICS_PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged() {
     let Some(build) = go_controller_or_skip() else { return };
+    let _port = GO_METRICS_PORT.lock().await;
     on_the_real_server_within(Duration::from_secs(420), takeover(build)).await;
 }
 
@@ -232,6 +237,17 @@ async fn takeover(build: GoBuild) {
         assert_eq!(back.statuses[made.name]["provisionedAt"], ours.statuses[made.name]["provisionedAt"]);
     }
 
+    // The API server is the test binary's and the Go controller watches every
+    // namespace: the next test's Go controller must find none of these.
+    for made in &all {
+        env.edit_server(made.name, |server| server["metadata"]["finalizers"] = json!([]));
+        env.delete_server(made.name).await;
+    }
+    wait_for_env(Duration::from_secs(30), "the Servers gone", || {
+        all.iter().all(|made| env.server_json(made.name).is_none())
+    })
+    .await;
+
     eprintln!(
         "takeover: the Go controller made {} Servers' servers in {go_took:.1?} ({go_creates} Nova creates; \
          the simulator refused it {go_refusals:?}; its monitor restarted {go_restarts} times); \
@@ -257,6 +273,7 @@ const IMAGE_2: &str = "1f9e5d4c-69b6-4e66-a4c6-1c76d2d8d403";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_the_go_controller_began_is_continued_after_the_takeover() {
     let Some(build) = go_controller_or_skip() else { return };
+    let _port = GO_METRICS_PORT.lock().await;
     on_the_real_server_within(Duration::from_secs(360), rebuild_takeover(build)).await;
 }
 
@@ -329,6 +346,17 @@ async fn rebuild_takeover(build: GoBuild) {
         assert_eq!(&env.server_json(name).unwrap_or_default()["status"]["provisionedAt"], latched, "{name}'s latch");
         assert_eq!(adoptions(&env, name), 1, "{name}: adopted once");
     }
+    // The API server is the test binary's and the Go controller watches every
+    // namespace: gone Servers leave nothing for the next test's Go controller.
+    for name in REBUILT {
+        env.delete_server(name).await;
+    }
+    wait_for_env(Duration::from_secs(60), "the rebuilt Servers released and gone", || {
+        let ports: Vec<String> = REBUILT.iter().map(|name| format!("server-{name}")).collect();
+        REBUILT.iter().all(|name| env.server_json(name).is_none())
+            && sim.ports().iter().all(|port| !ports.contains(&port.name))
+    })
+    .await;
     env.stop().await;
 }
 
