@@ -15,12 +15,14 @@ use server_core::model::reference_finalizer;
 use server_e2e::cloud::Fate;
 use server_e2e::simkube::{FaultConfig, FaultKind, Verb};
 use server_e2e::*;
+use server_kube::ControllerConfig;
 
 // Fault injection into the API (errors, cut and refused watches): SimKube's.
 simkube_scenarios!(
     scenarios_converge_under_api_faults,
     a_network_newer_than_the_cache_is_confirmed_not_reported_unknown,
     a_frozen_cache_only_conflicts_and_never_leaks_a_reference,
+    a_boot_the_monitor_could_not_write_is_latched_at_once,
 );
 
 fn faults() -> FaultConfig {
@@ -173,5 +175,35 @@ async fn a_frozen_cache_only_conflicts_and_never_leaks_a_reference(kind: CloudKi
     assert_eq!((truth.creates_accepted, truth.live), (1, 0), "{truth:?}");
     env.assert_released(&uid);
     env.assert_invariants();
+    env.stop().await;
+}
+
+/// The monitor lists a boot and its latch write is refused: a pass is woken
+/// and latches it at once, not a poll later (by then the server may be gone,
+/// and a Server whose boot nobody latched would be created again).
+async fn a_boot_the_monitor_could_not_write_is_latched_at_once(kind: CloudKind) {
+    let poll = Duration::from_secs(4);
+    let mut env = Env::with_config(kind, 41, ControllerConfig { monitor_interval: poll, ..test_config() }).await;
+    env.create_server("late-boot", Fate::clean().with_build_time(Duration::from_secs(6)), Env::spec());
+    env.start();
+    // The first poll (at 4 s) writes the build; the boot (at 6 s) is the
+    // next poll's, and its patch is the next one the Server gets.
+    env.wait_server("late-boot", "the build written by the monitor", |s| {
+        matches!(phase(s).as_str(), "Queued" | "Building")
+    })
+    .await;
+    assert!(status(&env.server("late-boot").unwrap_or_else(|| panic!("gone"))).provisioned_at.is_none());
+    env.sim().faults().fail_next(Verb::Patch, Some("servers"), FaultKind::Conflict, 1);
+    let refused = || env.counters().injected_faults.values().sum::<u64>() > 0;
+    env.wait("the monitor's latch refused", refused).await;
+    let since = std::time::Instant::now();
+    env.wait_server("late-boot", "provisionedAt latched", |s| status(s).provisioned_at.is_some()).await;
+    assert!(
+        since.elapsed() < poll / 2,
+        "latched {:?} after the refusal: by the next poll, not a pass",
+        since.elapsed()
+    );
+    let truth = env.truth(&env.server("late-boot").and_then(|s| s.metadata.uid).unwrap_or_default());
+    assert_eq!(truth.creates_accepted, 1);
     env.stop().await;
 }

@@ -35,6 +35,17 @@ pub fn project_with(
     StatusPatch::between(status, &rule(status, record, now))
 }
 
+/// Whether a projection the monitor did not get written (skipped for a
+/// newer copy or a pass acting on the Server, or refused) wakes a pass at
+/// once rather than waiting for the next poll: one that would first latch
+/// `provisionedAt`. The boot is in the list the pass takes its view from, so
+/// the pass latches it now; a poll later, the server may be gone and its
+/// create's grace count it lost, and a server that booted would be created
+/// again.
+pub fn unwritten_wakes(status: &ServerStatus, projected: &ServerStatus) -> bool {
+    status.provisioned_at.is_none() && projected.provisioned_at.is_some()
+}
+
 use crate::model::{ConditionReason, ConditionStatus, ConditionType, Phase, ServerStatus, set_condition};
 use crate::port::{PowerState, ProviderServer, ProviderStatus};
 use crate::predicate::record_shows_boot;
@@ -150,6 +161,18 @@ mod tests {
         patch.apply(&mut status);
         assert_eq!(status.phase, Some(Phase::Running));
         assert_eq!(project(&status, Some(&running), at(6)), None, "a fixed point costs no write");
+    }
+
+    #[test]
+    fn only_an_unwritten_first_latch_wakes_a_pass() {
+        let booted = ProviderServer { launched_at: Some(at(4)), ..record(ProviderStatus::Active, PowerState::Running) };
+        let building = record(ProviderStatus::Build, PowerState::NoState);
+        let unset = ServerStatus::default();
+        assert!(unwritten_wakes(&unset, &observe(&unset, Some(&booted), at(5))));
+        assert!(!unwritten_wakes(&unset, &observe(&unset, Some(&building), at(5))), "no boot, the next poll will do");
+        let latched = observe(&unset, Some(&booted), at(5));
+        assert!(!unwritten_wakes(&latched, &observe(&latched, Some(&booted), at(6))), "latched already");
+        assert!(!unwritten_wakes(&latched, &observe(&latched, None, at(6))), "an absence is the pass's own read");
     }
 
     fn healthy(status: &ServerStatus) -> (ConditionStatus, ConditionReason) {

@@ -1,6 +1,7 @@
 //! The kube-runtime controller: a Server watch feeding the wake filter,
-//! one pass per wake, and a fixed-interval requeue after Yield or Error
-//! (never exponential back-off). Terminal and Done wait for the next wake.
+//! one pass per wake (and per Server whose first latch the monitor could not
+//! write), and a fixed-interval requeue after Yield or Error (never
+//! exponential back-off). Terminal and Done wait for the next wake.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use crate::cached::CachedServer;
 use crate::config::ControllerConfig;
 use crate::error::Error;
 use crate::executor::Executor;
+use crate::monitor::LatchWoken;
 use crate::shutdown::Shutdown;
 
 /// What to do after a pass: requeue after Yield or Error (at the fixed
@@ -33,11 +35,18 @@ struct Context {
 
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
 /// Its triggers are the wakes of the Server watch the caches run.
-pub(crate) async fn run(executor: Arc<Executor>, caches: Caches, mut wakes: Wakes, shutdown: Shutdown) {
+pub(crate) async fn run(
+    executor: Arc<Executor>,
+    caches: Caches,
+    mut wakes: Wakes,
+    mut monitor_wakes: LatchWoken,
+    shutdown: Shutdown,
+) {
     let config = executor.config.clone();
     let trigger = stream::poll_fn(move |cx| wakes.poll_recv(cx));
     let mut controller = Controller::for_shared_stream(trigger, caches.servers.clone())
         .with_config(RuntimeConfig::default().concurrency(config.concurrency))
+        .reconcile_on(stream::poll_fn(move |cx| monitor_wakes.poll_recv(cx)))
         .graceful_shutdown_on(shutdown);
     if let Some(interval) = config.resync_interval {
         controller = controller.reconcile_all_on(resync_ticks(interval));

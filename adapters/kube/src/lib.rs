@@ -185,16 +185,19 @@ impl Operator {
         let stop = shutdown.clone();
         let work = self.with_caches(shutdown.clone(), move |caches, wakes| async move {
             let shutdown = stop;
+            let (latch_wakes, latch_woken) = tokio::sync::mpsc::unbounded_channel();
             match loops {
                 Loops::Both => {
                     tokio::join!(
-                        controller::run(self.executor.clone(), caches.clone(), wakes, shutdown.clone()),
-                        self.monitor.run(&caches, shutdown.clone())
+                        controller::run(self.executor.clone(), caches.clone(), wakes, latch_woken, shutdown.clone()),
+                        self.monitor.run(&caches, &latch_wakes, shutdown.clone())
                     );
                 }
-                Loops::Controller => controller::run(self.executor.clone(), caches, wakes, shutdown.clone()).await,
+                Loops::Controller => {
+                    controller::run(self.executor.clone(), caches, wakes, latch_woken, shutdown.clone()).await
+                }
                 // Nobody takes the wakes when only the monitor runs.
-                Loops::Monitor => self.monitor.run(&caches, shutdown.clone()).await,
+                Loops::Monitor => self.monitor.run(&caches, &latch_wakes, shutdown.clone()).await,
             }
             Ok(())
         });

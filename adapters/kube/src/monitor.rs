@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use server_core::ServerStatus;
 use server_core::StatusPatch;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
-use server_core::monitor::{observe, projects};
+use server_core::monitor::{observe, projects, unwritten_wakes};
 use server_core::observations::{FirstLaunch, first_launch, state_label};
 use server_core::port::ProviderServer;
 use tracing::{debug, info, warn};
@@ -68,7 +68,7 @@ impl std::fmt::Debug for Monitor {
 
 impl Monitor {
     /// Polls every interval until `shutdown` resolves.
-    pub(crate) async fn run(&self, caches: &Caches, shutdown: Shutdown) {
+    pub(crate) async fn run(&self, caches: &Caches, wake: &LatchWakes, shutdown: Shutdown) {
         // The first poll waits one interval: at start-up the controller's
         // initial passes go first instead of racing the monitor's writes.
         let first = tokio::time::Instant::now() + self.config.monitor_interval;
@@ -85,7 +85,7 @@ impl Monitor {
                 continue;
             };
             let started = Instant::now();
-            let report = self.poll(&term, caches).await;
+            let report = self.poll(&term, caches, wake).await;
             self.metrics.monitor_poll_finished(started.elapsed(), report.patched);
             debug!(?report, elapsed = ?started.elapsed(), "monitor poll finished");
         }
@@ -97,7 +97,7 @@ impl Monitor {
     /// the Server has not changed since (its resourceVersion guards the
     /// patch: a reconciler write in between makes it conflict, not regress).
     /// Patches go out concurrently, a bounded number at a time.
-    pub(crate) async fn poll(&self, term: &Term, caches: &Caches) -> PollReport {
+    pub(crate) async fn poll(&self, term: &Term, caches: &Caches, wake: &LatchWakes) -> PollReport {
         let mut phases: BTreeMap<String, usize> = BTreeMap::new();
         // The cache's own objects, shared: a poll copies no Server (at
         // 10,000 Servers a copy of each was the operator's largest peak).
@@ -165,6 +165,7 @@ impl Monitor {
                         namespace: namespace.clone(),
                         resource_version: cached.resource_version().unwrap_or_default(),
                         patch,
+                        wakes_unwritten: unwritten_wakes(status, &next),
                         launch: launch.map(|launch| (labels(), launch)),
                     });
                 }
@@ -184,7 +185,15 @@ impl Monitor {
         }
         self.metrics.servers_by_state(&states);
         let results: Vec<PatchResult> = stream::iter(patches)
-            .map(|write| self.patch(term, caches, write))
+            .map(|write| async {
+                let (object, wakes) = (ObjectRef::new(&write.name).within(&write.namespace), write.wakes_unwritten);
+                let result = self.patch(term, caches, write).await;
+                if wakes && !matches!(result, PatchResult::Patched) {
+                    // Nobody takes them when only the monitor runs.
+                    let _ = wake.send(object);
+                }
+                result
+            })
             .buffer_unordered(PATCHES_AT_ONCE)
             .collect()
             .await;
@@ -225,7 +234,7 @@ impl Monitor {
     }
 
     async fn patch(&self, term: &Term, caches: &Caches, write: StatusWrite) -> PatchResult {
-        let StatusWrite { name, uid, namespace, resource_version, patch, launch } = write;
+        let StatusWrite { name, uid, namespace, resource_version, patch, launch, .. } = write;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
         // listed the cloud): its patch would only earn a 409. The next poll
@@ -284,9 +293,18 @@ struct StatusWrite {
     namespace: String,
     resource_version: String,
     patch: Value,
+    /// Whether a pass is woken if this write is skipped or refused
+    /// (`server_core::monitor::unwritten_wakes`).
+    wakes_unwritten: bool,
     /// The first launch this write records, with the Server's labels.
     launch: Option<(ServerLabels, FirstLaunch)>,
 }
+
+/// Where the monitor sends the Servers whose pass must not wait for the next
+/// poll: the controller's extra trigger.
+pub(crate) type LatchWakes = tokio::sync::mpsc::UnboundedSender<ObjectRef<CachedServer>>;
+/// The controller's end of [`LatchWakes`].
+pub(crate) type LatchWoken = tokio::sync::mpsc::UnboundedReceiver<ObjectRef<CachedServer>>;
 
 /// Status patches in flight at once.
 const PATCHES_AT_ONCE: usize = 16;

@@ -654,8 +654,15 @@ impl CloudModel {
     /// a list answered to it, not a read inside the cloud): from then on a
     /// boot it shows is one the controller could know of.
     pub fn mark_read(&mut self, now: Timestamp, uid: &str) {
+        if let Some(&slot) = self.slots.get(uid) {
+            self.mark_read_by(now, ServerHandle(slot));
+        }
+    }
+
+    /// [`CloudModel::mark_read`] by handle.
+    pub fn mark_read_by(&mut self, now: Timestamp, handle: ServerHandle) {
         let now = now.as_millisecond();
-        let Some(state) = self.slots.get(uid).and_then(|&slot| self.servers.get_mut(slot)) else { return };
+        let Some(state) = self.servers.get_mut(handle.0) else { return };
         if let Some(instance) = state.instances.last_mut().filter(|i| i.exists(now)) {
             instance.boot_read |= instance.launched(now);
         }

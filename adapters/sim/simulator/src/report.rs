@@ -66,6 +66,10 @@ pub struct KubeStats {
     /// observation persisted the boot, whose Server the controller then
     /// (legitimately, as far as it could know) created again.
     pub recreated_unobserved_boots: u64,
+    /// Of the rest, provider servers a read had shown booted (a list or a
+    /// get answered to the controller) before they vanished unlatched, whose
+    /// Server was created again: a boot the controller could have latched.
+    pub recreated_shown_boots: u64,
     /// Leadership terms of the controller replicas (the run's, not per shard).
     pub leader_terms: u64,
     /// Times the leader froze (the run's).
@@ -83,6 +87,8 @@ pub struct KubeStats {
     pub relists: u64,
     pub relist_pages: u64,
     pub relist_wakes: u64,
+    /// Passes woken because the monitor could not write a first latch.
+    pub latch_wakes: u64,
     /// Provider servers another controller made, placed for the port to
     /// adopt (those still building that vanish before they boot apart).
     pub adoptable_servers: u64,
@@ -124,6 +130,7 @@ impl KubeStats {
             operator_resets,
             servers_removed,
             recreated_unobserved_boots,
+            recreated_shown_boots,
             leader_terms,
             leader_stalls,
             acting_overlap_ms,
@@ -133,6 +140,7 @@ impl KubeStats {
             relists,
             relist_pages,
             relist_wakes,
+            latch_wakes,
             adoptable_servers,
             adoptable_vanishing,
             pauses,
@@ -160,6 +168,7 @@ impl KubeStats {
         self.operator_resets += operator_resets;
         self.servers_removed += servers_removed;
         self.recreated_unobserved_boots += recreated_unobserved_boots;
+        self.recreated_shown_boots += recreated_shown_boots;
         // One set of replicas: every shard sees the same leadership.
         self.leader_terms = self.leader_terms.max(*leader_terms);
         self.leader_stalls = self.leader_stalls.max(*leader_stalls);
@@ -170,6 +179,7 @@ impl KubeStats {
         self.relists = self.relists.max(*relists);
         self.relist_pages += relist_pages;
         self.relist_wakes += relist_wakes;
+        self.latch_wakes += latch_wakes;
         self.adoptable_servers += adoptable_servers;
         self.adoptable_vanishing += adoptable_vanishing;
         self.pauses += pauses;
@@ -304,8 +314,8 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "watch: {} relists on {} pages, {} wakes decided by them",
-            k.relists, k.relist_pages, k.relist_wakes
+            "watch: {} relists on {} pages, {} wakes decided by them; {} passes woken for a first latch the monitor could not write",
+            k.relists, k.relist_pages, k.relist_wakes, k.latch_wakes
         )?;
         let after = k.live_after_listed();
         writeln!(
@@ -322,7 +332,11 @@ impl fmt::Display for Report {
             "users and operators: {} pauses, {} unpauses, {} retry requests, {} provider servers to adopt ({} vanishing before boot)",
             k.pauses, k.unpauses, k.retry_requests, k.adoptable_servers, k.adoptable_vanishing
         )?;
-        writeln!(f, "booted servers lost unobserved and recreated: {}", k.recreated_unobserved_boots)?;
+        writeln!(
+            f,
+            "booted servers lost before a latch and recreated: {} shown booted to the controller, {} never shown",
+            k.recreated_shown_boots, k.recreated_unobserved_boots
+        )?;
         writeln!(f, "events: {}", join(&k.events))?;
         writeln!(f, "violations: {}", self.violation_count)?;
         for violation in &self.violations {

@@ -19,6 +19,8 @@ pub struct DecisionRules {
     pub action_failed: fn(&Server, &Action, &ActionFailure, Timestamp) -> Decision,
     /// The monitor projection.
     pub observe: fn(&ServerStatus, Option<&ProviderServer>, Timestamp) -> ServerStatus,
+    /// Whether a monitor write that did not go through wakes a pass.
+    pub unwritten_wakes: fn(&ServerStatus, &ServerStatus) -> bool,
     /// The watch rule.
     pub should_wake: fn(Option<&Server>, &Server) -> bool,
     /// The ProviderCreateFailure predicate, as the watch sees it. The checker
@@ -33,6 +35,7 @@ impl DecisionRules {
         live_read_needed: server_core::live_read_needed,
         action_failed: server_core::action_failed,
         observe: server_core::observe,
+        unwritten_wakes: server_core::monitor::unwritten_wakes,
         should_wake: server_core::should_wake,
         provider_create_failure: server_core::provider_create_failure,
     };

@@ -378,3 +378,33 @@ fn a_rule_that_never_consumes_the_retry_request_is_caught() {
     let report = run_with(&config(600, 2), broken);
     assert!(report.violations.iter().any(|v| v.invariant == "retry"), "{report}");
 }
+
+/// Servers that vanish within one or two monitor intervals of their boot,
+/// and a third of the writes conflicting: a boot the monitor listed but
+/// could not latch must be latched by a pass at once, or the next poll finds
+/// the server gone and its Server is created again.
+fn quick_vanishes(seed: u64) -> SimConfig {
+    let mut config = config(600, seed);
+    config.cloud.mix.vanish_after_launch = 0.6;
+    config.cloud.mix.timing.after_launch = server_simcloud::Span::secs(5, 45);
+    config.kube.write_conflict = 0.3;
+    config
+}
+
+#[test]
+fn a_first_latch_the_monitor_could_not_write_wakes_a_pass() {
+    let never_wakes = DecisionRules { unwritten_wakes: |_, _| false, ..DecisionRules::CORE };
+    let mut broken = (0, 0);
+    let mut core = (0, 0);
+    for seed in 1..=3 {
+        let report = run_with(&quick_vanishes(seed), never_wakes);
+        broken.0 += report.kube.recreated_shown_boots;
+        let report = run(&quick_vanishes(seed));
+        assert!(report.passed(), "{report}");
+        core.0 += report.kube.recreated_shown_boots;
+        core.1 += report.kube.latch_wakes;
+    }
+    eprintln!("recreated after a boot was shown: {} without the wake, {} with ({} wakes)", broken.0, core.0, core.1);
+    assert!(broken.0 > 0, "the mix never loses a listed boot: the test shows nothing");
+    assert!(core.1 > 0 && core.0 * 4 <= broken.0, "the wake saves few: {core:?} against {broken:?}");
+}

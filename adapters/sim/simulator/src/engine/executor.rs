@@ -86,7 +86,10 @@ impl Engine {
                         }
                         None => {
                             let view = match self.cloud.get_by(now, Some(tracked.handle)) {
-                                Ok(Some(record)) => ProviderView::Present(record),
+                                Ok(Some(record)) => {
+                                    self.cloud.mark_read_by(now, tracked.handle);
+                                    ProviderView::Present(record)
+                                }
                                 Ok(None) => ProviderView::Absent,
                                 Err(error) => ProviderView::Unknown(error.to_string()),
                             };
@@ -498,6 +501,8 @@ impl Engine {
                     i,
                     "a provider server was recreated for a Server whose status showed a boot".into(),
                 );
+            } else if after.creates_after_boot_read > before.creates_after_boot_read {
+                self.stats.recreated_shown_boots += 1;
             } else if before.ever_launched {
                 self.stats.recreated_unobserved_boots += 1;
             }
@@ -592,6 +597,9 @@ impl Engine {
             }
         };
         let handles: Vec<_> = (first..first + len).filter_map(|i| self.api.server(i).map(|s| s.handle)).collect();
+        for (handle, _) in &listed {
+            self.cloud.mark_read_by(now, *handle);
+        }
         let shown: Vec<(usize, u64)> = listed
             .iter()
             .filter_map(|(handle, version)| handles.iter().position(|h| h == handle).map(|offset| (offset, *version)))
@@ -628,9 +636,11 @@ impl Engine {
                     }
                     continue;
                 };
-                Some((patch, view_rv))
+                let mut next = view.status.clone();
+                patch.apply(&mut next);
+                Some((patch, view_rv, (self.rules.unwritten_wakes)(&view.status, &next)))
             };
-            let Some((patch, view_rv)) = write else { continue };
+            let Some((patch, view_rv, wakes_unwritten)) = write else { continue };
             let mut rv = view_rv;
             let result = self.write_server(i, Some(view_rv), &mut rv, ServerPart::Status, &|s| {
                 patch.apply(&mut s.status);
@@ -638,6 +648,11 @@ impl Engine {
             });
             self.trace.add(i as u64 * 2 + u64::from(result.is_err()));
             self.note(i, || format!("  monitor write -> {result:?}"));
+            if result.is_err() && wakes_unwritten {
+                self.stats.latch_wakes += 1;
+                let at = self.events.now() + self.config.timing.wake_delay;
+                self.schedule_for(i, r, at);
+            }
         }
         true
     }
