@@ -224,7 +224,7 @@ impl Monitor {
                 return None;
             }
         };
-        match handle.call(|c| c.list(&handle.identity)).await {
+        match handle.list().await {
             Ok(records) => Some(records),
             Err(error) => {
                 warn!(%region, %identity, %error, "monitor: listing provider servers failed");

@@ -3,7 +3,8 @@
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::Value;
-use server_core::port::CloudError;
+use server_core::port::{CloudError, LIST_PAGE_ATTEMPTS};
+use tracing::debug;
 
 use crate::client::{Call, Service, Session};
 use crate::mapping::NovaServer;
@@ -55,7 +56,7 @@ pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer
         if let Some(marker) = &marker {
             call = call.query("marker", marker.clone());
         }
-        let page: ServerList = session.send(&call).await?.json(OPERATION)?;
+        let page: ServerList = page_asked_again(|| async { session.send(&call).await?.json(OPERATION) }).await?;
         let more = page.servers_links.iter().any(|l| l.rel == "next");
         let last = page.servers.last().map(|s| s.id.clone());
         servers.extend(page.servers);
@@ -65,6 +66,25 @@ pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer
         }
     }
     Err(CloudError::Unavailable { status: 502, message: format!("{OPERATION}: more than {MAX_PAGES} pages") })
+}
+
+/// One page of a list, asked again when it failed in a way another try may
+/// not (`CloudError::read_asked_again`), up to `LIST_PAGE_ATTEMPTS` tries:
+/// the pages before it are kept, and one lost page does not lose the list.
+async fn page_asked_again<T, F>(ask: impl Fn() -> F) -> Result<T, CloudError>
+where
+    F: std::future::Future<Output = Result<T, CloudError>>,
+{
+    let mut tries = 1;
+    loop {
+        match ask().await {
+            Err(error) if tries < LIST_PAGE_ATTEMPTS && error.read_asked_again() => {
+                debug!(%error, tries, "a list page failed; asking again");
+                tries += 1;
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// One server by id; `None` on Nova's authoritative 404.

@@ -11,8 +11,8 @@ use server_core::baremetal::ProvisionState;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
-    IdentityContext, NetworkingQuery, PowerState, ProviderServer, ProviderStatus, RegionSettings, RequestGate,
-    ServerRef, Term,
+    IdentityContext, LIST_PAGE_ATTEMPTS, NetworkingQuery, PowerState, ProviderServer, ProviderStatus, RegionSettings,
+    RequestGate, ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -657,11 +657,11 @@ async fn get_uses_the_known_id_and_says_absent_from_one_list_per_identity() -> T
     // list can say absent, and a list that fails is not absence.
     h.sim.inject(Target::Op(Op::ServerCreate), Fault::Status(504), 1);
     h.cloud.create(&h.identity, &request("uid-2", false)).await.err().ok_or("the create should fail")?;
-    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(500), 1);
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(500), LIST_PAGE_ATTEMPTS);
     let error = h.cloud.get(&h.identity, &server_ref("uid-2")).await.err();
     assert!(matches!(error, Some(CloudError::Unavailable { status: 500, .. })), "{error:?}");
     assert_eq!(h.cloud.get(&h.identity, &server_ref("uid-2")).await?, None);
-    assert_eq!(h.ops(Op::ServerListDetail), lists + 2);
+    assert_eq!(h.ops(Op::ServerListDetail), lists + LIST_PAGE_ATTEMPTS as usize + 1, "the page asked 3 times");
     Ok(())
 }
 
@@ -734,6 +734,32 @@ async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
     // Three full pages of two, then the empty page after the last full one
     // (Nova links a next page whenever a page is full).
     assert_eq!(h.ops(Op::ServerListDetail) - before, 4, "three pages of two, then an empty one");
+    Ok(())
+}
+
+/// A page that fails (a 503, no answer in time) is asked again, the pages
+/// before it kept: one lost page of many does not lose the list.
+#[tokio::test]
+async fn a_failed_page_is_asked_again_and_the_list_is_whole() -> TestResult {
+    let sim_config = OpenStackSimConfig { page_size: 2, ..Default::default() };
+    let h = Harness::with(sim_config, |c| c.request_timeout = Duration::from_millis(300)).await?;
+    for i in 0..5 {
+        h.cloud.create(&h.identity, &request(&format!("uid-{i}"), false)).await?;
+        h.clock.advance(Duration::from_secs(1));
+    }
+    let before = h.ops(Op::ServerListDetail);
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(503), 1);
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(1)), 1);
+    assert_eq!(h.cloud.list(&h.identity).await?.len(), 5);
+    // Three pages, the first asked three times: the 503 is logged, the try
+    // that timed out never got its answer.
+    assert_eq!(h.ops(Op::ServerListDetail) - before, 3 + 1, "three pages, the first asked three times");
+    // A refusal is not asked again.
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(403), 1);
+    let before = h.ops(Op::ServerListDetail);
+    let error = h.fresh_cloud()?.list(&h.identity).await.err();
+    assert!(matches!(error, Some(CloudError::Refused { status: 403, .. })), "{error:?}");
+    assert_eq!(h.ops(Op::ServerListDetail) - before, 1);
     Ok(())
 }
 
@@ -1086,7 +1112,9 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
             (413, true),
         ]
     {
-        h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), 1);
+        // A 5xx page is asked again: every try fails here.
+        let tries = if (500..600).contains(&status) { LIST_PAGE_ATTEMPTS } else { 1 };
+        h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), tries);
         // A fresh port each time: a rate limit's Retry-After keeps the next
         // request of the same port back (see below).
         let error = h.fresh_cloud()?.list(&h.identity).await.err().ok_or("no error")?;
@@ -1108,7 +1136,7 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
 async fn a_slow_answer_is_a_timeout() -> TestResult {
     let h = Harness::with(OpenStackSimConfig::default(), |c| c.request_timeout = Duration::from_millis(300)).await?;
     h.cloud.list(&h.identity).await?;
-    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(2)), 1);
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(2)), LIST_PAGE_ATTEMPTS);
     let error = h.cloud.list(&h.identity).await.err();
     assert!(
         matches!(&error, Some(CloudError::Timeout { message }) if message.contains("no answer in time")),

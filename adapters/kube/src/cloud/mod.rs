@@ -27,6 +27,10 @@ pub use registry::{CloudRegistry, RegionCloud};
 use crate::cache::Caches;
 use crate::error::Error;
 
+/// How many cloud timeouts a whole list may take: 60 pages (60,000 Nova
+/// servers) at one full timeout each.
+const LIST_TIMEOUTS: u32 = 60;
+
 /// The cloud of a Server's region, with the identity to call it as.
 #[derive(Clone)]
 pub(crate) struct CloudHandle {
@@ -51,6 +55,18 @@ impl CloudHandle {
         match tokio::time::timeout(self.timeout, call(self.cloud.as_ref())).await {
             Ok(result) => result,
             Err(_) => Err(CloudError::Timeout { message: format!("no answer within {:?}", self.timeout) }),
+        }
+    }
+
+    /// Every provider server of the identity. A list is many requests, one
+    /// a page, each under the port's own request timeout and asked again
+    /// when it fails (`server_core::port::LIST_PAGE_ATTEMPTS`); this bounds the
+    /// whole at [`LIST_TIMEOUTS`] timeouts, never one for all its pages.
+    pub(crate) async fn list(&self) -> Result<Vec<server_core::port::ProviderServer>, CloudError> {
+        let bound = self.timeout.saturating_mul(LIST_TIMEOUTS);
+        match tokio::time::timeout(bound, self.cloud.list(&self.identity)).await {
+            Ok(result) => result,
+            Err(_) => Err(CloudError::Timeout { message: format!("listing took longer than {bound:?}") }),
         }
     }
 
