@@ -161,12 +161,32 @@ fn attached(ctx: &Ctx<'_>, port: &SimPort) -> bool {
     port.bound_uid.as_deref().is_some_and(|uid| ctx.model(|m| m.truth(uid, ctx.now).live > 0))
 }
 
-fn render_port(ctx: &Ctx<'_>, state: &State, port: &SimPort) -> Value {
+/// The server a port is bound to (`""` when none), and whether it is.
+fn device_of(ctx: &Ctx<'_>, state: &State, port: &SimPort) -> (String, bool) {
     let attached = attached(ctx, port);
     let device_id = match (&port.bound_uid, attached) {
         (Some(uid), true) => state.books.get(uid).and_then(|b| b.id.clone()).unwrap_or_default(),
         _ => String::new(),
     };
+    (device_id, attached)
+}
+
+/// Whether the port may show one of `devices` as its device: bound to a
+/// server of that id (attached or not), or one of them is `""`. Asks no
+/// more of the cloud than the books, so a list by device reads the cloud's
+/// truth only for the ports bound to it.
+fn bound_to_any(state: &State, port: &SimPort, devices: &[&str]) -> bool {
+    devices.contains(&"")
+        || port
+            .bound_uid
+            .as_ref()
+            .and_then(|uid| state.books.get(uid))
+            .and_then(|book| book.id.as_deref())
+            .is_some_and(|id| devices.contains(&id))
+}
+
+fn render_port(ctx: &Ctx<'_>, state: &State, port: &SimPort) -> Value {
+    let (device_id, attached) = device_of(ctx, state, port);
     json!({
         "id": port.id,
         "name": port.name,
@@ -294,6 +314,14 @@ fn attribute_matches(attribute: &Value, wanted: &str) -> bool {
     }
 }
 
+/// Whether an item whose string attribute holds `value` can pass a filter
+/// asking for `wanted` (no filter, or one of its values equal): only to
+/// skip rendering the items that cannot, so a list by name or device costs
+/// the matches, not every port of the project. [`filtered`] decides.
+fn admits(wanted: &[&str], value: &str) -> bool {
+    wanted.is_empty() || wanted.contains(&value)
+}
+
 /// Applies the list's filters; a key that is neither a filter of the
 /// collection nor a paging or `fields` key is refused 400, as Neutron's
 /// `filter-validation` extension refuses it (neutron/api/api_common.py
@@ -393,8 +421,21 @@ fn paged(ctx: &Ctx<'_>, collection: &str, allowed: &[&str], items: Vec<Value>) -
 fn list_ports(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.port_lists += 1;
     let state: &State = state;
-    let ports: Vec<Value> =
-        state.ports.values().filter(|p| p.project_id == ctx.project).map(|p| render_port(ctx, state, p)).collect();
+    let (ids, names, networks) = (ctx.query_all("id"), ctx.query_all("name"), ctx.query_all("network_id"));
+    let devices = ctx.query_all("device_id");
+    let ports: Vec<Value> = state
+        .ports
+        .values()
+        .filter(|p| p.project_id == ctx.project)
+        .filter(|p| {
+            admits(&ids, &p.id)
+                && admits(&names, &p.name)
+                && admits(&networks, &p.network_id)
+                && (devices.is_empty()
+                    || bound_to_any(state, p, &devices) && admits(&devices, &device_of(ctx, state, p).0))
+        })
+        .map(|p| render_port(ctx, state, p))
+        .collect();
     paged(ctx, "ports", PORT_FILTERS, ports)
 }
 
@@ -662,10 +703,16 @@ fn render_floating_ip(state: &State, ip: &SimFloatingIp) -> Value {
 fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.floating_ip_lists += 1;
     let state: &State = state;
+    let (ids, descriptions, ports) = (ctx.query_all("id"), ctx.query_all("description"), ctx.query_all("port_id"));
     let ips: Vec<Value> = state
         .floating_ips
         .values()
         .filter(|f| f.project_id == ctx.project)
+        .filter(|f| {
+            admits(&ids, &f.id)
+                && admits(&descriptions, &f.description)
+                && admits(&ports, f.port_id.as_deref().unwrap_or_default())
+        })
         .map(|f| render_floating_ip(state, f))
         .collect();
     paged(ctx, "floatingips", FLOATING_IP_FILTERS, ips)
