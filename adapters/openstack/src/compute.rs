@@ -68,9 +68,9 @@ pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer
     Err(CloudError::Unavailable { status: 502, message: format!("{OPERATION}: more than {MAX_PAGES} pages") })
 }
 
-/// One page of a list, asked again when it failed in a way another try may
-/// not (`CloudError::read_asked_again`), up to `LIST_PAGE_ATTEMPTS` tries:
-/// the pages before it are kept, and one lost page does not lose the list.
+/// One page of a list, asked again when another try may answer it
+/// (`CloudError::read_asked_again`), up to `LIST_PAGE_ATTEMPTS` tries: the
+/// pages before it are kept, and one lost page does not lose the list.
 async fn page_asked_again<T, F>(ask: impl Fn() -> F) -> Result<T, CloudError>
 where
     F: std::future::Future<Output = Result<T, CloudError>>,
