@@ -59,20 +59,7 @@ async fn the_go_controllers_servers_are_adopted_and_it_takes_them_back_unchanged
 
 async fn takeover(build: GoBuild) {
     let started = Instant::now();
-    let sim_config =
-        OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
-    let mut env =
-        Env::build_with(CloudKind::OpenStack, 30, test_config(), cloud::CloudConfig::reliable(30), sim_config).await;
-    let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
-    let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
-    let kubeconfig = real.admin_kubeconfig();
-    real.apply(GO_SERVER_CRD);
-    // The accounts (the monitor's in-cluster identity), the Region and its
-    // service-account Secret, and that account in Keystone.
-    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
-    real.apply(&server_e2e::go_controller::manifests(&env.namespace, REGION, &endpoint, PROJECT));
-    server_e2e::go_controller::prepare_cloud(&sim);
-    let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
+    let GoWorld { mut env, sim, kubeconfig, token } = GoWorld::prepare(30).await;
     for made in &WORLD {
         let fate = if made.boots { Fate::clean() } else { Fate::failing_forever() };
         sim.script_by_name(made.display, fast(fate));
@@ -278,18 +265,7 @@ async fn a_rebuild_the_go_controller_began_is_continued_after_the_takeover() {
 }
 
 async fn rebuild_takeover(build: GoBuild) {
-    let sim_config =
-        OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
-    let mut env =
-        Env::build_with(CloudKind::OpenStack, 31, test_config(), cloud::CloudConfig::reliable(31), sim_config).await;
-    let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
-    let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
-    let kubeconfig = real.admin_kubeconfig();
-    real.apply(GO_SERVER_CRD);
-    let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
-    real.apply(&server_e2e::go_controller::manifests(&env.namespace, REGION, &endpoint, PROJECT));
-    server_e2e::go_controller::prepare_cloud(&sim);
-    let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
+    let GoWorld { mut env, sim, kubeconfig, token } = GoWorld::prepare(31).await;
     for name in REBUILT {
         // Long enough a rebuild that the Go controller is stopped in it.
         sim.script_by_name(name, fast(Fate::clean()).with_rebuild_time(Duration::from_secs(40)));
@@ -358,6 +334,36 @@ async fn rebuild_takeover(build: GoBuild) {
     })
     .await;
     env.stop().await;
+}
+
+/// What the Go controller runs in: the OpenStack simulator on the real API
+/// server, the Go Server CRD, the accounts (the monitor's in-cluster
+/// identity), the Region and its service-account Secret, and that account
+/// in Keystone.
+struct GoWorld {
+    env: Env,
+    sim: OpenStackSim,
+    kubeconfig: std::path::PathBuf,
+    token: String,
+}
+
+impl GoWorld {
+    async fn prepare(seed: u64) -> GoWorld {
+        let sim_config =
+            OpenStackSimConfig { decoy_region: false, block_storage_in_catalog: true, ..OpenStackSimConfig::default() };
+        let env =
+            Env::build_with(CloudKind::OpenStack, seed, test_config(), cloud::CloudConfig::reliable(seed), sim_config)
+                .await;
+        let sim = env.openstack().cloned().unwrap_or_else(|| panic!("the OpenStack path has a simulator"));
+        let real = env.real().unwrap_or_else(|| panic!("runs on the real API server"));
+        let kubeconfig = real.admin_kubeconfig();
+        real.apply(GO_SERVER_CRD);
+        let endpoint = env.openstack_auth_url().unwrap_or_else(|| panic!("the simulator's Keystone"));
+        real.apply(&server_e2e::go_controller::manifests(&env.namespace, REGION, &endpoint, PROJECT));
+        server_e2e::go_controller::prepare_cloud(&sim);
+        let token = real.service_account_token(&env.namespace, "unikorn-region-monitor");
+        GoWorld { env, sim, kubeconfig, token }
+    }
 }
 
 /// The simulator's answers of 400 and above, by endpoint and status.
