@@ -18,6 +18,8 @@ use support::*;
 /// at `listed_at`, and `live` when read live), recording what it was asked.
 struct Answerer {
     facts: Facts,
+    /// The consumed resources a live read finds, when not those of `facts`.
+    consumed_live: Option<Facts>,
     live: ProviderView,
     listed_at: Option<i64>,
     user_data: Option<Option<UserData>>,
@@ -27,7 +29,7 @@ struct Answerer {
 impl Answerer {
     fn new(facts: Facts) -> Self {
         let live = facts.provider.clone();
-        Answerer { facts, live, listed_at: None, user_data: None, asked: Vec::new() }
+        Answerer { facts, consumed_live: None, live, listed_at: None, user_data: None, asked: Vec::new() }
     }
 
     fn listed(mut self, view: ProviderView, at: i64) -> Self {
@@ -40,7 +42,8 @@ impl Answerer {
         while let Some(need) = pass.poll_need().cloned() {
             self.asked.push(need.clone());
             let fact = match need {
-                Need::Consumed | Need::ConsumedLive => Fact::consumed_of(self.facts.clone()),
+                Need::Consumed => Fact::consumed_of(self.facts.clone()),
+                Need::ConsumedLive => Fact::consumed_of(self.consumed_live.clone().unwrap_or_else(|| self.facts.clone())),
                 Need::Provider => match self.listed_at {
                     Some(second) => Fact::Provider {
                         view: self.facts.provider.clone(),
@@ -138,7 +141,71 @@ fn a_deleting_server_whose_server_is_gone_reads_its_ports_and_floating_ips() {
     facts.provider = ProviderView::Absent;
     let mut driver = Answerer::new(facts);
     driver.drive(&mut pass);
-    assert_eq!(names(&driver.asked), ["ConsumedLive", "Provider", "Attachments"]);
+    // Released: the references it releases are confirmed live first.
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "Attachments", "ConsumedLive"]);
+    assert!(pass.decision().unwrap().actions.contains(&Action::RemoveFinalizer));
+}
+
+/// A deleting Server with its finalizer and its references.
+fn deleting() -> (Server, Facts) {
+    let mut server = server();
+    server.meta.deleting = true;
+    server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into());
+    let facts = referenced_facts(&server);
+    (server, facts)
+}
+
+#[test]
+fn a_deleting_server_waiting_for_the_cloud_decides_on_the_cache() {
+    let (server, mut facts) = deleting();
+    facts.provider = present();
+    let mut pass = Pass::start(server, Options::default(), at(10));
+    let mut driver = Answerer::new(facts);
+    driver.drive(&mut pass);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider"]);
+    assert!(pass.decision().unwrap().actions.iter().any(|a| matches!(a, Action::DeleteProviderServer(_))));
+}
+
+#[test]
+fn a_reference_the_cache_has_not_seen_is_released_with_the_server() {
+    let (server, live) = deleting();
+    let mut cached = live.clone();
+    cached.provider = ProviderView::Absent;
+    for resource in cached.consumed.get_mut(&ResourceKind::Network).unwrap() {
+        resource.finalizers.clear();
+    }
+    let mut pass = Pass::start(server, Options::default(), at(10));
+    let mut driver = Answerer::new(cached);
+    driver.consumed_live = Some(live);
+    driver.drive(&mut pass);
+    let actions = &pass.decision().unwrap().actions;
+    let released: Vec<ResourceKind> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::RemoveReference(reference) => Some(reference.kind),
+            _ => None,
+        })
+        .collect();
+    assert!(released.contains(&ResourceKind::Network), "the live read's reference is released: {actions:?}");
+    assert_eq!(actions.last(), Some(&Action::RemoveFinalizer));
+}
+
+#[test]
+fn a_release_judged_on_a_cache_lacking_the_identity_is_judged_again_on_the_live_read() {
+    let (server, live) = deleting();
+    let mut cached = live.clone();
+    cached.remove(ResourceKind::Identity);
+    cached.provider = ProviderView::NoIdentity;
+    let mut pass = Pass::start(server, Options::default(), at(10));
+    let mut driver = Answerer::new(cached);
+    driver.consumed_live = Some(live);
+    driver.drive(&mut pass);
+    // The driver's provider answer stays NoIdentity; the live Identity, not
+    // being deleted, makes the pass wait for the cloud account instead.
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "ConsumedLive", "Provider"]);
+    let decision = pass.decision().unwrap();
+    assert!(!decision.actions.contains(&Action::RemoveFinalizer), "{decision:?}");
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::NoCloudAccount));
 }
 
 #[test]

@@ -36,7 +36,7 @@ pub mod needs;
 
 use jiff::Timestamp;
 
-pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live};
+pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live, confirms_release_live};
 use crate::lifecycle::Park;
 use crate::model::{ObjectMeta, SERVER_FINALIZER, Server, ServerStatus};
 use crate::reconcile::{
@@ -255,6 +255,11 @@ impl Pass {
                 self.facts.other_identity_references = other_identity_references;
                 let live = *need == Need::ConsumedLive;
                 self.reads.consumed = Some(if live { ConsumedRead::Live } else { ConsumedRead::Cached });
+                // A deleting Server without a cloud to call was judged on
+                // what the cache held of its Identity: judged again on this.
+                if live && self.server.meta.deleting && self.facts.provider == ProviderView::NoIdentity {
+                    self.reads.provider = None;
+                }
             }
             (Need::Provider | Need::ProviderLive(_), Fact::Provider { view, read }) => {
                 self.reads.provider = Some(match (need, read) {
@@ -306,6 +311,10 @@ impl Pass {
             self.stage = Stage::Gathering(Need::ProviderLive(why));
             return;
         }
+        if self.reads.consumed == Some(ConsumedRead::Cached) && confirms_release_live(&self.server, &decision) {
+            self.stage = Stage::Gathering(Need::ConsumedLive);
+            return;
+        }
         if self.reads.user_data == UserDataCopy::Withheld && creates(&decision) {
             self.stage = Stage::Gathering(Need::UserData);
             return;
@@ -322,9 +331,6 @@ impl Pass {
             return None;
         }
         match self.reads.consumed {
-            // A deleting Server's references are always read live; its
-            // cached ones would only be read again.
-            None if server.meta.deleting => return Some(Need::ConsumedLive),
             None => return Some(Need::Consumed),
             Some(ConsumedRead::Cached) if confirms_consumed_live(server, &self.facts) => {
                 return Some(Need::ConsumedLive);

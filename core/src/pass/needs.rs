@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 
 use crate::model::{Consumed, IDENTITY_LABEL, ResourceKind, Server, UserData};
-use crate::reconcile::{AttachmentsView, Facts, LiveRead, NetworkingView, ProviderRead, ProviderView};
+use crate::reconcile::{
+    Action, AttachmentsView, Decision, Facts, LiveRead, NetworkingView, ProviderRead, ProviderView,
+};
 
 /// A read the pass asks of its driver before it can decide.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,21 +85,32 @@ impl Fact {
 }
 
 /// Whether consumed resources read from a cache must be confirmed by a live
-/// read. What a lagging cache holds may be outdated, which every write's
-/// resourceVersion precondition catches (a Conflict, and the pass retries).
-/// What it lacks may only be new, so absence is confirmed before it is acted
-/// on: a resource the spec names (else a spurious "unknown resource ID"
-/// error), and every reference of a deleting Server (the release lets the
-/// Server go, so a reference the cache has not seen yet would leak for good).
+/// read before the pass decides. What a lagging cache holds may be
+/// outdated, which every write's resourceVersion precondition catches (a
+/// Conflict, and the pass retries). What it lacks may only be new, so
+/// absence is confirmed before it is acted on: here, a resource the spec
+/// names (else a spurious "unknown resource ID" error). A deleting Server's
+/// references are confirmed once its decision would release it
+/// ([`confirms_release_live`]), not on every pass that waits for the cloud.
 pub fn confirms_consumed_live(server: &Server, facts: &Facts) -> bool {
     if server.meta.deleting {
-        return true;
+        return false;
     }
     // Without the label the core refuses the Server before any reference.
     if server.meta.label(IDENTITY_LABEL).is_none() {
         return false;
     }
     ResourceKind::ALL.into_iter().any(|kind| kind.named(server).any(|id| facts.find(kind, id).is_none()))
+}
+
+/// Whether a decision made on cached consumed resources must be made again
+/// on a live read: it releases a deleting Server (removes its finalizer).
+/// The release lets the Server go, so a reference the cache has not seen
+/// yet would leak for good; every earlier pass of the deletion (which waits
+/// for the cloud) decides on the cache, so a shared object is listed once
+/// per deleted Server, not once per pass.
+pub fn confirms_release_live(server: &Server, decision: &Decision) -> bool {
+    server.meta.deleting && decision.actions.iter().any(|action| matches!(action, Action::RemoveFinalizer))
 }
 
 /// Where the provider view a pass decided on came from.
@@ -166,10 +179,20 @@ mod tests {
     }
 
     #[test]
-    fn a_deleting_server_reads_its_references_live() {
-        let (mut server, facts) = named_and_found();
+    fn a_deleting_server_confirms_its_references_only_when_it_is_released() {
+        let (mut server, mut facts) = named_and_found();
         server.meta.deleting = true;
-        assert!(confirms_consumed_live(&server, &facts));
+        facts.remove(ResourceKind::Network);
+        assert!(!confirms_consumed_live(&server, &facts), "a pass waiting for the cloud decides on the cache");
+        let deciding = |actions: Vec<Action>| Decision {
+            status: server.status.clone(),
+            actions,
+            outcome: crate::reconcile::Outcome::Done,
+        };
+        assert!(confirms_release_live(&server, &deciding(vec![Action::RemoveFinalizer])));
+        assert!(!confirms_release_live(&server, &deciding(Vec::new())));
+        server.meta.deleting = false;
+        assert!(!confirms_release_live(&server, &deciding(vec![Action::RemoveFinalizer])));
     }
 
     #[test]
