@@ -23,6 +23,7 @@ simkube_scenarios!(
     a_network_newer_than_the_cache_is_confirmed_not_reported_unknown,
     a_frozen_cache_only_conflicts_and_never_leaks_a_reference,
     a_boot_the_monitor_could_not_write_is_latched_at_once,
+    a_release_reads_live_until_the_cache_caught_up_with_its_references,
 );
 
 fn faults() -> FaultConfig {
@@ -205,5 +206,65 @@ async fn a_boot_the_monitor_could_not_write_is_latched_at_once(kind: CloudKind) 
     );
     let truth = env.truth(&env.server("late-boot").and_then(|s| s.metadata.uid).unwrap_or_default());
     assert_eq!(truth.creates_accepted, 1);
+    env.stop().await;
+}
+
+/// A deleting Server is released on a read that holds every reference
+/// written so far. The term's first release lists live; a release whose
+/// cache is behind this term's own reference writes (its watch held) lists
+/// live again; once the cache has caught up, releases read it and list
+/// nothing.
+async fn a_release_reads_live_until_the_cache_caught_up_with_its_references(kind: CloudKind) {
+    let mut env = Env::new(kind, 43).await;
+    let early: Vec<String> = ["early-a", "early-b", "early-c"].iter().map(|name| (*name).to_owned()).collect();
+    for name in &early {
+        env.create_server(name, fast(Fate::clean()), Env::spec());
+    }
+    env.start();
+    let running = |s: &server_kube::crd::Server| phase(s) == "Running" && status(s).provisioned_at.is_some();
+    for name in &early {
+        env.wait_server(name, "Running", running).await;
+    }
+    let delete = |names: &[String]| {
+        let names = names.to_vec();
+        let env = &env;
+        async move {
+            for name in &names {
+                env.delete_server(name).await;
+            }
+            env.wait("the Servers are gone", || names.iter().all(|name| env.server(name).is_none())).await;
+            for name in &names {
+                let reference = reference_finalizer(name);
+                for (plural, object) in
+                    [("networks", NETWORK), ("securitygroups", SECURITY_GROUP), ("identities", IDENTITY)]
+                {
+                    assert!(
+                        !env.finalizers(plural, object).contains(&reference),
+                        "{plural}/{object} keeps {reference}"
+                    );
+                }
+            }
+        }
+    };
+    let listed_while = async |deleting: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>| {
+        let before = consumed_reads(&env.counters());
+        deleting.await;
+        consumed_reads(&env.counters()) - before
+    };
+    assert!(listed_while(Box::pin(delete(&early[..1]))).await > 0, "the term's first release read no list");
+
+    // The cache of Networks stops at the late Server's reference write.
+    env.sim().faults().set(FaultConfig::none().with_watch_held("networks"));
+    let uid = env.create_server("late", fast(Fate::clean()), Env::spec());
+    env.wait_server("late", "Running", running).await;
+    assert!(env.finalizers("networks", NETWORK).contains(&reference_finalizer("late")));
+    let late = ["late".to_owned()];
+    assert!(listed_while(Box::pin(delete(&late))).await > 0, "released on a cache behind its own reference write");
+    env.assert_released(&uid);
+
+    env.sim().faults().clear();
+    env.idle(2).await;
+    assert_eq!(listed_while(Box::pin(delete(&early[1..]))).await, 0, "a release listed what its caught-up cache holds");
+    env.assert_invariants();
     env.stop().await;
 }

@@ -253,6 +253,7 @@ fn read(need: &Need) -> String {
     match need {
         Need::Consumed => "the consumed resources".into(),
         Need::ConsumedLive => "the consumed resources (live)".into(),
+        Need::ConsumedBeforeRelease => "the consumed resources, holding every reference written so far".into(),
         Need::Provider => "the provider server".into(),
         Need::ProviderLive(why) => format!("the provider server again, live ({})", why.label().replace('_', " ")),
         Need::Attachments => "the server's ports and floating IPs".into(),

@@ -43,7 +43,9 @@ impl Answerer {
             self.asked.push(need.clone());
             let fact = match need {
                 Need::Consumed => Fact::consumed_of(self.facts.clone()),
-                Need::ConsumedLive => Fact::consumed_of(self.consumed_live.clone().unwrap_or_else(|| self.facts.clone())),
+                Need::ConsumedLive | Need::ConsumedBeforeRelease => {
+                    Fact::consumed_of(self.consumed_live.clone().unwrap_or_else(|| self.facts.clone()))
+                }
                 Need::Provider => match self.listed_at {
                     Some(second) => Fact::Provider {
                         view: self.facts.provider.clone(),
@@ -142,7 +144,7 @@ fn a_deleting_server_whose_server_is_gone_reads_its_ports_and_floating_ips() {
     let mut driver = Answerer::new(facts);
     driver.drive(&mut pass);
     // Released: the references it releases are confirmed live first.
-    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "Attachments", "ConsumedLive"]);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "Attachments", "ConsumedBeforeRelease"]);
     assert!(pass.decision().unwrap().actions.contains(&Action::RemoveFinalizer));
 }
 
@@ -202,7 +204,7 @@ fn a_release_judged_on_a_cache_lacking_the_identity_is_judged_again_on_the_live_
     driver.drive(&mut pass);
     // The driver's provider answer stays NoIdentity; the live Identity, not
     // being deleted, makes the pass wait for the cloud account instead.
-    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "ConsumedLive", "Provider"]);
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "ConsumedBeforeRelease", "Provider"]);
     let decision = pass.decision().unwrap();
     assert!(!decision.actions.contains(&Action::RemoveFinalizer), "{decision:?}");
     assert_eq!(decision.outcome, Outcome::Yield(Wait::NoCloudAccount));

@@ -81,6 +81,11 @@ impl Caches {
         Ok(())
     }
 
+    /// How far the cache of `kind` has caught up (see `freshness`).
+    pub(crate) fn applied(&self, kind: ResourceKind) -> u64 {
+        self.consumed.get(&kind).map_or(0, |cache| cache.applied())
+    }
+
     pub(crate) fn openstack_identity(&self, namespace: &str, name: &str) -> Option<Arc<OpenstackIdentity>> {
         self.openstack_identities.get(&ObjectRef::new(name).within(namespace))
     }

@@ -14,7 +14,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use futures_util::future::BoxFuture;
-use futures_util::{FutureExt, StreamExt};
+use futures_util::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::ListParams;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -27,6 +27,7 @@ use crate::crd::{
     Identity, Network, OpenstackIdentity, SSHCertificateAuthority, SecurityGroup, served_consumed_crd, server_crd,
 };
 use crate::error::{Error, watch_error_summary};
+use crate::freshness::{CacheProgress, newest};
 use crate::kube_api::{FixedBackoff, WatchSettings, scoped_api};
 
 /// A namespaced kind the operator reads through the API or a cache.
@@ -128,7 +129,14 @@ pub(crate) trait KindOps: Send + Sync {
         reflectors: &mut Vec<BoxFuture<'static, ()>>,
     ) -> Arc<dyn KindCache>;
     /// Every object of `namespace`, read live.
-    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Vec<Found>, Error>>;
+    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Listed, Error>>;
+}
+
+/// A live list of one kind.
+pub(crate) struct Listed {
+    pub(crate) found: Vec<Found>,
+    /// The highest resourceVersion among the objects (see `freshness`).
+    pub(crate) newest: Option<u64>,
 }
 
 /// A cache of one consumed kind.
@@ -141,6 +149,8 @@ pub(crate) trait KindCache: Send + Sync + std::fmt::Debug {
     /// may ask whether it holds a finalizer (answered from an index, not a
     /// scan of the list).
     fn select(&self, namespace: &str, keep: Keep<'_>, finalizers: Finalizers<'_>) -> Vec<Found>;
+    /// The highest resourceVersion among the changes the cache has applied.
+    fn applied(&self) -> u64;
 }
 
 /// Whether a cached object is wanted, from its metadata and a question:
@@ -190,14 +200,19 @@ impl<K: ConsumedKind> KindOps for Ops<K> {
         watch: &WatchSettings,
         reflectors: &mut Vec<BoxFuture<'static, ()>>,
     ) -> Arc<dyn KindCache> {
-        Arc::new(ConsumedCache::new(reflect::<K>(client, namespace, watch, reflectors)))
+        let progress = Arc::new(CacheProgress::default());
+        let store = reflect_tracked::<K>(client, namespace, watch, reflectors, progress.clone());
+        Arc::new(ConsumedCache::new(store, progress))
     }
 
-    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Vec<Found>, Error>> {
+    fn list<'a>(&'a self, client: &'a Client, namespace: &'a str) -> BoxFuture<'a, Result<Listed, Error>> {
         async move {
             let api: Api<K> = Api::namespaced(client.clone(), namespace);
             match api.list(&ListParams::default()).await {
-                Ok(list) => Ok(list.items.iter().map(|object| found(object, all_finalizers(object))).collect()),
+                Ok(list) => Ok(Listed {
+                    found: list.items.iter().map(|object| found(object, all_finalizers(object))).collect(),
+                    newest: newest(&list.items),
+                }),
                 Err(source) => Err(Error::kube(format!("listing {} in namespace {namespace}", K::plural(&())), source)),
             }
         }
@@ -218,6 +233,7 @@ fn all_finalizers<K: Resource>(object: &K) -> Vec<String> {
 /// decoding that version from its watch event.
 pub(crate) struct ConsumedCache<K: NamespacedKind, S = RandomState> {
     store: Store<K>,
+    progress: Arc<CacheProgress>,
     indexes: Mutex<HashMap<ObjectRef<K>, FinalizerIndex<K>>>,
     hasher: S,
 }
@@ -238,14 +254,14 @@ impl<K: NamespacedKind, S> std::fmt::Debug for ConsumedCache<K, S> {
 }
 
 impl<K: NamespacedKind> ConsumedCache<K> {
-    pub(crate) fn new(store: Store<K>) -> Self {
-        ConsumedCache::with_hasher(store, RandomState::new())
+    pub(crate) fn new(store: Store<K>, progress: Arc<CacheProgress>) -> Self {
+        ConsumedCache::with_hasher(store, progress, RandomState::new())
     }
 }
 
 impl<K: NamespacedKind, S: BuildHasher> ConsumedCache<K, S> {
-    fn with_hasher(store: Store<K>, hasher: S) -> Self {
-        ConsumedCache { store, indexes: Mutex::default(), hasher }
+    fn with_hasher(store: Store<K>, progress: Arc<CacheProgress>, hasher: S) -> Self {
+        ConsumedCache { store, progress, indexes: Mutex::default(), hasher }
     }
 
     /// Whether `object` (a version the store holds) carries `wanted`.
@@ -313,6 +329,10 @@ impl<K: ConsumedKind, S: BuildHasher + Send + Sync> KindCache for ConsumedCache<
             })
             .collect()
     }
+
+    fn applied(&self) -> u64 {
+        self.progress.applied()
+    }
 }
 
 /// One kind's cache, and the future filling it pushed onto `reflectors`.
@@ -322,13 +342,26 @@ pub(crate) fn reflect<K: NamespacedKind>(
     watch: &WatchSettings,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
 ) -> Store<K> {
+    reflect_tracked(client, namespace, watch, reflectors, Arc::default())
+}
+
+/// As [`reflect`], recording in `progress` how far the store has caught up.
+fn reflect_tracked<K: NamespacedKind>(
+    client: &Client,
+    namespace: Option<&str>,
+    watch: &WatchSettings,
+    reflectors: &mut Vec<BoxFuture<'static, ()>>,
+    progress: Arc<CacheProgress>,
+) -> Store<K> {
     let (store, writer) = reflector::store();
     let config = watcher::Config::default().page_size(watch.page_size);
     let events = watcher(scoped_api::<K>(client.clone(), namespace), config)
         .backoff(FixedBackoff(watch.retry))
         // Nothing reads managed fields; dropping them keeps the cache small.
         .modify(|object: &mut K| object.managed_fields_mut().clear())
-        .reflect(writer);
+        .reflect(writer)
+        // After the store applied the event: progress never runs ahead of it.
+        .inspect_ok(move |event| progress.observe(event));
     reflectors.push(
         events
             .for_each(|event| async move {
@@ -440,7 +473,7 @@ mod tests {
     fn own_finalizers_are_read_from_the_current_version<S: BuildHasher + Send + Sync>(hasher: S) {
         let shared: Vec<String> = (0..1000).map(|i| format!("server.unikorn-cloud.org/s-{i}")).collect();
         let (store, mut writer) = reflector::store();
-        let cache = ConsumedCache::with_hasher(store, hasher);
+        let cache = ConsumedCache::with_hasher(store, Arc::default(), hasher);
         let select = |finalizers| cache.select("ns", &|_, _| true, finalizers);
         writer.apply_watcher_event(&watcher::Event::Apply(network(&shared, 1)));
         let own = select(Finalizers::Only("server.unikorn-cloud.org/s-7"));

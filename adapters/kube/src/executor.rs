@@ -88,7 +88,7 @@ impl Executor {
         let withheld = object.content.as_ref().is_ok_and(|content| content.has_user_data);
         let user_data = if withheld { UserDataCopy::Withheld } else { UserDataCopy::Held };
         let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
-        let source = Source::Controller { caches, listings: &term.listings };
+        let source = Source::Controller { caches, listings: &term.listings, floors: &term.floors };
         let mut reader = Reader::new(&term.client, &term.clouds, source, self.config.cloud_timeout);
         while let Some(need) = pass.poll_need() {
             let fact = reader.read(need, pass.server(), pass.facts()).await?;

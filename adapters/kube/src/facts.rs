@@ -18,13 +18,14 @@ use crate::cloud::{CloudHandle, CloudRegistry, NoCloud, ProviderListings, group_
 use crate::consumed::{CONSUMED_KINDS, Finalizers, Found};
 use crate::crd::Server as ServerObject;
 use crate::error::Error;
+use crate::freshness::TermFloors;
 
 /// Where a reader finds what it reads besides the API server: a running
 /// controller's caches and listings, or nothing (a one-shot command reads
 /// everything live).
 #[derive(Clone, Copy)]
 pub(crate) enum Source<'a> {
-    Controller { caches: &'a Caches, listings: &'a ProviderListings },
+    Controller { caches: &'a Caches, listings: &'a ProviderListings, floors: &'a TermFloors },
     OneShot,
 }
 
@@ -55,9 +56,16 @@ impl<'a> Reader<'a> {
         Ok(match need {
             Need::Consumed => match self.source {
                 Source::Controller { caches, .. } => Fact::consumed_of(cached(caches, server)),
-                Source::OneShot => Fact::consumed_of(live(self.client, server).await?),
+                Source::OneShot => Fact::consumed_of(live(self.client, server, None).await?),
             },
-            Need::ConsumedLive => Fact::consumed_of(live(self.client, server).await?),
+            Need::ConsumedLive => Fact::consumed_of(live(self.client, server, self.floors()).await?),
+            Need::ConsumedBeforeRelease => Fact::consumed_of(match self.source {
+                Source::Controller { caches, floors, .. } => match release_from_cache(caches, floors, server) {
+                    Some(facts) => facts,
+                    None => live(self.client, server, Some(floors)).await?,
+                },
+                Source::OneShot => live(self.client, server, None).await?,
+            }),
             Need::Provider => {
                 let has_cloud = self.cloud(server).await?.is_ok();
                 let listed = match self.source {
@@ -84,6 +92,14 @@ impl<'a> Reader<'a> {
             }),
             Need::UserData => Fact::UserData(self.live_user_data(server).await?),
         })
+    }
+
+    /// The term's floors, when a controller reads.
+    fn floors(&self) -> Option<&'a TermFloors> {
+        match self.source {
+            Source::Controller { floors, .. } => Some(floors),
+            Source::OneShot => None,
+        }
     }
 
     /// The cloud of the Server's region and identity, resolved once per
@@ -177,16 +193,41 @@ fn cached(caches: &Caches, server: &Server) -> Facts {
     found.0
 }
 
+/// The consumed resources from the caches, when every kind the Server's
+/// pass reads has a cache that caught up with what a release must see (see
+/// `freshness`), before and after the read: a relist may take a store back
+/// to an older snapshot.
+fn release_from_cache(caches: &Caches, floors: &TermFloors, server: &Server) -> Option<Facts> {
+    let sort = Sorting::of(server);
+    let caught_up = || {
+        CONSUMED_KINDS
+            .iter()
+            .map(|ops| ops.kind())
+            .filter(|kind| sort.reads(*kind))
+            .all(|kind| floors.covers(kind, caches.applied(kind)))
+    };
+    if !caught_up() {
+        return None;
+    }
+    let facts = cached(caches, server);
+    caught_up().then_some(facts)
+}
+
 /// The consumed resources as the API server has them now. Each kind is
 /// listed over the whole namespace, so references held under another
-/// identity (from before a label change) are found and released too.
-async fn live(client: &Client, server: &Server) -> Result<Facts, Error> {
+/// identity (from before a label change) are found and released too. Each
+/// list is a floor of the term (`floors`) the caches can catch up with.
+async fn live(client: &Client, server: &Server, floors: Option<&TermFloors>) -> Result<Facts, Error> {
     let mut found = FoundFacts::default();
     let sort = Sorting::of(server);
     for ops in CONSUMED_KINDS {
         let kind = ops.kind();
         if sort.reads(kind) {
-            found.add_all(kind, &sort, ops.list(client, &server.meta.namespace).await?);
+            let listed = ops.list(client, &server.meta.namespace).await?;
+            if let Some(floors) = floors {
+                floors.listed(kind, listed.newest);
+            }
+            found.add_all(kind, &sort, listed.found);
         }
     }
     Ok(found.0)

@@ -27,6 +27,7 @@ mod executor;
 mod explain;
 mod facts;
 mod fence;
+mod freshness;
 mod health;
 mod kube_api;
 mod leader;

@@ -62,6 +62,7 @@ use tracing::debug;
 
 use crate::crd::{Identity, Network, SSHCertificateAuthority, SecurityGroup};
 use crate::error::{api_cause, api_code, short_message};
+use crate::freshness::{TermFloors, version_of};
 use crate::metrics::Metrics;
 
 /// How a batch of reference changes is encoded (see the module docs).
@@ -143,6 +144,9 @@ pub(crate) struct ReferenceWriter {
     client: Client,
     encoding: ReferencePatch,
     metrics: Arc<dyn Metrics>,
+    /// Where each answered write's version goes, so a release waits for a
+    /// cache to apply it (see `freshness`).
+    floors: Arc<TermFloors>,
     queues: Mutex<HashMap<Target, Queue>>,
 }
 
@@ -161,8 +165,13 @@ enum BatchResult {
 }
 
 impl ReferenceWriter {
-    pub(crate) fn new(client: Client, encoding: ReferencePatch, metrics: Arc<dyn Metrics>) -> Arc<Self> {
-        Arc::new(ReferenceWriter { client, encoding, metrics, queues: Mutex::default() })
+    pub(crate) fn new(
+        client: Client,
+        encoding: ReferencePatch,
+        metrics: Arc<dyn Metrics>,
+        floors: Arc<TermFloors>,
+    ) -> Arc<Self> {
+        Arc::new(ReferenceWriter { client, encoding, metrics, floors, queues: Mutex::default() })
     }
 
     /// Adds (`add`) or removes this finalizer on `target`; returns once the
@@ -277,6 +286,7 @@ impl ReferenceWriter {
             };
             match sent {
                 Ok(object) => {
+                    self.floors.written(target.kind, version_of(object.metadata.resource_version.as_deref()));
                     self.metrics.reference_batch_written(target.kind, batch.len(), attempt);
                     debug!(kind = what, name = %target.name, changes = batch.len(), attempt, "references written");
                     return (BatchResult::Written, Some(known_of(&object)));
@@ -288,8 +298,11 @@ impl ReferenceWriter {
                     debug!(kind = what, name = %target.name, attempt, error = %short_message(&error), "reference write lost a race; retrying");
                 }
                 Err(error) => {
-                    let failure =
-                        ApiFailure::new(format!("writing references on {what} {}", target.name), api_cause(&error));
+                    let cause = api_cause(&error);
+                    if matches!(cause, ApiCause::NoAnswer(_)) {
+                        self.floors.write_unanswered(target.kind);
+                    }
+                    let failure = ApiFailure::new(format!("writing references on {what} {}", target.name), cause);
                     return (BatchResult::Failed(ActionFailure::Api(failure)), None);
                 }
             }

@@ -19,6 +19,7 @@ use crate::cloud::{CloudRegistry, ProviderListings};
 use crate::config::ControllerConfig;
 use crate::events::EventPublisher;
 use crate::fence::{Fence, fenced_client};
+use crate::freshness::TermFloors;
 use crate::metrics::Metrics;
 use crate::own_writes::{OwnWrites, PassesInFlight};
 use crate::references::ReferenceWriter;
@@ -39,6 +40,9 @@ pub(crate) struct Term {
     pub(crate) listings: ProviderListings,
     /// The reference writer: the finalizer lists it last wrote or read.
     pub(crate) references: Arc<ReferenceWriter>,
+    /// What a cache of a consumed kind must have caught up with to answer a
+    /// release (this term's live lists and reference writes).
+    pub(crate) floors: Arc<TermFloors>,
     /// The Event series this term continues.
     pub(crate) events: EventPublisher,
     /// What this term has said it could not read, per Server uid.
@@ -147,11 +151,18 @@ impl Terms {
             fenced_client(self.client.clone(), self.fence.clone(), number)
         };
         let config = &self.config;
+        let floors = Arc::new(TermFloors::default());
         Term {
             number,
             clouds: self.clouds.for_term(&self.fence, number),
             listings: ProviderListings::default(),
-            references: ReferenceWriter::new(client.clone(), config.reference_patch, self.metrics.clone()),
+            references: ReferenceWriter::new(
+                client.clone(),
+                config.reference_patch,
+                self.metrics.clone(),
+                floors.clone(),
+            ),
+            floors,
             events: EventPublisher::new(client.clone(), config.reporting_instance.clone()),
             unread_said: UnreadSaid::default(),
             own_writes: OwnWrites::default(),

@@ -250,10 +250,13 @@ impl Pass {
             return Err(UnaskedFact { needed: None, given: fact_name(&fact) });
         };
         match (need, fact) {
-            (Need::Consumed | Need::ConsumedLive, Fact::Consumed { consumed, other_identity_references }) => {
+            (
+                Need::Consumed | Need::ConsumedLive | Need::ConsumedBeforeRelease,
+                Fact::Consumed { consumed, other_identity_references },
+            ) => {
                 self.facts.consumed = consumed;
                 self.facts.other_identity_references = other_identity_references;
-                let live = *need == Need::ConsumedLive;
+                let live = *need != Need::Consumed;
                 self.reads.consumed = Some(if live { ConsumedRead::Live } else { ConsumedRead::Cached });
                 // A deleting Server without a cloud to call was judged on
                 // what the cache held of its Identity: judged again on this.
@@ -312,7 +315,7 @@ impl Pass {
             return;
         }
         if self.reads.consumed == Some(ConsumedRead::Cached) && confirms_release_live(&self.server, &decision) {
-            self.stage = Stage::Gathering(Need::ConsumedLive);
+            self.stage = Stage::Gathering(Need::ConsumedBeforeRelease);
             return;
         }
         if self.reads.user_data == UserDataCopy::Withheld && creates(&decision) {
@@ -509,7 +512,7 @@ fn bounded_note(note: &str) -> String {
 /// user data from `server`.
 fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
     match need {
-        Need::Consumed | Need::ConsumedLive => Fact::Consumed {
+        Need::Consumed | Need::ConsumedLive | Need::ConsumedBeforeRelease => Fact::Consumed {
             consumed: facts.consumed.clone(),
             other_identity_references: facts.other_identity_references.clone(),
         },

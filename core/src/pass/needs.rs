@@ -22,6 +22,13 @@ pub enum Need {
     /// lack something whose absence must be confirmed before it is acted on
     /// (see [`confirms_consumed_live`]). Answered with [`Fact::Consumed`].
     ConsumedLive,
+    /// The consumed resources holding every write acknowledged before the
+    /// pass began: its decision releases a deleting Server (see
+    /// [`confirms_release_live`]), and a reference the answer lacked would
+    /// leak for good. Read live, or from a cache the driver can show has
+    /// caught up with every such write (each reference write of its term,
+    /// and a live read made in its term). Answered with [`Fact::Consumed`].
+    ConsumedBeforeRelease,
     /// The provider server: from the driver's latest listing of the Server's
     /// provider group when it holds one ([`ProviderRead::Listed`]), else read
     /// live. Answered with [`Fact::Provider`].
@@ -46,6 +53,7 @@ impl Need {
         match self {
             Need::Consumed => "Consumed",
             Need::ConsumedLive => "ConsumedLive",
+            Need::ConsumedBeforeRelease => "ConsumedBeforeRelease",
             Need::Provider => "Provider",
             Need::ProviderLive(_) => "ProviderLive",
             Need::Attachments => "Attachments",

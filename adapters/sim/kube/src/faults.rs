@@ -82,6 +82,12 @@ pub struct FaultConfig {
     /// Restrict faults to these resource labels (`servers`, `servers/status`);
     /// a plural also covers its `/status`. `None` = every resource.
     pub resources: Option<BTreeSet<String>>,
+    /// Watches of these resources (plurals) send no change while held; the
+    /// changes go out, in order, once released. kube-apiserver's watch
+    /// cache delivers events behind etcd under load (what KEP-2340's
+    /// consistent reads from cache wait out): a client's cache then lacks
+    /// writes the API server has already answered.
+    pub watches_held: BTreeSet<String>,
 }
 
 impl FaultConfig {
@@ -131,6 +137,13 @@ impl FaultConfig {
     #[must_use]
     pub fn with_watch_cut_probability(mut self, probability: f64) -> Self {
         self.watch_cut_probability = probability;
+        self
+    }
+
+    /// Holds the watches of `resource` (see [`FaultConfig::watches_held`]).
+    #[must_use]
+    pub fn with_watch_held(mut self, resource: &str) -> Self {
+        self.watches_held.insert(resource.to_owned());
         self
     }
 
@@ -230,6 +243,11 @@ impl Faults {
     /// Restarts the PRNG from `seed`.
     pub fn reseed(&self, seed: u64) {
         self.with(|s| s.rng = fastrand::Rng::with_seed(seed));
+    }
+
+    /// Whether watches of `resource` are held (see [`FaultConfig::watches_held`]).
+    pub(crate) fn watch_held(&self, resource: &str) -> bool {
+        self.with(|s| s.config.watches_held.contains(resource))
     }
 
     /// Fails the next `times` requests of `verb` on `resource` (any resource

@@ -32,6 +32,9 @@ use super::table::WatchPrinting;
 /// server picks 30–60 minutes).
 pub(crate) const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// How often a held watch looks whether it was released.
+const HELD_WATCH_POLL: Duration = Duration::from_millis(20);
+
 /// Everything a watch request asked for.
 #[derive(Debug, Clone)]
 pub(crate) struct WatchRequest {
@@ -167,6 +170,16 @@ impl WatchStream {
             }
             if self.finished {
                 return None;
+            }
+            if self.context.faults.watch_held(&self.request.resource_label) {
+                // Held: the changes wait at the cursor and go out once released.
+                tokio::select! {
+                    () = tokio::time::sleep(HELD_WATCH_POLL) => continue,
+                    () = sleep_until(self.deadline) => {
+                        self.finished = true;
+                        continue;
+                    }
+                }
             }
             self.read_changes();
             if !self.pending.is_empty() || self.finished {

@@ -325,7 +325,20 @@ async fn measure(
     let mut size = size;
     if args.delete {
         eprintln!("bench: {servers} Servers: deleting every Server");
-        size.deletion = Some(world.delete_all_and_count_leaks(args.timeout, &mut operator).await?);
+        let (api_before, cpu_before) = (world.api_counters()?, operator.sample()?.cpu_seconds);
+        let mut deletion = world.delete_all_and_count_leaks(args.timeout, &mut operator).await?;
+        let (api_after, cpu_after) = (world.api_counters()?, operator.sample()?.cpu_seconds);
+        let consumed_lists = |counters: &server_simkube::CounterSnapshot| -> u64 {
+            ["networks", "securitygroups", "sshcertificateauthorities", "identities"]
+                .iter()
+                .map(|resource| counters.count(server_simkube::Verb::List, resource))
+                .sum()
+        };
+        deletion.api_requests_per_server = per(api_after.total().saturating_sub(api_before.total()) as f64, servers);
+        deletion.consumed_lists_per_server =
+            per(consumed_lists(&api_after).saturating_sub(consumed_lists(&api_before)) as f64, servers);
+        deletion.operator_cpu_ms_per_server = per((cpu_after - cpu_before) * 1000.0, servers);
+        size.deletion = Some(deletion);
     }
     // Whatever the deletion did to booted servers is the user's: the
     // invariants were counted before it; only a latch changed since counts.

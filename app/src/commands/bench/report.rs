@@ -335,28 +335,33 @@ impl fmt::Display for BenchReport {
         }
         writeln!(
             f,
-            "\n| N Servers | public | running public with / without IP | floating-IP 503s | deleted in | left | leaked servers / ports / floating IPs | violations |"
+            "\n| N Servers | public | running public with / without IP | floating-IP 503s | deleted in | deletion: API requests / Server | deletion: consumed lists / Server | deletion: operator CPU / Server | left | leaked servers / ports / floating IPs | violations |"
         )?;
-        writeln!(f, "|---|---|---|---|---|---|---|---|")?;
+        writeln!(f, "|---|---|---|---|---|---|---|---|---|---|---|")?;
         for s in &self.sizes {
-            let (deleted, left, leaks) = match &s.deletion {
+            let (deleted, costs, left, leaks) = match &s.deletion {
                 Some(d) => (
                     format!("{:.0} s", d.seconds),
+                    format!(
+                        "{:.1} | {:.2} | {:.1} ms",
+                        d.api_requests_per_server, d.consumed_lists_per_server, d.operator_cpu_ms_per_server
+                    ),
                     d.left.to_string(),
                     format!("{} / {} / {}", d.leaked_servers, d.leaked_ports, d.leaked_floating_ips),
                 ),
-                None => ("not deleted".into(), "-".into(), "-".into()),
+                None => ("not deleted".into(), "- | - | -".into(), "-".into(), "-".into()),
             };
             let violations = s.violations();
             writeln!(
                 f,
-                "| {} | {} | {} / {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} / {} | {} | {} | {} | {} | {} | {} |",
                 s.servers,
                 s.public.servers,
                 s.public.running_with_ip,
                 s.public.running_without_ip,
                 s.floating_ip_faults,
                 deleted,
+                costs,
                 left,
                 leaks,
                 if violations.is_empty() { "none".into() } else { format!("**{}**", violations.join("; ")) },

@@ -527,6 +527,13 @@ pub(crate) struct Deletion {
     pub(crate) leaked_servers: usize,
     pub(crate) leaked_ports: usize,
     pub(crate) leaked_floating_ips: usize,
+    /// The operator's API requests while deleting, per Server.
+    pub(crate) api_requests_per_server: f64,
+    /// Of them, lists of the consumed kinds (a release read live, or a
+    /// cache's relist), per Server.
+    pub(crate) consumed_lists_per_server: f64,
+    /// The operator's CPU while deleting, per Server.
+    pub(crate) operator_cpu_ms_per_server: f64,
 }
 
 impl BenchWorld {
@@ -611,6 +618,7 @@ impl BenchWorld {
             leaked_servers: self.cloud.cloud.live_servers(),
             leaked_ports: openstack.ports().len(),
             leaked_floating_ips: openstack.floating_ips().len(),
+            ..Deletion::default()
         })
     }
 }

@@ -74,7 +74,7 @@ impl Engine {
                     _ => None,
                 };
                 let fact = match need {
-                    Need::Consumed | Need::ConsumedLive => Fact::Consumed {
+                    Need::Consumed | Need::ConsumedLive | Need::ConsumedBeforeRelease => Fact::Consumed {
                         consumed: tenant.facts.consumed.clone(),
                         other_identity_references: tenant.facts.other_identity_references.clone(),
                     },
