@@ -204,7 +204,7 @@ fn release_from_cache(caches: &Caches, floors: &TermFloors, server: &Server) -> 
             .iter()
             .map(|ops| ops.kind())
             .filter(|kind| sort.reads(*kind))
-            .all(|kind| floors.covers(kind, caches.applied(kind)))
+            .all(|kind| floors.covers(kind, &sort.finalizer, caches.applied(kind)))
     };
     if !caught_up() {
         return None;

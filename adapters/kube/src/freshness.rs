@@ -14,8 +14,10 @@
 //!   replica's or another's) was answered before this term began, so
 //!   before that list: one to an object the list holds is at or below that
 //!   object's version there (an object gone by then holds no reference).
-//! - **written**: the highest version this term's reference writer was
-//!   answered with for the kind.
+//! - **added**: the version this term's reference writer was answered
+//!   with when it added the releasing Server's reference (what the writer
+//!   does to other Servers' references on the same objects is not waited
+//!   for: it cannot change whether this one is there).
 //!
 //! A kind is covered once its cache has applied a change at or past both;
 //! until this term listed it, or after a reference write of the kind got no
@@ -24,7 +26,7 @@
 //! made deletion O(Servers²); with the floors it is one list per kind and
 //! term, and the cache after that.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -82,11 +84,10 @@ impl CacheProgress {
     }
 }
 
-/// One kind's floors in a term.
+/// One kind's floor in a term.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Floor {
+struct KindFloor {
     listed: Option<u64>,
-    written: u64,
     /// A reference write got no answer: it may land at any version.
     unknown_write: bool,
 }
@@ -94,13 +95,23 @@ struct Floor {
 /// The floors of one leadership term (see the module docs); dropped with it.
 #[derive(Debug, Default)]
 pub(crate) struct TermFloors {
-    kinds: Mutex<BTreeMap<ResourceKind, Floor>>,
+    state: Mutex<Floors>,
+}
+
+#[derive(Debug, Default)]
+struct Floors {
+    kinds: BTreeMap<ResourceKind, KindFloor>,
+    /// Per kind and reference finalizer, the version of the last answered
+    /// write of this term that added it. A release waits only for the
+    /// writes of its own Server's reference: the writer keeps writing other
+    /// Servers' references to the same shared objects, and waiting for the
+    /// newest of those would keep a busy cache from ever answering.
+    added: HashMap<(ResourceKind, String), u64>,
 }
 
 impl TermFloors {
-    fn with<R>(&self, kind: ResourceKind, f: impl FnOnce(&mut Floor) -> R) -> R {
-        let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
-        f(kinds.entry(kind).or_default())
+    fn with<R>(&self, f: impl FnOnce(&mut Floors) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A live list of `kind` whose newest object is at `version` (0 for an
@@ -108,7 +119,8 @@ impl TermFloors {
     /// every write this term knows of: a write with no answer is past too
     /// (at worst it landed later, which a live list could not see either).
     pub(crate) fn listed(&self, kind: ResourceKind, version: Option<u64>) {
-        self.with(kind, |floor| {
+        self.with(|floors| {
+            let floor = floors.kinds.entry(kind).or_default();
             if let Some(version) = version {
                 floor.listed = Some(floor.listed.map_or(version, |listed| listed.max(version)));
                 floor.unknown_write = false;
@@ -116,24 +128,36 @@ impl TermFloors {
         });
     }
 
-    /// This term's reference write to an object of `kind` was answered at `version`.
-    pub(crate) fn written(&self, kind: ResourceKind, version: Option<u64>) {
-        self.with(kind, |floor| match version {
-            Some(version) => floor.written = floor.written.max(version),
-            None => floor.unknown_write = true,
+    /// This term's write adding (`add`) or removing `finalizer` on an object
+    /// of `kind` was answered at `version`. Once removed, what a cache shows
+    /// of the reference can only make a release remove it again, which the
+    /// writer finds already done: nothing to wait for.
+    pub(crate) fn written(&self, kind: ResourceKind, finalizer: &str, add: bool, version: Option<u64>) {
+        self.with(|floors| match version {
+            None => floors.kinds.entry(kind).or_default().unknown_write = true,
+            Some(version) if add => {
+                let floor = floors.added.entry((kind, finalizer.to_owned())).or_default();
+                *floor = (*floor).max(version);
+            }
+            Some(_) => {
+                floors.added.remove(&(kind, finalizer.to_owned()));
+            }
         });
     }
 
     /// This term's reference write to an object of `kind` got no answer.
     pub(crate) fn write_unanswered(&self, kind: ResourceKind) {
-        self.with(kind, |floor| floor.unknown_write = true);
+        self.with(|floors| floors.kinds.entry(kind).or_default().unknown_write = true);
     }
 
     /// Whether a cache of `kind` that has applied changes up to `applied`
-    /// holds every write a release must see.
-    pub(crate) fn covers(&self, kind: ResourceKind, applied: u64) -> bool {
-        self.with(kind, |floor| match floor.listed {
-            Some(listed) if !floor.unknown_write => applied >= listed.max(floor.written),
+    /// holds every write of `finalizer` a release must see.
+    pub(crate) fn covers(&self, kind: ResourceKind, finalizer: &str, applied: u64) -> bool {
+        self.with(|floors| match floors.kinds.get(&kind) {
+            Some(KindFloor { listed: Some(listed), unknown_write: false }) => {
+                let added = floors.added.get(&(kind, finalizer.to_owned())).copied().unwrap_or(0);
+                applied >= (*listed).max(added)
+            }
             _ => false,
         })
     }
@@ -155,16 +179,19 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_is_covered_only_past_this_terms_list_and_its_own_writes() {
+    fn a_kind_is_covered_only_past_this_terms_list_and_its_own_reference_writes() {
         let floors = TermFloors::default();
-        assert!(!floors.covers(NETWORK, u64::MAX), "not listed in this term: read live");
+        assert!(!floors.covers(NETWORK, "f", u64::MAX), "not listed in this term: read live");
         floors.listed(NETWORK, Some(10));
-        assert!(!floors.covers(NETWORK, 9));
-        assert!(floors.covers(NETWORK, 10));
-        floors.written(NETWORK, Some(15));
-        assert!(!floors.covers(NETWORK, 14), "the cache has not applied this term's write");
-        assert!(floors.covers(NETWORK, 15));
-        assert!(!floors.covers(ResourceKind::Identity, 15), "floors are per kind");
+        assert!(!floors.covers(NETWORK, "f", 9));
+        assert!(floors.covers(NETWORK, "f", 10));
+        floors.written(NETWORK, "f", true, Some(15));
+        assert!(!floors.covers(NETWORK, "f", 14), "the cache has not applied the reference's write");
+        assert!(floors.covers(NETWORK, "f", 15));
+        assert!(floors.covers(NETWORK, "g", 10), "another Server's reference write is not waited for");
+        assert!(!floors.covers(ResourceKind::Identity, "f", 15), "floors are per kind");
+        floors.written(NETWORK, "f", false, Some(20));
+        assert!(floors.covers(NETWORK, "f", 10), "a removed reference is not waited for");
     }
 
     #[test]
@@ -172,12 +199,14 @@ mod tests {
         let floors = TermFloors::default();
         floors.listed(NETWORK, Some(10));
         floors.write_unanswered(NETWORK);
-        assert!(!floors.covers(NETWORK, u64::MAX));
-        floors.written(NETWORK, None);
+        assert!(!floors.covers(NETWORK, "f", u64::MAX));
         floors.listed(NETWORK, Some(20));
-        assert!(floors.covers(NETWORK, 20));
+        assert!(floors.covers(NETWORK, "f", 20));
+        floors.written(NETWORK, "f", true, None);
+        assert!(!floors.covers(NETWORK, "f", u64::MAX), "an answer without a version is no answer");
+        floors.listed(NETWORK, Some(30));
         floors.listed(NETWORK, None);
-        assert!(floors.covers(NETWORK, 20), "a list without a version changes nothing");
+        assert!(floors.covers(NETWORK, "f", 30), "a list without a version changes nothing");
     }
 
     #[test]

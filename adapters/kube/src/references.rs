@@ -286,7 +286,10 @@ impl ReferenceWriter {
             };
             match sent {
                 Ok(object) => {
-                    self.floors.written(target.kind, version_of(object.metadata.resource_version.as_deref()));
+                    let version = version_of(object.metadata.resource_version.as_deref());
+                    for (finalizer, add) in &wanted {
+                        self.floors.written(target.kind, finalizer, *add, version);
+                    }
                     self.metrics.reference_batch_written(target.kind, batch.len(), attempt);
                     debug!(kind = what, name = %target.name, changes = batch.len(), attempt, "references written");
                     return (BatchResult::Written, Some(known_of(&object)));
