@@ -46,6 +46,10 @@
 //! left them, so a batch needs no read: the first write to an object starts
 //! from the cache's copy, and any after a lost race or a failure from a
 //! live read (a list of one by name, which the operator's grants allow).
+//! After a write it computes the list itself and reads only the new
+//! resourceVersion from the answer, keeping the list's set beside it: a
+//! batch costs its changes (and a comparison per entry to find a removal),
+//! not a decode and a hash of a list that holds a reference per Server.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -98,6 +102,77 @@ struct Known {
     resource_version: String,
     /// `None`: the object has no `finalizers` field.
     finalizers: Option<Vec<String>>,
+    /// The same finalizers as a set, kept with the list: a batch asks it
+    /// which changes are needed without hashing a shared object's whole
+    /// list (a reference per Server using it).
+    present: HashSet<String>,
+}
+
+impl Known {
+    fn new(resource_version: Option<String>, finalizers: Option<Vec<String>>) -> Self {
+        let present = finalizers.iter().flatten().cloned().collect();
+        Known { resource_version: resource_version.unwrap_or_default(), finalizers, present }
+    }
+
+    /// The list as a written `change` left it, at `resource_version`: the
+    /// writer computes it rather than decoding the answer's whole list.
+    /// Should anyone else have changed the list meanwhile, the next write's
+    /// `test` (or resourceVersion) fails and the list is read again.
+    fn after(mut self, change: &ListChange<'_>, resource_version: Option<String>) -> Self {
+        let mut list = self.finalizers.take().unwrap_or_default();
+        for (position, finalizer) in &change.removed {
+            list.remove(*position);
+            self.present.remove(*finalizer);
+        }
+        for finalizer in &change.added {
+            list.push((*finalizer).to_owned());
+            self.present.insert((*finalizer).to_owned());
+        }
+        // kube-apiserver drops an emptied list (`omitempty`).
+        self.finalizers = (!list.is_empty()).then_some(list);
+        self.resource_version = resource_version.unwrap_or_default();
+        self
+    }
+}
+
+/// What a batch changes in a list: the positions it removes (highest
+/// first, each with the finalizer there) and the finalizers it appends.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ListChange<'a> {
+    removed: Vec<(usize, &'a str)>,
+    added: Vec<&'a str>,
+}
+
+impl ListChange<'_> {
+    fn is_empty(&self) -> bool {
+        self.removed.is_empty() && self.added.is_empty()
+    }
+}
+
+/// Up to this many removals in a batch are found by comparing the list's
+/// entries to each; past it, by one pass hashing every entry.
+const REMOVALS_SCANNED: usize = 16;
+
+/// The change that takes `current` to the `wanted` changes (the last change
+/// of a finalizer in the batch wins): removals of finalizers it holds, at
+/// every position each sits, and appends of those it lacks. O(batch) but
+/// for finding the removed ones' positions, which is a comparison per entry
+/// and removal (no hashing of the list).
+fn list_change<'a>(current: &'a Known, wanted: &[(&'a str, bool)]) -> ListChange<'a> {
+    let list = current.finalizers.as_deref().unwrap_or_default();
+    let removing: Vec<&str> =
+        wanted.iter().filter(|(f, add)| !add && current.present.contains(*f)).map(|(f, _)| *f).collect();
+    let mut removed: Vec<(usize, &str)> = if removing.is_empty() {
+        Vec::new()
+    } else if removing.len() <= REMOVALS_SCANNED {
+        list.iter().enumerate().filter(|(_, f)| removing.contains(&f.as_str())).map(|(i, f)| (i, f.as_str())).collect()
+    } else {
+        let removing: HashSet<&str> = removing.into_iter().collect();
+        list.iter().enumerate().filter(|(_, f)| removing.contains(f.as_str())).map(|(i, f)| (i, f.as_str())).collect()
+    };
+    removed.reverse();
+    let added = wanted.iter().filter(|(f, add)| *add && !current.present.contains(*f)).map(|(f, _)| *f).collect();
+    ListChange { removed, added }
 }
 
 /// A caller's change, and where its result goes.
@@ -190,10 +265,7 @@ impl ReferenceWriter {
         let (done, result) = oneshot::channel();
         let start_flush = self.with_queues(|queues| {
             let queue = queues.entry(target.clone()).or_insert_with(|| Queue {
-                known: cached().map(|meta| Known {
-                    resource_version: meta.resource_version.unwrap_or_default(),
-                    finalizers: meta.finalizers,
-                }),
+                known: cached().map(|meta| Known::new(meta.resource_version, meta.finalizers)),
                 ..Queue::default()
             });
             queue.pending.push(Request { finalizer: finalizer.to_owned(), add, done });
@@ -274,25 +346,28 @@ impl ReferenceWriter {
                     }
                 }
             };
-            let Some(patch) = self.encode(&current, &wanted) else {
+            let change = list_change(&current, &wanted);
+            if change.is_empty() {
                 return (BatchResult::Written, Some(current));
-            };
-            let params = PatchParams::default();
-            let sent = match &patch {
-                Encoded::Json(operations) => {
-                    api.patch(&target.name, &params, &Patch::Json::<()>(operations.clone())).await
+            }
+            let sent = match self.encoding {
+                ReferencePatch::JsonPatch => {
+                    self.patch(target, &Patch::Json::<()>(json_patch_for(&current, &change))).await
                 }
-                Encoded::Merge(body) => api.patch(&target.name, &params, &Patch::Merge(body)).await,
+                ReferencePatch::GuardedMerge => {
+                    self.patch(target, &Patch::Merge(guarded_merge_for(&current, &change))).await
+                }
             };
             match sent {
-                Ok(object) => {
-                    let version = version_of(object.metadata.resource_version.as_deref());
+                Ok(resource_version) => {
+                    let version = version_of(resource_version.as_deref());
                     for (finalizer, add) in &wanted {
                         self.floors.written(target.kind, finalizer, *add, version);
                     }
                     self.metrics.reference_batch_written(target.kind, batch.len(), attempt);
                     debug!(kind = what, name = %target.name, changes = batch.len(), attempt, "references written");
-                    return (BatchResult::Written, Some(known_of(&object)));
+                    let known = current.clone().after(&change, resource_version);
+                    return (BatchResult::Written, Some(known));
                 }
                 Err(error) if api_code(&error) == Some(404) => return (BatchResult::Gone, None),
                 // Lost a race: a changed resourceVersion (409) or a list that
@@ -317,87 +392,91 @@ impl ReferenceWriter {
         (BatchResult::Failed(ActionFailure::Conflict(failure)), None)
     }
 
-    fn api(&self, target: &Target) -> Api<DynamicObject> {
-        let resource = match target.kind {
+    fn resource(&self, kind: ResourceKind) -> ApiResource {
+        match kind {
             ResourceKind::Network => ApiResource::erase::<Network>(&()),
             ResourceKind::SecurityGroup => ApiResource::erase::<SecurityGroup>(&()),
             ResourceKind::SshCertificateAuthority => ApiResource::erase::<SSHCertificateAuthority>(&()),
             ResourceKind::Identity => ApiResource::erase::<Identity>(&()),
-        };
-        Api::namespaced_with(self.client.clone(), &target.namespace, &resource)
+        }
     }
 
-    /// The patch that takes `current` to the wanted changes; `None` when it
-    /// already holds them.
-    fn encode(&self, current: &Known, wanted: &[(&str, bool)]) -> Option<Encoded> {
-        match self.encoding {
-            ReferencePatch::JsonPatch => json_patch_for(current, wanted).map(Encoded::Json),
-            ReferencePatch::GuardedMerge => guarded_merge_for(current, wanted).map(Encoded::Merge),
-        }
+    fn api(&self, target: &Target) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &target.namespace, &self.resource(target.kind))
+    }
+
+    /// Sends `patch` to the target; the object's new resourceVersion. Only
+    /// that is decoded from the answer: the whole object holds a finalizer
+    /// per Server using it, and decoding it for every batch made each write
+    /// O(Servers).
+    async fn patch<P: serde::Serialize>(
+        &self,
+        target: &Target,
+        patch: &Patch<P>,
+    ) -> Result<Option<String>, kube::Error> {
+        let url = DynamicObject::url_path(&self.resource(target.kind), Some(&target.namespace));
+        let request = kube::core::Request::new(url)
+            .patch(&target.name, &PatchParams::default(), patch)
+            .map_err(kube::Error::BuildRequest)?;
+        let answer: Answer = self.client.request(request).await?;
+        Ok(answer.metadata.resource_version)
     }
 }
 
-enum Encoded {
-    Json(json_patch::Patch),
-    Merge(Value),
+/// The part of a patch's answer the writer reads.
+#[derive(serde::Deserialize)]
+struct Answer {
+    metadata: AnswerMetadata,
+}
+
+#[derive(serde::Deserialize)]
+struct AnswerMetadata {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: Option<String>,
 }
 
 fn known_of<K: Resource>(object: &K) -> Known {
     let meta = object.meta();
-    Known { resource_version: meta.resource_version.clone().unwrap_or_default(), finalizers: meta.finalizers.clone() }
+    Known::new(meta.resource_version.clone(), meta.finalizers.clone())
 }
 
-/// The finalizers a batch removes, and those it adds that `list` lacks, in
-/// batch order. Sets, not scans: a shared object's list holds one reference
-/// per Server using it, so a scan per change made a batch O(list × batch).
-fn changes<'a>(list: &[String], wanted: &[(&'a str, bool)]) -> (HashSet<&'a str>, Vec<&'a str>) {
-    let removed: HashSet<&str> = wanted.iter().filter(|(_, add)| !add).map(|(f, _)| *f).collect();
-    let mut added: Vec<&str> = wanted.iter().filter(|(_, add)| *add).map(|(f, _)| *f).collect();
-    if !added.is_empty() {
-        let present: HashSet<&str> = list.iter().map(String::as_str).collect();
-        added.retain(|f| !present.contains(f));
+/// RFC 6902 operations for `change`: removals (each guarded by a `test` of
+/// its index, highest index first so the others stay put), then appends.
+fn json_patch_for(current: &Known, change: &ListChange<'_>) -> json_patch::Patch {
+    use json_patch::jsonptr::PointerBuf;
+    use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
+    let list_path = || PointerBuf::from_tokens(["metadata", "finalizers"]);
+    let mut operations = Vec::with_capacity(2 * change.removed.len() + change.added.len());
+    for (index, finalizer) in &change.removed {
+        let path = PointerBuf::from_tokens(["metadata", "finalizers", &index.to_string()]);
+        operations.push(PatchOperation::Test(TestOperation { path: path.clone(), value: json!(finalizer) }));
+        operations.push(PatchOperation::Remove(RemoveOperation { path }));
     }
-    (removed, added)
-}
-
-/// RFC 6902 operations: removals (each guarded by a `test` of its index,
-/// highest index first so the others stay put), then appends.
-fn json_patch_for(current: &Known, wanted: &[(&str, bool)]) -> Option<json_patch::Patch> {
-    let list = current.finalizers.as_deref().unwrap_or_default();
-    let (removed, added) = changes(list, wanted);
-    let mut operations = Vec::new();
-    for (index, finalizer) in list.iter().enumerate().rev().filter(|(_, f)| removed.contains(f.as_str())) {
-        let path = format!("/metadata/finalizers/{index}");
-        operations.push(json!({ "op": "test", "path": path, "value": finalizer }));
-        operations.push(json!({ "op": "remove", "path": path }));
-    }
-    if !added.is_empty() {
-        let remaining = list.iter().filter(|f| !removed.contains(f.as_str())).count();
-        if remaining == 0 && operations.is_empty() {
+    if !change.added.is_empty() {
+        if current.finalizers.as_ref().is_none_or(Vec::is_empty) {
             // No list to append to: create it, guarded by what was read (a
             // missing field tests as null), so no finalizer added meanwhile
             // is overwritten.
-            operations.push(json!({ "op": "test", "path": "/metadata/finalizers", "value": current.finalizers }));
-            operations.push(json!({ "op": "add", "path": "/metadata/finalizers", "value": added }));
-        } else {
             operations
-                .extend(added.iter().map(|f| json!({ "op": "add", "path": "/metadata/finalizers/-", "value": f })));
+                .push(PatchOperation::Test(TestOperation { path: list_path(), value: json!(current.finalizers) }));
+            operations.push(PatchOperation::Add(AddOperation { path: list_path(), value: json!(change.added) }));
+        } else {
+            operations.extend(change.added.iter().map(|finalizer| {
+                let path = PointerBuf::from_tokens(["metadata", "finalizers", "-"]);
+                PatchOperation::Add(AddOperation { path, value: json!(finalizer) })
+            }));
         }
     }
-    if operations.is_empty() {
-        return None;
-    }
-    serde_json::from_value(Value::Array(operations)).ok()
+    json_patch::Patch(operations)
 }
 
 /// The whole new list, guarded by the resourceVersion it was computed from.
-fn guarded_merge_for(current: &Known, wanted: &[(&str, bool)]) -> Option<Value> {
+fn guarded_merge_for(current: &Known, change: &ListChange<'_>) -> Value {
     let list = current.finalizers.as_deref().unwrap_or_default();
-    let (removed, added) = changes(list, wanted);
-    let kept = list.iter().filter(|f| !removed.contains(f.as_str())).map(String::as_str);
-    let next: Vec<&str> = kept.chain(added).collect();
-    (next.len() != list.len() || next.iter().zip(list).any(|(n, l)| *n != l))
-        .then(|| json!({ "metadata": { "resourceVersion": current.resource_version, "finalizers": next } }))
+    let removed: HashSet<usize> = change.removed.iter().map(|(position, _)| *position).collect();
+    let kept = list.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, f)| f.as_str());
+    let next: Vec<&str> = kept.chain(change.added.iter().copied()).collect();
+    json!({ "metadata": { "resourceVersion": current.resource_version, "finalizers": next } })
 }
 
 #[cfg(test)]
@@ -405,10 +484,15 @@ mod tests {
     use super::*;
 
     fn known(finalizers: Option<&[&str]>) -> Known {
-        Known {
-            resource_version: "7".into(),
-            finalizers: finalizers.map(|f| f.iter().map(|s| (*s).to_owned()).collect()),
-        }
+        Known::new(Some("7".into()), finalizers.map(|f| f.iter().map(|s| (*s).to_owned()).collect()))
+    }
+
+    /// The patch of `wanted` on `current`, and the list the writer then
+    /// believes the object holds.
+    fn json_patch_of(current: &Known, wanted: &[(&str, bool)]) -> Option<(json_patch::Patch, Value)> {
+        let change = list_change(current, wanted);
+        let believed = current.clone().after(&change, Some("8".into())).finalizers;
+        (!change.is_empty()).then(|| (json_patch_for(current, &change), json!(believed)))
     }
 
     fn apply(current: &Known, patch: &json_patch::Patch) -> Result<Value, json_patch::PatchError> {
@@ -446,17 +530,35 @@ mod tests {
     #[test]
     fn a_batch_appends_and_removes_by_tested_index() {
         let current = known(Some(&["other", "a", "b", "c"]));
-        let patch = json_patch_for(&current, &[("a", false), ("d", true), ("c", false), ("e", true)]);
-        let patch = patch.expect("changes");
+        let (patch, believed) =
+            json_patch_of(&current, &[("a", false), ("d", true), ("c", false), ("e", true)]).expect("changes");
         assert_eq!(apply(&current, &patch).ok(), Some(json!(["other", "b", "d", "e"])));
+        assert_eq!(believed, json!(["other", "b", "d", "e"]), "the writer's list is what the server made");
         // The body names the batch, not the list.
         assert!(!serde_json::to_string(&patch).unwrap_or_default().contains("other"));
     }
 
     #[test]
+    fn every_copy_of_a_removed_finalizer_goes_and_many_removals_are_found_alike() {
+        let current = known(Some(&["a", "x", "a"]));
+        let (patch, believed) = json_patch_of(&current, &[("a", false)]).expect("a removal");
+        assert_eq!(apply(&current, &patch).ok(), Some(json!(["x"])));
+        assert_eq!(believed, json!(["x"]));
+        let names: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+        let list: Vec<&str> = names.iter().map(String::as_str).collect();
+        let current = known(Some(&list));
+        let wanted: Vec<(&str, bool)> = list.iter().step_by(2).map(|f| (*f, false)).collect();
+        assert!(wanted.len() > REMOVALS_SCANNED);
+        let (patch, believed) = json_patch_of(&current, &wanted).expect("removals");
+        let left: Vec<&str> = list.iter().skip(1).step_by(2).copied().collect();
+        assert_eq!(apply(&current, &patch).ok(), Some(json!(left)));
+        assert_eq!(believed, json!(left));
+    }
+
+    #[test]
     fn a_list_that_moved_fails_the_test_instead_of_removing_another_finalizer() {
         let read = known(Some(&["a", "b"]));
-        let patch = json_patch_for(&read, &[("b", false)]).expect("a removal");
+        let (patch, _) = json_patch_of(&read, &[("b", false)]).expect("a removal");
         // Someone removed "a" since: index 1 is gone or holds something else.
         assert!(apply(&known(Some(&["b"])), &patch).is_err());
         assert!(apply(&known(Some(&["b", "x"])), &patch).is_err());
@@ -465,22 +567,25 @@ mod tests {
     #[test]
     fn the_first_finalizer_creates_the_list_only_if_there_is_none() {
         let absent = known(None);
-        let patch = json_patch_for(&absent, &[("a", true)]).expect("an addition");
+        let (patch, believed) = json_patch_of(&absent, &[("a", true)]).expect("an addition");
         assert_eq!(apply(&absent, &patch).ok(), Some(json!(["a"])));
+        assert_eq!(believed, json!(["a"]));
         assert!(apply(&known(Some(&["x"])), &patch).is_err(), "a list added meanwhile is not overwritten");
+        let emptied = known(Some(&["a"]));
+        let (_, believed) = json_patch_of(&emptied, &[("a", false)]).expect("a removal");
+        assert_eq!(believed, Value::Null, "an emptied list is dropped, as kube-apiserver stores it");
     }
 
     #[test]
     fn nothing_to_do_is_no_write() {
         let current = known(Some(&["a"]));
-        assert!(json_patch_for(&current, &[("a", true), ("b", false)]).is_none());
-        assert!(guarded_merge_for(&current, &[("a", true), ("b", false)]).is_none());
+        assert!(list_change(&current, &[("a", true), ("b", false)]).is_empty());
     }
 
     #[test]
     fn the_guarded_merge_carries_the_whole_list_and_the_version() {
         let current = known(Some(&["other", "a"]));
-        let body = guarded_merge_for(&current, &[("a", false), ("b", true)]);
-        assert_eq!(body, Some(json!({ "metadata": { "resourceVersion": "7", "finalizers": ["other", "b"] } })));
+        let body = guarded_merge_for(&current, &list_change(&current, &[("a", false), ("b", true)]));
+        assert_eq!(body, json!({ "metadata": { "resourceVersion": "7", "finalizers": ["other", "b"] } }));
     }
 }
