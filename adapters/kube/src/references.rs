@@ -120,9 +120,18 @@ impl Known {
     /// `test` (or resourceVersion) fails and the list is read again.
     fn after(mut self, change: &ListChange<'_>, resource_version: Option<String>) -> Self {
         let mut list = self.finalizers.take().unwrap_or_default();
-        for (position, finalizer) in &change.removed {
-            list.remove(*position);
-            self.present.remove(*finalizer);
+        if !change.removed.is_empty() {
+            // One pass over the list, whatever the number of removals.
+            let mut removed = change.removed.iter().rev().map(|(position, _)| *position).peekable();
+            let mut position = 0;
+            list.retain(|_| {
+                let gone = removed.next_if_eq(&position).is_some();
+                position += 1;
+                !gone
+            });
+            for (_, finalizer) in &change.removed {
+                self.present.remove(*finalizer);
+            }
         }
         for finalizer in &change.added {
             list.push((*finalizer).to_owned());
@@ -158,17 +167,18 @@ const REMOVALS_SCANNED: usize = 16;
 /// every position each sits, and appends of those it lacks. O(batch) but
 /// for finding the removed ones' positions, which is a comparison per entry
 /// and removal (no hashing of the list).
-fn list_change<'a>(current: &'a Known, wanted: &[(&'a str, bool)]) -> ListChange<'a> {
+fn list_change<'w>(current: &Known, wanted: &[(&'w str, bool)]) -> ListChange<'w> {
     let list = current.finalizers.as_deref().unwrap_or_default();
-    let removing: Vec<&str> =
+    let removing: Vec<&'w str> =
         wanted.iter().filter(|(f, add)| !add && current.present.contains(*f)).map(|(f, _)| *f).collect();
-    let mut removed: Vec<(usize, &str)> = if removing.is_empty() {
+    let mut removed: Vec<(usize, &'w str)> = if removing.is_empty() {
         Vec::new()
     } else if removing.len() <= REMOVALS_SCANNED {
-        list.iter().enumerate().filter(|(_, f)| removing.contains(&f.as_str())).map(|(i, f)| (i, f.as_str())).collect()
+        let matching = |f: &String| removing.iter().find(|r| **r == f.as_str()).copied();
+        list.iter().enumerate().filter_map(|(i, f)| matching(f).map(|r| (i, r))).collect()
     } else {
-        let removing: HashSet<&str> = removing.into_iter().collect();
-        list.iter().enumerate().filter(|(_, f)| removing.contains(f.as_str())).map(|(i, f)| (i, f.as_str())).collect()
+        let removing: HashSet<&'w str> = removing.into_iter().collect();
+        list.iter().enumerate().filter_map(|(i, f)| removing.get(f.as_str()).map(|r| (i, *r))).collect()
     };
     removed.reverse();
     let added = wanted.iter().filter(|(f, add)| *add && !current.present.contains(*f)).map(|(f, _)| *f).collect();
@@ -366,8 +376,7 @@ impl ReferenceWriter {
                     }
                     self.metrics.reference_batch_written(target.kind, batch.len(), attempt);
                     debug!(kind = what, name = %target.name, changes = batch.len(), attempt, "references written");
-                    let known = current.clone().after(&change, resource_version);
-                    return (BatchResult::Written, Some(known));
+                    return (BatchResult::Written, Some(current.after(&change, resource_version)));
                 }
                 Err(error) if api_code(&error) == Some(404) => return (BatchResult::Gone, None),
                 // Lost a race: a changed resourceVersion (409) or a list that
