@@ -344,6 +344,11 @@ pub struct CreateRequest {
     /// Whom the server belongs to, from the Server's labels, for the system
     /// metadata other tools read.
     pub owner: Owner,
+    /// No create was ever issued for the Server (see
+    /// [`crate::reconcile::never_created`]), so no port of an earlier
+    /// attempt can exist and the adapter need not look for one to reuse.
+    /// `false` (the default) always looks.
+    pub first_create: bool,
 }
 
 /// A rebuild of a present provider server onto `image_id`.

@@ -115,3 +115,63 @@ fn a_refused_step_is_an_error_that_requeues_not_a_refused_create() {
     persist(&mut server, &after);
     assert!(lifecycle(&server, &options).park().is_none());
 }
+
+/// A create's failure, whichever step it met.
+fn arb_create_failure() -> impl Strategy<Value = CloudError> {
+    prop_oneof![
+        (arb_step(), arb_source())
+            .prop_map(|(step, source)| CloudError::BeforeCreate { step, source: Box::new(source) }),
+        arb_source(),
+    ]
+}
+
+type Rules = fn(&Server, &Facts, &Options, Timestamp) -> Decision;
+
+/// Only a Server's first create tells the adapter that no port of an
+/// earlier attempt can exist: once any create ran (each may leave its port
+/// behind, whatever its failure), every later create says otherwise, so the
+/// adapter looks for that port to reuse. The first create says it.
+fn only_the_first_create_skips_the_port_lookup(rules: Rules) -> Result<(), String> {
+    let strategy = prop::collection::vec((arb_create_failure(), 1i64..1_800), 1..8);
+    run(strategy, |failures| {
+        let options = Options::with_max_attempts(3).with_create_grace(std::time::Duration::from_secs(600));
+        let mut server = server();
+        let mut now = 1_000;
+        let mut port_may_exist = false;
+        for (failure, later) in failures {
+            let decision = rules(&server, &facts(&server), &options, at(now));
+            persist(&mut server, &decision);
+            if let Some(create) = decision.actions.iter().find(|a| matches!(a, Action::CreateProviderServer(_))) {
+                let Action::CreateProviderServer(request) = create else { unreachable!() };
+                prop_assert_eq!(request.first_create, !port_may_exist, "first create said wrong");
+                port_may_exist = true;
+                let after = action_failed(&server, create, &ActionFailure::Cloud(failure), at(now));
+                persist(&mut server, &after);
+            }
+            now += later;
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn only_the_first_create_of_a_server_skips_the_port_lookup() {
+    must_hold(only_the_first_create_skips_the_port_lookup(reconcile));
+}
+
+/// Takes the create note alone as the sign of an earlier create: a create
+/// whose answer proved it did not land releases its note, and its port stays.
+fn first_while_no_note(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let mut decision = reconcile(server, facts, options, now);
+    for action in &mut decision.actions {
+        if let Action::CreateProviderServer(request) = action {
+            request.first_create = !server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION);
+        }
+    }
+    decision
+}
+
+#[test]
+fn the_first_create_property_catches_a_note_only_rule() {
+    must_catch(|| only_the_first_create_skips_the_port_lookup(first_while_no_note));
+}

@@ -87,6 +87,18 @@ impl Port {
     }
 }
 
+impl Port {
+    /// Exactly one floating IP if and only if the spec asks for a public IP,
+    /// and the spec's security groups.
+    fn follows(&self, server: &Server) -> bool {
+        let mut wanted: Vec<String> = server.spec.security_groups.iter().map(|g| g.id.clone()).collect();
+        wanted.sort();
+        let mut groups = self.groups.clone();
+        groups.sort();
+        self.floating_ips.len() == usize::from(wants_public_ip(server)) && groups == wanted
+    }
+}
+
 fn running() -> ProviderView {
     ProviderView::Present(ProviderServer {
         id: "vm-1".into(),
@@ -132,12 +144,14 @@ fn pass(rules: Reconcile, server: &mut Server, port: &mut Port, step: Step) -> R
     }
     let decision = rules(server, &facts, &Options::default(), at(1_000));
     server.status = decision.status.clone();
+    let mut failed = false;
     for action in &decision.actions {
         match action {
             Action::EnsureFloatingIp(request) => {
                 prop_assert!(wants_public_ip(server), "a floating IP made that the spec does not ask for");
                 prop_assert_eq!(&request.port_id, "port-1");
                 if step.ensure_fails {
+                    failed = true;
                     break;
                 }
                 if port.floating_ips.is_empty() {
@@ -148,6 +162,7 @@ fn pass(rules: Reconcile, server: &mut Server, port: &mut Port, step: Step) -> R
             Action::ReleaseAttachment(AttachedResource::FloatingIp { id }) => {
                 prop_assert!(!wants_public_ip(server), "the public IP released while the spec asks for it");
                 if step.release_fails {
+                    failed = true;
                     break;
                 }
                 port.floating_ips.retain(|ip| ip != id);
@@ -157,6 +172,7 @@ fn pass(rules: Reconcile, server: &mut Server, port: &mut Port, step: Step) -> R
             }
             Action::UpdatePort(update) => {
                 if step.update_fails {
+                    failed = true;
                     break;
                 }
                 port.groups.clone_from(&update.security_groups);
@@ -168,7 +184,12 @@ fn pass(rules: Reconcile, server: &mut Server, port: &mut Port, step: Step) -> R
             _ => {}
         }
     }
-    Ok(decision.outcome == Outcome::Done)
+    // A failed action hands the pass to its follow-up decision, never Done.
+    let done = !failed && decision.outcome == Outcome::Done;
+    if done && reads_networking(server, &facts) && !step.read_fails {
+        prop_assert!(port.follows(server), "a pass ended Done with the port not as the spec asks: {port:?}");
+    }
+    Ok(done)
 }
 
 /// Whatever the user turns on and off and whatever fails on the way, a
@@ -240,21 +261,23 @@ fn port_set_only_at_create(server: &Server, facts: &Facts, options: &Options, no
     strip(reconcile(server, facts, options, now), |a| matches!(a, Action::UpdatePort(_)))
 }
 
-/// The decision without the actions `drop` names; a pass that dropped one
-/// ends Done, as the old rule did.
+/// The decision without the actions `drop` names.
 fn strip(mut decision: Decision, drop: impl Fn(&Action) -> bool) -> Decision {
-    let before = decision.actions.len();
     decision.actions.retain(|a| !drop(a));
-    if decision.actions.len() != before
-        && matches!(decision.outcome, Outcome::Yield(Wait::Networking { .. }))
-        && !decision
-            .actions
-            .iter()
-            .any(|a| matches!(a, Action::EnsureFloatingIp(_) | Action::UpdatePort(_) | Action::ReleaseAttachment(_)))
-    {
-        decision.outcome = Outcome::Done;
-    }
     decision
+}
+
+/// Changes the port and ends Done before they were made: the status says
+/// Provisioned while the floating IP or the groups are still missing.
+fn done_before_the_changes(server: &Server, facts: &Facts, options: &Options, now: Timestamp) -> Decision {
+    let decision = reconcile(server, facts, options, now);
+    let changes = |a: &Action| matches!(a, Action::EnsureFloatingIp(_) | Action::UpdatePort(_));
+    if !decision.actions.iter().any(changes) {
+        return decision;
+    }
+    let mut done = Decision { actions: Vec::new(), ..decision.clone() };
+    done.actions.extend(decision.actions.iter().filter(|a| !changes(a)).cloned());
+    done
 }
 
 #[test]
@@ -262,6 +285,25 @@ fn the_networking_property_catches_broken_rules() {
     must_catch(|| networking_follows_the_spec(floating_ip_only_at_create));
     must_catch(|| networking_follows_the_spec(never_released));
     must_catch(|| networking_follows_the_spec(port_set_only_at_create));
+    must_catch(|| networking_follows_the_spec(done_before_the_changes));
+}
+
+/// A pass that makes the floating IP is Done, and writes the status that
+/// says Provisioned only after the floating IP was made.
+#[test]
+fn a_pass_that_makes_the_floating_ip_is_done_and_says_so_after_it() {
+    let mut server = adopted();
+    server.status = booted_status();
+    server.spec.public_ip_allocation = Some(PublicIpAllocation { enabled: true });
+    let mut facts = referenced_facts(&server);
+    facts.provider = running();
+    let port = Port { groups: vec!["sg-a".into()], pairs: Vec::new(), floating_ips: Vec::new(), made: 0 };
+    facts.networking = NetworkingView::Known(port.networking(&server));
+    let decision = reconcile(&server, &facts, &Options::default(), at(1_000));
+    assert_eq!(decision.outcome, Outcome::Done);
+    let ensure = decision.actions.iter().position(|a| matches!(a, Action::EnsureFloatingIp(_)));
+    let status = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_)));
+    assert!(matches!((ensure, status), (Some(e), Some(s)) if e < s), "{:?}", decision.actions);
 }
 
 /// A failed read of the port yields, names why, and changes nothing; a port

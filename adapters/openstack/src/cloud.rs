@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 use crate::auth::{Auth, FailureStreakHook};
 use crate::client::{Http, Session};
 use crate::config::{ConfigError, OpenStackConfig};
+use crate::external::ExternalNetworks;
 use crate::index::{Known, Project, ServerIndex};
 use crate::mapping::{self, NovaServer, port_name};
 use crate::network::{self as neutron, Port};
@@ -59,6 +60,8 @@ struct Inner {
     auth: Auth,
     /// Neutron IDs of networks and security groups by name, per identity.
     names: NeutronNames,
+    /// The external network last chosen for floating IPs, per identity.
+    external: ExternalNetworks,
     /// What the region's Region resource says (see `apply_region_settings`).
     region: std::sync::RwLock<RegionSettings>,
     /// A lookup that only a new list can answer waits for the next one when
@@ -121,6 +124,7 @@ impl OpenStackCloud {
                 http,
                 auth,
                 names: NeutronNames::default(),
+                external: ExternalNetworks::default(),
                 region: std::sync::RwLock::default(),
                 lookup_list_gap: AtomicU64::new(0),
                 read_only: AtomicBool::new(false),
@@ -442,7 +446,13 @@ impl OpenStackCloud {
         let uid = request.server.uid.as_str();
         let body = mapping::port_body(request, network, resolved);
         let mut reusable = None;
-        let named = neutron::ports_named(session, &port_name(&request.server.name)).await?;
+        // No create was ever issued for the Server: no port of an earlier
+        // attempt exists to reuse (the core's `never_created`).
+        let named = if request.first_create {
+            Vec::new()
+        } else {
+            neutron::ports_named(session, &port_name(&request.server.name)).await?
+        };
         // A port bound to a server is that server's, whoever made it (a
         // predecessor of the same name whose server was abandoned, another
         // replica's create): never reused, never released here. Ports are
@@ -511,20 +521,21 @@ impl OpenStackCloud {
         Ok(())
     }
 
-    /// A floating IP on the port from the chosen external network, unless
-    /// the port has one already.
+    /// A floating IP on the port from the chosen external network. The core
+    /// asks only when the pass's read of the port found none; one made since
+    /// makes Neutron refuse another (409 `FloatingIPPortAlreadyAssociated`),
+    /// a conflict the next pass reads the port again for.
     async fn ensure_floating_ip_flow(
         &self,
         identity: &IdentityContext,
         request: &FloatingIpRequest,
     ) -> Result<(), CloudError> {
         let session = self.session(identity);
-        if !neutron::floating_ips_of(&session, &request.port_id).await?.is_empty() {
-            return Ok(());
-        }
         let network_id = self.floating_network(&session).await?;
         let description = mapping::resource_description(&request.server);
-        let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description).await?;
+        let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description)
+            .await
+            .inspect_err(|_| self.inner.external.forget(identity))?;
         info!(
             server_uid = %request.server.uid,
             floating_ip_id = %ip.id,
@@ -554,8 +565,24 @@ impl OpenStackCloud {
         if let Some(id) = config.floating_network_id.as_deref().filter(|id| !id.is_empty()) {
             return Ok(id.to_owned());
         }
+        let selector = self.external_network_selector();
+        if let Some(kept) = self.inner.external.kept(session.identity, &selector) {
+            return Ok(kept);
+        }
+        let chosen = self.choose_floating_network(session, selector.as_ref()).await?;
+        self.inner.external.keep(session.identity, selector, chosen.clone());
+        Ok(chosen)
+    }
+
+    /// [`Self::floating_network`] as Neutron's list of external networks
+    /// tells it now.
+    async fn choose_floating_network(
+        &self,
+        session: &Session<'_>,
+        selector: Option<&NetworkSelector>,
+    ) -> Result<String, CloudError> {
         let networks = neutron::external_networks(session).await?;
-        if let Some(selector) = &self.external_network_selector() {
+        if let Some(selector) = selector {
             return match networks.into_iter().find(|n| selector.selects(&n.id, &n.tags)) {
                 Some(network) => Ok(network.id),
                 None => Err(CloudError::Refused {

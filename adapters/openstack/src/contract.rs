@@ -293,6 +293,7 @@ fn request() -> CreateRequest {
         .tags,
         identity_ssh_key: true,
         owner: Owner { organization_id: "org".into(), project_id: "proj".into(), region_id: "region".into() },
+        first_create: true,
     }
 }
 

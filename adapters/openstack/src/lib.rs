@@ -85,6 +85,7 @@ mod config;
 #[cfg(test)]
 mod contract;
 mod error;
+mod external;
 mod http;
 mod index;
 mod mapping;

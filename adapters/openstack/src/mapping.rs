@@ -529,6 +529,7 @@ mod tests {
             ],
             identity_ssh_key: true,
             owner: Owner { organization_id: "org-1".into(), project_id: "proj-1".into(), region_id: "region-1".into() },
+            first_create: true,
         }
     }
 

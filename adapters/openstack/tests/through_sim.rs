@@ -135,6 +135,7 @@ fn request(uid: &str, public_ip: bool) -> CreateRequest {
         tags: vec![Tag { name: "team".into(), value: "blue".into() }],
         identity_ssh_key: true,
         owner: Default::default(),
+        first_create: false,
     }
 }
 
@@ -569,6 +570,65 @@ async fn a_floating_ip_that_failed_once_is_made_by_the_next_ensure() -> TestResu
     h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
     assert_eq!(h.sim.floating_ips().len(), 1, "made once, then kept");
     assert_eq!(h.sim.counters().server_creates, 1);
+    Ok(())
+}
+
+/// Public Servers share one list of the external networks while the choice
+/// is kept; a floating-IP create that fails drops it, so the next one lists
+/// again (a network that went away is not chosen for long).
+#[tokio::test]
+async fn the_external_network_is_listed_once_for_many_public_servers() -> TestResult {
+    let h = Harness::new().await?;
+    h.create(&h.cloud, &request("uid-1", true)).await?;
+    let lists = h.ops(Op::NetworkList);
+    for uid in ["uid-2", "uid-3", "uid-4"] {
+        h.create(&h.cloud, &request(uid, true)).await?;
+    }
+    assert_eq!(h.sim.floating_ips().len(), 4);
+    assert_eq!(h.ops(Op::NetworkList), lists, "the kept choice served three more Servers");
+    h.sim.inject(Target::Op(Op::FloatingIpCreate), Fault::Status(503), 1);
+    let req = request("uid-5", true);
+    let created = h.cloud.create(&h.identity, &req).await?;
+    assert!(h.ensure_public_ip(&h.cloud, &req, &created.id).await.is_err());
+    h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
+    assert_eq!(h.ops(Op::NetworkList), lists + 1, "chosen again after the failed create");
+    Ok(())
+}
+
+/// A port that got a floating IP after the pass read it refuses another
+/// (Neutron's 409): a conflict the next pass reads the port again for, and
+/// never a second floating IP.
+#[tokio::test]
+async fn a_floating_ip_made_since_the_read_refuses_another() -> TestResult {
+    let h = Harness::new().await?;
+    let req = request("uid-1", true);
+    let created = h.create(&h.cloud, &req).await?;
+    let port = h.sim.ports().into_iter().next().ok_or("no port")?;
+    let request = FloatingIpRequest { server: req.server.clone(), port_id: port.id };
+    let error = h.cloud.ensure_floating_ip(&h.identity, &request).await.err();
+    assert!(matches!(&error, Some(CloudError::Conflict { .. })), "{error:?}");
+    assert!(error.is_some_and(|e| e.is_transient()));
+    assert_eq!(h.sim.floating_ips().len(), 1);
+    h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
+    assert_eq!(h.sim.floating_ips().len(), 1, "the next pass finds it");
+    Ok(())
+}
+
+/// The first create of a Server makes its port without looking for one of
+/// an earlier attempt (there was none); any other create looks, and reuses
+/// what an earlier attempt left.
+#[tokio::test]
+async fn only_a_first_create_makes_its_port_without_looking() -> TestResult {
+    let h = Harness::new().await?;
+    let first = CreateRequest { first_create: true, ..request("uid-1", false) };
+    h.cloud.create(&h.identity, &first).await?;
+    assert_eq!(h.ops(Op::PortList), 0, "no port list before the first create's port");
+    h.sim.cloud().script("uid-2", Fate::refused(1));
+    let refused = CreateRequest { first_create: true, ..request("uid-2", false) };
+    assert!(h.cloud.create(&h.identity, &refused).await.is_err());
+    h.cloud.create(&h.identity, &request("uid-2", false)).await?;
+    assert_eq!(h.ops(Op::PortList), 1);
+    assert_eq!(h.sim.counters().port_creates, 2, "the refused attempt's port was reused");
     Ok(())
 }
 

@@ -1,6 +1,5 @@
 use super::api_failure::ApiFailure;
 use super::facts::RegionUnserved;
-use super::networking::Converging;
 use crate::lifecycle::Park;
 use crate::model::{ResourceKind, ServerStatus};
 use crate::port::{
@@ -215,9 +214,6 @@ pub enum Wait {
     /// The present server's port and floating IP could not be read
     /// (`reason` says why): whether they follow the spec is not known.
     NetworkingUnknown { reason: String },
-    /// The present server's port or floating IP is being brought to what
-    /// the spec asks.
-    Networking { changing: Vec<Converging> },
     /// A provider call failed in a way that passes (busy, rate limited,
     /// unavailable, a create answer that proves nothing landed).
     Provider(CloudError),
@@ -294,10 +290,6 @@ impl Wait {
             }
             Wait::NetworkingUnknown { reason } => {
                 format!("Waiting for the provider to tell the server's port and floating IP: {reason}")
-            }
-            Wait::Networking { changing } => {
-                let what: Vec<&str> = changing.iter().map(|c| c.describe()).collect();
-                format!("Provider server exists; {}", what.join("; "))
             }
             Wait::Provider(error) => format!("Waiting for the provider: {error}"),
             Wait::Conflict(failure) => format!("Conflicting write, retrying: {failure}"),

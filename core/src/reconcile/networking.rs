@@ -4,7 +4,8 @@
 //! every pass: a floating IP is made when `publicIPAllocation` asks for one
 //! and the port has none (a create that failed once is made by a later
 //! pass), released when it no longer asks; the port's security groups and
-//! allowed address pairs are set when they differ from the spec's.
+//! allowed address pairs are set when they differ from the spec's. Each
+//! change's answer confirms it, so a pass whose changes all succeed is Done.
 
 use super::decision::{Action, Outcome, Wait};
 use super::facts::NetworkingView;
@@ -46,8 +47,11 @@ pub fn port_follows_spec(server: &Server, networking: &Networking, port: &Server
 }
 
 /// The actions that bring the present server's port and floating IP to what
-/// the spec asks, and how the pass ends: Done when nothing is to change,
-/// else a yield whose next pass reads them again.
+/// the spec asks, and how the pass ends: Done. A change's success answer is
+/// its confirmation (Neutron answers a floating-IP create with the floating
+/// IP bound to the port, a port update and a release only once they hold),
+/// so the status that says Provisioned is written after the changes, and a
+/// failed one is judged as any failed action (the next pass reads again).
 pub(crate) fn converge(server: &Server, record: &ProviderServer, view: &NetworkingView, plan: &mut Plan) -> Outcome {
     let networking = match view {
         NetworkingView::Known(networking) => networking,
@@ -71,7 +75,7 @@ pub(crate) fn converge(server: &Server, record: &ProviderServer, view: &Networki
         }
         return Outcome::Done;
     };
-    let mut changing = Vec::new();
+    let mut changing = false;
     if !port_follows_spec(server, networking, port) {
         plan.provider(Action::UpdatePort(Box::new(PortUpdate {
             server: server_ref(server),
@@ -84,7 +88,7 @@ pub(crate) fn converge(server: &Server, record: &ProviderServer, view: &Networki
                 .map(|n| n.allowed_address_pairs.clone())
                 .unwrap_or_default(),
         })));
-        changing.push(Converging::PortSecurity);
+        changing = true;
     }
     match (wants_public_ip(server), &port.floating_ip) {
         (true, None) => {
@@ -92,36 +96,18 @@ pub(crate) fn converge(server: &Server, record: &ProviderServer, view: &Networki
                 server: server_ref(server),
                 port_id: port.id.clone(),
             }));
-            changing.push(Converging::MakingFloatingIp);
+            changing = true;
         }
         (false, Some(ip)) => {
             plan.provider(Action::ReleaseAttachment(AttachedResource::FloatingIp { id: ip.id.clone() }));
-            changing.push(Converging::ReleasingFloatingIp);
+            changing = true;
         }
         _ => {}
     }
-    if changing.is_empty() { Outcome::Done } else { Outcome::Yield(Wait::Networking { changing }) }
-}
-
-/// What a pass changes of a present server's port and floating IP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Converging {
-    /// The port's security groups or address pairs differ from the spec's.
-    PortSecurity,
-    /// The spec asks for a public IP and the port has no floating IP.
-    MakingFloatingIp,
-    /// The spec no longer asks for a public IP and the port has one.
-    ReleasingFloatingIp,
-}
-
-impl Converging {
-    pub fn describe(self) -> &'static str {
-        match self {
-            Converging::PortSecurity => "setting the port's security groups and allowed address pairs to the spec's",
-            Converging::MakingFloatingIp => "allocating the public IP (a floating IP on the server's port)",
-            Converging::ReleasingFloatingIp => "releasing the public IP the spec no longer asks for",
-        }
+    if changing {
+        plan.write_status_after_provider();
     }
+    Outcome::Done
 }
 
 #[cfg(test)]

@@ -378,6 +378,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
             project_id: label(PROJECT_LABEL),
             region_id: label(REGION_LABEL),
         },
+        first_create: never_created(server),
     };
     arm_lost_before_launch_edge(&mut plan);
     // Every create is preceded by a fresh note of its attempt and time: the
@@ -394,6 +395,18 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         plan.trail(action);
     }
     plan.finish(Outcome::Yield(Wait::Creating))
+}
+
+/// Whether no create was ever issued for `server` (as the pass read it): no
+/// pass has written its Available condition, no create note stands and no
+/// attempt was counted. Every pass that creates writes Available before the
+/// create, guarded by the resourceVersion it read, so a copy older than
+/// that write never reaches its create; and a create's note is only
+/// released once Available stands.
+pub fn never_created(server: &Server) -> bool {
+    server.status.condition(ConditionType::Available).is_none()
+        && server.status.provider_create_failures == 0
+        && !server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION)
 }
 
 /// The event note for tags left out of a create: their names (spec keys, not

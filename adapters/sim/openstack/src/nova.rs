@@ -1085,6 +1085,8 @@ fn create(ctx: &Ctx<'_>) -> Handled {
         // The model keeps the metadata as tags; whom it belongs to is Nova's
         // record (`ServerBook::metadata`), not the model's.
         owner: Owner::default(),
+        // The port, if any, was made before this request reached Nova.
+        first_create: false,
     };
     let live_before = ctx.model(|m| m.truth(&uid, ctx.now).live > 0);
     if live_before {
