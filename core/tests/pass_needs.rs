@@ -109,6 +109,28 @@ fn a_booted_listed_server_decides_from_the_list_with_its_networking_read() {
     assert_eq!(pass.provider_source(), Some(ProviderSource::Listed));
 }
 
+/// A listed server the rule refuses whatever is decided (it never booted
+/// and no create of it is noted) is read live before its ports: the ports
+/// are read once, for the live view.
+#[test]
+fn a_listed_view_refused_anyway_is_read_live_before_the_ports() {
+    let mut server = server();
+    server.meta.finalizers.push(server_core::model::SERVER_FINALIZER.into());
+    let mut pass = Pass::start(server, Options::default(), at(10));
+    let mut driver = Answerer::new(referenced_facts(&support::server())).listed(present(), 8);
+    driver.live = present();
+    driver.drive(&mut pass);
+    assert_eq!(
+        driver.asked,
+        [
+            Need::Consumed,
+            Need::Provider,
+            Need::ProviderLive(LiveRead::NoCreateNoted),
+            Need::Networking { provider_id: "vm-1".into() }
+        ]
+    );
+}
+
 #[test]
 fn a_cache_lacking_a_named_network_is_confirmed_live() {
     let mut cached = facts();

@@ -533,9 +533,14 @@ impl OpenStackCloud {
         let session = self.session(identity);
         let network_id = self.floating_network(&session).await?;
         let description = mapping::resource_description(&request.server);
-        let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description)
-            .await
-            .inspect_err(|_| self.inner.external.forget(identity))?;
+        let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description).await.inspect_err(
+            |error| {
+                // Refused (the network gone, say), not merely unanswered.
+                if !error.is_transient() {
+                    self.inner.external.forget(identity);
+                }
+            },
+        )?;
         info!(
             server_uid = %request.server.uid,
             floating_ip_id = %ip.id,

@@ -4,7 +4,8 @@
 //! on it: listing Neutron's external networks for each would cost every
 //! public Server two lists of a set that rarely changes. A choice holds only
 //! for the selector it was made under, and is dropped when a floating IP
-//! create on it fails, so a network that went away is chosen again at once.
+//! create on it is refused, so a network that went away is chosen again at
+//! once.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -42,7 +43,7 @@ impl ExternalNetworks {
         self.chosen().insert(key(identity), Choice { selector, network_id, at: Instant::now() });
     }
 
-    /// Drops the identity's choice: a floating IP create on it failed.
+    /// Drops the identity's choice: a floating IP create on it was refused.
     pub(crate) fn forget(&self, identity: &IdentityContext) {
         self.chosen().remove(&key(identity));
     }

@@ -574,8 +574,9 @@ async fn a_floating_ip_that_failed_once_is_made_by_the_next_ensure() -> TestResu
 }
 
 /// Public Servers share one list of the external networks while the choice
-/// is kept; a floating-IP create that fails drops it, so the next one lists
-/// again (a network that went away is not chosen for long).
+/// is kept; a floating-IP create refused drops it, so the next one lists
+/// again (a network that went away is not chosen for long), while one left
+/// unanswered keeps it.
 #[tokio::test]
 async fn the_external_network_is_listed_once_for_many_public_servers() -> TestResult {
     let h = Harness::new().await?;
@@ -591,7 +592,13 @@ async fn the_external_network_is_listed_once_for_many_public_servers() -> TestRe
     let created = h.cloud.create(&h.identity, &req).await?;
     assert!(h.ensure_public_ip(&h.cloud, &req, &created.id).await.is_err());
     h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
-    assert_eq!(h.ops(Op::NetworkList), lists + 1, "chosen again after the failed create");
+    assert_eq!(h.ops(Op::NetworkList), lists, "an unanswered create keeps the choice");
+    h.sim.inject(Target::Op(Op::FloatingIpCreate), Fault::Status(404), 1);
+    let req = request("uid-6", true);
+    let created = h.cloud.create(&h.identity, &req).await?;
+    assert!(h.ensure_public_ip(&h.cloud, &req, &created.id).await.is_err());
+    h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
+    assert_eq!(h.ops(Op::NetworkList), lists + 1, "chosen again after the refused create");
     Ok(())
 }
 

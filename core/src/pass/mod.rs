@@ -343,6 +343,15 @@ impl Pass {
         if self.reads.provider.is_none() {
             return Some(Need::Provider);
         }
+        // A listed view the rule refuses even for a decision that does
+        // nothing is refused for every decision: read live before the
+        // server's ports, whose read belongs to the view it follows.
+        if self.reads.provider == Some(ProviderSource::Listed) {
+            let idle = Decision { status: server.status.clone(), actions: Vec::new(), outcome: Outcome::Done };
+            if let Some(why) = (self.rules.live_read_needed)(server, &self.facts, &idle, &self.options, self.now) {
+                return Some(Need::ProviderLive(why));
+            }
+        }
         if !self.reads.attachments && reads_attachments(server, &self.facts) {
             return Some(Need::Attachments);
         }

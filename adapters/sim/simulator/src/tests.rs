@@ -338,10 +338,10 @@ fn lists_that_outlive_their_term_are_caught() {
     let carried = leadership_back_and_forth(false, 1);
     assert!(carried.violations.iter().any(|v| v.invariant == "term"), "{carried}");
     // The uid index of an earlier term proves absent what another replica
-    // created since: a second create (13), in some seed of a few (the
+    // created since: a second create (13), in some seed of a dozen (the
     // other replica must have created in the gap).
-    let duplicates: u64 = (1..=4).map(|seed| leadership_back_and_forth(false, seed).kube.duplicate_creates).sum();
-    assert!(duplicates > 0, "no seed of 1..=4 made a duplicate create from a carried index");
+    let duplicates: u64 = (1..=12).map(|seed| leadership_back_and_forth(false, seed).kube.duplicate_creates).sum();
+    assert!(duplicates > 0, "no seed of 1..=12 made a duplicate create from a carried index");
 }
 
 /// The reference writer's memory belongs to its term: a replica that
