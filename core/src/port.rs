@@ -239,6 +239,11 @@ pub struct ServerPort {
     pub allowed_address_pairs: Vec<AllowedAddressPair>,
     /// The floating IP associated with the port, if any.
     pub floating_ip: Option<FloatingIp>,
+    /// The provider server the port is bound to as read (Neutron's
+    /// `device_id`), `None` when unbound. The provider unbinds a deleted
+    /// server's ports, so a port read bound to a server shows that server
+    /// present at the read.
+    pub bound_to: Option<String>,
 }
 
 /// A floating IP, by its provider ID.

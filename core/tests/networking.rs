@@ -81,6 +81,7 @@ impl Port {
                 security_groups: self.groups.clone(),
                 allowed_address_pairs: self.pairs.clone(),
                 floating_ip: self.floating_ips.first().map(|id| FloatingIp { id: id.clone(), address: None }),
+                bound_to: Some("vm-1".into()),
             }),
             wanted_security_groups: server.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
         }

@@ -499,6 +499,7 @@ impl OpenStackCloud {
             .next()
             .map(|ip| FloatingIp { id: ip.id, address: ip.floating_ip_address });
         let port = ServerPort {
+            bound_to: (!port.device_id.is_empty()).then_some(port.device_id),
             id: port.id,
             mac_address: port.mac_address,
             security_groups: port.security_groups,

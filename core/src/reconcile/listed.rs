@@ -6,17 +6,19 @@
 use jiff::{SignedDuration, Timestamp};
 
 use super::decision::{Action, Decision};
-use super::facts::{Facts, ProviderRead, ProviderView};
+use super::facts::{Facts, NetworkingView, ProviderRead, ProviderView};
 use crate::issued::IssuedCreate;
 use crate::model::Server;
 use crate::options::Options;
+use crate::port::AttachedResource;
 use crate::predicate::ever_booted;
 
 /// Why a decision made from a listed view may not be acted on: the pass
 /// must read the provider live and decide again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LiveRead {
-    /// The decision creates or deletes a provider server: only a live read
+    /// The decision creates, deletes or rebuilds a provider server, or
+    /// changes a port not read bound to the listed server: only a live read
     /// may lead to either.
     ChangesTheProvider,
     /// The list does not show the server. A list proves absence only at its
@@ -94,16 +96,12 @@ pub fn live_read_needed(
     let ProviderRead::Listed { at } = facts.provider_read else {
         return None;
     };
-    let changes_the_provider = decision.actions.iter().any(|action| {
-        matches!(
-            action,
-            Action::CreateProviderServer(_)
-                | Action::DeleteProviderServer(_)
-                | Action::ReleaseAttachment(_)
-                | Action::UpdatePort(_)
-                | Action::EnsureFloatingIp(_)
-                | Action::RebuildProviderServer(_)
-        )
+    let changes_the_provider = decision.actions.iter().any(|action| match action {
+        Action::CreateProviderServer(_) | Action::DeleteProviderServer(_) | Action::RebuildProviderServer(_) => true,
+        Action::UpdatePort(_) | Action::EnsureFloatingIp(_) | Action::ReleaseAttachment(_) => {
+            !acts_on_a_port_read_bound(facts, action)
+        }
+        _ => false,
     });
     if changes_the_provider {
         return Some(LiveRead::ChangesTheProvider);
@@ -136,6 +134,29 @@ pub fn live_read_needed(
         Some(issued) if issued < at => None,
         Some(_) => Some(LiveRead::PredatesTheCreate),
         None => Some(LiveRead::NoCreateNoted),
+    }
+}
+
+/// Whether `action` changes the port (or its floating IP) that this pass
+/// read live bound to the listed server: the read shows the server there
+/// now (the provider unbinds a deleted server's ports), which is what a
+/// live read of the server would add.
+fn acts_on_a_port_read_bound(facts: &Facts, action: &Action) -> bool {
+    let (ProviderView::Present(record), NetworkingView::Known(networking)) = (&facts.provider, &facts.networking)
+    else {
+        return false;
+    };
+    let Some(port) = networking.port.as_ref().filter(|port| port.bound_to.as_deref() == Some(record.id.as_str()))
+    else {
+        return false;
+    };
+    match action {
+        Action::UpdatePort(update) => update.port_id == port.id,
+        Action::EnsureFloatingIp(request) => request.port_id == port.id,
+        Action::ReleaseAttachment(AttachedResource::FloatingIp { id }) => {
+            port.floating_ip.as_ref().is_some_and(|ip| &ip.id == id)
+        }
+        _ => false,
     }
 }
 

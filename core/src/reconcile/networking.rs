@@ -140,6 +140,7 @@ mod tests {
                 pair("10.0.0.9/32", Some("fa:16:3e:00:00:01")),
             ],
             floating_ip: None,
+            bound_to: None,
         };
         assert!(port_follows_spec(&server, &networking, &port));
         let mut fewer = port.clone();

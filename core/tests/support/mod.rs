@@ -83,6 +83,7 @@ pub fn settled_networking(server: &Server) -> NetworkingView {
                 .map(|n| n.allowed_address_pairs.clone())
                 .unwrap_or_default(),
             floating_ip: public.then(|| FloatingIp { id: "fip-1".into(), address: Some("203.0.113.1".into()) }),
+            bound_to: Some("vm-1".into()),
         }),
         wanted_security_groups: groups,
     })

@@ -747,6 +747,8 @@ impl CloudModel {
         let instance = state.instances.last().filter(|i| i.exists(now))?;
         Some(ServerPort {
             id: format!("port-{}", instance.id),
+            // Made with its server and gone with it: bound while it lives.
+            bound_to: Some(instance.id.clone()),
             mac_address: Some(instance.mac.clone()),
             security_groups: instance.security_groups.clone(),
             allowed_address_pairs: instance.allowed_address_pairs.clone(),
