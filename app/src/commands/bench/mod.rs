@@ -117,6 +117,13 @@ pub(crate) struct Args {
     #[arg(long, value_enum, default_value_t = Controller::Ours)]
     controller: Controller,
 
+    /// Size of each Server's user data, base64 as the API stores it (a
+    /// multiple of 4, 128 to 49152). kube-apiserver's watch cache keeps
+    /// several versions of each Server, so 10,000 Servers on the real API
+    /// server fit this machine with 4096, not with the default.
+    #[arg(long, default_value_t = world::USER_DATA_BYTES, value_parser = parse_user_data_bytes)]
+    user_data_bytes: usize,
+
     /// Passes at once: this operator's `--concurrency`, the Go controller's
     /// `--max-concurrency` (their defaults: 8 and 2).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
@@ -131,6 +138,19 @@ enum Output {
     /// A Markdown table.
     Text,
     Json,
+}
+
+fn parse_user_data_bytes(value: &str) -> Result<usize, String> {
+    let bytes: usize = value.trim().parse().map_err(|_| format!("{value:?} is not a number of bytes"))?;
+    let range = world::MIN_USER_DATA_BYTES..=world::MAX_USER_DATA_BYTES;
+    if !range.contains(&bytes) || !bytes.is_multiple_of(4) {
+        return Err(format!(
+            "user data of {bytes} bytes: give a multiple of 4 from {} to {} (base64 comes in groups of 4)",
+            range.start(),
+            range.end()
+        ));
+    }
+    Ok(bytes)
 }
 
 fn parse_size(value: &str) -> Result<usize, String> {
@@ -185,7 +205,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         api_server: api_server_names.join(", "),
         seed: args.seed,
         create_failure_rate: args.create_failure_rate,
-        user_data_bytes: world::USER_DATA_BYTES,
+        user_data_bytes: args.user_data_bytes,
         shared_networks: world::SHARED_RESOURCES,
         shared_security_groups: world::SHARED_RESOURCES,
         yield_interval_seconds: args.yield_interval.as_secs_f64(),
@@ -223,6 +243,7 @@ async fn measure(
         args.seed,
         args.create_failure_rate,
         args.public_ip_share,
+        args.user_data_bytes,
     )
     .await?;
     let floating_ip_faults = world.inject_floating_ip_faults(args.floating_ip_fault_rate);
@@ -462,6 +483,18 @@ mod tests {
         for refused in ["0", "ten", "1000000", "10,-3"] {
             let error = parse(&["--servers", refused]).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(error.contains("--servers"), "{refused}: {error}");
+        }
+    }
+
+    #[test]
+    fn user_data_is_32_kb_unless_asked_and_a_size_base64_cannot_have_is_refused() {
+        let parse = |extra: &[&str]| Command::try_parse_from(["bench"].iter().chain(extra));
+        assert_eq!(parse(&[]).map(|c| c.args.user_data_bytes).ok(), Some(32 * 1024));
+        assert_eq!(parse(&["--user-data-bytes", "4096"]).map(|c| c.args.user_data_bytes).ok(), Some(4096));
+        for refused in ["4097", "64", "65536", "4k"] {
+            let error =
+                parse(&["--user-data-bytes", refused]).map(|_| ()).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(error.contains("--user-data-bytes"), "{refused}: {error}");
         }
     }
 

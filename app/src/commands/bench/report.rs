@@ -287,7 +287,7 @@ impl fmt::Display for BenchReport {
             "bench on {}: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
             self.api_server,
             self.create_failure_rate,
-            self.user_data_bytes / 1024,
+            self.user_data_bytes as f64 / 1024.0,
             self.shared_networks,
             self.shared_security_groups,
             self.yield_interval_seconds,

@@ -26,8 +26,13 @@ use crate::commands::demo::{self, Tracked};
 
 /// Shared consumed resources of each kind.
 pub(crate) const SHARED_RESOURCES: usize = 10;
-/// Size of each Server's user data, base64 as the API stores it.
+/// Default size of each Server's user data, base64 as the API stores it.
 pub(crate) const USER_DATA_BYTES: usize = 32 * 1024;
+/// The largest user data the bench makes: within Nova's 65,535 bytes of
+/// base64 and the CRD's bound.
+pub(crate) const MAX_USER_DATA_BYTES: usize = 48 * 1024;
+/// The smallest: room for the cloud-config it carries.
+pub(crate) const MIN_USER_DATA_BYTES: usize = 128;
 
 /// Network `i` (0-based), named by UUID as the region service names them.
 pub(crate) fn network(i: usize) -> String {
@@ -39,10 +44,10 @@ pub(crate) fn security_group(i: usize) -> String {
     format!("5b7e9d21-3c4f-4a8b-8e6d-1f2a3b4c5e{:02}", i % SHARED_RESOURCES)
 }
 
-/// A cloud-config of exactly [`USER_DATA_BYTES`] once base64-encoded: a file
-/// to write, padded with a comment so the operator carries real bulk.
-pub(crate) fn user_data() -> String {
-    let raw_len = USER_DATA_BYTES / 4 * 3;
+/// A cloud-config of exactly `bytes` (a multiple of 4) once base64-encoded:
+/// a file to write, padded with a comment so the operator carries real bulk.
+pub(crate) fn user_data(bytes: usize) -> String {
+    let raw_len = bytes / 4 * 3;
     let mut text = String::from("#cloud-config\nwrite_files:\n- path: /etc/bench\n  content: bench\n# ");
     while text.len() < raw_len - 1 {
         text.push('x');
@@ -144,6 +149,7 @@ impl BenchWorld {
         seed: u64,
         create_failure_rate: f64,
         public_ip_share: f64,
+        user_data_bytes: usize,
     ) -> anyhow::Result<Self> {
         let tenant = World::tenant();
         let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
@@ -163,7 +169,7 @@ impl BenchWorld {
             cloud.seed_neutron(&tenant, "networks", &network(i));
             cloud.seed_neutron(&tenant, "securitygroups", &security_group(i));
         }
-        let user_data = user_data();
+        let user_data = user_data(user_data_bytes);
         let (kube, uids) = match api_server {
             ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data, public_ip_share).await?,
             ApiServer::Real => {
@@ -759,11 +765,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn user_data_is_32_kb_of_base64_cloud_config() {
-        let encoded = user_data();
-        assert_eq!(encoded.len(), USER_DATA_BYTES);
-        let decoded = base64::engine::general_purpose::STANDARD.decode(&encoded).expect("base64");
-        assert!(decoded.starts_with(b"#cloud-config\n"));
+    fn user_data_is_base64_cloud_config_of_the_asked_size() {
+        for bytes in [MIN_USER_DATA_BYTES, 4 * 1024, USER_DATA_BYTES, MAX_USER_DATA_BYTES] {
+            let encoded = user_data(bytes);
+            assert_eq!(encoded.len(), bytes);
+            let decoded = base64::engine::general_purpose::STANDARD.decode(&encoded).expect("base64");
+            assert!(decoded.starts_with(b"#cloud-config\n"));
+        }
     }
 
     #[test]
@@ -857,7 +865,7 @@ mod tests {
 
     #[test]
     fn the_core_view_leaves_the_user_data_out() {
-        let object = Arc::new(server("server-00001", 1, &user_data(), true));
+        let object = Arc::new(server("server-00001", 1, &user_data(USER_DATA_BYTES), true));
         let view = core_view(&object).expect("a readable Server");
         assert_eq!(view.meta.name, "server-00001");
         assert!(view.spec.user_data.is_none());
