@@ -9,7 +9,8 @@ mod support;
 use std::collections::VecDeque;
 
 use server_core::model::{
-    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, SERVER_FINALIZER, Server,
+    CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ResourceKind,
+    SERVER_FINALIZER, Server, reference_finalizer,
 };
 use server_core::pass::fold_landed_meta;
 use server_core::port::CloudError;
@@ -326,4 +327,81 @@ fn a_released_server_is_persisted_without_our_finalizer_and_with_the_others() {
     assert_eq!(store.ran.last(), Some(&"RemoveFinalizer"), "{:?}", store.ran);
     assert_eq!(persisted.meta.finalizers, ["backup.example.com/protect"]);
     assert_eq!(persisted, store.server);
+}
+
+/// The references a pass adds come as one run a driver may send at once
+/// (each on its own object), between the finalizer before them and the
+/// status write after; answered in order, a failure in the middle hands
+/// over to the follow-up (no create), and what the later ones wrote stands:
+/// the next pass adds only the reference still missing, then creates.
+#[test]
+fn the_references_of_a_pass_are_one_run_answered_in_order() {
+    let server = server();
+    let mut facts = facts();
+    let mut pass = Pass::with_facts(server.clone(), &facts, &Options::default(), at(10));
+    assert_eq!(pass.poll_run().iter().map(Action::name).collect::<Vec<_>>(), ["AddFinalizer"]);
+    pass.handle_done();
+
+    let run: Vec<Action> = pass.poll_run().to_vec();
+    let targets: Vec<(ResourceKind, &str)> =
+        run.iter().filter_map(Action::reference).map(|r| (r.kind, r.name.as_str())).collect();
+    assert_eq!(
+        targets,
+        [
+            (ResourceKind::Network, "net-a"),
+            (ResourceKind::SecurityGroup, "sg-a"),
+            (ResourceKind::Identity, "identity-a")
+        ],
+        "{run:?}"
+    );
+    // All three are sent; the SecurityGroup's loses its race, the others land.
+    let finalizer = reference_finalizer("web");
+    for (kind, name) in [(ResourceKind::Network, "net-a"), (ResourceKind::Identity, "identity-a")] {
+        let resource = facts.consumed.get_mut(&kind).unwrap().iter_mut().find(|r| r.name == name).unwrap();
+        resource.finalizers.push(finalizer.clone());
+    }
+    pass.handle_done();
+    pass.handle_failed(conflict());
+    assert!(pass.is_following_up());
+    assert!(pass.poll_run().iter().all(|action| action.reference().is_none()), "{:?}", pass.poll_run());
+    let mut store = Store::new(pass.server());
+    let (outcome, persisted) = store.drive(pass);
+    assert!(matches!(outcome, Outcome::Yield(_)), "{outcome:?}");
+    assert_eq!(store.creates, 0);
+
+    let next = Pass::with_facts(persisted, &facts, &Options::default(), at(11));
+    let actions = &next.decision().unwrap().actions;
+    let added: Vec<&str> = actions.iter().filter_map(Action::reference).map(|r| r.name.as_str()).collect();
+    assert_eq!(added, ["sg-a"], "{actions:?}");
+    assert!(actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_))), "{actions:?}");
+}
+
+/// A run never holds two changes of one object, nor anything but reference
+/// changes; any other action is a run of its own.
+#[test]
+fn a_run_is_reference_changes_on_distinct_objects() {
+    let server = adopted();
+    let mut facts = referenced_facts(&server);
+    // Held on a Network the spec no longer names, and released on delete.
+    let finalizer = reference_finalizer("web");
+    facts.consumed.get_mut(&ResourceKind::Network).unwrap()[1].finalizers.push(finalizer);
+    let mut deleting = server.clone();
+    deleting.meta.deleting = true;
+    let pass = Pass::with_facts(deleting, &facts, &Options::default(), at(10));
+    let mut pass = pass;
+    let mut runs = Vec::new();
+    while !pass.poll_run().is_empty() {
+        let run: Vec<&'static str> = pass.poll_run().iter().map(Action::name).collect();
+        let mut targets: Vec<(ResourceKind, String)> =
+            pass.poll_run().iter().filter_map(Action::reference).map(|r| (r.kind, r.name.clone())).collect();
+        let count = targets.len();
+        targets.dedup();
+        assert_eq!(targets.len(), count, "one change per object in a run");
+        assert!(run.len() == 1 || count == run.len(), "{run:?}");
+        for _ in 0..run.len() {
+            pass.handle_done();
+        }
+        runs.push(run);
+    }
+    assert!(runs.iter().any(|run| run.len() > 1), "the releases go as one run: {runs:?}");
 }

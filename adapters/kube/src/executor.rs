@@ -136,13 +136,35 @@ impl Executor {
             group: group_of(server),
             cloud,
         };
-        while let Some(action) = pass.poll_action() {
-            match io.apply(action, pass.server()).await {
-                Ok(()) => pass.handle_done(),
-                Err(failure) => {
-                    io.report_failure(action, &failure);
-                    pass.handle_failed(failure);
+        loop {
+            let changes: Option<Vec<(Reference, bool)>> = match pass.poll_run() {
+                [] => break,
+                [_] => None,
+                run => run.iter().map(|action| action.reference_change().map(|(r, add)| (r.clone(), add))).collect(),
+            };
+            let Some(changes) = changes else {
+                let Some(action) = pass.poll_action() else { break };
+                match io.apply(action, pass.server()).await {
+                    Ok(()) => pass.handle_done(),
+                    Err(failure) => {
+                        io.report_failure(action, &failure);
+                        pass.handle_failed(failure);
+                    }
                 }
+                continue;
+            };
+            // A run of reference changes goes out at once and is answered
+            // in order; the pass takes no answer after a failure.
+            let sent = changes.iter().map(|(reference, add)| io.set_reference(reference, *add));
+            for result in futures_util::future::join_all(sent).await {
+                if let Err(failure) = result {
+                    if let Some(action) = pass.poll_action() {
+                        io.report_failure(action, &failure);
+                    }
+                    pass.handle_failed(failure);
+                    break;
+                }
+                pass.handle_done();
             }
         }
         pass.into_outcome()
@@ -383,7 +405,7 @@ impl ActionIo<'_> {
     /// Adds or removes the Server's reference finalizer on a consumed
     /// resource through the reference writer, which coalesces the writes of
     /// every pass to one object; returns once the change is written.
-    async fn set_reference(&mut self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
+    async fn set_reference(&self, reference: &Reference, add: bool) -> Result<(), ActionFailure> {
         let target = Target { kind: reference.kind, namespace: self.namespace.clone(), name: reference.name.clone() };
         // The cache's copy seeds the writer's first write to an object (a
         // stale one costs a retry, never a wrong write).

@@ -373,6 +373,40 @@ impl Pass {
         }
     }
 
+    /// The actions from [`Pass::poll_action`]'s on that may be sent at
+    /// once: a run of reference changes in a row, each on an object of its
+    /// own (a reference is one object's finalizer, so no order among them
+    /// matters), or that action alone. Empty when `poll_action` has none.
+    ///
+    /// A driver that sends a run together answers its actions in order with
+    /// [`Pass::handle_done`] and [`Pass::handle_failed`], as if sent one by
+    /// one, and stops answering at the first failure: the follow-up takes
+    /// over, and what the later ones wrote stands, which any order of the
+    /// run allows (a reference held early is released with the others; a
+    /// removal sent early was due). Passes of Servers that share an object
+    /// then wait on it together, so its writer batches more of them.
+    pub fn poll_run(&self) -> &[Action] {
+        let actions = match self.stage {
+            Stage::Gathering(_) | Stage::Ended(_) => return &[],
+            Stage::Acting | Stage::FollowingUp => match &self.decision {
+                Some(decision) => decision.actions.get(self.next..).unwrap_or_default(),
+                None => return &[],
+            },
+        };
+        let mut targets = Vec::new();
+        let run = actions
+            .iter()
+            .take_while(|action| match action.reference() {
+                Some(reference) if !targets.contains(&(reference.kind, &reference.name)) => {
+                    targets.push((reference.kind, &reference.name));
+                    true
+                }
+                _ => false,
+            })
+            .count();
+        &actions[..run.max(1).min(actions.len())]
+    }
+
     /// The action from [`Pass::poll_action`] succeeded: its write, if it is
     /// one of the Server's, is now part of the Server as last persisted.
     /// Without an action to run it does nothing.

@@ -96,6 +96,21 @@ impl Action {
         }
     }
 
+    /// The reference this action adds or removes, if it is one.
+    pub fn reference(&self) -> Option<&Reference> {
+        self.reference_change().map(|(reference, _)| reference)
+    }
+
+    /// The reference this action changes and whether it adds it (`true`)
+    /// or removes it.
+    pub fn reference_change(&self) -> Option<(&Reference, bool)> {
+        match self {
+            Action::AddReference(reference) => Some((reference, true)),
+            Action::RemoveReference(reference) => Some((reference, false)),
+            _ => None,
+        }
+    }
+
     /// The annotation changes this action makes (Annotate, Record), in order.
     pub fn annotation_changes(&self) -> Vec<(&'static str, Option<&str>)> {
         match self {

@@ -163,6 +163,10 @@ impl ControlPlane {
                 "--allow-privileged=true".into(),
                 "--endpoint-reconciler-type=none".into(),
                 format!("--audit-log-path={}", path("audit.log")),
+                // Never rotated: the counters read this one file, and a
+                // maxsize of 0 is lumberjack's 100 MB (a 10,000-Server
+                // bench writes more).
+                "--audit-log-maxsize=1000000".into(),
                 format!("--audit-policy-file={}", path("audit-policy.yaml")),
             ],
             &dir.join("kube-apiserver.log"),

@@ -125,8 +125,8 @@ pub(crate) struct Args {
     user_data_bytes: usize,
 
     /// Passes at once: this operator's `--concurrency`, the Go controller's
-    /// `--max-concurrency` (their defaults: 8 and 2).
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// `--max-concurrency` (their defaults: 32 and 2).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
 
     #[arg(long, value_enum, default_value_t = Output::Text)]

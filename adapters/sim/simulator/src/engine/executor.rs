@@ -204,10 +204,23 @@ impl Engine {
     /// result handed back. Returns the pass's outcome.
     fn execute(&mut self, i: usize, r: usize, read: &PassRead, mut pass: Pass) -> Outcome {
         let mut rv = read.view_rv;
-        while let Some(action) = pass.poll_action() {
-            let result = self.run_action(i, r, action, &mut rv, read);
-            self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
-            self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
+        // A run of reference changes is sent whole, as server-kube sends it,
+        // and answered in order: the pass takes no answer after a failure,
+        // and what the later changes wrote stands.
+        let mut answers: std::collections::VecDeque<Result<(), ActionFailure>> = Default::default();
+        while pass.poll_action().is_some() {
+            if answers.is_empty() {
+                for action in pass.poll_run() {
+                    let result = self.run_action(i, r, action, &mut rv, read);
+                    self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+                    self.note(i, || format!("  {} -> {result:?}", explain::action(action)));
+                    answers.push_back(result);
+                }
+            }
+            let Some(result) = answers.pop_front() else { break };
+            if result.is_err() {
+                answers.clear();
+            }
             match result {
                 Ok(()) => pass.handle_done(),
                 Err(failure) if pass.is_following_up() => pass.handle_failed(failure),
