@@ -12,9 +12,11 @@ use server_core::model::{
     CREATE_ISSUED_ANNOTATION, CREATE_REFUSED_ANNOTATION, ConditionReason, ConditionStatus, ResourceKind,
     SERVER_FINALIZER, Server, reference_finalizer,
 };
-use server_core::pass::fold_landed_meta;
+use server_core::pass::{Rules, UserDataCopy, fold_landed_meta};
 use server_core::port::CloudError;
-use server_core::reconcile::{Action, ActionFailure, ApiCause, ApiFailure, EventReason, Facts, Options, Outcome};
+use server_core::reconcile::{
+    Action, ActionFailure, ApiCause, ApiFailure, Decision, EventReason, Facts, Options, Outcome, Reference,
+};
 use server_core::{Lifecycle, ParkKind, Pass, apply_status_patch, lifecycle};
 use support::*;
 
@@ -387,14 +389,14 @@ fn a_run_is_reference_changes_on_distinct_objects() {
     facts.consumed.get_mut(&ResourceKind::Network).unwrap()[1].finalizers.push(finalizer);
     let mut deleting = server.clone();
     deleting.meta.deleting = true;
-    let pass = Pass::with_facts(deleting, &facts, &Options::default(), at(10));
-    let mut pass = pass;
+    let mut pass = Pass::with_facts(deleting, &facts, &Options::default(), at(10));
     let mut runs = Vec::new();
     while !pass.poll_run().is_empty() {
         let run: Vec<&'static str> = pass.poll_run().iter().map(Action::name).collect();
         let mut targets: Vec<(ResourceKind, String)> =
             pass.poll_run().iter().filter_map(Action::reference).map(|r| (r.kind, r.name.clone())).collect();
         let count = targets.len();
+        targets.sort();
         targets.dedup();
         assert_eq!(targets.len(), count, "one change per object in a run");
         assert!(run.len() == 1 || count == run.len(), "{run:?}");
@@ -404,4 +406,36 @@ fn a_run_is_reference_changes_on_distinct_objects() {
         runs.push(run);
     }
     assert!(runs.iter().any(|run| run.len() > 1), "the releases go as one run: {runs:?}");
+}
+
+/// A decision that changes one object twice in a row (an add, then its
+/// removal) hands them out as two runs: sent at once, their order on that
+/// object would be lost.
+#[test]
+fn two_changes_of_one_object_are_never_one_run() {
+    fn add_then_remove(server: &Server, facts: &Facts, options: &Options, now: jiff::Timestamp) -> Decision {
+        let mut decision = server_core::reconcile(server, facts, options, now);
+        let reference = Reference { kind: ResourceKind::Network, name: "net-a".into(), finalizer: "f".into() };
+        let other = Reference { kind: ResourceKind::SecurityGroup, name: "sg-a".into(), finalizer: "f".into() };
+        decision.actions = vec![
+            Action::AddReference(reference.clone()),
+            Action::AddReference(other),
+            Action::RemoveReference(reference),
+        ];
+        decision
+    }
+    let server = adopted();
+    let facts = referenced_facts(&server);
+    let rules = Rules { reconcile: add_then_remove, ..Rules::CORE };
+    let mut pass = Pass::start_with(server, Options::default(), at(10), rules, UserDataCopy::Held);
+    pass.answer_from(&facts, |_| true);
+    let mut runs = Vec::new();
+    while !pass.poll_run().is_empty() {
+        let run: Vec<&'static str> = pass.poll_run().iter().map(Action::name).collect();
+        for _ in 0..run.len() {
+            pass.handle_done();
+        }
+        runs.push(run);
+    }
+    assert_eq!(runs, [vec!["AddReference", "AddReference"], vec!["RemoveReference"]]);
 }
