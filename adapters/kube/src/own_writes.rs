@@ -46,10 +46,10 @@ impl OwnWrites {
     pub(crate) fn cache_is_behind(&self, uid: &str, cached: &str, now: Instant) -> bool {
         let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(written) = servers.get(uid) else { return false };
-        let behind = if written.replaced.iter().any(|v| v == cached) {
-            true
-        } else if written.written == cached {
+        let behind = if written.written == cached {
             false
+        } else if written.replaced.iter().any(|v| v == cached) {
+            true
         } else {
             now.duration_since(written.at) < UNKNOWN_VERSION_WAIT
         };
@@ -78,7 +78,9 @@ impl OwnWrites {
         if first {
             entry.replaced.clear();
         }
-        if let Some(from) = from.filter(|from| !from.is_empty()) {
+        // A write that changed nothing (the same note again) keeps the
+        // version: the API server answers with it and sends no event.
+        if let Some(from) = from.filter(|from| !from.is_empty() && *from != to) {
             if entry.replaced.len() >= MAX_REPLACED {
                 entry.replaced.remove(0);
             }
@@ -92,6 +94,20 @@ impl OwnWrites {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write that changed nothing is answered with the version it was
+    /// guarded by, and no watch event follows: the cache at that version is
+    /// current, never waited on.
+    #[test]
+    fn a_write_that_changed_nothing_leaves_its_version_current() {
+        let writes = OwnWrites::default();
+        let now = Instant::now();
+        writes.wrote("uid-a", Some("5"), "6", true, now);
+        writes.wrote("uid-a", Some("6"), "6", false, now);
+        let much_later = now + 10 * UNKNOWN_VERSION_WAIT;
+        assert!(writes.cache_is_behind("uid-a", "5", much_later));
+        assert!(!writes.cache_is_behind("uid-a", "6", much_later));
+    }
 
     #[test]
     fn a_version_this_term_wrote_over_is_behind_until_the_cache_has_the_write() {

@@ -613,11 +613,12 @@ fn unique_dir() -> Result<PathBuf, ControlPlaneError> {
     Ok(dir)
 }
 
-/// etcd's data directory: on tmpfs (`/dev/shm`) where there is one.
+/// etcd's data directory: on tmpfs (`/dev/shm`) where there is one, one
+/// level deep, so the watchdog's removal of it leaves nothing there.
 fn etcd_data_dir(dir: &Path) -> Result<PathBuf, ControlPlaneError> {
     let shm = Path::new("/dev/shm");
-    let data = match dir.file_name() {
-        Some(name) if shm.is_dir() => shm.join(name).join("etcd"),
+    let data = match dir.file_name().and_then(|name| name.to_str()) {
+        Some(name) if shm.is_dir() => shm.join(format!("{name}-etcd")),
         _ => dir.join("etcd"),
     };
     std::fs::create_dir_all(&data).map_err(io(format!("creating {}", data.display())))?;
