@@ -78,7 +78,7 @@ impl Intent {
                 Action::ReleaseAttachment(_) | Action::UpdatePort(_) | Action::EnsureFloatingIp(_) => {
                     intent.cloud_changes += 1;
                 }
-                Action::AddFinalizer
+                Action::AddFinalizer { .. }
                 | Action::RemoveFinalizer
                 | Action::AddReference(_)
                 | Action::RemoveReference(_)
@@ -303,9 +303,25 @@ fn provider(view: &ProviderView) -> String {
     }
 }
 
+fn describe_changes(changes: &[(&'static str, Option<String>)]) -> String {
+    let described: Vec<String> = changes
+        .iter()
+        .map(|(key, value)| match value {
+            Some(value) => format!("{key}={value}"),
+            None => format!("{key} removed"),
+        })
+        .collect();
+    described.join(", ")
+}
+
 fn describe(action: &Action) -> String {
     match action {
-        Action::AddFinalizer => "add the controller's finalizer to the Server".into(),
+        Action::AddFinalizer { annotations } if annotations.is_empty() => {
+            "add the controller's finalizer to the Server".into()
+        }
+        Action::AddFinalizer { annotations } => {
+            format!("add the controller's finalizer to the Server and note {}", describe_changes(annotations))
+        }
         Action::RemoveFinalizer => "remove the controller's finalizer: the Server may go".into(),
         Action::AddReference(reference) => {
             format!("hold {} {} with a reference finalizer", reference.kind.as_str(), reference.name)
@@ -319,16 +335,7 @@ fn describe(action: &Action) -> String {
         }
         Action::Annotate { key, value: Some(value) } => format!("note {key}={value}"),
         Action::Annotate { key, value: None } => format!("remove the note {key}"),
-        Action::Record(changes) => {
-            let described: Vec<String> = changes
-                .iter()
-                .map(|(key, value)| match value {
-                    Some(value) => format!("{key}={value}"),
-                    None => format!("{key} removed"),
-                })
-                .collect();
-            format!("record {}", described.join(", "))
-        }
+        Action::Record(changes) => format!("record {}", describe_changes(changes)),
         Action::CreateProviderServer(request) => {
             format!(
                 "create provider server {:?} (flavor {}, image {})",

@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{CREATE_ISSUED_ANNOTATION, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, ConditionType, Server};
 
 /// The parsed `create-issued-attempt` annotation. Written as JSON
 /// (`{"attempt":0,"at":"<RFC 3339>","flavorID":"..","imageID":".."}`); the
@@ -30,7 +30,18 @@ pub(crate) struct IssuedCreate {
 }
 
 impl IssuedCreate {
+    /// The create the Server's note stands for. A note on a Server without
+    /// an Available condition stands for none: every create is sent after
+    /// its pass wrote Available (guarded by the resourceVersion), and a
+    /// Server's first pass writes its note with the finalizer, before that
+    /// write; so such a note's pass stopped before its create. Its absence
+    /// then proves nothing is in flight, and nothing is counted for it.
     pub(crate) fn of(server: &Server) -> Option<Self> {
+        server.status.condition(ConditionType::Available)?;
+        Self::parse(server)
+    }
+
+    fn parse(server: &Server) -> Option<Self> {
         let value = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION)?;
         if value.trim_start().starts_with('{') {
             return serde_json::from_str(value).ok();
@@ -70,15 +81,29 @@ mod tests {
     fn round_trips_and_reads_the_old_format() {
         let at = Timestamp::from_second(1_700_000_000).ok();
         let issued = IssuedCreate { attempt: 2, at, flavor_id: Some("f-1".into()), image_id: Some("i-1".into()) };
-        assert_eq!(IssuedCreate::of(&with(&issued.value())), Some(issued));
+        assert_eq!(IssuedCreate::parse(&with(&issued.value())), Some(issued));
         let bare = IssuedCreate { attempt: 1, ..IssuedCreate::default() };
-        assert_eq!(IssuedCreate::of(&with(&bare.value())), Some(bare.clone()));
-        assert_eq!(IssuedCreate::of(&with("1")), Some(bare));
-        let old = IssuedCreate::of(&with("3@2023-11-14T22:13:20Z"));
+        assert_eq!(IssuedCreate::parse(&with(&bare.value())), Some(bare.clone()));
+        assert_eq!(IssuedCreate::parse(&with("1")), Some(bare));
+        let old = IssuedCreate::parse(&with("3@2023-11-14T22:13:20Z"));
         assert_eq!(old, Some(IssuedCreate { attempt: 3, at, ..IssuedCreate::default() }));
-        assert_eq!(IssuedCreate::of(&with("x@y")), None);
-        assert_eq!(IssuedCreate::of(&with("{not json")), None);
-        assert_eq!(IssuedCreate::of(&Server::default()), None);
+        assert_eq!(IssuedCreate::parse(&with("x@y")), None);
+        assert_eq!(IssuedCreate::parse(&with("{not json")), None);
+        assert_eq!(IssuedCreate::parse(&Server::default()), None);
+    }
+
+    /// A note stands for a create only on a Server whose Available
+    /// condition a pass wrote: the first pass notes before that write, and
+    /// sends its create after it.
+    #[test]
+    fn a_note_stands_for_a_create_only_once_available_was_written() {
+        let issued = IssuedCreate { attempt: 0, ..IssuedCreate::default() };
+        let mut server = with(&issued.value());
+        assert_eq!(IssuedCreate::of(&server), None);
+        let at = Timestamp::UNIX_EPOCH;
+        let (status, reason) = (crate::model::ConditionStatus::False, crate::model::ConditionReason::Provisioning);
+        crate::model::set_condition(&mut server.status.conditions, ConditionType::Available, status, reason, "", at);
+        assert_eq!(IssuedCreate::of(&server), Some(issued));
     }
 
     #[test]

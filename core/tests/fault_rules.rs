@@ -597,8 +597,11 @@ fn a_failed_create_is_counted_once_even_when_a_reset_brings_the_counter_back_to_
         listed_view_max_age: Options::DEFAULT_LISTED_VIEW_MAX_AGE,
     };
     let mut server = create_failed(0);
-    // The failed server's create was issued as attempt 1, long ago.
+    // The failed server's create was issued as attempt 1, long ago, by a
+    // pass that wrote Available before it.
     server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), format!("1@{}", at(1)));
+    let (status, reason) = (ConditionStatus::False, ConditionReason::Provisioning);
+    set_condition(&mut server.status.conditions, ConditionType::Available, status, reason, "Creating", at(1));
     let mut counted = Vec::new();
     let mut creates = 0;
     for t in [1_000, 1_010, 1_020, 1_030] {

@@ -85,7 +85,7 @@ impl Store {
     fn land(&mut self, action: &Action) {
         let meta = &mut self.server.meta;
         match action {
-            Action::AddFinalizer | Action::RemoveFinalizer | Action::Annotate { .. } | Action::Record(_) => {
+            Action::AddFinalizer { .. } | Action::RemoveFinalizer | Action::Annotate { .. } | Action::Record(_) => {
                 fold_landed_meta(meta, action)
             }
             // By its patch, as the API server applies it.
@@ -438,4 +438,129 @@ fn two_changes_of_one_object_are_never_one_run() {
         runs.push(run);
     }
     assert_eq!(runs, [vec!["AddReference", "AddReference"], vec!["RemoveReference"]]);
+}
+
+/// A first create's note goes in the finalizer's patch (one write where two
+/// would do). A failure after it and before the create (the status write
+/// conflicts; an API error on a reference) leaves the Server without an
+/// Available condition, and the note then stands for no create: the next
+/// pass creates at once instead of waiting out the grace of a create that
+/// was never sent, and counts no failure for it. A create that was sent
+/// (its answer lost) keeps its note standing: it may land.
+#[test]
+fn a_first_create_notes_with_the_finalizer_and_a_failure_before_the_create_voids_the_note() {
+    let server = server();
+    let facts = facts();
+    let pass = Pass::with_facts(server.clone(), &facts, &Options::default(), at(10));
+    let actions = &pass.decision().unwrap().actions;
+    match &actions[0] {
+        Action::AddFinalizer { annotations } => {
+            assert!(annotations.iter().any(|(key, value)| *key == CREATE_ISSUED_ANNOTATION && value.is_some()))
+        }
+        other => panic!("the first action is {other:?}"),
+    }
+    let notes = actions.iter().filter(|a| a.annotation_changes().iter().any(|(k, _)| *k == CREATE_ISSUED_ANNOTATION));
+    assert_eq!(notes.count(), 1, "{actions:?}");
+
+    let failures = [("WriteStatus", conflict()), ("AddReference", api_failure(ApiCause::NoAnswer("reset".into())))];
+    for (kind, failure) in failures {
+        let mut store = Store::new(&server).fault(kind, Fault::Fail(failure));
+        store.pass(&facts, 10);
+        assert_eq!(store.creates, 0, "{kind}");
+        assert!(store.server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION), "{kind}");
+        let (outcome, persisted) = store.pass(&facts, 11);
+        assert_eq!(store.creates, 1, "{kind}: the next pass creates ({outcome:?})");
+        assert_eq!(persisted.status.provider_create_failures, 0, "{kind}");
+    }
+
+    // A later pass of a Server that still has no Available condition notes
+    // before its status write too: its note failing after that write landed
+    // would leave the older note, of a create never sent, standing.
+    let mut store = Store::new(&server)
+        .fault("AddReference", Fault::Fail(api_failure(ApiCause::NoAnswer("reset".into()))))
+        .fault("Annotate", Fault::Fail(conflict()));
+    store.pass(&facts, 10);
+    let pass = Pass::with_facts(store.server.clone(), &facts, &Options::default(), at(10));
+    let names: Vec<&str> = pass.decision().unwrap().actions.iter().map(Action::name).collect();
+    let (note, status) = (names.iter().position(|n| *n == "Annotate"), names.iter().position(|n| *n == "WriteStatus"));
+    assert!(note.is_some() && note < status, "{names:?}");
+    assert_eq!(names[status.unwrap() + 1..].first(), Some(&"CreateProviderServer"), "{names:?}");
+    store.pass(&facts, 10);
+    assert_eq!(store.creates, 0);
+    let (outcome, persisted) = store.pass(&facts, 11);
+    assert_eq!(store.creates, 1, "the third pass creates ({outcome:?})");
+    assert_eq!(persisted.status.provider_create_failures, 0);
+
+    // The create's own failure of unknown fate: its note stands, and the
+    // next pass within the grace waits for it rather than creating again.
+    let timeout = ActionFailure::Cloud(CloudError::Timeout { message: "no answer in 60 s".into() });
+    let mut store = Store::new(&server).fault("CreateProviderServer", Fault::Fail(timeout));
+    store.pass(&facts, 10);
+    assert_eq!(store.creates, 0);
+    let (outcome, _) = store.pass(&facts, 11);
+    assert_eq!(store.creates, 0, "created again while the first may land ({outcome:?})");
+}
+
+/// No failure is counted for a create that was never sent: over any script
+/// of refused writes (conflicts, 500s) across a Server's passes, and then
+/// past the create's grace with its server never seen, the counter never
+/// exceeds the creates that reached the provider.
+fn counts_only_creates_sent(rules: Rules) -> Result<(), String> {
+    use proptest::prelude::*;
+    let kinds = prop::sample::select(vec!["AddFinalizer", "AddReference", "WriteStatus", "Annotate"]);
+    let failure = prop::bool::ANY
+        .prop_map(|conflicting| if conflicting { conflict() } else { api_failure(ApiCause::NoAnswer("reset".into())) });
+    run(prop::collection::vec((kinds, failure), 0..8), |script| {
+        let server = server();
+        let facts = facts();
+        let mut store = Store::new(&server);
+        for (kind, failure) in script {
+            store = store.fault(kind, Fault::Fail(failure));
+        }
+        let options = Options::default();
+        for t in (10..20).chain(5_000..5_004) {
+            let mut pass = Pass::start_with(store.server.clone(), options, at(t), rules, UserDataCopy::Held);
+            pass.answer_from(&facts, |_| true);
+            store.drive(pass);
+            let counted = store.server.status.provider_create_failures;
+            prop_assert!(
+                counted as usize <= store.creates,
+                "{} counted for {} creates at {}",
+                counted,
+                store.creates,
+                t
+            );
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn no_failure_is_counted_for_a_create_never_sent() {
+    must_hold(counts_only_creates_sent(Rules::CORE));
+}
+
+/// The same property catches a rule that notes a create after the status
+/// write on a Server with no Available condition yet, unless the pass adds
+/// the finalizer: a failed note then leaves the older note of the first
+/// pass, of a create never sent, beside that Available.
+#[test]
+fn the_create_counting_property_catches_a_note_written_after_the_status() {
+    fn note_after_status(
+        server: &Server,
+        facts: &Facts,
+        options: &Options,
+        now: jiff::Timestamp,
+    ) -> server_core::Decision {
+        let mut decision = server_core::reconcile(server, facts, options, now);
+        let is_note =
+            |a: &Action| matches!(a, Action::Annotate { key, value: Some(_) } if *key == CREATE_ISSUED_ANNOTATION);
+        if let Some(at) = decision.actions.iter().position(is_note) {
+            let note = decision.actions.remove(at);
+            let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_)));
+            decision.actions.insert(create.unwrap_or(decision.actions.len()), note);
+        }
+        decision
+    }
+    must_catch(|| counts_only_creates_sent(Rules { reconcile: note_after_status, ..Rules::CORE }));
 }

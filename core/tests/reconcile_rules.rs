@@ -48,7 +48,7 @@ fn a_new_server_gets_its_finalizer_references_then_a_create() {
             (ResourceKind::Identity, "identity-a"),
         ]
     );
-    assert_eq!(decision.actions[0], Action::AddFinalizer);
+    assert!(matches!(decision.actions[0], Action::AddFinalizer { .. }));
     // The status write precedes the create it accounts for.
     let write = decision.actions.iter().position(|a| matches!(a, Action::WriteStatus(_))).unwrap();
     let create = decision.actions.iter().position(|a| matches!(a, Action::CreateProviderServer(_))).unwrap();
@@ -160,7 +160,8 @@ fn a_pass_from_a_copy_that_missed_the_adoption_note_announces_nothing_before_a_g
     let mut status_only = server.clone();
     status_only.status = first.status.clone();
     let stale = reconcile(&status_only, &facts, &OPTIONS, at(11));
-    let guarded = |a: &Action| matches!(a, Action::WriteStatus(_) | Action::Annotate { .. } | Action::AddFinalizer);
+    let guarded =
+        |a: &Action| matches!(a, Action::WriteStatus(_) | Action::Annotate { .. } | Action::AddFinalizer { .. });
     let first_guarded = stale.actions.iter().position(guarded);
     let first_event = stale.actions.iter().position(|a| matches!(a, Action::Emit(_)));
     assert!(first_event.is_some(), "the annotation is still missing, so the event is due: {:?}", stale.actions);
@@ -624,7 +625,7 @@ fn action_failures_that_prove_a_create_did_not_land_release_it() {
     }
     let stale = server_core::ApiCause::Answered { code: 409, reason: "Conflict".into(), message: "rv".into() };
     let failure = ActionFailure::Conflict(server_core::ApiFailure::new("adding the finalizer", stale));
-    let conflict = action_failed(&server, &Action::AddFinalizer, &failure, at(10));
+    let conflict = action_failed(&server, &Action::AddFinalizer { annotations: Vec::new() }, &failure, at(10));
     assert!(matches!(conflict.outcome, Outcome::Yield(_)));
     assert_eq!(conflict.actions, vec![]);
 }

@@ -205,10 +205,14 @@ impl ActionIo<'_> {
     /// finalizer list a merge patch replaces is built from it).
     async fn apply(&mut self, action: &Action, persisted: &CoreServer) -> Result<(), ActionFailure> {
         match action {
-            Action::AddFinalizer => {
+            Action::AddFinalizer { annotations } => {
                 let mut finalizers = persisted.meta.finalizers.clone();
                 finalizers.push(SERVER_FINALIZER.to_owned());
-                self.patch_server_metadata(json!({ "finalizers": finalizers }), "adding the finalizer").await?;
+                let mut metadata = json!({ "finalizers": finalizers });
+                if !annotations.is_empty() {
+                    metadata["annotations"] = annotation_map(annotations);
+                }
+                self.patch_server_metadata(metadata, "adding the finalizer").await?;
                 Ok(())
             }
             Action::RemoveFinalizer => {
@@ -224,9 +228,7 @@ impl ActionIo<'_> {
                 Ok(())
             }
             Action::Record(changes) => {
-                let annotations: serde_json::Map<String, Value> =
-                    changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect();
-                self.record_annotations(json!({ "annotations": annotations })).await?;
+                self.record_annotations(json!({ "annotations": annotation_map(changes) })).await?;
                 Ok(())
             }
             Action::AddReference(reference) => self.set_reference(reference, true).await,
@@ -428,4 +430,10 @@ impl ActionIo<'_> {
 /// A failed Server write, for the core: 404 means the Server is gone.
 fn write_failure(context: &str, error: &kube::Error) -> ActionFailure {
     if is_not_found(error) { ActionFailure::ServerGone } else { action_failure(context, error) }
+}
+
+/// Annotation changes as a merge patch's `annotations`: a value sets, a
+/// null removes.
+fn annotation_map(changes: &[(&'static str, Option<String>)]) -> Value {
+    Value::Object(changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect())
 }

@@ -601,20 +601,14 @@ pub fn fold_landed(server: &mut Server, action: &Action, status: &ServerStatus) 
 /// patch (`StatusPatch::apply`).
 pub fn fold_landed_meta(meta: &mut ObjectMeta, action: &Action) {
     match action {
-        Action::AddFinalizer => {
+        Action::AddFinalizer { .. } => {
             if !meta.has_finalizer(SERVER_FINALIZER) {
                 meta.finalizers.push(SERVER_FINALIZER.to_owned());
             }
+            fold_annotations(meta, action);
         }
         Action::RemoveFinalizer => meta.finalizers.retain(|f| f != SERVER_FINALIZER),
-        Action::Annotate { .. } | Action::Record(_) => {
-            for (key, value) in action.annotation_changes() {
-                match value {
-                    Some(value) => meta.annotations.insert(key.to_owned(), value.to_owned()),
-                    None => meta.annotations.remove(key),
-                };
-            }
-        }
+        Action::Annotate { .. } | Action::Record(_) => fold_annotations(meta, action),
         Action::WriteStatus(_)
         | Action::AddReference(_)
         | Action::RemoveReference(_)
@@ -625,5 +619,14 @@ pub fn fold_landed_meta(meta: &mut ObjectMeta, action: &Action) {
         | Action::UpdatePort(_)
         | Action::EnsureFloatingIp(_)
         | Action::Emit(_) => {}
+    }
+}
+
+fn fold_annotations(meta: &mut ObjectMeta, action: &Action) {
+    for (key, value) in action.annotation_changes() {
+        match value {
+            Some(value) => meta.annotations.insert(key.to_owned(), value.to_owned()),
+            None => meta.annotations.remove(key),
+        };
     }
 }

@@ -29,8 +29,12 @@ impl Decision {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Add the `unikorn` finalizer to the Server.
-    AddFinalizer,
+    /// Add the `unikorn` finalizer to the Server, with these annotation
+    /// changes in the same guarded metadata patch (a first create's note:
+    /// one write where two would do).
+    AddFinalizer {
+        annotations: Vec<(&'static str, Option<String>)>,
+    },
     /// Remove the `unikorn` finalizer: the Server may go.
     RemoveFinalizer,
     /// Place the Server's reference finalizer on a consumed resource.
@@ -79,7 +83,7 @@ impl Action {
     /// create request carries user data).
     pub fn name(&self) -> &'static str {
         match self {
-            Action::AddFinalizer => "AddFinalizer",
+            Action::AddFinalizer { .. } => "AddFinalizer",
             Action::RemoveFinalizer => "RemoveFinalizer",
             Action::AddReference(_) => "AddReference",
             Action::RemoveReference(_) => "RemoveReference",
@@ -111,11 +115,14 @@ impl Action {
         }
     }
 
-    /// The annotation changes this action makes (Annotate, Record), in order.
+    /// The annotation changes this action makes (Annotate, Record, a
+    /// finalizer's addition), in order.
     pub fn annotation_changes(&self) -> Vec<(&'static str, Option<&str>)> {
         match self {
             Action::Annotate { key, value } => vec![(*key, value.as_deref())],
-            Action::Record(changes) => changes.iter().map(|(key, value)| (*key, value.as_deref())).collect(),
+            Action::Record(changes) | Action::AddFinalizer { annotations: changes } => {
+                changes.iter().map(|(key, value)| (*key, value.as_deref())).collect()
+            }
             _ => Vec::new(),
         }
     }

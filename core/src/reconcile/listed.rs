@@ -163,7 +163,9 @@ fn acts_on_a_port_read_bound(facts: &Facts, action: &Action) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CREATE_ISSUED_ANNOTATION, Phase};
+    use crate::model::{
+        CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Phase, set_condition,
+    };
     use crate::port::{ProviderServer, ProviderStatus};
     use crate::reconcile::Outcome;
 
@@ -175,6 +177,9 @@ mod tests {
         let mut server = Server::default();
         let issued = IssuedCreate { attempt: 0, at: Some(at(second)), ..IssuedCreate::default() };
         server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), issued.value());
+        // Written by the pass before its create (a note stands only then).
+        let (status, reason) = (ConditionStatus::False, ConditionReason::Provisioning);
+        set_condition(&mut server.status.conditions, ConditionType::Available, status, reason, "", at(second));
         server
     }
 

@@ -120,7 +120,7 @@ pub fn reconcile(server: &Server, facts: &Facts, options: &Options, now: Timesta
     }
 
     if !server.meta.has_finalizer(SERVER_FINALIZER) {
-        plan.lead(Action::AddFinalizer);
+        plan.lead(Action::AddFinalizer { annotations: Vec::new() });
     }
     for action in references::to_add(server, facts) {
         plan.lead(action);

@@ -1,13 +1,15 @@
 //! Assembles a Decision in the order the executor must run it: records of
 //! what already happened and the events that announce them, then finalizer
-//! and references, then the status write, annotations and events (events
+//! (with the note of a create before Available stands) and references, then the status write, annotations and events (events
 //! after the first guarded write of the Server), then provider actions, then
 //! pruning and the finalizer's removal.
 
 use jiff::Timestamp;
 
 use super::decision::{Action, Decision, Event, Outcome};
-use crate::model::{ConditionReason, ConditionStatus, ConditionType, Server, ServerStatus, set_condition};
+use crate::model::{
+    CREATE_ISSUED_ANNOTATION, ConditionReason, ConditionStatus, ConditionType, Server, ServerStatus, set_condition,
+};
 use crate::status_patch::StatusPatch;
 
 #[derive(Debug)]
@@ -133,6 +135,7 @@ impl Plan {
             Action::Annotate { key, .. } => !records.iter().any(|(recorded, _)| recorded == key),
             _ => true,
         });
+        self.note_first_create_first();
         let mut actions = Vec::new();
         let recording = !self.records.is_empty();
         if recording {
@@ -176,7 +179,28 @@ impl Plan {
         Decision { status: self.status, actions, outcome }
     }
 
-    /// Available for a pass of this Server that ends in `outcome`.
+    /// A create of a Server with no Available condition notes first: in the
+    /// finalizer's patch when the pass adds it (one write where two would
+    /// do), else on its own before the references. Until the pass's status
+    /// write lands the Server still has no Available condition, and its note
+    /// stands for no create (`IssuedCreate::of`); that write is followed by
+    /// the create with nothing that can fail between them. Noting after the
+    /// status write instead, a failed note write would leave an older note
+    /// of a create never sent standing beside the Available just written.
+    fn note_first_create_first(&mut self) {
+        if self.before.condition(ConditionType::Available).is_some() {
+            return;
+        }
+        let note = self.annotations.iter().position(
+            |action| matches!(action, Action::Annotate { key, value: Some(_) } if *key == CREATE_ISSUED_ANNOTATION),
+        );
+        let Some(Action::Annotate { key, value }) = note.map(|at| self.annotations.remove(at)) else { return };
+        match self.leading.first_mut() {
+            Some(Action::AddFinalizer { annotations }) => annotations.push((key, value)),
+            _ => self.leading.insert(0, Action::Annotate { key, value }),
+        }
+    }
+
     /// Whether ending in `outcome` changes the Available message the
     /// Server holds: a park said for the first time.
     pub(crate) fn says_anew(&self, outcome: &Outcome) -> bool {

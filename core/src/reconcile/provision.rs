@@ -401,8 +401,8 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
 /// pass has written its Available condition, no create note stands and no
 /// attempt was counted. Every pass that creates writes Available before the
 /// create, guarded by the resourceVersion it read, so a copy older than
-/// that write never reaches its create; and a create's note is only
-/// released once Available stands.
+/// that write never reaches its create; and a create's note is released
+/// before Available stands only when its create was never sent.
 pub fn never_created(server: &Server) -> bool {
     server.status.condition(ConditionType::Available).is_none()
         && server.status.provider_create_failures == 0

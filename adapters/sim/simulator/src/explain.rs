@@ -113,7 +113,8 @@ pub(crate) fn action(action: &Action) -> String {
         Action::RemoveReference(r) => format!("RemoveReference({})", r.name),
         Action::Annotate { key, value } => format!("Annotate({key}={value:?})"),
         Action::Record(changes) => format!("Record({changes:?})"),
-        Action::AddFinalizer => "AddFinalizer".into(),
+        Action::AddFinalizer { annotations } if annotations.is_empty() => "AddFinalizer".into(),
+        Action::AddFinalizer { annotations } => format!("AddFinalizer({annotations:?})"),
         Action::RemoveFinalizer => "RemoveFinalizer".into(),
     }
 }

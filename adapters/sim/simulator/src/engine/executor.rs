@@ -284,7 +284,7 @@ impl Engine {
             // cache makes it a Conflict, never a write over unseen changes.
             // A metadata write does to the stored Server what the pass folds
             // (`fold_landed_meta`); a status write applies its patch.
-            Action::AddFinalizer | Action::Annotate { .. } => {
+            Action::AddFinalizer { .. } | Action::Annotate { .. } => {
                 let expected = *rv;
                 self.write_server(i, Some(expected), rv, ServerPart::Meta, &|s| {
                     fold_landed_meta(&mut s.meta, action);
@@ -721,7 +721,7 @@ fn source_code(source: ProviderSource) -> u64 {
 
 fn action_code(action: &Action) -> u64 {
     match action {
-        Action::AddFinalizer => 1,
+        Action::AddFinalizer { .. } => 1,
         Action::RemoveFinalizer => 2,
         Action::AddReference(_) => 3,
         Action::RemoveReference(_) => 4,
