@@ -564,3 +564,38 @@ fn the_create_counting_property_catches_a_note_written_after_the_status() {
     }
     must_catch(|| counts_only_creates_sent(Rules { reconcile: note_after_status, ..Rules::CORE }));
 }
+
+/// A boot the monitor's list showed is latched even when the pass's live
+/// read, asked for because the list is too old, finds the server already
+/// gone: the provider reported the boot, so the Server parks as missing
+/// after boot instead of counting the create lost and creating again.
+#[test]
+fn a_boot_the_list_showed_is_latched_when_the_live_read_finds_the_server_gone() {
+    use server_core::pass::{Fact, Need};
+    use server_core::port::{PowerState, ProviderServer, ProviderStatus};
+    use server_core::reconcile::{ProviderRead, ProviderView};
+    let facts = facts();
+    let mut store = Store::new(&server());
+    store.pass(&facts, 10);
+    assert_eq!(store.creates, 1);
+    let booted = ProviderServer {
+        id: "vm-1".into(),
+        server_uid: "uid-web".into(),
+        status: ProviderStatus::Active,
+        power_state: PowerState::Running,
+        launched_at: Some(at(20)),
+        ..ProviderServer::default()
+    };
+    // Past the create's grace, on a list older than a listed view may be.
+    let mut pass = Pass::start(store.server.clone(), Options::default(), at(5_000));
+    pass.answer_from(&facts, |need| *need != Need::Provider);
+    let listed = Fact::Provider { view: ProviderView::Present(booted), read: ProviderRead::Listed { at: at(4_000) } };
+    pass.handle_fact(listed).unwrap();
+    assert!(matches!(pass.poll_need(), Some(Need::ProviderLive(_))), "{:?}", pass.poll_need());
+    pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live }).unwrap();
+    pass.answer_from(&facts, |_| true);
+    let decision = pass.decision().unwrap().clone();
+    assert_eq!(decision.status.provisioned_at, Some(at(20)), "{decision:?}");
+    assert!(matches!(decision.outcome, Outcome::Terminal(server_core::Park::MissingAfterBoot)), "{decision:?}");
+    assert!(!decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))), "{decision:?}");
+}

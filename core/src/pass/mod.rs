@@ -39,6 +39,7 @@ use jiff::Timestamp;
 pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live, confirms_release_live};
 use crate::lifecycle::Park;
 use crate::model::{ObjectMeta, SERVER_FINALIZER, Server, ServerStatus};
+use crate::predicate::record_shows_boot;
 use crate::reconcile::{
     Action, ActionFailure, Decision, Event, EventReason, EventType, Facts, LiveRead, Options, Outcome, PassError,
     ProviderRead, ProviderView, Wait, action_failed, live_read_needed, needs_facts, reads_attachments,
@@ -270,6 +271,15 @@ impl Pass {
                     (_, ProviderRead::Listed { .. }) => ProviderSource::Listed,
                     (_, ProviderRead::Live) => ProviderSource::Live,
                 });
+                // A boot the listed record showed stays seen: the live read
+                // may find the server already gone, and a boot the provider
+                // reported is latched, never a reason to create again.
+                if let ProviderView::Present(record) = &self.facts.provider
+                    && record_shows_boot(record)
+                    && self.facts.boot_seen.is_none()
+                {
+                    self.facts.boot_seen = Some(record.launched_at.unwrap_or(self.now));
+                }
                 self.facts.provider = view;
                 self.facts.provider_read = read;
                 // What was read of the server's ports belongs to the old view.

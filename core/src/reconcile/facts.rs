@@ -150,6 +150,10 @@ pub struct Facts {
     pub attachments: AttachmentsView,
     /// The present server's port and floating IP, when the core asked for them.
     pub networking: NetworkingView,
+    /// A boot an earlier read of this pass showed (a listed record read again
+    /// live): the provider reported it, so it is latched whatever the later
+    /// read says (the server may have vanished in between).
+    pub boot_seen: Option<Timestamp>,
 }
 
 impl Default for Facts {
@@ -161,6 +165,7 @@ impl Default for Facts {
             provider_read: ProviderRead::Live,
             attachments: AttachmentsView::NotRead,
             networking: NetworkingView::NotRead,
+            boot_seen: None,
         }
     }
 }

@@ -54,6 +54,13 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     {
         plan.status.provisioned_at = Some(record.launched_at.unwrap_or(plan.now));
     }
+    // So does a boot an earlier read of the pass showed (a listed record
+    // the live read no longer finds).
+    if let Some(seen) = facts.boot_seen
+        && plan.status.provisioned_at.is_none()
+    {
+        plan.status.provisioned_at = Some(seen);
+    }
     let view = match &facts.provider {
         ProviderView::Present(_) | ProviderView::Absent => &facts.provider,
         // An outage says nothing new about a park: it stays as it is; nor

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use jiff::Timestamp;
-use server_core::ProviderView;
 use server_core::port::ProviderServer;
+use server_core::{ProviderView, record_shows_boot};
 
 /// (namespace, region, identity): the servers one monitor list covers.
 pub(crate) type GroupKey = (String, String, String);
@@ -73,13 +73,24 @@ impl ProviderListings {
     }
 
     /// The latest view of `uid` in the group and when it was seen, if there
-    /// is one: a create answer newer than the list, else the list's record
-    /// or absence.
+    /// is one: a create answer newer than the list's start, else the list's
+    /// record or absence. A list pages through the project for seconds, so
+    /// it may have read the answered server after the answer: when it shows
+    /// that server booted, its record is the view (a boot is the latch's
+    /// fact, and what the answer said before it is not), at the list's start.
     pub(crate) fn view(&self, key: &GroupKey, uid: &str) -> Option<(ProviderView, Timestamp)> {
         let groups = self.groups();
         let group = groups.get(key)?;
         if let Some((record, at)) = group.answers.get(uid) {
-            return Some((ProviderView::Present(record.clone()), *at));
+            let listed_boot = group
+                .listed
+                .get(uid)
+                .and_then(Option::as_ref)
+                .filter(|listed| listed.id == record.id && record_shows_boot(listed) && !record_shows_boot(record));
+            return match (listed_boot, group.listed_at) {
+                (Some(listed), Some(listed_at)) => Some((ProviderView::Present(listed.clone()), listed_at)),
+                _ => Some((ProviderView::Present(record.clone()), *at)),
+            };
         }
         let at = group.listed_at?;
         match group.listed.get(uid) {
@@ -138,6 +149,26 @@ mod tests {
         // An older list than the one held changes nothing.
         listings.record_list(key(), at(5), vec![]);
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 13)));
+    }
+
+    /// A list that started before a create's answer and read the server
+    /// booted (its page came after the answer) gives the view: the answer's
+    /// BUILD would hide the boot from the pass a skipped latch write wakes.
+    #[test]
+    fn a_boot_a_list_read_after_the_answer_is_the_view() {
+        let listings = ProviderListings::default();
+        listings.record_answer(key(), "u1", record("u1", "new"), at(12));
+        let booted = ProviderServer { launched_at: Some(at(13)), ..record("u1", "new") };
+        listings.record_list(key(), at(11), vec![booted]);
+        match listings.view(&key(), "u1") {
+            Some((ProviderView::Present(seen), when)) => {
+                assert_eq!((seen.launched_at, when), (Some(at(13)), at(11)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another server of the uid in the list is no boot of the answered one.
+        listings.record_list(key(), at(11), vec![ProviderServer { launched_at: Some(at(13)), ..record("u1", "old") }]);
+        assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
     }
 
     #[test]
