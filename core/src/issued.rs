@@ -31,11 +31,11 @@ pub(crate) struct IssuedCreate {
 
 impl IssuedCreate {
     /// The create the Server's note stands for. A note on a Server without
-    /// an Available condition stands for none: every create is sent after
-    /// its pass wrote Available (guarded by the resourceVersion), and a
-    /// Server's first pass writes its note with the finalizer, before that
-    /// write; so such a note's pass stopped before its create. Its absence
-    /// then proves nothing is in flight, and nothing is counted for it.
+    /// an Available condition stands for none: every create is sent right
+    /// after its pass wrote Available (guarded by the resourceVersion), and
+    /// a create of a Server without one notes before that write; so such a
+    /// note's pass stopped before its create. The server's absence then
+    /// proves nothing is in flight, and nothing is counted for the note.
     pub(crate) fn of(server: &Server) -> Option<Self> {
         server.status.condition(ConditionType::Available)?;
         Self::parse(server)
