@@ -40,6 +40,15 @@ pub const BUILD_SCRIPT: &str = ".ci/build-control-plane";
 /// How long etcd and kube-apiserver get to turn ready.
 const STARTUP: Duration = Duration::from_secs(120);
 
+/// How many times a control plane whose process stopped while starting is
+/// started again.
+const START_ATTEMPTS: u32 = 3;
+
+/// Loopback ports are picked below the kernel's ephemeral range
+/// (`ip_local_port_range`, 32768 and up by default), where the outgoing
+/// connections of a busy machine never land between the pick and the bind.
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
 /// Why the control plane could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum ControlPlaneError {
@@ -51,8 +60,10 @@ pub enum ControlPlaneError {
     Certificates(#[from] rcgen::Error),
     #[error("{what} failed ({status}): {stderr}")]
     Kubectl { what: String, status: String, stderr: String },
-    #[error("{what} stopped or did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
+    #[error("{what} did not turn ready within {STARTUP:?}; its log is {log}:\n{tail}")]
     NotReady { what: &'static str, log: String, tail: String },
+    #[error("{what} stopped while starting; its log is {log}:\n{tail}")]
+    Stopped { what: &'static str, log: String, tail: String },
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ControlPlaneError {
@@ -106,8 +117,23 @@ pub fn built_or_skip() -> bool {
 
 impl ControlPlane {
     /// Starts etcd and kube-apiserver and waits until kube-apiserver's
-    /// `/readyz` answers 200 to the admin.
+    /// `/readyz` answers 200 to the admin. A process that stops while
+    /// starting (a port another process took between the pick and the
+    /// bind) is started again on fresh ports, at most three times.
     pub fn start() -> Result<ControlPlane, ControlPlaneError> {
+        let mut attempt = 1;
+        loop {
+            match ControlPlane::start_once() {
+                Err(ControlPlaneError::Stopped { what, .. }) if attempt < START_ATTEMPTS => {
+                    eprintln!("{what} stopped while starting (attempt {attempt} of {START_ATTEMPTS}); starting again");
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    fn start_once() -> Result<ControlPlane, ControlPlaneError> {
         let bin = binaries()?;
         let version = std::fs::read_to_string(bin.join("stamp")).unwrap_or_default().trim().to_owned();
         let dir = unique_dir()?;
@@ -115,7 +141,19 @@ impl ControlPlane {
         certs.write(&dir)?;
         std::fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY).map_err(io("writing the audit policy"))?;
 
-        let (etcd_port, peer_port, api_port) = (free_port()?, free_port()?, free_port()?);
+        let etcd_port = free_port()?;
+        let peer_port = loop {
+            match free_port()? {
+                port if port != etcd_port => break port,
+                _ => continue,
+            }
+        };
+        let api_port = loop {
+            match free_port()? {
+                port if port != etcd_port && port != peer_port => break port,
+                _ => continue,
+            }
+        };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
         let peer_url = format!("http://127.0.0.1:{peer_port}");
         let etcd_data = etcd_data_dir(&dir)?;
@@ -421,11 +459,14 @@ impl ControlPlane {
             }
             for (what, process) in [("etcd", &mut self.etcd), ("kube-apiserver", &mut self.apiserver)] {
                 let Some(process) = process else { continue };
-                if Instant::now() > deadline || process.exited() {
-                    return Err(ControlPlaneError::NotReady {
-                        what,
-                        log: process.log().display().to_string(),
-                        tail: crate::supervised::tail(process.log(), 20),
+                let stopped = process.exited();
+                if stopped || Instant::now() > deadline {
+                    let log = process.log().display().to_string();
+                    let tail = crate::supervised::tail(process.log(), 20);
+                    return Err(if stopped {
+                        ControlPlaneError::Stopped { what, log, tail }
+                    } else {
+                        ControlPlaneError::NotReady { what, log, tail }
                     });
                 }
             }
@@ -625,11 +666,27 @@ fn etcd_data_dir(dir: &Path) -> Result<PathBuf, ControlPlaneError> {
     Ok(data)
 }
 
+/// A loopback port in [`PORTS`] nothing listens on now, picked from a
+/// sequence seeded by the process and the clock so concurrent tests differ.
 fn free_port() -> Result<u16, ControlPlaneError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .map_err(io("picking a loopback port"))
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()).rotate_left(32);
+    let span = u64::from(PORTS.end - PORTS.start);
+    for _ in 0..200 {
+        let draw = seed.wrapping_add(NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, std::sync::atomic::Ordering::Relaxed));
+        let port = PORTS.start + u16::try_from(draw.wrapping_mul(0xD6E8_FEB8_6659_FD93) % span).unwrap_or(0);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(ControlPlaneError::Io {
+        what: "picking a loopback port".into(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::AddrInUse,
+            format!("no free port in {PORTS:?} after 200 tries"),
+        ),
+    })
 }
 
 /// Starts `program` under the watchdog (no overlay, no restart).
