@@ -52,6 +52,13 @@ pub trait CloudPort: Send + Sync {
         identity: &'a IdentityContext,
         server: &'a ServerRef,
     ) -> PortFuture<'a, Option<ProviderServer>>;
+    /// When the server of `uid` booted, as a read this port made on its own
+    /// account in this term showed it (a lookup's list of the whole project,
+    /// whose other records reach no caller), if one did. Not a cloud call:
+    /// what the port remembers. A boot the provider reported is latched even
+    /// when the server is gone by the time the Server's pass reads it.
+    /// Required, so that no wrapper can hide it.
+    fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<Timestamp>;
     /// Every server of the identity's project, in one call: the monitor asks
     /// once per (region, identity) per poll.
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>>;

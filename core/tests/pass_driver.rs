@@ -589,10 +589,37 @@ fn a_boot_the_list_showed_is_latched_when_the_live_read_finds_the_server_gone() 
     // Past the create's grace, on a list older than a listed view may be.
     let mut pass = Pass::start(store.server.clone(), Options::default(), at(5_000));
     pass.answer_from(&facts, |need| *need != Need::Provider);
-    let listed = Fact::Provider { view: ProviderView::Present(booted), read: ProviderRead::Listed { at: at(4_000) } };
+    let listed = Fact::Provider {
+        view: ProviderView::Present(booted),
+        read: ProviderRead::Listed { at: at(4_000) },
+        boot_read: None,
+    };
     pass.handle_fact(listed).unwrap();
     assert!(matches!(pass.poll_need(), Some(Need::ProviderLive(_))), "{:?}", pass.poll_need());
-    pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live }).unwrap();
+    pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live, boot_read: None }).unwrap();
+    pass.answer_from(&facts, |_| true);
+    let decision = pass.decision().unwrap().clone();
+    assert_eq!(decision.status.provisioned_at, Some(at(20)), "{decision:?}");
+    assert!(matches!(decision.outcome, Outcome::Terminal(server_core::Park::MissingAfterBoot)), "{decision:?}");
+    assert!(!decision.actions.iter().any(|a| matches!(a, Action::CreateProviderServer(_))), "{decision:?}");
+}
+
+/// A boot another read of the term showed (a list taken for another
+/// Server's lookup), with the server gone when this Server's pass reads
+/// it: latched, and the Server parks as missing after boot instead of
+/// counting its create lost and creating again.
+#[test]
+fn a_boot_another_read_of_the_term_showed_is_latched_when_the_server_is_gone() {
+    use server_core::pass::{Fact, Need};
+    use server_core::reconcile::{ProviderRead, ProviderView};
+    let facts = facts();
+    let mut store = Store::new(&server());
+    store.pass(&facts, 10);
+    assert_eq!(store.creates, 1);
+    let mut pass = Pass::start(store.server.clone(), Options::default(), at(5_000));
+    pass.answer_from(&facts, |need| *need != Need::Provider);
+    let gone = Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live, boot_read: Some(at(20)) };
+    pass.handle_fact(gone).unwrap();
     pass.answer_from(&facts, |_| true);
     let decision = pass.decision().unwrap().clone();
     assert_eq!(decision.status.provisioned_at, Some(at(20)), "{decision:?}");

@@ -50,10 +50,13 @@ impl Answerer {
                     Some(second) => Fact::Provider {
                         view: self.facts.provider.clone(),
                         read: ProviderRead::Listed { at: at(second) },
+                        boot_read: None,
                     },
-                    None => Fact::Provider { view: self.live.clone(), read: ProviderRead::Live },
+                    None => Fact::Provider { view: self.live.clone(), read: ProviderRead::Live, boot_read: None },
                 },
-                Need::ProviderLive(_) => Fact::Provider { view: self.live.clone(), read: ProviderRead::Live },
+                Need::ProviderLive(_) => {
+                    Fact::Provider { view: self.live.clone(), read: ProviderRead::Live, boot_read: None }
+                }
                 Need::Attachments => Fact::Attachments(self.facts.attachments.clone()),
                 Need::Networking { .. } => Fact::Networking(self.facts.networking.clone()),
                 Need::UserData => Fact::UserData(self.user_data.clone().unwrap()),
@@ -270,7 +273,8 @@ fn withheld_user_data_is_not_read_when_nothing_is_created() {
 #[test]
 fn an_answer_to_another_need_is_refused_and_changes_nothing() {
     let mut pass = Pass::start(server(), Options::default(), at(10));
-    let refused = pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live });
+    let refused =
+        pass.handle_fact(Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live, boot_read: None });
     assert_eq!(refused.unwrap_err().needed, Some(Need::Consumed));
     assert_eq!(pass.poll_need(), Some(&Need::Consumed));
 }

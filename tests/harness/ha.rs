@@ -77,6 +77,10 @@ impl CloudPort for SlowAnswers {
         self.cloud.get(identity, server)
     }
 
+    fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<jiff::Timestamp> {
+        self.cloud.boot_read(identity, uid)
+    }
+
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
         self.cloud.list(identity)
     }
@@ -230,6 +234,10 @@ impl CloudPort for MidCallBlock {
             self.admit("GET /servers")?;
             self.cloud.get(identity, server).await
         })
+    }
+
+    fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<jiff::Timestamp> {
+        self.cloud.boot_read(identity, uid)
     }
 
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Api, Client};
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL, ResourceKind, Scope, Server, UserData, reference_finalizer};
@@ -74,13 +75,15 @@ impl<'a> Reader<'a> {
                     }
                     _ => None,
                 };
-                match listed {
-                    Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
-                    None => Fact::Provider { view: self.provider_live(server, facts).await?, read: ProviderRead::Live },
-                }
+                let (view, read) = match listed {
+                    Some((view, at)) => (view, ProviderRead::Listed { at }),
+                    None => (self.provider_live(server, facts).await?, ProviderRead::Live),
+                };
+                Fact::Provider { view, read, boot_read: self.boot_read(server).await? }
             }
             Need::ProviderLive(_) => {
-                Fact::Provider { view: self.provider_live(server, facts).await?, read: ProviderRead::Live }
+                let view = self.provider_live(server, facts).await?;
+                Fact::Provider { view, read: ProviderRead::Live, boot_read: self.boot_read(server).await? }
             }
             Need::Attachments => Fact::Attachments(match self.cloud(server).await? {
                 Ok(handle) => handle.attachments_view(server).await,
@@ -91,6 +94,15 @@ impl<'a> Reader<'a> {
                 Err(_) => NetworkingView::NotRead,
             }),
             Need::UserData => Fact::UserData(self.live_user_data(server).await?),
+        })
+    }
+
+    /// When another read of the term showed the Server's server booted
+    /// (asked after the live read, which may be that read).
+    async fn boot_read(&mut self, server: &Server) -> Result<Option<Timestamp>, Error> {
+        Ok(match self.cloud(server).await? {
+            Ok(handle) => handle.cloud.boot_read(&handle.identity, &server.meta.uid),
+            Err(_) => None,
         })
     }
 

@@ -286,6 +286,11 @@ impl CloudPort for FencedCloud {
         })
     }
 
+    /// Not a cloud call: what the term's port remembers.
+    fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<jiff::Timestamp> {
+        self.cloud.boot_read(identity, uid)
+    }
+
     /// Settings are not a cloud call: a follower keeps them current too.
     fn apply_region_settings(&self, settings: &server_core::port::RegionSettings) {
         self.cloud.apply_region_settings(settings);

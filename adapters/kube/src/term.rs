@@ -207,6 +207,9 @@ mod tests {
         fn get<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, Option<ProviderServer>> {
             Box::pin(async { Ok(None) })
         }
+        fn boot_read(&self, _: &IdentityContext, _: &str) -> Option<jiff::Timestamp> {
+            None
+        }
         fn list<'a>(&'a self, _: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
             Box::pin(async { Ok(Vec::new()) })
         }

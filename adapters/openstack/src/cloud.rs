@@ -77,6 +77,20 @@ impl fmt::Debug for OpenStackCloud {
     }
 }
 
+/// Notes in the index that `server` booted, when its record shows that
+/// (the core's rule): the caller of the read may not be shown it (a list
+/// taken for another Server's lookup, a second server of the uid).
+fn record_boot(project: &Project, server: &NovaServer) {
+    let Some(uid) = server.server_uid() else { return };
+    if project.boot_read(uid).is_some() {
+        return;
+    }
+    let record = mapping::provider_server(server);
+    if server_core::record_shows_boot(&record) {
+        project.record_boot(uid, record.launched_at.unwrap_or_else(jiff::Timestamp::now));
+    }
+}
+
 /// Whether a port named after the Server is the Server's: described as
 /// its own, or (made by the Go controller, which sets no description)
 /// undescribed and bound to no server. A port of a Server of the same name
@@ -187,11 +201,15 @@ impl OpenStackCloud {
         Session { http: &self.inner.http, auth: &self.inner.auth, identity, gate: self.term.gate.as_ref() }
     }
 
-    /// Lists every server of the project and records them in the index.
+    /// Lists every server of the project and records them in the index,
+    /// with the boots the list shows.
     async fn list_into(&self, session: &Session<'_>, project: &Project) -> Result<Vec<NovaServer>, CloudError> {
         let started = self.term.index.tick();
         let servers = compute::list_servers(session).await?;
         project.record_list(started, &servers);
+        for server in servers.iter().filter(|server| !server.down_cell()) {
+            record_boot(project, server);
+        }
         Ok(servers)
     }
 
@@ -253,7 +271,10 @@ impl OpenStackCloud {
                             message: format!("reading server {id}: its Nova cell does not answer"),
                         });
                     }
-                    Some(nova) if nova.server_uid() == Some(uid) => found.push(nova),
+                    Some(nova) if nova.server_uid() == Some(uid) => {
+                        record_boot(&project, &nova);
+                        found.push(nova);
+                    }
                     _ => project.forget(uid, &id),
                 }
             }
@@ -785,6 +806,10 @@ impl CloudPort for OpenStackCloud {
             }
             *region = settings.clone();
         }
+    }
+
+    fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<jiff::Timestamp> {
+        self.term.index.project(identity).boot_read(uid)
     }
 
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {

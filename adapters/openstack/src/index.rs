@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use jiff::Timestamp;
 use server_core::port::IdentityContext;
 
 use crate::mapping::NovaServer;
@@ -61,6 +62,9 @@ struct ProjectState {
     down_cells: usize,
     /// uid -> tick of its last create with an unknown answer.
     uncertain: HashMap<String, u64>,
+    /// uid -> when its server booted, as a read of this term showed it.
+    /// Never cleared in the term: a boot stays a fact when the server goes.
+    booted: HashMap<String, Timestamp>,
 }
 
 #[derive(Debug, Default)]
@@ -177,6 +181,20 @@ impl Project {
     /// A create for `uid` was answered with the server's id.
     pub(crate) fn settle(&self, uid: &str) {
         self.state().uncertain.remove(uid);
+    }
+
+    /// A read showed the uid's server booted at `at` (its launch, or when
+    /// read); the first boot read is kept.
+    pub(crate) fn record_boot(&self, uid: &str, at: Timestamp) {
+        let mut state = self.state();
+        if !state.booted.contains_key(uid) {
+            state.booted.insert(uid.to_owned(), at);
+        }
+    }
+
+    /// Whether the uid's server booted, as a read of this term showed.
+    pub(crate) fn boot_read(&self, uid: &str) -> Option<Timestamp> {
+        self.state().booted.get(uid).copied()
     }
 
     /// Go-made servers that recorded `server_name`, not adopted yet.

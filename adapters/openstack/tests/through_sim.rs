@@ -765,6 +765,36 @@ async fn with_a_lookup_list_gap_a_create_in_doubt_waits_for_the_next_list_instea
 }
 
 #[tokio::test]
+async fn a_boot_a_lookup_list_showed_is_remembered_for_the_term_after_the_server_goes() -> TestResult {
+    let h = Harness::new().await?;
+    h.sim.cloud().script("uid-1", Fate::clean().with_build_time(Duration::from_secs(30)));
+    h.sim.cloud().script("uid-2", Fate::clean().with_build_time(Duration::from_secs(600)));
+    h.cloud.create(&h.identity, &request("uid-1", false)).await?;
+    h.cloud.create(&h.identity, &request("uid-2", false)).await?;
+    h.clock.advance(Duration::from_secs(40));
+
+    // A new term knows nothing: uid-2's lookup lists the whole project,
+    // which shows uid-1 booted; its caller is shown uid-2 alone.
+    let term = h.cloud.port().for_term(&server_core::port::Term::unfenced());
+    let before = h.ops(Op::ServerListDetail);
+    let building = term.get(&h.identity, &server_ref("uid-2")).await?.ok_or("absent")?;
+    assert_eq!(building.status, ProviderStatus::Build);
+    assert_eq!(h.ops(Op::ServerListDetail), before + 1, "the lookup listed the project");
+    let launched = start().checked_add(jiff::SignedDuration::from_secs(30)).ok();
+    assert_eq!(term.boot_read(&h.identity, "uid-1"), launched);
+    assert_eq!(term.boot_read(&h.identity, "uid-2"), None, "still building");
+
+    // The booted server vanishes: the boot stays read for the term, and
+    // the next term starts knowing none.
+    h.sim.cloud().with_model(|m| m.delete(start(), "uid-1"))?;
+    assert_eq!(term.get(&h.identity, &server_ref("uid-1")).await?, None);
+    assert_eq!(term.boot_read(&h.identity, "uid-1"), launched);
+    let next = h.cloud.port().for_term(&server_core::port::Term::unfenced());
+    assert_eq!(next.boot_read(&h.identity, "uid-1"), None);
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_restarted_adapter_lists_once_for_all_its_servers() -> TestResult {
     let h = Harness::new().await?;
     for i in 0..20 {

@@ -265,7 +265,7 @@ impl Pass {
                     self.reads.provider = None;
                 }
             }
-            (Need::Provider | Need::ProviderLive(_), Fact::Provider { view, read }) => {
+            (Need::Provider | Need::ProviderLive(_), Fact::Provider { view, read, boot_read }) => {
                 self.reads.provider = Some(match (need, read) {
                     (Need::ProviderLive(why), _) => ProviderSource::LiveAfterListed(*why),
                     (_, ProviderRead::Listed { .. }) => ProviderSource::Listed,
@@ -279,6 +279,10 @@ impl Pass {
                     && self.facts.boot_seen.is_none()
                 {
                     self.facts.boot_seen = Some(record.launched_at.unwrap_or(self.now));
+                }
+                // So does one another read of the term showed.
+                if self.facts.boot_seen.is_none() {
+                    self.facts.boot_seen = boot_read;
                 }
                 self.facts.provider = view;
                 self.facts.provider_read = read;
@@ -569,8 +573,12 @@ fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
             consumed: facts.consumed.clone(),
             other_identity_references: facts.other_identity_references.clone(),
         },
-        Need::Provider => Fact::Provider { view: facts.provider.clone(), read: facts.provider_read },
-        Need::ProviderLive(_) => Fact::Provider { view: facts.provider.clone(), read: ProviderRead::Live },
+        Need::Provider => {
+            Fact::Provider { view: facts.provider.clone(), read: facts.provider_read, boot_read: facts.boot_seen }
+        }
+        Need::ProviderLive(_) => {
+            Fact::Provider { view: facts.provider.clone(), read: ProviderRead::Live, boot_read: facts.boot_seen }
+        }
         Need::Attachments => Fact::Attachments(facts.attachments.clone()),
         Need::Networking { .. } => Fact::Networking(facts.networking.clone()),
         Need::UserData => Fact::UserData(server.spec.user_data.clone()),

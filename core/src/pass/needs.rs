@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use jiff::Timestamp;
+
 use crate::model::{Consumed, IDENTITY_LABEL, ResourceKind, Server, UserData};
 use crate::reconcile::{
     Action, AttachmentsView, Decision, Facts, LiveRead, NetworkingView, ProviderRead, ProviderView,
@@ -72,10 +74,13 @@ pub enum Fact {
         consumed: BTreeMap<ResourceKind, Vec<Consumed>>,
         other_identity_references: Vec<(ResourceKind, Consumed)>,
     },
-    /// The provider server as read, and where the view came from.
+    /// The provider server as read, where the view came from, and when it
+    /// booted if another read of the term showed that (see
+    /// [`crate::port::CloudPort::boot_read`]).
     Provider {
         view: ProviderView,
         read: ProviderRead,
+        boot_read: Option<Timestamp>,
     },
     Attachments(AttachmentsView),
     Networking(NetworkingView),

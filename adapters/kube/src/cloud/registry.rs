@@ -198,6 +198,9 @@ mod tests {
         fn get<'a>(&'a self, _: &'a IdentityContext, _: &'a ServerRef) -> PortFuture<'a, Option<ProviderServer>> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
+        fn boot_read(&self, _: &IdentityContext, _: &str) -> Option<jiff::Timestamp> {
+            None
+        }
         fn list<'a>(&'a self, _: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }

@@ -147,6 +147,12 @@ impl CloudPort for SimCloud {
         })
     }
 
+    /// Every read of this cloud answers its caller: none shows a boot the
+    /// caller was not shown.
+    fn boot_read(&self, _identity: &IdentityContext, _uid: &str) -> Option<jiff::Timestamp> {
+        None
+    }
+
     fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
         Box::pin(async move {
             self.delay().await;

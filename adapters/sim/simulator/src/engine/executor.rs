@@ -79,10 +79,10 @@ impl Engine {
                         other_identity_references: tenant.facts.other_identity_references.clone(),
                     },
                     Need::Provider | Need::ProviderLive(_) => match listed {
-                        Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at } },
+                        Some((view, at)) => Fact::Provider { view, read: ProviderRead::Listed { at }, boot_read: None },
                         None if term.is_some_and(|term| term.listings.proves_absent(t, offset)) => {
                             index_answers += 1;
-                            Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live }
+                            Fact::Provider { view: ProviderView::Absent, read: ProviderRead::Live, boot_read: None }
                         }
                         None => {
                             let view = match self.cloud.get_by(now, Some(tracked.handle)) {
@@ -93,7 +93,7 @@ impl Engine {
                                 Ok(None) => ProviderView::Absent,
                                 Err(error) => ProviderView::Unknown(error.to_string()),
                             };
-                            Fact::Provider { view, read: ProviderRead::Live }
+                            Fact::Provider { view, read: ProviderRead::Live, boot_read: None }
                         }
                     },
                     Need::Attachments => Fact::Attachments(tenant.facts.attachments.clone()),
