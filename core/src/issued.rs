@@ -10,7 +10,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{CREATE_ISSUED_ANNOTATION, ConditionType, Server};
+use crate::model::{CREATE_ISSUED_ANNOTATION, ConditionType, Server, ServerStatus};
 
 /// The parsed `create-issued-attempt` annotation. Written as JSON
 /// (`{"attempt":0,"at":"<RFC 3339>","flavorID":"..","imageID":".."}`); the
@@ -29,6 +29,14 @@ pub(crate) struct IssuedCreate {
     pub(crate) image_id: Option<String>,
 }
 
+/// Whether no create was ever sent for a Server with this status: it has
+/// no Available condition, and every create follows its pass's guarded
+/// Available write. Its next create is its first (a cache may keep its
+/// user data for it).
+pub fn awaits_first_create(status: &ServerStatus) -> bool {
+    status.condition(ConditionType::Available).is_none()
+}
+
 impl IssuedCreate {
     /// The create the Server's note stands for. A note on a Server without
     /// an Available condition stands for none: every create is sent right
@@ -37,7 +45,9 @@ impl IssuedCreate {
     /// note's pass stopped before its create. The server's absence then
     /// proves nothing is in flight, and nothing is counted for the note.
     pub(crate) fn of(server: &Server) -> Option<Self> {
-        server.status.condition(ConditionType::Available)?;
+        if awaits_first_create(&server.status) {
+            return None;
+        }
         Self::parse(server)
     }
 

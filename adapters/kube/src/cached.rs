@@ -2,8 +2,9 @@
 //!
 //! Two jobs. Memory: the cache holds what passes, the wake rule and the
 //! monitor read, not the managed fields, the `last-applied-configuration`
-//! annotation (a second copy of the spec) or the user data (read live only
-//! when a pass is about to create the provider server). Robustness: a
+//! annotation (a second copy of the spec) or the user data (kept, within a
+//! budget, for a Server that awaits its first create; else read live when a
+//! pass is about to create the provider server). Robustness: a
 //! Server this controller cannot read (a condition status "Maybe", a phase
 //! it does not know: the CRD does not restrict them) still decodes, as its
 //! metadata and where decoding failed, so one such object is reported on
@@ -18,9 +19,11 @@ use serde::de::{Error as _, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use server_core::WakeSignals;
+use server_core::model::UserData;
 use server_core::model::{self as core_model};
 
 use crate::crd::{Server, ServerResourceSpec, ServerStatus};
+use crate::held_user_data::HeldUserData;
 
 /// Written by `kubectl apply`: the whole applied object, user data included.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -40,6 +43,9 @@ pub struct ServerContent {
     pub status: Option<ServerStatus>,
     /// Whether the Server has user data, left out of the cache.
     pub has_user_data: bool,
+    /// Its user data, kept for its first create while the budget has room
+    /// (`held_user_data`); else a pass that creates reads it live.
+    pub held_user_data: Option<HeldUserData>,
     /// Paths of stored values read as something else
     /// (`server_core::model::read_condition_statuses`): the Server is
     /// managed, and what could not be read is said once.
@@ -71,8 +77,11 @@ impl CachedServer {
     pub fn new(server: Server) -> Self {
         let Server { mut metadata, mut spec, status } = server;
         trim(&mut metadata);
-        let has_user_data = spec.spec.user_data.take().is_some();
-        CachedServer { metadata, content: Ok(ServerContent { spec, status, has_user_data, unread: Vec::new() }) }
+        let user_data = spec.spec.user_data.take();
+        let has_user_data = user_data.is_some();
+        let held_user_data = held_for_first_create(status.as_ref(), || user_data);
+        let content = ServerContent { spec, status, has_user_data, held_user_data, unread: Vec::new() };
+        CachedServer { metadata, content: Ok(content) }
     }
 
     /// The Server as the core sees it (without user data), if readable.
@@ -100,6 +109,16 @@ impl CachedServer {
     }
 }
 
+/// The user data of a Server that awaits its first create, held within the
+/// budget; none for any other Server.
+fn held_for_first_create(
+    status: Option<&ServerStatus>,
+    data: impl FnOnce() -> Option<UserData>,
+) -> Option<HeldUserData> {
+    let awaits = status.is_none_or(server_core::awaits_first_create);
+    awaits.then(data).flatten().and_then(HeldUserData::hold)
+}
+
 /// Drops what nothing reads and what repeats the spec.
 fn trim(metadata: &mut ObjectMeta) {
     metadata.managed_fields = None;
@@ -113,15 +132,16 @@ fn trim(metadata: &mut ObjectMeta) {
 struct Parts {
     metadata: Value,
     content: serde_json::Map<String, Value>,
-    has_user_data: bool,
+    user_data: Option<UserDataField>,
 }
 
 /// The top-level fields of a Server. A watch event carries the user data
 /// (up to 48 KB of base64) in every change of every Server; decoding it to
 /// drop it again was a large share of the operator's allocations and CPU,
-/// so the spec's `userData` is only seen, never decoded. Its base64 is
-/// checked by the API server (the CRD's `format: byte`), and a pass that
-/// creates reads it live.
+/// so the spec's `userData` is kept as text and decoded only for a Server
+/// that awaits its first create (`held_user_data`). Its base64 is checked
+/// by the API server (the CRD's `format: byte`); a pass that creates any
+/// other Server reads it live.
 impl<'de> Deserialize<'de> for Parts {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
@@ -133,13 +153,13 @@ impl<'de> Deserialize<'de> for Parts {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts, A::Error> {
-                let mut parts = Parts { metadata: Value::Null, content: serde_json::Map::new(), has_user_data: false };
+                let mut parts = Parts { metadata: Value::Null, content: serde_json::Map::new(), user_data: None };
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "metadata" => parts.metadata = map.next_value()?,
                         "spec" => {
                             let spec: Spec = map.next_value()?;
-                            parts.has_user_data = spec.has_user_data;
+                            parts.user_data = spec.user_data;
                             parts.content.insert(key, spec.fields);
                         }
                         "status" => {
@@ -159,14 +179,21 @@ impl<'de> Deserialize<'de> for Parts {
 }
 
 /// A Server's spec without its user data: the other fields as read, and
-/// whether user data was there.
+/// the user data's text, if any.
 struct Spec {
     fields: Value,
-    has_user_data: bool,
+    user_data: Option<UserDataField>,
+}
+
+/// The spec's `userData` as read: its base64 text, or a value of another
+/// type (the API server admits none; a pass reading it live reports it).
+enum UserDataField {
+    Text(String),
+    Odd,
 }
 
 impl Spec {
-    const NOT_AN_OBJECT: Spec = Spec { fields: Value::Null, has_user_data: false };
+    const NOT_AN_OBJECT: Spec = Spec { fields: Value::Null, user_data: None };
 }
 
 impl<'de> Deserialize<'de> for Spec {
@@ -181,16 +208,20 @@ impl<'de> Deserialize<'de> for Spec {
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
                 let mut fields = serde_json::Map::new();
-                let mut has_user_data = false;
+                let mut user_data = None;
                 while let Some(key) = map.next_key::<String>()? {
                     if key == USER_DATA {
-                        has_user_data = map.next_value::<Option<IgnoredAny>>()?.is_some();
+                        user_data = match map.next_value::<Value>()? {
+                            Value::Null => None,
+                            Value::String(text) => Some(UserDataField::Text(text)),
+                            _ => Some(UserDataField::Odd),
+                        };
                     } else {
                         let value: Value = map.next_value()?;
                         fields.insert(key, value);
                     }
                 }
-                Ok(Spec { fields: Value::Object(fields), has_user_data })
+                Ok(Spec { fields: Value::Object(fields), user_data })
             }
 
             // Not an object: the content decode reports the path `spec`.
@@ -232,7 +263,8 @@ const USER_DATA: &str = "userData";
 
 impl<'de> Deserialize<'de> for CachedServer {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let Parts { metadata, content, has_user_data } = Parts::deserialize(deserializer)?;
+        let Parts { metadata, content, user_data } = Parts::deserialize(deserializer)?;
+        let has_user_data = user_data.is_some();
         // The API server validates metadata: one that does not decode is no
         // Server at all. The message names the path only.
         let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
@@ -241,7 +273,13 @@ impl<'de> Deserialize<'de> for CachedServer {
         let mut content = Value::Object(content);
         let unread = content.get_mut("status").map(core_model::read_condition_statuses).unwrap_or_default();
         let content = match serde_path_to_error::deserialize::<_, Content>(content) {
-            Ok(Content { spec, status }) => Ok(ServerContent { spec, status, has_user_data, unread }),
+            Ok(Content { spec, status }) => {
+                let held_user_data = held_for_first_create(status.as_ref(), || match user_data? {
+                    UserDataField::Text(text) => serde_json::from_value::<UserData>(Value::String(text)).ok(),
+                    UserDataField::Odd => None,
+                });
+                Ok(ServerContent { spec, status, has_user_data, held_user_data, unread })
+            }
             Err(error) => Err(Malformed { path: error.path().to_string() }),
         };
         Ok(CachedServer { metadata, content })
@@ -342,7 +380,7 @@ mod tests {
     }
 
     #[test]
-    fn user_data_is_seen_not_decoded_and_a_spec_of_any_shape_is_reported_not_fatal() {
+    fn user_data_is_left_out_of_the_spec_and_a_spec_of_any_shape_is_reported_not_fatal() {
         let meta = json!({ "name": "s", "namespace": "ns", "uid": "u1" });
         let with = |spec: Value| decode(json!({ "metadata": meta.clone(), "spec": spec }));
         let null = with(json!({ "flavorID": "f", "image": { "id": "i" }, "userData": null }));
@@ -359,6 +397,32 @@ mod tests {
         let text = r#"{"metadata":{"name":"s"},"kind":"Server","spec":{"flavorID":"f","image":{"id":"i"},"userData":"eA=="},"status":{}}"#;
         let cached: CachedServer = serde_json::from_str(text).expect("decodes from text too");
         assert!(cached.content.as_ref().is_ok_and(|c| c.has_user_data));
+    }
+
+    #[test]
+    fn only_a_server_awaiting_its_first_create_holds_its_user_data() {
+        let meta = json!({ "name": "s", "namespace": "ns", "uid": "u1" });
+        let spec = json!({ "flavorID": "f", "image": { "id": "i" }, "userData": "I2Nsb3VkLWNvbmZpZwo=" });
+        let held = |status: Value| {
+            let cached = decode(json!({ "metadata": meta.clone(), "spec": spec.clone(), "status": status }));
+            cached.content.expect("readable").held_user_data.map(|held| held.user_data())
+        };
+        assert_eq!(held(Value::Null), Some(UserData(b"#cloud-config\n".to_vec())), "no status yet");
+        assert_eq!(held(json!({ "phase": "Pending" })), Some(UserData(b"#cloud-config\n".to_vec())));
+        let created = json!({ "conditions": [{
+            "type": "Available", "status": "False", "reason": "Provisioning",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]});
+        assert_eq!(held(created), None, "a create was sent: a later one reads it live");
+        let odd = decode(
+            json!({ "metadata": meta.clone(), "spec": { "flavorID": "f", "image": { "id": "i" }, "userData": 7 } }),
+        );
+        let content = odd.content.expect("an odd user data value is no reason to drop the Server");
+        assert!(content.has_user_data && content.held_user_data.is_none());
+        let bad =
+            decode(json!({ "metadata": meta, "spec": { "flavorID": "f", "image": { "id": "i" }, "userData": "%%%" } }));
+        let content = bad.content.expect("readable");
+        assert!(content.has_user_data && content.held_user_data.is_none(), "not base64: read live, reported there");
     }
 
     #[test]

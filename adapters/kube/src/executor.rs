@@ -58,7 +58,7 @@ impl Executor {
         caches: &Caches,
     ) -> Result<Outcome, Error> {
         let options = self.config.rule_options();
-        let Some(server) = object.core() else {
+        let Some(mut server) = object.core() else {
             let problem = match &object.content {
                 Err(malformed) => malformed.to_string(),
                 Ok(_) => "it has no content".into(),
@@ -85,8 +85,16 @@ impl Executor {
                 warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
             }
         }
-        let withheld = object.content.as_ref().is_ok_and(|content| content.has_user_data);
-        let user_data = if withheld { UserDataCopy::Withheld } else { UserDataCopy::Held };
+        let user_data = match &object.content {
+            Ok(content) if content.has_user_data => match &content.held_user_data {
+                Some(held) => {
+                    server.spec.user_data = Some(held.user_data());
+                    UserDataCopy::Held
+                }
+                None => UserDataCopy::Withheld,
+            },
+            _ => UserDataCopy::Held,
+        };
         let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
         let source = Source::Controller { caches, listings: &term.listings, floors: &term.floors };
         let mut reader = Reader::new(&term.client, &term.clouds, source, self.config.cloud_timeout);

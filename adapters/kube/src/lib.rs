@@ -29,6 +29,7 @@ mod facts;
 mod fence;
 mod freshness;
 mod health;
+pub mod held_user_data;
 mod kube_api;
 mod leader;
 mod metrics;

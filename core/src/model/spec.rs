@@ -135,8 +135,15 @@ pub struct AllowedAddressPair {
 }
 
 /// Raw user-data bytes, carried base64-encoded in JSON like Go's `[]byte`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct UserData(pub Vec<u8>);
+
+/// Its size, never its bytes: user data does not reach a log.
+impl std::fmt::Debug for UserData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserData({} bytes)", self.0.len())
+    }
+}
 
 impl Serialize for UserData {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
