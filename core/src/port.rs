@@ -233,6 +233,23 @@ pub struct Networking {
     pub port: Option<ServerPort>,
     /// The provider IDs of the spec's security groups, in spec order.
     pub wanted_security_groups: Vec<String>,
+    /// Where the port's description comes from.
+    #[serde(default)]
+    pub source: NetworkingSource,
+}
+
+/// Where a [`Networking`] answer's port comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NetworkingSource {
+    /// Read from the provider for this answer: a port read bound to a
+    /// server shows that server present at the read.
+    #[default]
+    Read,
+    /// The provider's answers to this leadership term's own writes of the
+    /// port and its floating IP, made moments before (the port's create
+    /// with the server's, a floating IP's create): what the port carries,
+    /// never that its server is still there.
+    OwnWrites,
 }
 
 /// A Server's port, as the provider lists it.

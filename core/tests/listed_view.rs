@@ -15,7 +15,9 @@ use jiff::Timestamp;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use server_core::model::{CREATE_ISSUED_ANNOTATION, Server};
-use server_core::port::{CloudError, FloatingIp, Networking, PowerState, ProviderServer, ProviderStatus};
+use server_core::port::{
+    CloudError, FloatingIp, Networking, NetworkingSource, PowerState, ProviderServer, ProviderStatus,
+};
 use server_core::reconcile::{
     Action, ActionFailure, Decision, Facts, LiveRead, NetworkingView, Options, ProviderRead, ProviderView,
     action_failed, live_read_needed,
@@ -60,10 +62,10 @@ fn options(max: i32) -> Options {
 fn a_listed_view_decides_only_what_it_can(rule: Rule) -> Result<(), String> {
     // Notes and lists within seconds of each other, passes around the age limit.
     let note_strategy = prop::option::of((prop::bool::weighted(0.8), 998i64..1_003));
-    let port_strategy = (any::<bool>(), 0u8..3);
+    let port_strategy = (any::<bool>(), 0u8..3, any::<bool>());
     run(
         (arb_server(), arb_view(), note_strategy, 998i64..1_003, 1_000i64..1_070, 1i32..4, port_strategy),
-        |(mut server, view, issued, listed_at, now, max, (port_differs, binding))| {
+        |(mut server, view, issued, listed_at, now, max, (port_differs, binding, remembered))| {
             if let Some((current, second)) = issued {
                 // Mostly the current attempt's note, sometimes an earlier one's.
                 let failures = server.status.provider_create_failures;
@@ -78,6 +80,11 @@ fn a_listed_view_decides_only_what_it_can(rule: Rule) -> Result<(), String> {
                 ProviderView::Present(record) => record.id.clone(),
                 _ => String::new(),
             };
+            if let NetworkingView::Known(networking) = &mut facts.networking
+                && remembered
+            {
+                networking.source = NetworkingSource::OwnWrites;
+            }
             if let NetworkingView::Known(Networking { port: Some(port), .. }) = &mut facts.networking {
                 if port_differs {
                     port.security_groups.push("sg-stray".into());
@@ -102,6 +109,7 @@ fn a_listed_view_decides_only_what_it_can(rule: Rule) -> Result<(), String> {
                 matches!(action, Action::UpdatePort(_) | Action::EnsureFloatingIp(_) | Action::ReleaseAttachment(_))
             });
             prop_assert!(!changes_the_port || binding == 0, "changed a port not read bound to the listed server");
+            prop_assert!(!changes_the_port || !remembered, "changed a port known from own writes on a listed view");
             prop_assert!(matches!(facts.provider, ProviderView::Present(_)), "decided from {:?}", facts.provider);
             prop_assert!(!server.meta.deleting, "released a deleting Server from a list");
             prop_assert!(!server.status.provider_create_retrying, "decided a retry from a list");
@@ -454,6 +462,26 @@ fn trusts_any_port(
 #[test]
 fn the_rule_catches_a_port_changed_on_a_listed_view_without_its_binding() {
     must_catch(|| a_listed_view_decides_only_what_it_can(trusts_any_port));
+}
+
+/// A port known from the term's own writes counts as read bound.
+fn trusts_remembered_binding(
+    server: &Server,
+    facts: &Facts,
+    decision: &Decision,
+    options: &Options,
+    now: Timestamp,
+) -> Option<LiveRead> {
+    let mut read = facts.clone();
+    if let NetworkingView::Known(networking) = &mut read.networking {
+        networking.source = NetworkingSource::Read;
+    }
+    live_read_needed(server, &read, decision, options, now)
+}
+
+#[test]
+fn the_rule_catches_a_port_changed_on_a_listed_view_from_own_writes() {
+    must_catch(|| a_listed_view_decides_only_what_it_can(trusts_remembered_binding));
 }
 
 #[test]

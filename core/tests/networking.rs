@@ -84,6 +84,7 @@ impl Port {
                 bound_to: Some("vm-1".into()),
             }),
             wanted_security_groups: server.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+            source: Default::default(),
         }
     }
 }

@@ -309,6 +309,7 @@ impl Harness {
         let networking = server_core::NetworkingView::Known(server_core::port::Networking {
             port: Some(server_core::port::ServerPort { id: "port-1".into(), ..Default::default() }),
             wanted_security_groups: Vec::new(),
+            source: Default::default(),
         });
         Facts { provider, networking, ..Facts::default() }
             .with(ResourceKind::Identity, ready_identity())

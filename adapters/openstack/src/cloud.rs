@@ -9,8 +9,8 @@ use std::time::Duration;
 use server_core::model::AllowedAddressPair;
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, FloatingIp, FloatingIpRequest,
-    IdentityContext, NetworkSelector, Networking, NetworkingQuery, PortFuture, PortUpdate, ProviderServer,
-    ProviderStatus, RebuildRequest, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
+    IdentityContext, NetworkSelector, Networking, NetworkingQuery, NetworkingSource, PortFuture, PortUpdate,
+    ProviderServer, ProviderStatus, RebuildRequest, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
 };
 use tracing::{debug, info, warn};
 
@@ -21,6 +21,7 @@ use crate::external::ExternalNetworks;
 use crate::index::{Known, Project, ServerIndex};
 use crate::mapping::{self, NovaServer, port_name};
 use crate::network::{self as neutron, Port};
+use crate::own_writes::OwnPortWrites;
 use crate::resolve::NeutronNames;
 use crate::{baremetal, compute};
 
@@ -30,8 +31,9 @@ use crate::{baremetal, compute};
 /// configuration, the HTTP client, tokens, the Neutron IDs of networks and
 /// security groups by name (people make those, never a replica; a stale ID
 /// is read again on the first "not found"), the Region's settings. `term`
-/// is what it learnt about the project's servers (the uid index), which
-/// only holds while no other replica acts: each leadership term gets a new
+/// is what it learnt about the project's servers (the uid index) and what
+/// Neutron answered its own port writes, which only hold while no other
+/// replica acts: each leadership term gets a new
 /// one ([`CloudPort::for_term`]), with the term's gate, checked before
 /// every request.
 #[derive(Clone)]
@@ -44,13 +46,19 @@ pub struct OpenStackCloud {
 struct TermMemory {
     /// Which Nova servers are whose, per identity, from one list each.
     index: ServerIndex,
+    /// The ports this term made and the floating IPs it put on them.
+    own_writes: OwnPortWrites,
     /// Admits each request of the term.
     gate: Arc<dyn RequestGate>,
 }
 
 impl TermMemory {
     fn new(term: &Term) -> Arc<Self> {
-        Arc::new(TermMemory { index: ServerIndex::default(), gate: term.gate.clone() })
+        Arc::new(TermMemory {
+            index: ServerIndex::default(),
+            own_writes: OwnPortWrites::default(),
+            gate: term.gate.clone(),
+        })
     }
 }
 
@@ -88,6 +96,31 @@ fn record_boot(project: &Project, server: &NovaServer) {
     let record = mapping::provider_server(server);
     if server_core::record_shows_boot(&record) {
         project.record_boot(uid, record.launched_at.unwrap_or_else(jiff::Timestamp::now));
+    }
+}
+
+/// Whether [`OpenStackCloud::ensure_port`] made the port or found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PortMade {
+    /// Made for this create.
+    Now,
+    /// Left unbound by an earlier attempt, and updated.
+    Earlier,
+}
+
+/// The core's view of a Neutron port.
+fn server_port(port: Port, bound_to: Option<String>, floating_ip: Option<FloatingIp>) -> ServerPort {
+    ServerPort {
+        bound_to,
+        id: port.id,
+        mac_address: port.mac_address,
+        security_groups: port.security_groups,
+        allowed_address_pairs: port
+            .allowed_address_pairs
+            .into_iter()
+            .map(|pair| AllowedAddressPair { cidr: pair.ip_address, mac_address: pair.mac_address })
+            .collect(),
+        floating_ip,
     }
 }
 
@@ -410,7 +443,8 @@ impl OpenStackCloud {
         if request.public_ip {
             self.floating_network(&session).await.map_err(before(CreateStep::Lookup))?;
         }
-        let port = match self.ensure_port(&session, request, network, &resolved).await {
+        self.term.own_writes.forget(identity, uid);
+        let (port, made) = match self.ensure_port(&session, request, network, &resolved).await {
             Err(CloudError::NotReady { message }) => {
                 // A kept Neutron ID went stale: read the names again next time.
                 self.inner.names.invalidate(identity).await;
@@ -425,6 +459,10 @@ impl OpenStackCloud {
                 .await?;
         project.remember(uid, &id, self.term.index.tick());
         project.settle(uid);
+        if made == PortMade::Now {
+            let known = server_port(port.clone(), Some(id.clone()), None);
+            self.term.own_writes.note_created(identity, uid, &id, known);
+        }
         info!(
             server_uid = uid,
             namespace = %request.server.namespace,
@@ -463,7 +501,7 @@ impl OpenStackCloud {
         request: &CreateRequest,
         network: &server_core::model::NetworkAttachment,
         resolved: &mapping::ResolvedNetworking,
-    ) -> Result<Port, CloudError> {
+    ) -> Result<(Port, PortMade), CloudError> {
         let uid = request.server.uid.as_str();
         let body = mapping::port_body(request, network, resolved);
         let mut reusable = None;
@@ -495,15 +533,17 @@ impl OpenStackCloud {
             }
             neutron::update_port(session, &port.id, update).await?;
             debug!(server_uid = uid, port_id = %port.id, "reusing port of an earlier attempt");
-            return Ok(port);
+            return Ok((port, PortMade::Earlier));
         }
         let port = neutron::create_port(session, body).await?;
         info!(server_uid = uid, port_id = %port.id, network_id = %resolved.network_id, "created port");
-        Ok(port)
+        Ok((port, PortMade::Now))
     }
 
     /// The port `query.provider_id` boots with, the floating IP on it, and
-    /// the Neutron IDs of the spec's security groups.
+    /// the Neutron IDs of the spec's security groups: the port as this
+    /// term's own writes left it while their answers stand (`own_writes`),
+    /// else read.
     async fn networking_flow(
         &self,
         identity: &IdentityContext,
@@ -511,32 +551,31 @@ impl OpenStackCloud {
     ) -> Result<Networking, CloudError> {
         let session = self.session(identity);
         let wanted = self.inner.names.security_group_ids(&session, &query.security_groups).await?;
+        if let Some(port) = self.term.own_writes.port_of(identity, &query.server.uid, &query.provider_id) {
+            return Ok(Networking {
+                port: Some(port),
+                wanted_security_groups: wanted,
+                source: NetworkingSource::OwnWrites,
+            });
+        }
         let Some(port) = self.server_port(&session, &query.server, &query.provider_id).await? else {
-            return Ok(Networking { port: None, wanted_security_groups: wanted });
+            return Ok(Networking { port: None, wanted_security_groups: wanted, source: NetworkingSource::Read });
         };
         let floating_ip = neutron::floating_ips_of(&session, &port.id)
             .await?
             .into_iter()
             .next()
             .map(|ip| FloatingIp { id: ip.id, address: ip.floating_ip_address });
-        let port = ServerPort {
-            bound_to: (!port.device_id.is_empty()).then_some(port.device_id),
-            id: port.id,
-            mac_address: port.mac_address,
-            security_groups: port.security_groups,
-            allowed_address_pairs: port
-                .allowed_address_pairs
-                .into_iter()
-                .map(|pair| AllowedAddressPair { cidr: pair.ip_address, mac_address: pair.mac_address })
-                .collect(),
-            floating_ip,
-        };
-        Ok(Networking { port: Some(port), wanted_security_groups: wanted })
+        let bound_to = (!port.device_id.is_empty()).then(|| port.device_id.clone());
+        let port = server_port(port, bound_to, floating_ip);
+        Ok(Networking { port: Some(port), wanted_security_groups: wanted, source: NetworkingSource::Read })
     }
 
     /// `PUT /ports/{id}` with the security groups and address pairs.
     async fn update_port_flow(&self, identity: &IdentityContext, update: &PortUpdate) -> Result<(), CloudError> {
         let session = self.session(identity);
+        // Its answer is not kept: the next pass reads the port.
+        self.term.own_writes.forget(identity, &update.server.uid);
         let body = mapping::port_security_body(&update.security_groups, &update.allowed_address_pairs);
         neutron::update_port(&session, &update.port_id, body).await?;
         info!(server_uid = %update.server.uid, port_id = %update.port_id, "updated the port's security groups and address pairs");
@@ -557,12 +596,16 @@ impl OpenStackCloud {
         let description = mapping::resource_description(&request.server);
         let ip = neutron::create_floating_ip(&session, &network_id, &request.port_id, &description).await.inspect_err(
             |error| {
+                // Whatever the port carries now is for a read to say.
+                self.term.own_writes.forget(identity, &request.server.uid);
                 // Refused (the network gone, say), not merely unanswered.
                 if !error.is_transient() {
                     self.inner.external.forget(identity);
                 }
             },
         )?;
+        let known = FloatingIp { id: ip.id.clone(), address: ip.floating_ip_address.clone() };
+        self.term.own_writes.note_floating_ip(identity, &request.server.uid, &request.port_id, known);
         info!(
             server_uid = %request.server.uid,
             floating_ip_id = %ip.id,
@@ -654,6 +697,7 @@ impl OpenStackCloud {
     async fn delete_flow(&self, identity: &IdentityContext, server: &ServerRef) -> Result<DeleteProgress, CloudError> {
         let session = self.session(identity);
         let uid = server.uid.as_str();
+        self.term.own_writes.forget(identity, uid);
         let servers = self.servers_of(&session, server).await?;
         if !servers.is_empty() {
             for nova in &servers {
@@ -717,6 +761,7 @@ impl OpenStackCloud {
     /// released.
     async fn release_flow(&self, identity: &IdentityContext, resource: &AttachedResource) -> Result<(), CloudError> {
         let session = self.session(identity);
+        self.term.own_writes.forget_resource(identity, resource);
         match resource {
             AttachedResource::FloatingIp { id } => neutron::delete_floating_ip(&session, id).await?,
             AttachedResource::Port { id } => neutron::delete_port(&session, id).await?,

@@ -90,6 +90,7 @@ mod http;
 mod index;
 mod mapping;
 mod network;
+mod own_writes;
 mod resolve;
 
 pub use auth::FailureStreakHook;

@@ -11,8 +11,8 @@ use server_core::baremetal::ProvisionState;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
-    IdentityContext, LIST_PAGE_ATTEMPTS, NetworkingQuery, PowerState, ProviderServer, ProviderStatus, RegionSettings,
-    RequestGate, ServerRef, Term,
+    IdentityContext, LIST_PAGE_ATTEMPTS, NetworkingQuery, NetworkingSource, PowerState, ProviderServer, ProviderStatus,
+    RegionSettings, RequestGate, ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -618,6 +618,64 @@ async fn a_floating_ip_made_since_the_read_refuses_another() -> TestResult {
     assert_eq!(h.sim.floating_ips().len(), 1);
     h.ensure_public_ip(&h.cloud, &req, &created.id).await?;
     assert_eq!(h.sim.floating_ips().len(), 1, "the next pass finds it");
+    Ok(())
+}
+
+/// The pass after a create reads the port the term just made from Neutron's
+/// answers to its own writes (the port's create, then the floating IP's):
+/// no port or floating-IP list, and a source that never counts as a read of
+/// the server. A failed write, a release or a new term reads again.
+#[tokio::test]
+async fn a_port_the_term_made_is_known_from_its_writes_until_one_fails() -> TestResult {
+    let h = Harness::new().await?;
+    let req = request("uid-1", true);
+    let created = h.cloud.create(&h.identity, &req).await?;
+    let query = NetworkingQuery {
+        server: req.server.clone(),
+        provider_id: created.id.clone(),
+        security_groups: req.security_group_ids.clone(),
+    };
+    let reads = || h.ops(Op::PortList) + h.ops(Op::FloatingIpList);
+    let before = reads();
+    let known = h.cloud.networking(&h.identity, &query).await?;
+    assert_eq!(known.source, NetworkingSource::OwnWrites);
+    let port = known.port.clone().ok_or("no port")?;
+    let made = h.sim.ports().into_iter().next().ok_or("no port made")?;
+    assert_eq!((port.id.as_str(), &port.security_groups), (made.id.as_str(), &made.security_groups));
+    assert_eq!(port.mac_address.as_deref(), Some(made.mac_address.as_str()));
+    assert_eq!(port.allowed_address_pairs.len(), 2);
+    assert_eq!(known.wanted_security_groups, h.group_ids);
+    assert!(port.floating_ip.is_none());
+    h.cloud
+        .ensure_floating_ip(&h.identity, &FloatingIpRequest { server: req.server.clone(), port_id: port.id })
+        .await?;
+    let with_ip = h.cloud.networking(&h.identity, &query).await?;
+    let ip = with_ip.port.and_then(|port| port.floating_ip).ok_or("the floating IP made is not known")?;
+    assert_eq!(Some(ip.id), h.sim.floating_ips().first().map(|ip| ip.id.clone()));
+    assert_eq!(reads(), before, "known without a list");
+    assert!(ip.address.is_some());
+
+    // Another term knows nothing of it.
+    let next = h.cloud.for_term(&Term::unfenced());
+    assert_eq!(next.networking(&h.identity, &query).await?.source, NetworkingSource::Read);
+    assert_eq!(reads(), before + 2, "one port list and one floating-IP list");
+
+    // A write that fails (another floating IP is there: 409) ends what is known.
+    let again = FloatingIpRequest { server: req.server.clone(), port_id: made.id.clone() };
+    assert!(h.cloud.ensure_floating_ip(&h.identity, &again).await.is_err());
+    let read = h.cloud.networking(&h.identity, &query).await?;
+    assert_eq!(read.source, NetworkingSource::Read);
+    assert_eq!(read.port.and_then(|port| port.bound_to), Some(created.id.clone()), "read bound to its server");
+
+    // So does a release of what it carried.
+    let other = request("uid-2", true);
+    let created = h.create(&h.cloud, &other).await?;
+    let query = NetworkingQuery { server: other.server.clone(), provider_id: created.id, ..query };
+    let ip = h.cloud.networking(&h.identity, &query).await?.port.and_then(|port| port.floating_ip).ok_or("no ip")?;
+    h.cloud.release(&h.identity, &AttachedResource::FloatingIp { id: ip.id }).await?;
+    let read = h.cloud.networking(&h.identity, &query).await?;
+    assert_eq!(read.source, NetworkingSource::Read);
+    assert!(read.port.is_some_and(|port| port.floating_ip.is_none()), "the release shows");
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use super::facts::{Facts, NetworkingView, ProviderRead, ProviderView};
 use crate::issued::IssuedCreate;
 use crate::model::Server;
 use crate::options::Options;
-use crate::port::AttachedResource;
+use crate::port::{AttachedResource, NetworkingSource};
 use crate::predicate::ever_booted;
 
 /// Why a decision made from a listed view may not be acted on: the pass
@@ -140,12 +140,16 @@ pub fn live_read_needed(
 /// Whether `action` changes the port (or its floating IP) that this pass
 /// read live bound to the listed server: the read shows the server there
 /// now (the provider unbinds a deleted server's ports), which is what a
-/// live read of the server would add.
+/// live read of the server would add. A port known from the term's own
+/// writes shows no such thing.
 fn acts_on_a_port_read_bound(facts: &Facts, action: &Action) -> bool {
     let (ProviderView::Present(record), NetworkingView::Known(networking)) = (&facts.provider, &facts.networking)
     else {
         return false;
     };
+    if networking.source != NetworkingSource::Read {
+        return false;
+    }
     let Some(port) = networking.port.as_ref().filter(|port| port.bound_to.as_deref() == Some(record.id.as_str()))
     else {
         return false;

@@ -130,7 +130,8 @@ mod tests {
     #[test]
     fn a_port_follows_the_spec_as_sets_with_the_ports_own_mac_filled_in() {
         let server = server(vec![pair("10.0.0.9/32", None), pair("10.0.0.8/32", Some("AA:BB:CC:DD:EE:FF"))]);
-        let networking = Networking { port: None, wanted_security_groups: vec!["g2".into(), "g1".into()] };
+        let networking =
+            Networking { port: None, wanted_security_groups: vec!["g2".into(), "g1".into()], ..Default::default() };
         let port = ServerPort {
             id: "p".into(),
             mac_address: Some("fa:16:3e:00:00:01".into()),

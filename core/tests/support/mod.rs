@@ -86,6 +86,7 @@ pub fn settled_networking(server: &Server) -> NetworkingView {
             bound_to: Some("vm-1".into()),
         }),
         wanted_security_groups: groups,
+        source: Default::default(),
     })
 }
 

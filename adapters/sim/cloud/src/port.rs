@@ -206,6 +206,7 @@ impl CloudPort for SimCloud {
             Ok(Networking {
                 port: self.model().port_of(&query.server.uid, now),
                 wanted_security_groups: query.security_groups.clone(),
+                source: Default::default(),
             })
         })
     }

@@ -6,7 +6,7 @@
 
 use server_core::monitor::{project_with, projects};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
-use server_core::port::{AttachedResource, CreateRequest, Networking, RebuildRequest, ServerRef};
+use server_core::port::{AttachedResource, CreateRequest, Networking, NetworkingSource, RebuildRequest, ServerRef};
 use server_core::reconcile::Reference;
 use server_core::{
     Action, ActionFailure, ApiCause, ApiFailure, NetworkingView, NotSent, Outcome, Pass, ProviderRead, ProviderView,
@@ -100,6 +100,7 @@ impl Engine {
                     Need::Networking { .. } => Fact::Networking(NetworkingView::Known(Networking {
                         port: self.cloud.port_of(&view.meta.uid, now),
                         wanted_security_groups: view.spec.security_groups.iter().map(|g| g.id.clone()).collect(),
+                        source: NetworkingSource::Read,
                     })),
                     Need::UserData => Fact::UserData(view.spec.user_data.clone()),
                 };

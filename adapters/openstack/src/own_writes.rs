@@ -1,0 +1,212 @@
+//! What Neutron answered this leadership term's own writes of a Server's
+//! port: the port as its create returned it (made with the server), and the
+//! floating IP as its create returned it. The pass that follows a create
+//! reads the port it just made; within [`OWN_WRITES_TRUSTED_FOR`] these
+//! answers are that read (`NetworkingSource::OwnWrites`), so a Server's
+//! first passes cost no port or floating-IP list. They say what the port
+//! carries, never that its server is still there: the core reads the server
+//! live before it changes a port known this way.
+//!
+//! Anything else that touches the port ends what is known of it: a write
+//! that failed (a 409 says another floating IP is there), an update or a
+//! release (their answers are not kept), a delete of the server or a new
+//! create. A new term starts empty.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use server_core::port::{AttachedResource, FloatingIp, IdentityContext, ServerPort};
+
+/// How long a write's answer stands for a read: past the create-to-boot
+/// time of real clouds (the pass that reads the port follows the boot), far
+/// below the resync that reads every port again.
+pub(crate) const OWN_WRITES_TRUSTED_FOR: Duration = Duration::from_secs(10 * 60);
+
+/// (identity, project, Server uid).
+type Key = (String, String, String);
+
+/// The term's own port writes, per Server.
+#[derive(Debug)]
+pub(crate) struct OwnPortWrites {
+    trusted_for: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    ports: HashMap<Key, Written>,
+    /// Keys in the order they were noted, to drop what has expired.
+    noted: VecDeque<(Instant, Key)>,
+}
+
+#[derive(Debug)]
+struct Written {
+    /// The server the port was made for.
+    server_id: String,
+    port: ServerPort,
+    at: Instant,
+}
+
+fn key(identity: &IdentityContext, uid: &str) -> Key {
+    (identity.identity_id.clone(), identity.project_id.clone(), uid.to_owned())
+}
+
+impl Default for OwnPortWrites {
+    fn default() -> Self {
+        OwnPortWrites::trusted_for(OWN_WRITES_TRUSTED_FOR)
+    }
+}
+
+impl OwnPortWrites {
+    pub(crate) fn trusted_for(trusted_for: Duration) -> Self {
+        OwnPortWrites { trusted_for, state: Mutex::default() }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Maps changed in single statements: a panic cannot tear them.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The port `server_id` was made with, as Neutron answered its create.
+    pub(crate) fn note_created(&self, identity: &IdentityContext, uid: &str, server_id: &str, port: ServerPort) {
+        self.note_created_at(Instant::now(), identity, uid, server_id, port);
+    }
+
+    fn note_created_at(&self, now: Instant, identity: &IdentityContext, uid: &str, server_id: &str, port: ServerPort) {
+        let key = key(identity, uid);
+        let mut state = self.state();
+        while let Some((at, _)) = state.noted.front() {
+            if now.saturating_duration_since(*at) < self.trusted_for {
+                break;
+            }
+            if let Some((at, old)) = state.noted.pop_front()
+                && state.ports.get(&old).is_some_and(|written| written.at == at)
+            {
+                state.ports.remove(&old);
+            }
+        }
+        state.noted.push_back((now, key.clone()));
+        state.ports.insert(key, Written { server_id: server_id.to_owned(), port, at: now });
+    }
+
+    /// A floating IP Neutron made on the Server's known port.
+    pub(crate) fn note_floating_ip(&self, identity: &IdentityContext, uid: &str, port_id: &str, ip: FloatingIp) {
+        let mut state = self.state();
+        if let Some(written) = state.ports.get_mut(&key(identity, uid)) {
+            if written.port.id == port_id {
+                written.port.floating_ip = Some(ip);
+            } else {
+                state.ports.remove(&key(identity, uid));
+            }
+        }
+    }
+
+    /// Nothing is known of the Server's port any more.
+    pub(crate) fn forget(&self, identity: &IdentityContext, uid: &str) {
+        self.state().ports.remove(&key(identity, uid));
+    }
+
+    /// Nothing is known any more of a port that is, or carries, `resource`.
+    pub(crate) fn forget_resource(&self, identity: &IdentityContext, resource: &AttachedResource) {
+        let touches = |port: &ServerPort| match resource {
+            AttachedResource::Port { id } => &port.id == id,
+            AttachedResource::FloatingIp { id } => port.floating_ip.as_ref().is_some_and(|ip| &ip.id == id),
+        };
+        self.state().ports.retain(|(identity_id, project_id, _), written| {
+            !(identity_id == &identity.identity_id && project_id == &identity.project_id && touches(&written.port))
+        });
+    }
+
+    /// The port `server_id` of the Server was made with, and the floating IP
+    /// made on it, while their answers stand.
+    pub(crate) fn port_of(&self, identity: &IdentityContext, uid: &str, server_id: &str) -> Option<ServerPort> {
+        self.port_of_at(Instant::now(), identity, uid, server_id)
+    }
+
+    fn port_of_at(&self, now: Instant, identity: &IdentityContext, uid: &str, server_id: &str) -> Option<ServerPort> {
+        let state = self.state();
+        let written = state.ports.get(&key(identity, uid))?;
+        let fresh = now.saturating_duration_since(written.at) < self.trusted_for;
+        (written.server_id == server_id && fresh).then(|| written.port.clone())
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.state().ports.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(project: &str) -> IdentityContext {
+        IdentityContext { identity_id: "identity-1".into(), project_id: project.into(), ..IdentityContext::default() }
+    }
+
+    fn port(id: &str) -> ServerPort {
+        ServerPort { id: id.into(), security_groups: vec!["g1".into()], ..ServerPort::default() }
+    }
+
+    fn ip(id: &str) -> FloatingIp {
+        FloatingIp { id: id.into(), address: Some("203.0.113.7".into()) }
+    }
+
+    #[test]
+    fn a_created_port_answers_for_its_own_server_only() {
+        let writes = OwnPortWrites::default();
+        let (a, b) = (identity("p1"), identity("p2"));
+        writes.note_created(&a, "uid-1", "vm-1", port("port-1"));
+        assert_eq!(writes.port_of(&a, "uid-1", "vm-1"), Some(port("port-1")));
+        assert_eq!(writes.port_of(&a, "uid-1", "vm-2"), None, "another server of the Server");
+        assert_eq!(writes.port_of(&b, "uid-1", "vm-1"), None, "another project");
+        assert_eq!(writes.port_of(&a, "uid-2", "vm-1"), None, "another Server");
+    }
+
+    #[test]
+    fn a_floating_ip_made_on_the_port_joins_it_and_a_release_ends_it() {
+        let writes = OwnPortWrites::default();
+        let a = identity("p1");
+        writes.note_created(&a, "uid-1", "vm-1", port("port-1"));
+        writes.note_floating_ip(&a, "uid-1", "port-1", ip("fip-1"));
+        let known = writes.port_of(&a, "uid-1", "vm-1").and_then(|port| port.floating_ip);
+        assert_eq!(known, Some(ip("fip-1")));
+        writes.forget_resource(&identity("p2"), &AttachedResource::FloatingIp { id: "fip-1".into() });
+        assert!(writes.port_of(&a, "uid-1", "vm-1").is_some(), "another project's release");
+        writes.forget_resource(&a, &AttachedResource::FloatingIp { id: "fip-1".into() });
+        assert_eq!(writes.port_of(&a, "uid-1", "vm-1"), None);
+    }
+
+    #[test]
+    fn a_floating_ip_on_another_port_or_a_failed_write_ends_what_is_known() {
+        let writes = OwnPortWrites::default();
+        let a = identity("p1");
+        writes.note_created(&a, "uid-1", "vm-1", port("port-1"));
+        writes.note_floating_ip(&a, "uid-1", "port-9", ip("fip-1"));
+        assert_eq!(writes.port_of(&a, "uid-1", "vm-1"), None);
+        writes.note_created(&a, "uid-1", "vm-1", port("port-1"));
+        writes.forget(&a, "uid-1");
+        assert_eq!(writes.port_of(&a, "uid-1", "vm-1"), None);
+    }
+
+    #[test]
+    fn answers_expire_and_expired_ones_are_dropped_as_new_ones_come() {
+        let writes = OwnPortWrites::trusted_for(Duration::from_secs(60));
+        let a = identity("p1");
+        let start = Instant::now();
+        let after = |secs| start + Duration::from_secs(secs);
+        writes.note_created_at(start, &a, "uid-1", "vm-1", port("port-1"));
+        writes.note_created_at(start, &a, "uid-2", "vm-2", port("port-2"));
+        assert!(writes.port_of_at(after(59), &a, "uid-1", "vm-1").is_some());
+        assert_eq!(writes.port_of_at(after(60), &a, "uid-1", "vm-1"), None, "as old as the trust");
+        writes.note_created_at(after(60), &a, "uid-3", "vm-3", port("port-3"));
+        assert_eq!(writes.held(), 1, "the expired answers went as a new one came");
+        // A Server created again: its newer answer stays past the older note.
+        writes.note_created_at(after(70), &a, "uid-1", "vm-1", port("port-1"));
+        writes.note_created_at(after(100), &a, "uid-1", "vm-4", port("port-4"));
+        writes.note_created_at(after(135), &a, "uid-5", "vm-5", port("port-5"));
+        assert_eq!(writes.port_of_at(after(135), &a, "uid-1", "vm-4"), Some(port("port-4")));
+        assert_eq!(writes.held(), 2, "uid-1's newer answer and uid-5's");
+    }
+}
