@@ -36,8 +36,37 @@ pub(crate) struct OwnPortWrites {
 #[derive(Debug, Default)]
 struct State {
     ports: HashMap<Key, Written>,
+    /// (identity, project, port or floating-IP ID) -> the Server uid whose
+    /// known port is or carries it, so a release finds it without a scan.
+    by_resource: HashMap<Key, String>,
     /// Keys in the order they were noted, to drop what has expired.
     noted: VecDeque<(Instant, Key)>,
+}
+
+impl State {
+    fn insert(&mut self, key: Key, written: Written) {
+        self.remove(&key);
+        let (identity_id, project_id, uid) = &key;
+        let resource = |id: &str| (identity_id.clone(), project_id.clone(), id.to_owned());
+        self.by_resource.insert(resource(&written.port.id), uid.clone());
+        if let Some(ip) = &written.port.floating_ip {
+            self.by_resource.insert(resource(&ip.id), uid.clone());
+        }
+        self.ports.insert(key, written);
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Written> {
+        let written = self.ports.remove(key)?;
+        let (identity_id, project_id, uid) = key;
+        let ids = std::iter::once(&written.port.id).chain(written.port.floating_ip.as_ref().map(|ip| &ip.id));
+        for id in ids {
+            let resource = (identity_id.clone(), project_id.clone(), id.clone());
+            if self.by_resource.get(&resource) == Some(uid) {
+                self.by_resource.remove(&resource);
+            }
+        }
+        Some(written)
+    }
 }
 
 #[derive(Debug)]
@@ -83,39 +112,37 @@ impl OwnPortWrites {
             if let Some((at, old)) = state.noted.pop_front()
                 && state.ports.get(&old).is_some_and(|written| written.at == at)
             {
-                state.ports.remove(&old);
+                state.remove(&old);
             }
         }
         state.noted.push_back((now, key.clone()));
-        state.ports.insert(key, Written { server_id: server_id.to_owned(), port, at: now });
+        state.insert(key, Written { server_id: server_id.to_owned(), port, at: now });
     }
 
     /// A floating IP Neutron made on the Server's known port.
     pub(crate) fn note_floating_ip(&self, identity: &IdentityContext, uid: &str, port_id: &str, ip: FloatingIp) {
         let mut state = self.state();
-        if let Some(written) = state.ports.get_mut(&key(identity, uid)) {
-            if written.port.id == port_id {
-                written.port.floating_ip = Some(ip);
-            } else {
-                state.ports.remove(&key(identity, uid));
-            }
+        let key = key(identity, uid);
+        if let Some(mut written) = state.remove(&key)
+            && written.port.id == port_id
+        {
+            written.port.floating_ip = Some(ip);
+            state.insert(key, written);
         }
     }
 
     /// Nothing is known of the Server's port any more.
     pub(crate) fn forget(&self, identity: &IdentityContext, uid: &str) {
-        self.state().ports.remove(&key(identity, uid));
+        self.state().remove(&key(identity, uid));
     }
 
     /// Nothing is known any more of a port that is, or carries, `resource`.
     pub(crate) fn forget_resource(&self, identity: &IdentityContext, resource: &AttachedResource) {
-        let touches = |port: &ServerPort| match resource {
-            AttachedResource::Port { id } => &port.id == id,
-            AttachedResource::FloatingIp { id } => port.floating_ip.as_ref().is_some_and(|ip| &ip.id == id),
-        };
-        self.state().ports.retain(|(identity_id, project_id, _), written| {
-            !(identity_id == &identity.identity_id && project_id == &identity.project_id && touches(&written.port))
-        });
+        let mut state = self.state();
+        let found = key(identity, resource.id());
+        if let Some(uid) = state.by_resource.get(&found).cloned() {
+            state.remove(&key(identity, &uid));
+        }
     }
 
     /// The port `server_id` of the Server was made with, and the floating IP
@@ -133,7 +160,10 @@ impl OwnPortWrites {
 
     #[cfg(test)]
     fn held(&self) -> usize {
-        self.state().ports.len()
+        let state = self.state();
+        let resources = state.ports.values().map(|w| 1 + usize::from(w.port.floating_ip.is_some())).sum::<usize>();
+        assert_eq!(state.by_resource.len(), resources, "every known port and floating IP is indexed, nothing else");
+        state.ports.len()
     }
 }
 
@@ -174,8 +204,13 @@ mod tests {
         assert_eq!(known, Some(ip("fip-1")));
         writes.forget_resource(&identity("p2"), &AttachedResource::FloatingIp { id: "fip-1".into() });
         assert!(writes.port_of(&a, "uid-1", "vm-1").is_some(), "another project's release");
+        assert_eq!(writes.held(), 1);
         writes.forget_resource(&a, &AttachedResource::FloatingIp { id: "fip-1".into() });
         assert_eq!(writes.port_of(&a, "uid-1", "vm-1"), None);
+        assert_eq!(writes.held(), 0);
+        writes.note_created(&a, "uid-2", "vm-2", port("port-2"));
+        writes.forget_resource(&a, &AttachedResource::Port { id: "port-2".into() });
+        assert_eq!(writes.held(), 0, "a released port");
     }
 
     #[test]
