@@ -186,6 +186,7 @@
 mod faults;
 mod glance;
 mod handlers;
+mod indexed;
 mod ironic;
 mod keystone;
 mod neutron;
@@ -741,7 +742,7 @@ impl OpenStackSim {
             created: now,
             revision: 1,
         };
-        state.ports.insert(port_id.clone(), port);
+        state.ports.insert(port);
         let id = state::nova_id(&record.id);
         state.ids.insert(id.clone(), seed.uid.clone());
         let book = state::ServerBook {

@@ -12,6 +12,7 @@ use axum::response::Response;
 use serde_json::{Map, Value, json};
 
 use super::handlers::Ctx;
+use super::indexed::Identified;
 use super::state::{SimFloatingIp, SimNamed, SimPort, SimRule, State, fixed_ip_for, floating_ip_for, mac_for, rfc3339};
 use super::{Op, Service, reply};
 
@@ -131,13 +132,10 @@ fn floating_ip_not_found(id: &str) -> Response {
 /// Ports Nova made for servers that are gone: Nova deletes them with the
 /// server (nova/network/neutron.py `deallocate_for_instance`).
 fn prune_nova_ports(ctx: &Ctx<'_>, state: &mut State) {
-    let gone: Vec<String> =
-        state.ports.values().filter(|p| p.nova_made && !attached(ctx, p)).map(|p| p.id.clone()).collect();
+    let gone: Vec<String> = state.ports.nova_made().filter(|p| !attached(ctx, p)).map(|p| p.id.clone()).collect();
     for id in gone {
         state.ports.remove(&id);
-        for ip in state.floating_ips.values_mut().filter(|f| f.port_id.as_deref() == Some(id.as_str())) {
-            ip.port_id = None;
-        }
+        state.floating_ips.disassociate(&id);
     }
 }
 
@@ -318,6 +316,22 @@ fn attribute_matches(attribute: &Value, wanted: &str) -> bool {
 /// asking for `wanted` (no filter, or one of its values equal): only to
 /// skip rendering the items that cannot, so a list by name or device costs
 /// the matches, not every port of the project. [`filtered`] decides.
+/// What a list filters, in ID order: the items `lookup` finds for the
+/// values of an indexed filter when it names any, else `all`.
+fn candidates<'a, T: Identified, I: Iterator<Item = &'a T>>(
+    wanted: &[&str],
+    lookup: impl Fn(&str) -> I,
+    all: impl Iterator<Item = &'a T> + 'a,
+) -> Box<dyn Iterator<Item = &'a T> + 'a> {
+    if wanted.is_empty() {
+        return Box::new(all);
+    }
+    let mut found: Vec<&T> = wanted.iter().flat_map(|value| lookup(value)).collect();
+    found.sort_by(|a, b| a.id().cmp(b.id()));
+    found.dedup_by(|a, b| a.id() == b.id());
+    Box::new(found.into_iter())
+}
+
 fn admits(wanted: &[&str], value: &str) -> bool {
     wanted.is_empty() || wanted.contains(&value)
 }
@@ -423,9 +437,7 @@ fn list_ports(ctx: &Ctx<'_>, state: &mut State) -> Response {
     let state: &State = state;
     let (ids, names, networks) = (ctx.query_all("id"), ctx.query_all("name"), ctx.query_all("network_id"));
     let devices = ctx.query_all("device_id");
-    let ports: Vec<Value> = state
-        .ports
-        .values()
+    let ports: Vec<Value> = candidates(&names, |name| state.ports.named(name), state.ports.values())
         .filter(|p| p.project_id == ctx.project)
         .filter(|p| {
             admits(&ids, &p.id)
@@ -560,7 +572,7 @@ fn requested_fixed_ip(state: &State, network_id: &str, port: &Map<String, Value>
         let message = format!("IP address {ip} is not a valid IP for the specified subnet.");
         return Err(reply::neutron_error(400, "InvalidIpForSubnet", &message));
     }
-    if state.ports.values().any(|p| p.network_id == network_id && p.ip_address == ip) {
+    if state.ports.holds_address(network_id, ip) {
         let message = format!("IP address {ip} already allocated in subnet {subnet}");
         return Err(reply::neutron_error(409, "IpAddressAlreadyAllocated", &message));
     }
@@ -601,7 +613,7 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
         Some(ip) => ip,
         None => loop {
             let candidate = fixed_ip_for(n);
-            if !state.ports.values().any(|p| p.network_id == network_id && p.ip_address == candidate) {
+            if !state.ports.holds_address(network_id, &candidate) {
                 break candidate;
             }
             n = state.next_serial();
@@ -624,7 +636,7 @@ fn create_port(ctx: &Ctx<'_>, state: &mut State) -> Response {
         revision: 1,
     };
     let body = json!({ "port": render_port(ctx, state, &port) });
-    state.ports.insert(id, port);
+    state.ports.insert(port);
     reply::json(StatusCode::CREATED, body)
 }
 
@@ -642,9 +654,19 @@ fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
     if let Some(group) = fields.security_groups.as_deref().and_then(|groups| unknown_group(ctx, state, groups)) {
         return security_group_not_found(group);
     }
-    let Some(port) = state.ports.get_mut(id).filter(|p| p.project_id == ctx.project) else {
+    if state.ports.get(id).is_none_or(|p| p.project_id != ctx.project) {
         return port_not_found(id);
-    };
+    }
+    let updated = state.ports.update(id, |port| {
+        update_port_fields(port, &body, fields);
+        port.clone()
+    });
+    let Some(port) = updated else { return port_not_found(id) };
+    reply::json(StatusCode::OK, json!({ "port": render_port(ctx, state, &port) }))
+}
+
+/// The fields a `PUT /ports/{id}` sets.
+fn update_port_fields(port: &mut SimPort, body: &Map<String, Value>, fields: PortFields) {
     if let Some(name) = body.get("name").and_then(Value::as_str) {
         port.name = name.to_owned();
     }
@@ -658,8 +680,6 @@ fn update_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
         port.allowed_address_pairs = with_macs(pairs, &port.mac_address);
     }
     port.revision += 1;
-    let port = port.clone();
-    reply::json(StatusCode::OK, json!({ "port": render_port(ctx, state, &port) }))
 }
 
 /// Deleting a port disassociates its floating IP, which stays allocated
@@ -674,9 +694,7 @@ fn delete_port(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
         state.counters.ports_deleted_while_attached += 1;
     }
     state.ports.remove(id);
-    for ip in state.floating_ips.values_mut().filter(|f| f.port_id.as_deref() == Some(id)) {
-        ip.port_id = None;
-    }
+    state.floating_ips.disassociate(id);
     reply::empty(StatusCode::NO_CONTENT)
 }
 
@@ -704,9 +722,7 @@ fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.floating_ip_lists += 1;
     let state: &State = state;
     let (ids, descriptions, ports) = (ctx.query_all("id"), ctx.query_all("description"), ctx.query_all("port_id"));
-    let ips: Vec<Value> = state
-        .floating_ips
-        .values()
+    let ips: Vec<Value> = candidates(&ports, |port| state.floating_ips.on_port(port), state.floating_ips.values())
         .filter(|f| f.project_id == ctx.project)
         .filter(|f| {
             admits(&ids, &f.id)
@@ -785,7 +801,7 @@ fn create_floating_ip(ctx: &Ctx<'_>, state: &mut State) -> Response {
         created: ctx.now,
     };
     let rendered = render_floating_ip(state, &ip);
-    state.floating_ips.insert(id, ip);
+    state.floating_ips.insert(ip);
     reply::json(StatusCode::CREATED, json!({ "floatingip": rendered }))
 }
 
@@ -812,14 +828,17 @@ fn update_floating_ip(ctx: &Ctx<'_>, state: &mut State, id: &str) -> Response {
             return error(400, &format!("Invalid input for port_id. Reason: '{other}' is not a valid UUID."));
         }
     };
-    let Some(ip) = state.floating_ips.get_mut(id) else { return floating_ip_not_found(id) };
-    if let Some(port_id) = port_id {
-        ip.port_id = port_id;
-    }
-    if let Some(description) = body.get("description").and_then(Value::as_str) {
-        ip.description = description.to_owned();
-    }
-    let ip = ip.clone();
+    let description = body.get("description").and_then(Value::as_str);
+    let updated = state.floating_ips.update(id, |ip| {
+        if let Some(port_id) = port_id {
+            ip.port_id = port_id;
+        }
+        if let Some(description) = description {
+            ip.description = description.to_owned();
+        }
+        ip.clone()
+    });
+    let Some(ip) = updated else { return floating_ip_not_found(id) };
     reply::json(StatusCode::OK, json!({ "floatingip": render_floating_ip(state, &ip) }))
 }
 

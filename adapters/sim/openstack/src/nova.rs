@@ -1111,9 +1111,7 @@ fn create(ctx: &Ctx<'_>) -> Handled {
         }
         let port_id = match (&requested.attach, nova_port) {
             (Attach::Port(port_id), _) => {
-                if let Some(port) = state.ports.get_mut(port_id) {
-                    port.bound_uid = Some(uid.clone());
-                }
+                state.ports.update(port_id, |port| port.bound_uid = Some(uid.clone()));
                 Some(port_id.clone())
             }
             (_, Some((network_id, fixed_ip, groups))) => {
@@ -1200,7 +1198,7 @@ fn make_port(
         created: ctx.now,
         revision: 1,
     };
-    state.ports.insert(id.clone(), port);
+    state.ports.insert(port);
     id
 }
 

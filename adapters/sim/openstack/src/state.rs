@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use super::faults::FaultRules;
+use super::indexed::{FloatingIps, Ports};
 use super::{Flavor, Image, OpenStackCounters, RequestRecord};
 
 #[derive(Debug, Default)]
@@ -23,8 +24,8 @@ pub(super) struct State {
     pub(super) books: BTreeMap<String, ServerBook>,
     /// Nova id -> Server uid, learnt from creates and lists.
     pub(super) ids: HashMap<String, String>,
-    pub(super) ports: BTreeMap<String, SimPort>,
-    pub(super) floating_ips: BTreeMap<String, SimFloatingIp>,
+    pub(super) ports: Ports,
+    pub(super) floating_ips: FloatingIps,
     /// Tenant networks by id (external ones come from the configuration).
     pub(super) networks: BTreeMap<String, SimNamed>,
     pub(super) security_groups: BTreeMap<String, SimNamed>,
@@ -338,7 +339,7 @@ impl State {
 
     /// The floating IP associated with a port, if any.
     pub(super) fn floating_ip_of(&self, port_id: &str) -> Option<&SimFloatingIp> {
-        self.floating_ips.values().find(|f| f.port_id.as_deref() == Some(port_id))
+        self.floating_ips.on_port(port_id).next()
     }
 }
 
