@@ -235,14 +235,18 @@ impl OpenStackCloud {
     }
 
     /// Lists every server of the project and records them in the index,
-    /// with the boots the list shows.
+    /// with the boots the list shows: page by page, so a list that ends
+    /// before its last page (a page that failed, a lookup's caller that
+    /// stopped waiting) still notes every boot it was shown.
     async fn list_into(&self, session: &Session<'_>, project: &Project) -> Result<Vec<NovaServer>, CloudError> {
         let started = self.term.index.tick();
-        let servers = compute::list_servers(session).await?;
+        let servers = compute::list_servers(session, |page| {
+            for server in page.iter().filter(|server| !server.down_cell()) {
+                record_boot(project, server);
+            }
+        })
+        .await?;
         project.record_list(started, &servers);
-        for server in servers.iter().filter(|server| !server.down_cell()) {
-            record_boot(project, server);
-        }
         Ok(servers)
     }
 

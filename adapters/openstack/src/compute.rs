@@ -47,7 +47,12 @@ pub(crate) struct Created {
 
 /// Every server of the token's project, with details, following Nova's
 /// pagination (a `next` link means "ask again after the last id").
-pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer>, CloudError> {
+/// `on_page` sees each page as it comes: what a list cut short showed
+/// (a page that failed, a caller that stopped waiting) is still seen.
+pub(crate) async fn list_servers(
+    session: &Session<'_>,
+    mut on_page: impl FnMut(&[NovaServer]),
+) -> Result<Vec<NovaServer>, CloudError> {
     const OPERATION: &str = "listing servers";
     let mut servers = Vec::new();
     let mut marker: Option<String> = None;
@@ -59,6 +64,7 @@ pub(crate) async fn list_servers(session: &Session<'_>) -> Result<Vec<NovaServer
         let page: ServerList = page_asked_again(|| async { session.send(&call).await?.json(OPERATION) }).await?;
         let more = page.servers_links.iter().any(|l| l.rel == "next");
         let last = page.servers.last().map(|s| s.id.clone());
+        on_page(&page.servers);
         servers.extend(page.servers);
         match last {
             Some(last) if more && marker.as_deref() != Some(last.as_str()) => marker = Some(last),

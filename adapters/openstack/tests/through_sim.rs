@@ -852,6 +852,35 @@ async fn a_boot_a_lookup_list_showed_is_remembered_for_the_term_after_the_server
     Ok(())
 }
 
+/// A list that fails on a later page has still shown the boots on the
+/// pages before: they are noted as each page comes, so a Server whose
+/// booted server then vanishes is never created again.
+#[tokio::test]
+async fn a_boot_a_list_showed_before_a_page_failed_is_remembered() -> TestResult {
+    let sim_config = OpenStackSimConfig { page_size: 2, ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    for (uid, build) in [("uid-1", 30), ("uid-3", 600), ("uid-2", 30)] {
+        h.sim.cloud().script(uid, Fate::clean().with_build_time(Duration::from_secs(build)));
+        h.cloud.create(&h.identity, &request(uid, false)).await?;
+    }
+    h.clock.advance(Duration::from_secs(40));
+    let term = h.cloud.port().for_term(&server_core::port::Term::unfenced());
+    // The first page answers; the second fails every try.
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::ZERO), 1);
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(503), LIST_PAGE_ATTEMPTS);
+    let before = h.ops(Op::ServerListDetail);
+    assert!(term.get(&h.identity, &server_ref("uid-3")).await.is_err(), "the list failed");
+    assert_eq!(
+        h.ops(Op::ServerListDetail) - before,
+        1 + LIST_PAGE_ATTEMPTS as usize,
+        "one page, then the second's tries"
+    );
+    // Two of the three on the first page, the building one among them.
+    let noted = ["uid-1", "uid-2"].into_iter().filter(|uid| term.boot_read(&h.identity, uid).is_some()).count();
+    assert_eq!(noted, 1, "the booted server on the page that came");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_restarted_adapter_lists_once_for_all_its_servers() -> TestResult {
     let h = Harness::new().await?;
