@@ -250,14 +250,39 @@ impl OpenStackCloud {
         Ok(servers)
     }
 
+    /// Lists the project into the index in a task of its own that holds
+    /// `listing` until the list ends: a caller that stops waiting (its
+    /// call's timeout, while a list of many pages pages) does not cut the
+    /// list short, and the callers waiting on the lock find the index
+    /// answered instead of starting the list again.
+    async fn list_detached(
+        &self,
+        identity: &IdentityContext,
+        project: &Arc<Project>,
+        listing: tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<(), CloudError> {
+        let (cloud, identity, project) = (self.clone(), identity.clone(), project.clone());
+        let list = tokio::spawn(async move {
+            let _listing = listing;
+            let session = cloud.session(&identity);
+            cloud.list_into(&session, &project).await.map(drop)
+        });
+        list.await.unwrap_or_else(|_| {
+            Err(CloudError::Unavailable {
+                status: 503,
+                message: "listing servers: the list ended without an answer".into(),
+            })
+        })
+    }
+
     /// What the index knows of `uid`, listing (once, shared with concurrent
     /// callers of the same identity) when only a list can tell.
-    async fn known(&self, session: &Session<'_>, project: &Project, uid: &str) -> Result<Known, CloudError> {
+    async fn known(&self, session: &Session<'_>, project: &Arc<Project>, uid: &str) -> Result<Known, CloudError> {
         for attempt in 0..MAX_LISTS_PER_LOOKUP {
             if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
                 return Ok(known);
             }
-            let _listing = project.listing.lock().await;
+            let listing = project.listing.clone().lock_owned().await;
             // Another caller's list, finished while this one waited, may answer.
             if let known @ (Known::Ids(_) | Known::Absent) = project.known(uid) {
                 return Ok(known);
@@ -273,7 +298,7 @@ impl OpenStackCloud {
                     ),
                 });
             }
-            self.list_into(session, project).await?;
+            self.list_detached(session.identity, project, listing).await?;
         }
         match project.known(uid) {
             Known::MustList => Err(CloudError::Unavailable {

@@ -45,7 +45,7 @@ pub(crate) struct ServerIndex {
 #[derive(Debug, Default)]
 pub(crate) struct Project {
     state: Mutex<ProjectState>,
-    pub(crate) listing: tokio::sync::Mutex<()>,
+    pub(crate) listing: Arc<tokio::sync::Mutex<()>>,
 }
 
 #[derive(Debug, Default)]

@@ -881,6 +881,34 @@ async fn a_boot_a_list_showed_before_a_page_failed_is_remembered() -> TestResult
     Ok(())
 }
 
+/// A lookup whose caller stops waiting while the project's list pages
+/// (its call's timeout) does not cut the list short: the list ends on its
+/// own, and the next lookup is answered from it without listing again.
+#[tokio::test]
+async fn a_list_outlives_the_lookup_that_stopped_waiting_for_it() -> TestResult {
+    let sim_config = OpenStackSimConfig { page_size: 1, ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    for uid in ["uid-1", "uid-2", "uid-3"] {
+        h.cloud.create(&h.identity, &request(uid, false)).await?;
+    }
+    let term = h.cloud.port().for_term(&server_core::port::Term::unfenced());
+    h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_millis(150)), 3);
+    let before = h.ops(Op::ServerListDetail);
+    let cut = tokio::time::timeout(Duration::from_millis(200), term.get(&h.identity, &server_ref("uid-2"))).await;
+    assert!(cut.is_err(), "the caller stopped waiting while the list paged");
+    // Three full pages, then the empty one the third's `next` link asks for.
+    let pages = || h.ops(Op::ServerListDetail) - before;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pages() < 4 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(pages(), 4, "the list went on to its last page");
+    let found = term.get(&h.identity, &server_ref("uid-2")).await?.ok_or("absent")?;
+    assert_eq!(found.server_uid, "uid-2");
+    assert_eq!(pages(), 4, "answered from that list");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_restarted_adapter_lists_once_for_all_its_servers() -> TestResult {
     let h = Harness::new().await?;
