@@ -316,6 +316,10 @@ fn attribute_matches(attribute: &Value, wanted: &str) -> bool {
 /// asking for `wanted` (no filter, or one of its values equal): only to
 /// skip rendering the items that cannot, so a list by name or device costs
 /// the matches, not every port of the project. [`filtered`] decides.
+fn admits(wanted: &[&str], value: &str) -> bool {
+    wanted.is_empty() || wanted.contains(&value)
+}
+
 /// What a list filters, in ID order: the items `lookup` finds for the
 /// values of an indexed filter when it names any, else `all`.
 fn candidates<'a, T: Identified, I: Iterator<Item = &'a T>>(
@@ -330,10 +334,6 @@ fn candidates<'a, T: Identified, I: Iterator<Item = &'a T>>(
     found.sort_by(|a, b| a.id().cmp(b.id()));
     found.dedup_by(|a, b| a.id() == b.id());
     Box::new(found.into_iter())
-}
-
-fn admits(wanted: &[&str], value: &str) -> bool {
-    wanted.is_empty() || wanted.contains(&value)
 }
 
 /// Applies the list's filters; a key that is neither a filter of the
