@@ -33,6 +33,7 @@
 mod clock;
 mod counters;
 mod fate;
+mod list_order;
 mod model;
 mod port;
 pub mod rng;
@@ -40,7 +41,7 @@ pub mod rng;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use counters::{Counters, UidTruth};
 pub use fate::{Fate, FateKind, FateMix, Span, Timing};
-pub use model::{CloudConfig, CloudModel, Outage, ServerHandle};
+pub use model::{CloudConfig, CloudModel, ListPage, Outage, ServerHandle};
 pub use port::SimCloud;
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use server_core::port::{
 
 use super::counters::{Counters, UidTruth};
 use super::fate::{Fate, FateMix};
+use super::list_order::{ListOrder, Listed, Walk};
 use super::rng::{FnvBuild, SplitMix64};
 
 /// The longest base64 `user_data` Nova accepts.
@@ -102,6 +103,10 @@ pub struct CloudModel {
     projects: HashMap<String, usize, FnvBuild>,
     /// The slots of the servers created in each project.
     project_slots: Vec<Vec<usize>>,
+    /// The slots of each project whose fate still fails reads.
+    scripted_reads: Vec<Vec<usize>>,
+    /// Each project's servers in Nova's list order.
+    list_order: ListOrder,
     counters: Counters,
     /// Serial number of the next provider server: its id, addresses and MAC.
     next_number: u64,
@@ -280,6 +285,19 @@ impl Instance {
     }
 }
 
+/// One page of a list.
+#[derive(Debug, PartialEq)]
+pub enum ListPage {
+    Servers(Vec<ProviderServer>),
+    /// The marker names no server ever made in the project.
+    MarkerNotFound,
+}
+
+/// The number of the provider server of id `id` (see `identity_of`).
+fn number_of(id: &str) -> Option<u64> {
+    id.strip_prefix("sim-").and_then(|hex| u64::from_str_radix(hex, 16).ok())
+}
+
 /// Id and addresses of the `n`-th provider server: unique, deterministic.
 fn identity_of(n: u64, public_ip: bool) -> (String, String, Option<String>, String) {
     let (a, b, c) = ((n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff);
@@ -314,6 +332,8 @@ impl CloudModel {
             servers: Vec::new(),
             projects: HashMap::default(),
             project_slots: Vec::new(),
+            scripted_reads: Vec::new(),
+            list_order: ListOrder::default(),
             counters: Counters::default(),
             next_number: 1,
         }
@@ -465,7 +485,9 @@ impl CloudModel {
             ..Instance::new(number, project, request.name.clone(), now)
         };
         let record = instance.record(uid, now);
+        let listed = Listed { slot, instance: state.instances.len() };
         state.instances.push(instance);
+        self.list_order.insert(project, number, now, listed);
         if self.faults.chance(self.config.lost_create_rate) {
             self.counters.creates_lost_answer += 1;
             self.counters.injected_failures += 1;
@@ -503,8 +525,11 @@ impl CloudModel {
             adopted: true,
             ..Instance::new(number, project, format!("go-{uid}"), now.as_millisecond())
         };
+        let created = instance.created;
         if let Some(state) = self.servers.get_mut(slot) {
+            let listed = Listed { slot, instance: state.instances.len() };
             state.instances.push(instance);
+            self.list_order.insert(project, number, created, listed);
         }
     }
 
@@ -686,35 +711,10 @@ impl CloudModel {
     /// simulator's monitor reads a record only when its version moved. Counted
     /// and fault-injected like `list`.
     pub fn list_versions(&mut self, now: Timestamp, project_id: &str) -> Result<Vec<(ServerHandle, u64)>, CloudError> {
-        let now = now.as_millisecond();
-        self.counters.list_calls += 1;
-        if let Some(error) = self.outage_failure(now) {
-            return Err(error);
-        }
-        let Some(&project) = self.projects.get(project_id) else {
-            return if self.faults.chance(self.config.read_failure_rate) {
-                Err(self.read_failure())
-            } else {
-                Ok(Vec::new())
-            };
+        let Some(project) = self.list_admitted(now, project_id)? else {
+            return Ok(Vec::new());
         };
-        let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
-        let mut scripted_failure = false;
-        for &slot in slots {
-            if let Some(state) = self.servers.get_mut(slot)
-                && state.reads_failed < state.fate.failed_reads
-            {
-                state.reads_failed += 1;
-                scripted_failure = true;
-            }
-        }
-        if scripted_failure {
-            self.counters.injected_failures += 1;
-            return Err(CloudError::Timeout { message: "simulated list timeout (scripted)".into() });
-        }
-        if self.faults.chance(self.config.read_failure_rate) {
-            return Err(self.read_failure());
-        }
+        let now = now.as_millisecond();
         let slots: &[usize] = self.project_slots.get(project).map(Vec::as_slice).unwrap_or_default();
         Ok(slots
             .iter()
@@ -724,6 +724,87 @@ impl CloudModel {
                 Some((ServerHandle(slot), live.version(now)))
             })
             .collect())
+    }
+
+    /// One page of the project's provider servers in Nova's list order
+    /// (newest first, see `list_order`): those after the server `after` (a
+    /// provider id), at most `limit` of those `keep` admits. It costs the
+    /// servers it walks past, not the project's size. Counted and
+    /// fault-injected like `list`.
+    pub fn list_page(
+        &mut self,
+        now: Timestamp,
+        project_id: &str,
+        after: Option<&str>,
+        limit: usize,
+        mut keep: impl FnMut(&ProviderServer) -> bool,
+    ) -> Result<ListPage, CloudError> {
+        let project = self.list_admitted(now, project_id)?;
+        let after = match after.map(|id| number_of(id).ok_or(())) {
+            None => None,
+            Some(Ok(number)) => Some(number),
+            Some(Err(())) => return Ok(ListPage::MarkerNotFound),
+        };
+        let Some(project) = project else {
+            return Ok(if after.is_some() { ListPage::MarkerNotFound } else { ListPage::Servers(Vec::new()) });
+        };
+        let now = now.as_millisecond();
+        let servers = &self.servers;
+        let mut page = Vec::new();
+        let walked = self.list_order.walk(project, after, |listed| {
+            if page.len() >= limit {
+                return Walk::Stop;
+            }
+            let Some(state) = servers.get(listed.slot) else { return Walk::Unlisted };
+            let live = (state.instances.len() == listed.instance + 1)
+                .then(|| state.instances.last())
+                .flatten()
+                .filter(|i| i.exists(now));
+            let Some(instance) = live else { return Walk::Unlisted };
+            let record = instance.record(&state.uid, now);
+            if keep(&record) {
+                page.push(record);
+            }
+            Walk::Next
+        });
+        Ok(match walked {
+            Some(()) => ListPage::Servers(page),
+            None => ListPage::MarkerNotFound,
+        })
+    }
+
+    /// A list call is counted and may fail as lists do (an outage, a
+    /// scripted read failure of any of the project's servers, a drawn read
+    /// failure); `Ok(None)` when the project has no server.
+    fn list_admitted(&mut self, now: Timestamp, project_id: &str) -> Result<Option<usize>, CloudError> {
+        let now = now.as_millisecond();
+        self.counters.list_calls += 1;
+        if let Some(error) = self.outage_failure(now) {
+            return Err(error);
+        }
+        let Some(&project) = self.projects.get(project_id) else {
+            return if self.faults.chance(self.config.read_failure_rate) { Err(self.read_failure()) } else { Ok(None) };
+        };
+        let mut scripted_failure = false;
+        if let Some(scripted) = self.scripted_reads.get_mut(project) {
+            let servers = &mut self.servers;
+            scripted.retain(|&slot| {
+                let Some(state) = servers.get_mut(slot) else { return false };
+                if state.reads_failed < state.fate.failed_reads {
+                    state.reads_failed += 1;
+                    scripted_failure = true;
+                }
+                state.reads_failed < state.fate.failed_reads
+            });
+        }
+        if scripted_failure {
+            self.counters.injected_failures += 1;
+            return Err(CloudError::Timeout { message: "simulated list timeout (scripted)".into() });
+        }
+        if self.faults.chance(self.config.read_failure_rate) {
+            return Err(self.read_failure());
+        }
+        Ok(Some(project))
     }
 
     /// The handle of `uid` (made, with its drawn fate, on first sight).
@@ -890,6 +971,14 @@ impl CloudModel {
             && !slots.contains(&slot)
         {
             slots.push(slot);
+            if self.servers.get(slot).is_some_and(|s| s.reads_failed < s.fate.failed_reads) {
+                if self.scripted_reads.len() <= project {
+                    self.scripted_reads.resize_with(project + 1, Vec::new);
+                }
+                if let Some(scripted) = self.scripted_reads.get_mut(project) {
+                    scripted.push(slot);
+                }
+            }
         }
         project
     }

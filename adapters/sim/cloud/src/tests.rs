@@ -187,6 +187,69 @@ fn scripted_read_failures_then_answers() {
     assert!(model.list(at(1), "p").is_ok_and(|r| r.len() == 1));
 }
 
+/// Every page after the first walks on from its marker: together the pages
+/// are the whole list, newest first, each server once, and a marker whose
+/// server is gone since still marks its place (Nova reads markers among
+/// deleted rows).
+#[test]
+fn pages_walk_the_list_newest_first_from_their_marker() {
+    let mut model = CloudModel::new(CloudConfig::reliable(1));
+    for (i, uid) in ["a", "b", "c", "d", "e"].into_iter().enumerate() {
+        let t = i64::try_from(i).unwrap_or_default();
+        assert!(model.create(at(t), "p", &request(uid)).is_ok());
+    }
+    let page =
+        |model: &mut CloudModel, after: Option<&str>, t: i64| match model.list_page(at(t), "p", after, 2, |_| true) {
+            Ok(ListPage::Servers(servers)) => Some(servers),
+            _ => None,
+        };
+    let uids = |servers: &[server_core::port::ProviderServer]| -> Vec<String> {
+        servers.iter().map(|s| s.server_uid.clone()).collect()
+    };
+    let first = page(&mut model, None, 10).unwrap_or_default();
+    assert_eq!(uids(&first), ["e", "d"]);
+    let marker = first.last().map(|s| s.id.clone()).unwrap_or_default();
+    assert!(model.delete(at(10), "d").is_ok());
+    let gone = 1_000;
+    let second = page(&mut model, Some(&marker), gone).unwrap_or_default();
+    assert_eq!(uids(&second), ["c", "b"], "the page after a deleted marker");
+    let last = page(&mut model, second.last().map(|s| s.id.as_str()), gone).unwrap_or_default();
+    assert_eq!(uids(&last), ["a"]);
+    assert_eq!(uids(&page(&mut model, None, gone).unwrap_or_default()), ["e", "c"], "the deleted one is unlisted");
+    assert_eq!(model.list_page(at(gone), "p", Some("sim-ffff"), 2, |_| true), Ok(ListPage::MarkerNotFound));
+    assert_eq!(model.list_page(at(gone), "p", Some("not-ours"), 2, |_| true), Ok(ListPage::MarkerNotFound));
+    let only_b = model.list_page(at(gone), "p", None, 2, |s| s.server_uid == "b");
+    assert!(matches!(only_b, Ok(ListPage::Servers(s)) if uids(&s) == ["b"]), "the filter runs before the limit");
+}
+
+/// A recreated server lists once, as its new self, in its new place.
+#[test]
+fn a_recreated_server_lists_once_in_its_new_place() {
+    let mut model = CloudModel::new(CloudConfig::reliable(1));
+    assert!(model.create(at(0), "p", &request("a")).is_ok());
+    assert!(model.create(at(1), "p", &request("b")).is_ok());
+    assert!(model.delete(at(2), "a").is_ok());
+    let again = model.create(at(1_000), "p", &request("a")).map(|r| r.id).unwrap_or_default();
+    match model.list_page(at(1_001), "p", None, 10, |_| true) {
+        Ok(ListPage::Servers(servers)) => {
+            let listed: Vec<(&str, &str)> = servers.iter().map(|s| (s.server_uid.as_str(), s.id.as_str())).collect();
+            assert_eq!(listed.first(), Some(&("a", again.as_str())));
+            assert_eq!(listed.len(), 2);
+        }
+        other => panic!("a page was expected: {other:?}"),
+    }
+}
+
+/// A scripted read failure of any server of the project fails a page, as
+/// it fails a whole list.
+#[test]
+fn scripted_read_failures_fail_pages_too() {
+    let mut model = model_with("u", Fate::clean().with_failed_reads(1));
+    assert!(model.create(at(0), "p", &request("u")).is_ok());
+    assert!(matches!(model.list_page(at(1), "p", None, 5, |_| true), Err(CloudError::Timeout { .. })));
+    assert!(matches!(model.list_page(at(1), "p", None, 5, |_| true), Ok(ListPage::Servers(s)) if s.len() == 1));
+}
+
 #[test]
 fn read_failures_drawn_from_the_rate_are_transient() {
     let config = CloudConfig { read_failure_rate: 1.0, ..CloudConfig::reliable(3) };

@@ -14,10 +14,11 @@ use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{CreateRequest, Owner, PowerState, ProviderServer, ProviderStatus, ServerRef};
+use server_simcloud::ListPage;
 
 use super::handlers::{Ctx, Handled, model_error};
 use super::state::{
-    ServerBook, SimKeypair, SimPort, State, fingerprint, fixed_ip_for, mac_for, naive_utc, nova_id, rfc3339,
+    ServerBook, SimKeypair, SimPort, State, fingerprint, fixed_ip_for, mac_for, model_id, naive_utc, nova_id, rfc3339,
 };
 use super::{Flavor, Op, Service, glance, reply};
 
@@ -228,7 +229,9 @@ fn matches(pattern: &str, value: &str) -> bool {
 /// `GET /servers[/detail]`: newest first, `osapi_max_limit` per page, a
 /// `next` link while more remain; `name`, `status`, `changes-since`,
 /// `changes-before`, `ip`, `flavor`, `image` and the tag filters applied
-/// (nova/api/openstack/compute/servers.py `_get_servers`).
+/// (nova/api/openstack/compute/servers.py `_get_servers`). A page walks the
+/// project's list order from its marker, as the database's sorted query
+/// does, and costs the servers it passes, not the project's size.
 fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
     let mut state = ctx.state();
     state.counters.server_lists += 1;
@@ -258,14 +261,6 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
         }
         return (reply::json(StatusCode::OK, json!({"servers": []})), None);
     }
-    let mut records = match ctx.model(|m| m.list(ctx.now, &ctx.project)) {
-        Ok(records) => records,
-        Err(e) => return model_error(ctx, Service::Compute, &e),
-    };
-    for record in &mut records {
-        record.id = nova_id(&record.id);
-        state.ids.insert(record.id.clone(), record.server_uid.clone());
-    }
     let tag_list = |key: &str| -> Option<Vec<String>> {
         ctx.query(key).map(|v| v.split(',').map(str::to_owned).filter(|t| !t.is_empty()).collect())
     };
@@ -274,8 +269,17 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
     } else {
         (None, None, None, None)
     };
-    records.retain(|record| {
-        let book = book_of(&state, record);
+    let page_size = ctx.sim.config().page_size.max(1);
+    let limit = match ctx.query("limit").map(str::parse::<usize>) {
+        None => page_size,
+        Some(Ok(limit)) => limit.min(page_size),
+        Some(Err(_)) => return (error(400, "Invalid input for query parameters limit."), None),
+    };
+    let marker = ctx.query("marker");
+    let keep = |record: &ProviderServer| {
+        // The model's record carries the model's id; books hold Nova's.
+        let id = nova_id(&record.id);
+        let book = state.books.get(&record.server_uid).filter(|b| b.id.as_deref().is_none_or(|b| b == id));
         let name = book.map_or(record.server_uid.as_str(), |b| b.name.as_str());
         let tags = book.map(|b| &b.tags);
         let has = |t: &String| tags.is_some_and(|tags| tags.contains(t));
@@ -292,22 +296,19 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
             && any_tags.as_ref().is_none_or(|wanted| wanted.iter().any(has))
             && not_tags.as_ref().is_none_or(|unwanted| !unwanted.iter().all(has))
             && not_any_tags.as_ref().is_none_or(|unwanted| !unwanted.iter().any(has))
-    });
-    records.sort_by(|a, b| b.created.cmp(&a.created).then_with(|| b.id.cmp(&a.id)));
-    let page_size = ctx.sim.config().page_size.max(1);
-    let limit = match ctx.query("limit").map(str::parse::<usize>) {
-        None => page_size,
-        Some(Ok(limit)) => limit.min(page_size),
-        Some(Err(_)) => return (error(400, "Invalid input for query parameters limit."), None),
     };
-    let start = match ctx.query("marker") {
-        None => 0,
-        Some(marker) => match records.iter().position(|r| r.id == marker) {
-            Some(i) => i + 1,
-            None => return (error(400, &format!("marker [{marker}] not found")), None),
-        },
+    let after = marker.map(model_id);
+    let mut page = match ctx.model(|m| m.list_page(ctx.now, &ctx.project, after.as_deref(), limit, keep)) {
+        Ok(ListPage::Servers(records)) => records,
+        Ok(ListPage::MarkerNotFound) => {
+            return (error(400, &format!("marker [{}] not found", marker.unwrap_or_default())), None);
+        }
+        Err(e) => return model_error(ctx, Service::Compute, &e),
     };
-    let page: Vec<&ProviderServer> = records.iter().skip(start).take(limit).collect();
+    for record in &mut page {
+        record.id = nova_id(&record.id);
+        state.ids.insert(record.id.clone(), record.server_uid.clone());
+    }
     // Nova links a next page whenever this one is full, even when nothing
     // follows (nova/api/openstack/common.py, `_get_collection_links`): a
     // client must stop on an empty page, not on a missing link.

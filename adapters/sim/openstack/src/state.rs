@@ -368,10 +368,21 @@ pub(super) fn fingerprint(public_key: &str) -> String {
 /// own ids are `sim-<hex>`).
 pub(super) fn nova_id(model_id: &str) -> String {
     match model_id.strip_prefix("sim-").and_then(|hex| u64::from_str_radix(hex, 16).ok()) {
-        Some(n) => format!("5e5e5e5e-0000-4000-8000-{n:012x}"),
+        Some(n) => format!("{NOVA_ID_PREFIX}{n:012x}"),
         None => model_id.to_owned(),
     }
 }
+
+/// The model's id of a Nova id: [`nova_id`] undone.
+pub(super) fn model_id(nova_id: &str) -> String {
+    match nova_id.strip_prefix(NOVA_ID_PREFIX).and_then(|hex| u64::from_str_radix(hex, 16).ok()) {
+        Some(n) => format!("sim-{n:08x}"),
+        None => nova_id.to_owned(),
+    }
+}
+
+/// The fixed head of the Nova ids of the model's servers.
+const NOVA_ID_PREFIX: &str = "5e5e5e5e-0000-4000-8000-";
 
 pub(super) fn floating_ip_for(n: u64) -> String {
     format!("100.{}.{}.{}", 64 + ((n >> 16) & 0x3f), (n >> 8) & 0xff, n & 0xff)
