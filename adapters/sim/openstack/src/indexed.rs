@@ -103,6 +103,7 @@ impl Ports {
 pub(crate) struct FloatingIps {
     by_id: BTreeMap<String, SimFloatingIp>,
     by_port: HashMap<String, BTreeSet<String>>,
+    by_description: HashMap<String, BTreeSet<String>>,
 }
 
 impl FloatingIps {
@@ -119,24 +120,26 @@ impl FloatingIps {
         self.by_port.get(port_id).into_iter().flatten().filter_map(|id| self.by_id.get(id))
     }
 
+    /// The floating IPs whose description is exactly `description`, in ID order.
+    pub(crate) fn described<'a>(&'a self, description: &str) -> impl Iterator<Item = &'a SimFloatingIp> + use<'a> {
+        self.by_description.get(description).into_iter().flatten().filter_map(|id| self.by_id.get(id))
+    }
+
     pub(crate) fn insert(&mut self, ip: SimFloatingIp) {
         self.remove(&ip.id);
         if let Some(port_id) = &ip.port_id {
             self.by_port.entry(port_id.clone()).or_default().insert(ip.id.clone());
         }
+        self.by_description.entry(ip.description.clone()).or_default().insert(ip.id.clone());
         self.by_id.insert(ip.id.clone(), ip);
     }
 
     pub(crate) fn remove(&mut self, id: &str) -> Option<SimFloatingIp> {
         let ip = self.by_id.remove(id)?;
-        if let Some(port_id) = &ip.port_id
-            && let Some(ids) = self.by_port.get_mut(port_id)
-        {
-            ids.remove(id);
-            if ids.is_empty() {
-                self.by_port.remove(port_id);
-            }
+        if let Some(port_id) = &ip.port_id {
+            unfile(&mut self.by_port, port_id, id);
         }
+        unfile(&mut self.by_description, &ip.description, id);
         Some(ip)
     }
 
@@ -155,6 +158,16 @@ impl FloatingIps {
             if let Some(ip) = self.by_id.get_mut(&id) {
                 ip.port_id = None;
             }
+        }
+    }
+}
+
+/// Takes `id` out of the lookup entry `key`, and the entry once empty.
+fn unfile(lookup: &mut HashMap<String, BTreeSet<String>>, key: &str, id: &str) {
+    if let Some(ids) = lookup.get_mut(key) {
+        ids.remove(id);
+        if ids.is_empty() {
+            lookup.remove(key);
         }
     }
 }
@@ -235,5 +248,22 @@ mod tests {
         ips.remove("f2");
         assert!(on(&ips, "port-2").is_empty());
         assert_eq!(ips.values().count(), 2);
+    }
+
+    #[test]
+    fn floating_ips_are_found_by_their_exact_description_until_it_changes() {
+        let mut ips = FloatingIps::default();
+        let described = |id: &str, description: &str| SimFloatingIp { description: description.into(), ..ip(id, None) };
+        ips.insert(described("f2", "Server ns/a"));
+        ips.insert(described("f1", "Server ns/a"));
+        ips.insert(described("f3", "Server ns/ab"));
+        let found = |ips: &FloatingIps, d: &str| ips.described(d).map(|f| f.id.clone()).collect::<Vec<_>>();
+        assert_eq!(found(&ips, "Server ns/a"), ["f1", "f2"]);
+        ips.update("f1", |f| f.description = "Server ns/b".into());
+        assert_eq!(found(&ips, "Server ns/a"), ["f2"]);
+        assert_eq!(found(&ips, "Server ns/b"), ["f1"]);
+        ips.remove("f2");
+        assert!(found(&ips, "Server ns/a").is_empty());
+        assert_eq!(found(&ips, "Server ns/ab"), ["f3"]);
     }
 }

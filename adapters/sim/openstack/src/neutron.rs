@@ -722,7 +722,12 @@ fn list_floating_ips(ctx: &Ctx<'_>, state: &mut State) -> Response {
     state.counters.floating_ip_lists += 1;
     let state: &State = state;
     let (ids, descriptions, ports) = (ctx.query_all("id"), ctx.query_all("description"), ctx.query_all("port_id"));
-    let ips: Vec<Value> = candidates(&ports, |port| state.floating_ips.on_port(port), state.floating_ips.values())
+    let found = if ports.is_empty() {
+        candidates(&descriptions, |d| state.floating_ips.described(d), state.floating_ips.values())
+    } else {
+        candidates(&ports, |port| state.floating_ips.on_port(port), state.floating_ips.values())
+    };
+    let ips: Vec<Value> = found
         .filter(|f| f.project_id == ctx.project)
         .filter(|f| {
             admits(&ids, &f.id)

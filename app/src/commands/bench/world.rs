@@ -608,11 +608,17 @@ impl BenchWorld {
         for t in &self.tracked {
             self.delete(&t.planned.name).await?;
         }
+        let mut last_progress = std::time::Instant::now();
         let left = loop {
             operator.check_running()?;
             let left = self.tracked.iter().filter(|t| self.stored(&t.planned.name).is_some()).count();
             if left == 0 || started.elapsed() >= timeout {
                 break left;
+            }
+            if last_progress.elapsed() >= Duration::from_secs(15) {
+                let servers = self.tracked.len();
+                eprintln!("bench: {servers} Servers: {left} left after {:.0} s", started.elapsed().as_secs_f64());
+                last_progress = std::time::Instant::now();
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
