@@ -1,5 +1,6 @@
 //! HTTP handlers: request parsing, counters and faults, then the store.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,13 +227,19 @@ impl Operation<'_> {
         if self.path.status { Target::Status } else { Target::Main }
     }
 
-    /// An object as served at the requested version.
-    fn present(&self, object: &Value) -> Value {
+    /// An object as served at the requested version: the stored one itself
+    /// when it already reads so (a shared object with a finalizer per Server
+    /// is thousands of strings, not copied to be written out).
+    fn present<'a>(&self, object: &'a Value) -> Cow<'a, Value> {
+        let api_version = self.path.rtype.api_version(&self.path.version);
+        if !self.core_events && object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()) {
+            return Cow::Borrowed(object);
+        }
         let mut object = if self.core_events { event_view::to_core(object) } else { object.clone() };
         if let Some(map) = object.as_object_mut() {
-            map.insert("apiVersion".into(), Value::String(self.path.rtype.api_version(&self.path.version)));
+            map.insert("apiVersion".into(), Value::String(api_version));
         }
-        object
+        Cow::Owned(object)
     }
 
     fn list_response(&self, items: &[Arc<Value>], resource_version: u64, continue_token: Option<String>) -> Response {
@@ -240,14 +247,22 @@ impl Operation<'_> {
         if let Some(token) = continue_token {
             metadata["continue"] = Value::String(token);
         }
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct List<'a> {
+            api_version: String,
+            kind: &'a str,
+            metadata: Value,
+            items: Vec<Cow<'a, Value>>,
+        }
         json_response(
             StatusCode::OK,
-            &json!({
-                "apiVersion": self.path.rtype.api_version(&self.path.version),
-                "kind": self.path.rtype.list_kind,
-                "metadata": metadata,
-                "items": items.iter().map(|o| self.present(o)).collect::<Vec<_>>(),
-            }),
+            &List {
+                api_version: self.path.rtype.api_version(&self.path.version),
+                kind: &self.path.rtype.list_kind,
+                metadata,
+                items: items.iter().map(|o| self.present(o)).collect(),
+            },
         )
     }
 
@@ -312,7 +327,7 @@ impl Operation<'_> {
             let store = self.shared.store.lock();
             (Printer::for_type(&store, &self.path.rtype, &self.path.version), store.now())
         };
-        let objects: Vec<Value> = items.iter().map(|o| self.present(o)).collect();
+        let objects: Vec<Value> = items.iter().map(|o| self.present(o).into_owned()).collect();
         json_response(StatusCode::OK, &printer.table(request, &objects, metadata, now))
     }
 
@@ -391,7 +406,7 @@ impl Operation<'_> {
         let mut store = self.shared.store.lock();
         let (object, created) = if self.core_events {
             // The patch applies to the object as this view shows it.
-            let shown = self.present(&*store.get(&self.key, self.namespace(), self.name())?);
+            let shown = self.present(&*store.get(&self.key, self.namespace(), self.name())?).into_owned();
             let candidate = self.stored(patch.apply_to(&shown)?);
             (store.update(&self.key, self.namespace(), self.name(), candidate, self.target(), &mut write)?, false)
         } else {
@@ -447,7 +462,7 @@ fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
 }
 
-fn json_response(code: StatusCode, value: &Value) -> Response {
+fn json_response(code: StatusCode, value: &impl serde::Serialize) -> Response {
     match serde_json::to_vec(value) {
         Ok(bytes) => (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
         Err(error) => ApiError::internal(error.to_string()).into_response(),

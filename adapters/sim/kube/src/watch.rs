@@ -279,9 +279,27 @@ impl WatchStream {
     }
 
     fn event_line(&self, event_type: &str, object: &Arc<Value>) -> Option<Bytes> {
+        let api_version = self.request.rtype.api_version(&self.request.version);
+        // The stored object already reads as asked (the common case): it is
+        // written out as it is, not copied first (a shared object with a
+        // finalizer per Server is thousands of strings).
+        if !self.request.core_events
+            && self.request.table.is_none()
+            && object.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str())
+        {
+            #[derive(serde::Serialize)]
+            struct Event<'a> {
+                #[serde(rename = "type")]
+                event_type: &'a str,
+                object: &'a Value,
+            }
+            let mut bytes = serde_json::to_vec(&Event { event_type, object }).ok()?;
+            bytes.push(b'\n');
+            return Some(Bytes::from(bytes));
+        }
         let mut object = if self.request.core_events { super::event_view::to_core(object) } else { (**object).clone() };
         if let Some(map) = object.as_object_mut() {
-            map.insert("apiVersion".into(), Value::String(self.request.rtype.api_version(&self.request.version)));
+            map.insert("apiVersion".into(), Value::String(api_version));
         }
         if let Some(printing) = &self.request.table {
             let now = self.context.store.lock().now();
