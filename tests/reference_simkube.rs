@@ -63,6 +63,17 @@ fn server(name: &str) -> Value {
 }
 
 /// The script; `{rv}` in a path or body is the first Server's current resourceVersion.
+/// A Server holding a finalizer for each of `servers` others, as a shared
+/// Network holds one reference per Server: etcd refuses a write over its
+/// request limit (1.5 MiB) whatever the API server thinks of it.
+fn referenced_by(name: &str, servers: usize) -> Value {
+    let mut object = server(name);
+    let finalizers: Vec<String> =
+        (0..servers).map(|i| server_core::model::reference_finalizer(&format!("server-{i:05}"))).collect();
+    object["metadata"]["finalizers"] = json!(finalizers);
+    object
+}
+
 fn script() -> Vec<Case> {
     let one = format!("{SERVERS}/one");
     let mut unknown_field = server("strict");
@@ -145,6 +156,13 @@ fn script() -> Vec<Case> {
             None,
         ),
         case("bad JSON", "POST", SERVERS, Some(Value::String("{not json".into()))),
+        case("30,000 finalizers (1.4 MB)", "POST", SERVERS, Some(referenced_by("held", 30_000))),
+        case(
+            "40,000 finalizers (1.9 MB): over etcd's request limit",
+            "POST",
+            SERVERS,
+            Some(referenced_by("over", 40_000)),
+        ),
         case("unknown resource", "GET", "/apis/region.unikorn-cloud.org/v1alpha1/namespaces/diff/widgets", None),
     ]
 }

@@ -2,6 +2,34 @@
 
 use serde_json::{Map, Value};
 
+use super::status::ApiError;
+
+/// etcd's default `--max-request-bytes` (1.5 MiB): a write of a larger
+/// object is refused by etcd, whatever the API server thinks of it.
+pub(crate) const ETCD_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// Refuses an object etcd would refuse to store: its JSON (custom resources
+/// are stored as JSON) over [`ETCD_MAX_REQUEST_BYTES`]. A shared object
+/// with a finalizer per Server reaches it (about 30,000 references).
+pub(crate) fn fits_in_etcd(object: &Value) -> Result<(), ApiError> {
+    struct Counted(usize);
+    impl std::io::Write for Counted {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counted = Counted(0);
+    serde_json::to_writer(&mut counted, object).map_err(|e| ApiError::internal(e.to_string()))?;
+    if counted.0 > ETCD_MAX_REQUEST_BYTES {
+        return Err(ApiError::etcd_request_too_large());
+    }
+    Ok(())
+}
+
 /// `metadata.<field>` as a string.
 pub(crate) fn meta_str<'a>(object: &'a Value, field: &str) -> Option<&'a str> {
     object.get("metadata")?.get(field)?.as_str()
@@ -79,6 +107,21 @@ pub(crate) fn approximate_bytes(value: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_object_over_etcds_request_limit_is_refused_as_kube_apiserver_refuses_it() {
+        let referenced_by = |servers: usize| {
+            let finalizers: Vec<String> =
+                (0..servers).map(|i| format!("servers.region.unikorn-cloud.org/server-{i:05}")).collect();
+            json!({"metadata": {"name": "shared", "finalizers": finalizers}})
+        };
+        assert!(fits_in_etcd(&referenced_by(30_000)).is_ok());
+        let refused = fits_in_etcd(&referenced_by(40_000)).err().map(|e| e.to_status());
+        assert_eq!(
+            refused.as_ref().map(|s| (&s["code"], &s["reason"], &s["message"])),
+            Some((&json!(500), &Value::Null, &json!("etcdserver: request is too large")))
+        );
+    }
 
     #[test]
     fn meta_mut_repairs_non_objects() {

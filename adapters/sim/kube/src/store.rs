@@ -25,7 +25,9 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::event_view::is_core_events;
-use super::object::{approximate_bytes, finalizers, generation, is_deleting, meta_mut, meta_str, spec_differs};
+use super::object::{
+    approximate_bytes, finalizers, fits_in_etcd, generation, is_deleting, meta_mut, meta_str, spec_differs,
+};
 use super::paging::{self, Continue};
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
@@ -579,6 +581,7 @@ impl StoreState {
             // Nothing is stored, so there is no resourceVersion to report.
             return Ok(Arc::new(object));
         }
+        fits_in_etcd(&object)?;
         let resource_version = self.next_resource_version();
         meta_mut(&mut object).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
 
@@ -787,6 +790,7 @@ impl StoreState {
             // Like the API server's delete-during-update: one DELETED event.
             return self.remove_object(key, &Arc::new(new));
         }
+        fits_in_etcd(&new)?;
         let resource_version = self.next_resource_version();
         meta_mut(&mut new).insert("resourceVersion".into(), Value::String(resource_version.to_string()));
         let object_key = object_key(&new);
