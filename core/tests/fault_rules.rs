@@ -721,3 +721,43 @@ fn a_transient_read_error_never_flips_a_healthy_servers_conditions() {
         assert_eq!(pass.events().count(), 0);
     }
 }
+
+// --- A reference the API server refuses -------------------------------------
+
+/// etcd refuses a Network whose references fill its request limit: the
+/// follow-up writes no status (before a first create, an Available
+/// condition would make the create-issued note stand for a create never
+/// sent) and sends one Warning naming the object and the refusal.
+#[test]
+fn a_refused_reference_write_is_an_event_naming_the_object_and_writes_no_status() {
+    use server_core::model::ResourceKind;
+    use server_core::reconcile::{EventType, Reference};
+    use server_core::{ApiCause, ApiFailure};
+    let server = server();
+    let reference = Reference {
+        kind: ResourceKind::Network,
+        name: "net-1".into(),
+        finalizer: server_core::model::reference_finalizer("web"),
+    };
+    let refusal = ApiFailure::new(
+        "adding the reference",
+        ApiCause::Answered { code: 500, reason: String::new(), message: "etcdserver: request is too large".into() },
+    );
+    for (action, verb) in
+        [(Action::AddReference(reference.clone()), "hold"), (Action::RemoveReference(reference.clone()), "release")]
+    {
+        let follow_up = action_failed(&server, &action, &ActionFailure::Api(refusal.clone()), at(5));
+        assert!(!writes_status(&follow_up), "{follow_up:?}");
+        assert_eq!(follow_up.status, server.status);
+        let events: Vec<_> = follow_up.events().collect();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].type_, EventType::Warning);
+        assert_eq!(
+            events[0].note,
+            format!(
+                "cannot {verb} the reference on network net-1: HTTP 500: etcdserver: request is too large; retrying"
+            )
+        );
+        assert!(matches!(follow_up.outcome, Outcome::Error(_)), "{:?}", follow_up.outcome);
+    }
+}

@@ -26,7 +26,11 @@ pub enum ApiCause {
     /// The API server answered with this HTTP status, its reason word
     /// (`Conflict`, `Invalid`, `Forbidden`, `TooManyRequests`, ...) and its
     /// message.
-    #[error("HTTP {code} {reason}{}", if message.is_empty() { String::new() } else { format!(": {message}") })]
+    #[error(
+        "HTTP {code}{}{}",
+        if reason.is_empty() { String::new() } else { format!(" {reason}") },
+        if message.is_empty() { String::new() } else { format!(": {message}") }
+    )]
     Answered { code: u16, reason: String, message: String },
     /// No answer came back (a timeout, a connection lost, a body that
     /// could not be read): the request may have been applied.

@@ -433,11 +433,16 @@ pub enum EventReason {
     /// `spec.infrastructureRef`): parked before anything is touched (this
     /// controller's own).
     SpecNotSupported,
+    /// The API server refused a reference write on a consumed object (a
+    /// shared Network whose references fill what etcd takes, a quota, a
+    /// webhook): the pass retries, and no status is written before the
+    /// create, so the event is what tells why (this controller's own).
+    ReferenceNotWritten,
 }
 
 impl EventReason {
     /// Every reason, for metrics that show each from the start.
-    pub const ALL: [EventReason; 17] = [
+    pub const ALL: [EventReason; 18] = [
         EventReason::ProviderCreateRetrying,
         EventReason::ProviderCreateRetryReady,
         EventReason::ProviderCreateFailed,
@@ -455,6 +460,7 @@ impl EventReason {
         EventReason::ProviderServerRebuilt,
         EventReason::ProviderServerRebuildFailed,
         EventReason::SpecNotSupported,
+        EventReason::ReferenceNotWritten,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -476,6 +482,7 @@ impl EventReason {
             EventReason::ProviderServerRebuilt => "ProviderServerRebuilt",
             EventReason::ProviderServerRebuildFailed => "ProviderServerRebuildFailed",
             EventReason::SpecNotSupported => "SpecNotSupported",
+            EventReason::ReferenceNotWritten => "ReferenceNotWritten",
         }
     }
 }
@@ -514,7 +521,8 @@ mod tests {
             | EventReason::ProviderServerRebuilding
             | EventReason::ProviderServerRebuilt
             | EventReason::ProviderServerRebuildFailed
-            | EventReason::SpecNotSupported => EventReason::ALL.iter().position(|listed| *listed == reason),
+            | EventReason::SpecNotSupported
+            | EventReason::ReferenceNotWritten => EventReason::ALL.iter().position(|listed| *listed == reason),
         };
         let names: std::collections::BTreeSet<&str> = EventReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(names.len(), EventReason::ALL.len(), "a reason listed twice");

@@ -5,7 +5,7 @@ use jiff::Timestamp;
 
 use super::api_failure::ApiFailure;
 use super::decision::ServerPart;
-use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Wait};
+use super::decision::{Action, Decision, Event, EventReason, EventType, Outcome, PassError, Reference, Wait};
 use super::plan::Plan;
 use crate::lifecycle::Park;
 use crate::model::{
@@ -83,9 +83,37 @@ pub fn action_failed(server: &Server, action: &Action, failure: &ActionFailure, 
         }
         (_, ActionFailure::Conflict(failure)) => unchanged(Outcome::Yield(Wait::Conflict(failure.clone()))),
         (_, ActionFailure::Cloud(error)) => unchanged(Outcome::Error(PassError::Cloud(error.clone()))),
+        // A reference the API server refused: the status stays as it was
+        // (written before the create, it would make the create-issued note
+        // stand for a create never sent), and an event says why the Server
+        // waits.
+        (Action::AddReference(reference) | Action::RemoveReference(reference), ActionFailure::Api(failure)) => {
+            let adding = matches!(action, Action::AddReference(_));
+            Decision {
+                status: server.status.clone(),
+                actions: vec![Action::Emit(reference_not_written(reference, adding, failure))],
+                outcome: Outcome::Error(PassError::Api(failure.clone())),
+            }
+        }
         (_, ActionFailure::Api(failure)) => unchanged(Outcome::Error(PassError::Api(failure.clone()))),
         // Nothing is left to act on; the watch's delete event ends its work.
         (_, ActionFailure::ServerGone) => unchanged(Outcome::Error(PassError::ServerGone)),
+    }
+}
+
+/// The Warning that says which reference the API server refused and how.
+fn reference_not_written(reference: &Reference, adding: bool, failure: &ApiFailure) -> Event {
+    let (action, verb) = if adding { ("AddReference", "hold") } else { ("RemoveReference", "release") };
+    Event {
+        type_: EventType::Warning,
+        reason: EventReason::ReferenceNotWritten,
+        action,
+        note: format!(
+            "cannot {verb} the reference on {} {}: {}; retrying",
+            reference.kind.as_str(),
+            reference.name,
+            failure.cause
+        ),
     }
 }
 
