@@ -18,7 +18,7 @@ use crate::auth::{Auth, FailureStreakHook};
 use crate::client::{Http, Session};
 use crate::config::{ConfigError, OpenStackConfig};
 use crate::external::ExternalNetworks;
-use crate::index::{Known, Project, ServerIndex};
+use crate::index::{Known, Listed, Project, ServerIndex};
 use crate::mapping::{self, NovaServer, port_name};
 use crate::network::{self as neutron, Port};
 use crate::own_writes::OwnPortWrites;
@@ -237,17 +237,28 @@ impl OpenStackCloud {
     /// Lists every server of the project and records them in the index,
     /// with the boots the list shows: page by page, so a list that ends
     /// before its last page (a page that failed, a lookup's caller that
-    /// stopped waiting) still notes every boot it was shown.
-    async fn list_into(&self, session: &Session<'_>, project: &Project) -> Result<Vec<NovaServer>, CloudError> {
+    /// stopped waiting) still notes every boot it was shown. Of each server
+    /// only what `keep` makes of it is held past its page.
+    async fn list_into<T>(
+        &self,
+        session: &Session<'_>,
+        project: &Project,
+        mut keep: impl FnMut(&NovaServer) -> Option<T>,
+    ) -> Result<Vec<T>, CloudError> {
         let started = self.term.index.tick();
-        let servers = compute::list_servers(session, |page| {
-            for server in page.iter().filter(|server| !server.down_cell()) {
-                record_boot(project, server);
+        let (mut listed, mut kept) = (Vec::new(), Vec::new());
+        compute::list_servers(session, |page| {
+            for server in &page {
+                if !server.down_cell() {
+                    record_boot(project, server);
+                }
+                listed.push(Listed::of(server));
+                kept.extend(keep(server));
             }
         })
         .await?;
-        project.record_list(started, &servers);
-        Ok(servers)
+        project.record_list(started, listed);
+        Ok(kept)
     }
 
     /// Lists the project into the index in a task of its own that holds
@@ -265,7 +276,7 @@ impl OpenStackCloud {
         let list = tokio::spawn(async move {
             let _listing = listing;
             let session = cloud.session(&identity);
-            cloud.list_into(&session, &project).await.map(drop)
+            cloud.list_into(&session, &project, |_| None::<()>).await.map(drop)
         });
         list.await.unwrap_or_else(|_| {
             Err(CloudError::Unavailable {
@@ -811,14 +822,13 @@ impl OpenStackCloud {
     async fn list_flow(&self, identity: &IdentityContext) -> Result<Vec<ProviderServer>, CloudError> {
         let session = self.session(identity);
         let project = self.term.index.project(identity);
-        let servers = self.list_into(&session, &project).await?;
         // Servers this operator did not make (no uid) are not its business;
         // down-cell records cannot be told apart, so they are left out too.
-        let mut records: Vec<ProviderServer> = servers
-            .iter()
-            .filter(|s| s.server_uid().is_some() && !s.down_cell())
-            .map(mapping::provider_server)
-            .collect();
+        let mut records: Vec<ProviderServer> = self
+            .list_into(&session, &project, |s| {
+                (s.server_uid().is_some() && !s.down_cell()).then(|| mapping::provider_server(s))
+            })
+            .await?;
         // While a server builds, Ironic tells a baremetal one's progress:
         // one list of the project's nodes, read best effort.
         if records.iter().any(|record| record.status == ProviderStatus::Build) {

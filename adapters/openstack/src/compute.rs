@@ -46,15 +46,15 @@ pub(crate) struct Created {
 }
 
 /// Every server of the token's project, with details, following Nova's
-/// pagination (a `next` link means "ask again after the last id").
-/// `on_page` sees each page as it comes: what a list cut short showed
-/// (a page that failed, a caller that stopped waiting) is still seen.
+/// pagination (a `next` link means "ask again after the last id"), handed
+/// to `on_page` page by page and kept by nobody here: what a list cut short
+/// showed (a page that failed, a caller that stopped waiting) is still
+/// seen, and a list of many pages never holds every record at once.
 pub(crate) async fn list_servers(
     session: &Session<'_>,
-    mut on_page: impl FnMut(&[NovaServer]),
-) -> Result<Vec<NovaServer>, CloudError> {
+    mut on_page: impl FnMut(Vec<NovaServer>),
+) -> Result<(), CloudError> {
     const OPERATION: &str = "listing servers";
-    let mut servers = Vec::new();
     let mut marker: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let mut call = Call::new(OPERATION, Service::Compute, Method::GET, "/servers/detail");
@@ -64,11 +64,10 @@ pub(crate) async fn list_servers(
         let page: ServerList = page_asked_again(|| async { session.send(&call).await?.json(OPERATION) }).await?;
         let more = page.servers_links.iter().any(|l| l.rel == "next");
         let last = page.servers.last().map(|s| s.id.clone());
-        on_page(&page.servers);
-        servers.extend(page.servers);
+        on_page(page.servers);
         match last {
             Some(last) if more && marker.as_deref() != Some(last.as_str()) => marker = Some(last),
-            _ => return Ok(servers),
+            _ => return Ok(()),
         }
     }
     Err(CloudError::Unavailable { status: 502, message: format!("{OPERATION}: more than {MAX_PAGES} pages") })

@@ -67,6 +67,44 @@ struct ProjectState {
     booted: HashMap<String, Timestamp>,
 }
 
+/// What the index keeps of one listed server: a list's servers are read
+/// page by page and kept as these, never whole (a Nova server's record is
+/// kilobytes; a list of 10,000 held them all at once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Listed {
+    id: String,
+    created: Option<String>,
+    owner: Owner,
+}
+
+/// Whose a listed server is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Owner {
+    /// A record of a Nova cell that did not answer: whose cannot be told.
+    DownCell,
+    /// A Server's, by its uid.
+    Server(String),
+    /// The Go controller's, by the Server name it recorded.
+    GoMade(String),
+    /// Neither's.
+    Other,
+}
+
+impl Listed {
+    pub(crate) fn of(server: &NovaServer) -> Self {
+        let owner = if server.down_cell() {
+            Owner::DownCell
+        } else if let Some(uid) = server.server_uid() {
+            Owner::Server(uid.to_owned())
+        } else if let Some(name) = server.go_server_name() {
+            Owner::GoMade(name.to_owned())
+        } else {
+            Owner::Other
+        };
+        Listed { id: server.id.clone(), created: server.created.clone(), owner }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Entry {
     ids: Vec<String>,
@@ -117,20 +155,18 @@ impl Project {
     }
 
     /// Replaces what is known by a complete list that started at `started`.
-    pub(crate) fn record_list(&self, started: u64, servers: &[NovaServer]) {
+    pub(crate) fn record_list(&self, started: u64, mut servers: Vec<Listed>) {
         let mut state = self.state();
         let mut by_uid: HashMap<String, Entry> = HashMap::new();
         let mut go_made: HashMap<String, Vec<String>> = HashMap::new();
         let mut down_cells = 0;
-        let mut sorted: Vec<&NovaServer> = servers.iter().collect();
-        sorted.sort_by(|a, b| (a.created.as_deref(), &a.id).cmp(&(b.created.as_deref(), &b.id)));
-        for server in sorted {
-            if server.down_cell() {
-                down_cells += 1;
-            } else if let Some(uid) = server.server_uid() {
-                by_uid.entry(uid.to_owned()).or_default().ids.push(server.id.clone());
-            } else if let Some(name) = server.go_server_name() {
-                go_made.entry(name.to_owned()).or_default().push(server.id.clone());
+        servers.sort_by(|a, b| (a.created.as_deref(), &a.id).cmp(&(b.created.as_deref(), &b.id)));
+        for server in servers {
+            match server.owner {
+                Owner::DownCell => down_cells += 1,
+                Owner::Server(uid) => by_uid.entry(uid).or_default().ids.push(server.id),
+                Owner::GoMade(name) => go_made.entry(name).or_default().push(server.id),
+                Owner::Other => {}
             }
         }
         for (uid, entry) in state.by_uid.drain() {
@@ -219,7 +255,7 @@ mod tests {
         let project = index.project(&IdentityContext::default());
         assert_eq!(project.known("u1"), Known::MustList);
         let started = index.tick();
-        project.record_list(started, &[server("a", &[("unikorn:server-uid", "u1")])]);
+        project.record_list(started, vec![Listed::of(&server("a", &[("unikorn:server-uid", "u1")]))]);
         assert_eq!(project.known("u1"), Known::Ids(vec!["a".into()]));
         assert_eq!(project.known("u2"), Known::Absent);
         project.mark_uncertain("u2", index.tick());
@@ -238,7 +274,7 @@ mod tests {
         let started = index.tick();
         project.mark_uncertain("u1", index.tick());
         project.remember("u1", "new", index.tick());
-        project.record_list(started, &[]);
+        project.record_list(started, Vec::new());
         assert_eq!(project.known("u1"), Known::Ids(vec!["new".into()]));
         // The mark is younger than the list: absence stays in doubt.
         project.forget("u1", "new");
@@ -251,7 +287,7 @@ mod tests {
         let project = index.project(&IdentityContext::default());
         let down = NovaServer { id: "d".into(), status: "UNKNOWN".into(), ..NovaServer::default() };
         let go = server("g", &[("serverID", "web"), ("organizationID", "o")]);
-        project.record_list(index.tick(), &[down, go]);
+        project.record_list(index.tick(), vec![Listed::of(&down), Listed::of(&go)]);
         assert_eq!(project.known("u1"), Known::MustList);
         assert_eq!(project.down_cells(), 1);
         assert_eq!(project.go_made("web"), vec!["g".to_owned()]);
