@@ -278,8 +278,7 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
     let marker = ctx.query("marker");
     let keep = |record: &ProviderServer| {
         // The model's record carries the model's id; books hold Nova's.
-        let id = nova_id(&record.id);
-        let book = state.books.get(&record.server_uid).filter(|b| b.id.as_deref().is_none_or(|b| b == id));
+        let book = book_of_id(&state, &record.server_uid, &nova_id(&record.id));
         let name = book.map_or(record.server_uid.as_str(), |b| b.name.as_str());
         let tags = book.map(|b| &b.tags);
         let has = |t: &String| tags.is_some_and(|tags| tags.contains(t));
@@ -342,7 +341,12 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
 
 /// The book of a model record, when it describes this very server.
 fn book_of<'s>(state: &'s State, record: &ProviderServer) -> Option<&'s ServerBook> {
-    state.books.get(&record.server_uid).filter(|b| b.id.as_deref().is_none_or(|id| id == record.id))
+    book_of_id(state, &record.server_uid, &record.id)
+}
+
+/// The book of the server `nova_id` of `uid`, when it describes that server.
+fn book_of_id<'s>(state: &'s State, uid: &str, nova_id: &str) -> Option<&'s ServerBook> {
+    state.books.get(uid).filter(|b| b.id.as_deref().is_none_or(|id| id == nova_id))
 }
 
 /// When Nova last changed the server: the latest of its creation, its
