@@ -397,3 +397,40 @@ async fn lists_that_span_pages_lose_nothing_and_leave_nothing() {
     })
     .await;
 }
+
+/// After the term's first complete list, a poll asks Nova for the servers
+/// changed since the latest change it saw (less its margin): once the
+/// servers have stood still longer than that, each poll is one page, not
+/// the five a complete list of these nine takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steady_polls_ask_nova_for_what_changed_a_page_each() {
+    within(async {
+        let sim_config = OpenStackSimConfig { page_size: 2, ..Default::default() };
+        let mut env =
+            Env::build_with(CloudKind::OpenStack, 54, test_config(), cloud::CloudConfig::reliable(54), sim_config)
+                .await;
+        let names: Vec<String> = (0..9).map(|i| format!("steady-{i}")).collect();
+        for name in &names {
+            env.create_server(name, fast(Fate::clean()), Env::spec());
+        }
+        env.start();
+        for name in &names {
+            env.wait_server(name, "Running", |s| phase(s) == "Running").await;
+        }
+        // Past the margin the lists of changes start from.
+        let margin = server_core::listing::SINCE_MARGIN + Duration::from_secs(5);
+        tokio::time::sleep(margin).await;
+        let sim = openstack(&env);
+        let pages = || sim.requests().iter().filter(|r| r.op == Op::ServerListDetail).count();
+        let before = pages();
+        let window = Duration::from_secs(2);
+        tokio::time::sleep(window).await;
+        let polls_at_most = window.as_millis() / test_config().monitor_interval.as_millis() + 1;
+        let listed = u128::try_from(pages() - before).unwrap_or(u128::MAX);
+        assert!(listed >= 3, "the monitor kept polling: {listed} pages");
+        assert!(listed <= polls_at_most, "{listed} pages in at most {polls_at_most} polls: more than one a poll");
+        env.assert_invariants();
+        env.stop().await;
+    })
+    .await;
+}

@@ -108,7 +108,7 @@ async fn one_operator_serves_each_region_with_the_cloud_its_region_resource_name
             project_id: IDENTITY.into(),
             ..IdentityContext::default()
         };
-        let listed = simulated.port().list(&as_identity).await.unwrap_or_default();
+        let listed = simulated.port().list(&as_identity, server_core::port::ListScope::Complete).await.unwrap_or_default().servers;
         assert_eq!(listed.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), [on_simulated.as_str()]);
 
         // The unsupported region's Server was never created anywhere, and

@@ -27,6 +27,7 @@ pub mod baremetal;
 pub mod explain;
 mod issued;
 pub mod lifecycle;
+pub mod listing;
 pub mod model;
 pub mod monitor;
 pub mod observations;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
+pub use crate::listing::{ListScope, ProviderListing};
 use crate::model::{AllowedAddressPair, NetworkAttachment, Tag};
 
 /// A boxed future, so the port stays object-safe (`dyn CloudPort`) for the
@@ -59,9 +60,11 @@ pub trait CloudPort: Send + Sync {
     /// when the server is gone by the time the Server's pass reads it.
     /// Required, so that no wrapper can hide it.
     fn boot_read(&self, identity: &IdentityContext, uid: &str) -> Option<Timestamp>;
-    /// Every server of the identity's project, in one call: the monitor asks
-    /// once per (region, identity) per poll.
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>>;
+    /// The servers of the identity's project `scope` asks for, in one call:
+    /// the monitor asks once per (region, identity) per poll. A port that
+    /// cannot list changes answers a complete list to any ask
+    /// (`ProviderListing::complete`).
+    fn list<'a>(&'a self, identity: &'a IdentityContext, scope: ListScope) -> PortFuture<'a, ProviderListing>;
     /// The Server's provider resources besides its server (its ports and
     /// floating IPs), each by its ID. A cloud that keeps none apart from the
     /// server answers an empty list.

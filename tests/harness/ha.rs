@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use server_core::port::{
-    CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, RebuildRequest, ServerRef,
-    Term,
+    CloudPort, CreateRequest, DeleteProgress, IdentityContext, ListScope, PortFuture, ProviderListing, ProviderServer,
+    RebuildRequest, ServerRef, Term,
 };
 use server_kube::{CloudRegistry, ControllerConfig, Fence, LeaseConfig, Operator, RegionCloud};
 use tokio::net::{TcpListener, TcpStream};
@@ -81,8 +81,8 @@ impl CloudPort for SlowAnswers {
         self.cloud.boot_read(identity, uid)
     }
 
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
-        self.cloud.list(identity)
+    fn list<'a>(&'a self, identity: &'a IdentityContext, scope: ListScope) -> PortFuture<'a, ProviderListing> {
+        self.cloud.list(identity, scope)
     }
 
     fn attachments<'a>(
@@ -240,10 +240,10 @@ impl CloudPort for MidCallBlock {
         self.cloud.boot_read(identity, uid)
     }
 
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+    fn list<'a>(&'a self, identity: &'a IdentityContext, scope: ListScope) -> PortFuture<'a, ProviderListing> {
         Box::pin(async move {
             self.admit("GET /servers/detail")?;
-            self.cloud.list(identity).await
+            self.cloud.list(identity, scope).await
         })
     }
 

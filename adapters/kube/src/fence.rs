@@ -24,8 +24,8 @@ use futures_util::Stream;
 use kube::Client;
 use kube::client::Body;
 use server_core::port::{
-    AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
-    ProviderServer, RebuildRequest, RequestGate, ServerRef, Term,
+    AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, ListScope, PortFuture,
+    ProviderListing, ProviderServer, RebuildRequest, RequestGate, ServerRef, Term,
 };
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -296,10 +296,10 @@ impl CloudPort for FencedCloud {
         self.cloud.apply_region_settings(settings);
     }
 
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+    fn list<'a>(&'a self, identity: &'a IdentityContext, scope: ListScope) -> PortFuture<'a, ProviderListing> {
         Box::pin(async move {
             self.check()?;
-            self.cloud.list(identity).await
+            self.cloud.list(identity, scope).await
         })
     }
 

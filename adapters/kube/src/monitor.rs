@@ -24,7 +24,7 @@ use server_core::StatusPatch;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
 use server_core::monitor::{observe, projects, unwritten_wakes};
 use server_core::observations::{FirstLaunch, first_launch, state_label};
-use server_core::port::ProviderServer;
+use server_core::port::{ListScope, ProviderListing, ProviderServer};
 use tracing::{debug, info, warn};
 
 use crate::cache::Caches;
@@ -126,11 +126,19 @@ impl Monitor {
             let (namespace, region, identity) = &key;
             // Before the list is sent, in whole seconds: no later than its start.
             let listed_at = now();
-            let Some(records) = self.list_group(term, caches, namespace, region, identity).await else {
+            // The list asks for what changed since the last (`server_core::listing`).
+            let mut merged = term.listings.take_merged(&key);
+            let scope = merged.next_scope(jiff::Timestamp::now());
+            let list_started = jiff::Timestamp::now();
+            let listing = self.list_group(term, caches, namespace, region, identity, scope).await;
+            let taken = listing.is_some_and(|listing| merged.apply(listing, list_started, jiff::Timestamp::now()));
+            let records: Vec<ProviderServer> = if taken { merged.servers().cloned().collect() } else { Vec::new() };
+            term.listings.keep_merged(key.clone(), merged);
+            if !taken {
                 report.groups_failed += 1;
                 self.metrics.monitor_group_failed(region);
                 continue;
-            };
+            }
             report.groups += 1;
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
             let unset = ServerStatus::default();
@@ -216,7 +224,8 @@ impl Monitor {
         namespace: &str,
         region: &str,
         identity: &str,
-    ) -> Option<Vec<ProviderServer>> {
+        scope: ListScope,
+    ) -> Option<ProviderListing> {
         let handle = match term.clouds.cached_handle(caches, namespace, region, identity, self.config.cloud_timeout) {
             Ok(handle) => handle,
             Err(error) => {
@@ -224,7 +233,7 @@ impl Monitor {
                 return None;
             }
         };
-        match handle.list().await {
+        match handle.list(scope).await {
             Ok(records) => Some(records),
             Err(error) => {
                 warn!(%region, %identity, %error, "monitor: listing provider servers failed");

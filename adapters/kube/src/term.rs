@@ -180,8 +180,8 @@ mod tests {
     use kube::client::Body;
     use server_core::ProviderView;
     use server_core::port::{
-        AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, PortFuture,
-        ProviderServer, RebuildRequest, ServerRef, Term as PortTerm,
+        AttachedResource, CloudError, CloudPort, CreateRequest, DeleteProgress, IdentityContext, ListScope, PortFuture,
+        ProviderListing, ProviderServer, RebuildRequest, ServerRef, Term as PortTerm,
     };
     use tokio::time::Instant;
 
@@ -210,8 +210,8 @@ mod tests {
         fn boot_read(&self, _: &IdentityContext, _: &str) -> Option<jiff::Timestamp> {
             None
         }
-        fn list<'a>(&'a self, _: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
-            Box::pin(async { Ok(Vec::new()) })
+        fn list<'a>(&'a self, _: &'a IdentityContext, _: ListScope) -> PortFuture<'a, ProviderListing> {
+            Box::pin(async { Ok(ProviderListing::default()) })
         }
         fn attachments<'a>(
             &'a self,
@@ -301,9 +301,9 @@ mod tests {
         // The first term's cloud is shut although this replica leads again.
         let identity = IdentityContext::default();
         let old = first.clouds.get("region").expect("the region").port.clone();
-        let refused = old.list(&identity).await;
+        let refused = old.list(&identity, ListScope::Complete).await;
         assert!(matches!(refused, Err(CloudError::Unavailable { status: 503, .. })), "{refused:?}");
         let new = second.clouds.get("region").expect("the region").port.clone();
-        assert!(new.list(&identity).await.is_ok());
+        assert!(new.list(&identity, ListScope::Complete).await.is_ok());
     }
 }

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use jiff::Timestamp;
 use server_core::model::AllowedAddressPair;
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, DeleteProgress, FloatingIp, FloatingIpRequest,
-    IdentityContext, NetworkSelector, Networking, NetworkingQuery, NetworkingSource, PortFuture, PortUpdate,
-    ProviderServer, ProviderStatus, RebuildRequest, RegionSettings, RequestGate, ServerPort, ServerRef, Term,
+    IdentityContext, ListScope, NetworkSelector, Networking, NetworkingQuery, NetworkingSource, PortFuture, PortUpdate,
+    ProviderListing, ProviderServer, ProviderStatus, RebuildRequest, RegionSettings, RequestGate, ServerPort,
+    ServerRef, Term,
 };
 use tracing::{debug, info, warn};
 
@@ -88,6 +90,18 @@ impl fmt::Debug for OpenStackCloud {
 /// Notes in the index that `server` booted, when its record shows that
 /// (the core's rule): the caller of the read may not be shown it (a list
 /// taken for another Server's lookup, a second server of the uid).
+/// What a list kept of the servers it showed.
+struct Paged<T> {
+    /// What `keep` made of each server that exists.
+    kept: Vec<T>,
+    /// The ids of the servers it showed deleted.
+    deleted: Vec<String>,
+    /// The latest `updated` it showed.
+    latest_change: Option<Timestamp>,
+    /// Nova's clock when it answered the first page.
+    provider_now: Option<Timestamp>,
+}
+
 fn record_boot(project: &Project, server: &NovaServer) {
     let Some(uid) = server.server_uid() else { return };
     if project.boot_read(uid).is_some() {
@@ -234,31 +248,44 @@ impl OpenStackCloud {
         Session { http: &self.inner.http, auth: &self.inner.auth, identity, gate: self.term.gate.as_ref() }
     }
 
-    /// Lists every server of the project and records them in the index,
-    /// with the boots the list shows: page by page, so a list that ends
-    /// before its last page (a page that failed, a lookup's caller that
-    /// stopped waiting) still notes every boot it was shown. Of each server
-    /// only what `keep` makes of it is held past its page.
+    /// Lists the servers of the project (every one, or those changed since
+    /// `changed_since`) and records them in the index, with the boots the
+    /// list shows: page by page, so a list that ends before its last page
+    /// (a page that failed, a lookup's caller that stopped waiting) still
+    /// notes every boot it was shown. Of each server that exists only what
+    /// `keep` makes of it is held past its page; of each shown deleted, its
+    /// id.
     async fn list_into<T>(
         &self,
         session: &Session<'_>,
         project: &Project,
+        changed_since: Option<Timestamp>,
         mut keep: impl FnMut(&NovaServer) -> Option<T>,
-    ) -> Result<Vec<T>, CloudError> {
+    ) -> Result<Paged<T>, CloudError> {
         let started = self.term.index.tick();
-        let (mut listed, mut kept) = (Vec::new(), Vec::new());
-        compute::list_servers(session, |page| {
+        let mut listed = Vec::new();
+        let mut paged = Paged { kept: Vec::new(), deleted: Vec::new(), latest_change: None, provider_now: None };
+        let answered = compute::list_servers(session, changed_since, |page| {
             for server in &page {
+                paged.latest_change = paged.latest_change.max(server.updated_at());
+                if server.deleted() {
+                    paged.deleted.push(server.id.clone());
+                    continue;
+                }
                 if !server.down_cell() {
                     record_boot(project, server);
                 }
                 listed.push(Listed::of(server));
-                kept.extend(keep(server));
+                paged.kept.extend(keep(server));
             }
         })
         .await?;
-        project.record_list(started, listed);
-        Ok(kept)
+        paged.provider_now = answered.first_page_date;
+        match changed_since {
+            None => project.record_list(started, listed),
+            Some(_) => project.record_changes(started, listed),
+        }
+        Ok(paged)
     }
 
     /// Lists the project into the index in a task of its own that holds
@@ -276,7 +303,7 @@ impl OpenStackCloud {
         let list = tokio::spawn(async move {
             let _listing = listing;
             let session = cloud.session(&identity);
-            cloud.list_into(&session, &project, |_| None::<()>).await.map(drop)
+            cloud.list_into(&session, &project, None, |_| None::<()>).await.map(drop)
         });
         list.await.unwrap_or_else(|_| {
             Err(CloudError::Unavailable {
@@ -819,13 +846,17 @@ impl OpenStackCloud {
         Ok(self.lookup(&session, server).await?.as_ref().map(mapping::provider_server))
     }
 
-    async fn list_flow(&self, identity: &IdentityContext) -> Result<Vec<ProviderServer>, CloudError> {
+    async fn list_flow(&self, identity: &IdentityContext, scope: ListScope) -> Result<ProviderListing, CloudError> {
         let session = self.session(identity);
         let project = self.term.index.project(identity);
+        let changed_since = match scope {
+            ListScope::Complete => None,
+            ListScope::ChangedSince(since) => Some(since),
+        };
         // Servers this operator did not make (no uid) are not its business;
         // down-cell records cannot be told apart, so they are left out too.
-        let mut records: Vec<ProviderServer> = self
-            .list_into(&session, &project, |s| {
+        let Paged { kept: mut records, deleted, latest_change, provider_now } = self
+            .list_into(&session, &project, changed_since, |s| {
                 (s.server_uid().is_some() && !s.down_cell()).then(|| mapping::provider_server(s))
             })
             .await?;
@@ -841,7 +872,7 @@ impl OpenStackCloud {
                 Err(error) => debug!(%error, "baremetal nodes not read; building servers show the VM default"),
             }
         }
-        Ok(records)
+        Ok(ProviderListing { changed_since, servers: records, deleted, latest_change, provider_now })
     }
 }
 
@@ -896,8 +927,8 @@ impl CloudPort for OpenStackCloud {
         self.term.index.project(identity).boot_read(uid)
     }
 
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
-        Box::pin(self.list_flow(identity))
+    fn list<'a>(&'a self, identity: &'a IdentityContext, scope: ListScope) -> PortFuture<'a, ProviderListing> {
+        Box::pin(self.list_flow(identity, scope))
     }
 
     fn attachments<'a>(

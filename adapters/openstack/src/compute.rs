@@ -1,5 +1,6 @@
 //! Nova calls (compute API v2.1 at microversion [`NOVA_MICROVERSION`](crate::client::NOVA_MICROVERSION)).
 
+use jiff::Timestamp;
 use reqwest::Method;
 use serde::Deserialize;
 use serde_json::Value;
@@ -23,6 +24,13 @@ pub(crate) struct ServerList {
     pub(crate) servers: Vec<NovaServer>,
     #[serde(default)]
     pub(crate) servers_links: Vec<Link>,
+}
+
+/// What a whole list said besides its servers.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ListAnswered {
+    /// Nova's clock when it answered the first page (its `Date`).
+    pub(crate) first_page_date: Option<Timestamp>,
 }
 
 #[derive(Deserialize)]
@@ -50,24 +58,41 @@ pub(crate) struct Created {
 /// to `on_page` page by page and kept by nobody here: what a list cut short
 /// showed (a page that failed, a caller that stopped waiting) is still
 /// seen, and a list of many pages never holds every record at once.
+///
+/// With `changed_since`, only the servers Nova changed at or after that
+/// time of its clock, deleted ones too (status DELETED): Nova lists deleted
+/// servers whenever `changes-since` is given (nova/api/openstack/compute/
+/// servers.py `_get_servers`).
 pub(crate) async fn list_servers(
     session: &Session<'_>,
+    changed_since: Option<Timestamp>,
     mut on_page: impl FnMut(Vec<NovaServer>),
-) -> Result<(), CloudError> {
+) -> Result<ListAnswered, CloudError> {
     const OPERATION: &str = "listing servers";
     let mut marker: Option<String> = None;
+    let mut answered = ListAnswered { first_page_date: None };
     for _ in 0..MAX_PAGES {
         let mut call = Call::new(OPERATION, Service::Compute, Method::GET, "/servers/detail");
+        if let Some(since) = changed_since {
+            call = call.query("changes-since", since.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        }
         if let Some(marker) = &marker {
             call = call.query("marker", marker.clone());
         }
-        let page: ServerList = page_asked_again(|| async { session.send(&call).await?.json(OPERATION) }).await?;
+        let (page, date): (ServerList, _) = page_asked_again(|| async {
+            let reply = session.send(&call).await?;
+            Ok((reply.json(OPERATION)?, reply.date()))
+        })
+        .await?;
+        if marker.is_none() {
+            answered.first_page_date = date;
+        }
         let more = page.servers_links.iter().any(|l| l.rel == "next");
         let last = page.servers.last().map(|s| s.id.clone());
         on_page(page.servers);
         match last {
             Some(last) if more && marker.as_deref() != Some(last.as_str()) => marker = Some(last),
-            _ => return Ok(()),
+            _ => return Ok(answered),
         }
     }
     Err(CloudError::Unavailable { status: 502, message: format!("{OPERATION}: more than {MAX_PAGES} pages") })

@@ -41,6 +41,13 @@ impl Reply {
         error::request_id(&self.headers)
     }
 
+    /// The answer's `Date` (RFC 9110 §6.6.1, an IMF-fixdate): the
+    /// server's clock when it answered.
+    pub(crate) fn date(&self) -> Option<jiff::Timestamp> {
+        let value = self.headers.get(reqwest::header::DATE)?.to_str().ok()?;
+        jiff::fmt::rfc2822::parse(value).ok().map(|zoned| zoned.timestamp())
+    }
+
     pub(crate) fn is_success(&self) -> bool {
         self.status.is_success()
     }
@@ -170,4 +177,25 @@ pub(crate) fn segment(id: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use reqwest::header::{DATE, HeaderMap, HeaderValue};
+
+    use super::*;
+
+    fn reply_dated(date: &'static str) -> Reply {
+        let mut headers = HeaderMap::new();
+        headers.insert(DATE, HeaderValue::from_static(date));
+        Reply { status: StatusCode::OK, headers, body: Vec::new() }
+    }
+
+    #[test]
+    fn the_answers_date_is_read_as_http_writes_it_and_a_bad_one_is_none() {
+        let date = reply_dated("Fri, 04 Dec 2026 18:45:01 GMT").date();
+        assert_eq!(date, "2026-12-04T18:45:01Z".parse().ok());
+        assert_eq!(reply_dated("yesterday").date(), None);
+        assert_eq!(Reply { status: StatusCode::OK, headers: HeaderMap::new(), body: Vec::new() }.date(), None);
+    }
 }

@@ -189,6 +189,18 @@ impl Project {
         state.uncertain.retain(|_, marked| *marked >= started);
     }
 
+    /// Takes in a list of the changes since a time, started at `started`:
+    /// the servers it shows are learnt, and nothing else is concluded (it
+    /// proves no absence; a server it shows deleted stays known until a read
+    /// of it answers 404, as any id the index holds).
+    pub(crate) fn record_changes(&self, started: u64, servers: Vec<Listed>) {
+        for server in servers {
+            if let Owner::Server(uid) = server.owner {
+                self.remember(&uid, &server.id, started);
+            }
+        }
+    }
+
     pub(crate) fn remember(&self, uid: &str, id: &str, tick: u64) {
         let mut state = self.state();
         let entry = state.by_uid.entry(uid.to_owned()).or_default();

@@ -58,6 +58,9 @@ pub(crate) struct NovaServer {
     pub(crate) task_state: Option<String>,
     #[serde(default)]
     pub(crate) created: Option<String>,
+    /// When Nova last changed the server (`updated_at`), on its clock.
+    #[serde(default)]
+    pub(crate) updated: Option<String>,
     #[serde(rename = "OS-SRV-USG:launched_at", default)]
     pub(crate) launched_at: Option<String>,
     /// The image it runs: `{"id": ...}`, or `""` for a server booted from a volume.
@@ -213,6 +216,17 @@ impl NovaServer {
     /// never read as "absent" nor as someone else's server.
     pub(crate) fn down_cell(&self) -> bool {
         self.status.eq_ignore_ascii_case("UNKNOWN") && self.metadata.is_empty()
+    }
+
+    /// A list of changes shows it deleted (Nova lists deleted servers when
+    /// asked for `changes-since`, with status DELETED).
+    pub(crate) fn deleted(&self) -> bool {
+        self.status.eq_ignore_ascii_case("DELETED")
+    }
+
+    /// When Nova last changed it, if the record says.
+    pub(crate) fn updated_at(&self) -> Option<Timestamp> {
+        self.updated.as_deref().and_then(parse_time)
     }
 
     /// Nova is already deleting it: a second DELETE would only earn a 409.

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use server_core::baremetal::ProvisionState;
+use server_core::listing::ListedServers;
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{
     AttachedResource, CloudError, CloudPort, CreateRequest, CreateStep, Credentials, DeleteProgress, FloatingIpRequest,
-    IdentityContext, LIST_PAGE_ATTEMPTS, NetworkingQuery, NetworkingSource, PowerState, ProviderServer, ProviderStatus,
-    RegionSettings, RequestGate, ServerRef, Term,
+    IdentityContext, LIST_PAGE_ATTEMPTS, ListScope, NetworkingQuery, NetworkingSource, PowerState, ProviderServer,
+    ProviderStatus, RegionSettings, RequestGate, ServerRef, Term,
 };
 use server_openstack::{FailureStreakHook, NetworkSelector, OpenStackCloud, OpenStackConfig, port_name};
 use server_sim_openstack::{Fault, KeystoneUrl, Op, OpenStackSim, OpenStackSimConfig, ServeHandle, Target};
@@ -144,19 +145,19 @@ fn request(uid: &str, public_ip: bool) -> CreateRequest {
 #[tokio::test]
 async fn token_is_cached_then_refreshed_once_on_401() -> TestResult {
     let h = Harness::new().await?;
-    h.cloud.list(&h.identity).await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(h.sim.counters().token_requests, 1, "the token is reused");
 
     // Keystone forgot every token: one 401, one new token, the call succeeds.
     h.sim.revoke_tokens();
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     let counters = h.sim.counters();
     assert_eq!((counters.token_requests, counters.unauthorized), (2, 1));
 
     // A 401 that survives the refresh is an auth failure, after one retry only.
     h.sim.inject(Target::Compute, Fault::Status(401), 2);
-    let error = h.cloud.list(&h.identity).await.err();
+    let error = h.cloud.list(&h.identity, ListScope::Complete).await.err();
     assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
     assert_eq!(h.sim.counters().token_requests, 3);
     assert!(!error.is_some_and(|e| e.is_transient()));
@@ -167,11 +168,11 @@ async fn token_is_cached_then_refreshed_once_on_401() -> TestResult {
 async fn token_is_renewed_shortly_before_expiry() -> TestResult {
     let sim_config = OpenStackSimConfig { token_ttl: Duration::from_secs(2), ..Default::default() };
     let h = Harness::with(sim_config, |c| c.token_refresh_margin = Duration::from_secs(1)).await?;
-    h.cloud.list(&h.identity).await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(h.sim.counters().token_requests, 1);
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(h.sim.counters().token_requests, 2, "renewed a margin before expiry");
     assert_eq!(h.sim.counters().unauthorized, 0, "never sent an expired token");
     Ok(())
@@ -180,10 +181,10 @@ async fn token_is_renewed_shortly_before_expiry() -> TestResult {
 #[tokio::test]
 async fn a_token_keystone_considers_expired_is_replaced() -> TestResult {
     let h = Harness::new().await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     // Keystone's clock runs two hours ahead of ours: its token lapsed early.
     h.clock.advance(Duration::from_secs(7_200));
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     let counters = h.sim.counters();
     assert_eq!((counters.token_requests, counters.unauthorized), (2, 1));
     Ok(())
@@ -204,8 +205,8 @@ async fn tokens_are_per_identity() -> TestResult {
     h.cloud.create(&h.identity, &request("uid-a", false)).await?;
     h.cloud.create(&other, &request("uid-b", false)).await?;
     assert_eq!(h.sim.counters().token_requests, 2);
-    let mine = h.cloud.list(&h.identity).await?;
-    let theirs = h.cloud.list(&other).await?;
+    let mine = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
+    let theirs = h.cloud.list(&other, ListScope::Complete).await?.servers;
     assert_eq!(mine.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), ["uid-a"]);
     assert_eq!(theirs.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), ["uid-b"]);
     assert_eq!(h.sim.counters().token_requests, 2);
@@ -221,13 +222,13 @@ async fn application_credentials_authenticate_for_their_project() -> TestResult 
         credentials: Credentials::ApplicationCredential { id: "ac-1".into(), secret: "ac-secret".into() },
         ..h.identity.clone()
     };
-    h.cloud.list(&identity).await?;
+    h.cloud.list(&identity, ListScope::Complete).await?;
 
     let wrong_secret = IdentityContext {
         credentials: Credentials::ApplicationCredential { id: "ac-1".into(), secret: "nope".into() },
         ..h.identity.clone()
     };
-    let error = h.cloud.list(&wrong_secret).await.err();
+    let error = h.cloud.list(&wrong_secret, ListScope::Complete).await.err();
     assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("request id req-")), "{error:?}");
 
     // A credential of another project must not be used to list this one.
@@ -235,7 +236,7 @@ async fn application_credentials_authenticate_for_their_project() -> TestResult 
         credentials: Credentials::ApplicationCredential { id: "ac-other".into(), secret: "x".into() },
         ..h.identity.clone()
     };
-    let error = h.cloud.list(&wrong_project).await.err();
+    let error = h.cloud.list(&wrong_project, ListScope::Complete).await.err();
     assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("project-elsewhere")), "{error:?}");
     Ok(())
 }
@@ -244,10 +245,10 @@ async fn application_credentials_authenticate_for_their_project() -> TestResult 
 async fn bad_or_missing_credentials_are_auth_errors() -> TestResult {
     let h = Harness::new().await?;
     h.sim.add_user("user-1", "the-real-one");
-    let error = h.cloud.list(&h.identity).await.err();
+    let error = h.cloud.list(&h.identity, ListScope::Complete).await.err();
     assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
     let none = IdentityContext { credentials: Credentials::None, ..h.identity.clone() };
-    let error = h.cloud.list(&none).await.err();
+    let error = h.cloud.list(&none, ListScope::Complete).await.err();
     assert!(matches!(&error, Some(CloudError::Auth { message }) if message.contains("no OpenStack credentials")));
     // Nothing went to Keystone for the identity without credentials.
     assert_eq!(h.sim.counters().token_requests, 1);
@@ -276,21 +277,21 @@ async fn a_refused_login_is_remembered_per_credential_and_retried_with_backoff()
     let logins = || h.sim.counters().token_requests;
     // Ten Servers' passes: one login refused, the nine others not sent.
     for _ in 0..10 {
-        let error = cloud.list(&stale).await.err();
+        let error = cloud.list(&stale, ListScope::Complete).await.err();
         assert!(matches!(error, Some(CloudError::Auth { .. })), "{error:?}");
     }
     assert_eq!(logins(), 1, "one refused login, none more during the backoff");
     assert_eq!(streaks.load(Ordering::SeqCst), 1);
     // The backoff over: one more try, refused, and the backoff doubles (to its cap).
     tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(cloud.list(&stale).await.is_err());
+    assert!(cloud.list(&stale, ListScope::Complete).await.is_err());
     assert_eq!(logins(), 2);
     tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(cloud.list(&stale).await.is_err());
+    assert!(cloud.list(&stale, ListScope::Complete).await.is_err());
     assert_eq!(logins(), 2, "the second backoff is longer than the first");
     assert_eq!(streaks.load(Ordering::SeqCst), 1, "one streak, counted once");
     // The fixed password is another credential: tried at once.
-    cloud.list(&h.identity).await?;
+    cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(logins(), 3);
     Ok(())
 }
@@ -309,14 +310,14 @@ async fn a_failing_keystone_is_retried_with_backoff_per_credential() -> TestResu
     .await?;
     h.sim.inject(Target::Keystone, Fault::Status(503), u32::MAX);
     for _ in 0..20 {
-        let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+        let error = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
         assert!(error.is_transient(), "{error:?}");
         assert_eq!(error.effect(), server_core::port::CallEffect::None, "no service request was sent: {error:?}");
     }
     assert_eq!(h.sim.counters().token_requests, 1, "one token request during the backoff");
     h.sim.clear_faults();
     tokio::time::sleep(Duration::from_millis(450)).await;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(h.sim.counters().token_requests, 2);
     Ok(())
 }
@@ -326,9 +327,9 @@ async fn endpoints_come_from_the_configured_region() -> TestResult {
     // The simulator's catalog lists a decoy region first: picking it would fail
     // to connect; the configured region is used.
     let h = Harness::new().await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     let elsewhere = Harness::with(OpenStackSimConfig::default(), |c| c.region = "Atlantis".into()).await?;
-    let error = elsewhere.cloud.list(&elsewhere.identity).await.err();
+    let error = elsewhere.cloud.list(&elsewhere.identity, ListScope::Complete).await.err();
     assert!(
         matches!(&error, Some(CloudError::Auth { message }) if message.contains("no public compute endpoint in region Atlantis")),
         "{error:?}"
@@ -739,7 +740,7 @@ async fn records_map_queued_launch_time_addresses_and_mac() -> TestResult {
     assert_eq!(active.public_ip.as_deref(), Some(ip.address.as_str()));
     assert_eq!(active.mac_address.as_deref(), Some(port.mac_address.as_str()));
 
-    let listed = h.cloud.list(&h.identity).await?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
     assert_eq!(listed, vec![active]);
     Ok(())
 }
@@ -809,7 +810,7 @@ async fn with_a_lookup_list_gap_a_create_in_doubt_waits_for_the_next_list_instea
     assert_eq!(h.ops(Op::ServerListDetail), lists, "no list of its own");
 
     // The monitor's list answers it (the create in doubt had failed: absent).
-    cloud.list(&h.identity).await?;
+    cloud.list(&h.identity, ListScope::Complete).await?;
     assert_eq!(cloud.get(&h.identity, &server_ref("uid-1")).await?, None);
     assert_eq!(h.ops(Op::ServerListDetail), lists + 1);
 
@@ -940,12 +941,64 @@ async fn list_follows_pagination_and_skips_foreign_servers() -> TestResult {
     }
     foreign_server(&h).await?;
     let before = h.ops(Op::ServerListDetail);
-    let mut uids: Vec<String> = h.cloud.list(&h.identity).await?.into_iter().map(|s| s.server_uid).collect();
+    let mut uids: Vec<String> =
+        h.cloud.list(&h.identity, ListScope::Complete).await?.servers.into_iter().map(|s| s.server_uid).collect();
     uids.sort();
     assert_eq!(uids, ["uid-0", "uid-1", "uid-2", "uid-3", "uid-4"]);
     // Three full pages of two, then the empty page after the last full one
     // (Nova links a next page whenever a page is full).
     assert_eq!(h.ops(Op::ServerListDetail) - before, 4, "three pages of two, then an empty one");
+    Ok(())
+}
+
+/// After a complete list, a poll asks Nova for the changes since (its
+/// `changes-since`): a few pages, the servers made or changed since and the
+/// ones deleted since (status DELETED), and the view merged from the two
+/// lists is the project as a new complete list shows it.
+#[tokio::test]
+async fn a_list_of_changes_shows_what_changed_and_what_was_deleted_and_merges_to_the_whole() -> TestResult {
+    let sim_config = OpenStackSimConfig { page_size: 2, ..Default::default() };
+    let h = Harness::with(sim_config, |_| {}).await?;
+    for i in 0..6 {
+        h.cloud.create(&h.identity, &request(&format!("uid-{i}"), false)).await?;
+        h.clock.advance(Duration::from_secs(60));
+    }
+    h.clock.advance(Duration::from_secs(120));
+    let mut view = ListedServers::default();
+    let now = Timestamp::now;
+    let complete = h.cloud.list(&h.identity, ListScope::Complete).await?;
+    assert!(complete.latest_change.is_some(), "Nova dates every server");
+    assert!(view.apply(complete, now(), now()));
+
+    h.clock.advance(Duration::from_secs(120));
+    let deleted_id = h.cloud.get(&h.identity, &server_ref("uid-1")).await?.map(|s| s.id).ok_or("uid-1 is missing")?;
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::InProgress);
+    h.clock.advance(Duration::from_secs(60));
+    assert_eq!(h.cloud.delete(&h.identity, &server_ref("uid-1")).await?, DeleteProgress::Gone);
+    h.cloud.create(&h.identity, &request("uid-6", false)).await?;
+    h.clock.advance(Duration::from_secs(60));
+
+    let ListScope::ChangedSince(since) = view.next_scope(now()) else {
+        return Err("a list of changes follows a complete one".into());
+    };
+    let before = h.ops(Op::ServerListDetail);
+    let changes = h.cloud.list(&h.identity, ListScope::ChangedSince(since)).await?;
+    assert_eq!(changes.changed_since, Some(since));
+    assert_eq!(changes.deleted, [deleted_id], "the deleted server, by its id");
+    let changed: Vec<&str> = changes.servers.iter().map(|s| s.server_uid.as_str()).collect();
+    assert!(changed.contains(&"uid-6"), "the new server: {changed:?}");
+    assert!(changed.len() <= 2, "only the servers changed near and after the last list's latest change: {changed:?}");
+    assert!(h.ops(Op::ServerListDetail) - before <= 2, "a page or two, not the project");
+    assert!(view.apply(changes, now(), now()));
+
+    let whole = h.cloud.list(&h.identity, ListScope::Complete).await?;
+    let uids = |servers: Vec<&ProviderServer>| {
+        let mut uids: Vec<String> = servers.into_iter().map(|s| s.server_uid.clone()).collect();
+        uids.sort();
+        uids
+    };
+    assert_eq!(uids(view.servers().collect()), uids(whole.servers.iter().collect()));
+    assert_eq!(uids(view.servers().collect()), ["uid-0", "uid-2", "uid-3", "uid-4", "uid-5", "uid-6"]);
     Ok(())
 }
 
@@ -962,14 +1015,14 @@ async fn a_failed_page_is_asked_again_and_the_list_is_whole() -> TestResult {
     let before = h.ops(Op::ServerListDetail);
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(503), 1);
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(1)), 1);
-    assert_eq!(h.cloud.list(&h.identity).await?.len(), 5);
+    assert_eq!(h.cloud.list(&h.identity, ListScope::Complete).await?.servers.len(), 5);
     // Three pages, the first asked three times: the 503 is logged, the try
     // that timed out never got its answer.
     assert_eq!(h.ops(Op::ServerListDetail) - before, 3 + 1, "three pages, the first asked three times");
     // A refusal is not asked again.
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(403), 1);
     let before = h.ops(Op::ServerListDetail);
-    let error = h.fresh_cloud()?.list(&h.identity).await.err();
+    let error = h.fresh_cloud()?.list(&h.identity, ListScope::Complete).await.err();
     assert!(matches!(error, Some(CloudError::Refused { status: 403, .. })), "{error:?}");
     assert_eq!(h.ops(Op::ServerListDetail) - before, 1);
     Ok(())
@@ -1095,25 +1148,25 @@ async fn a_building_baremetal_server_carries_its_ironic_node_state() -> TestResu
         states.sort_by(|a, b| a.0.cmp(&b.0));
         states
     };
-    let listed = h.cloud.list(&h.identity).await?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
     assert_eq!(
         states(&listed),
         [("uid-metal".into(), Some(ProvisionState::Available)), ("uid-vm".into(), None)],
         "scheduling: the node is not deploying yet"
     );
     h.clock.advance(Duration::from_secs(5));
-    let listed = h.cloud.list(&h.identity).await?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
     assert_eq!(states(&listed)[0], ("uid-metal".into(), Some(ProvisionState::DeployWait)));
     assert_eq!(h.ops(Op::BaremetalNodeList), 2, "one node list per project list");
 
     h.sim.inject(Target::Op(Op::BaremetalNodeList), Fault::Status(403), 1);
-    let listed = h.cloud.list(&h.identity).await?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
     assert_eq!(listed.len(), 2, "an unreadable Ironic leaves the list whole");
     assert!(listed.iter().all(|record| record.ironic.is_none()));
 
     h.clock.advance(Duration::from_secs(60));
     let before = h.ops(Op::BaremetalNodeList);
-    let listed = h.cloud.list(&h.identity).await?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await?.servers;
     assert!(listed.iter().all(|record| record.status == ProviderStatus::Active && record.ironic.is_none()));
     assert_eq!(h.ops(Op::BaremetalNodeList), before, "no server builds: Ironic is not asked");
     Ok(())
@@ -1310,7 +1363,7 @@ async fn a_failed_release_fails_and_the_next_one_releases() -> TestResult {
 #[tokio::test]
 async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
     let h = Harness::new().await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     for (status, transient) in
         // Nova answers a 413 as its `overLimit` rate limit: transient.
         [
@@ -1329,7 +1382,7 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
         h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Status(status), tries);
         // A fresh port each time: a rate limit's Retry-After keeps the next
         // request of the same port back (see below).
-        let error = h.fresh_cloud()?.list(&h.identity).await.err().ok_or("no error")?;
+        let error = h.fresh_cloud()?.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
         assert_eq!(error.is_transient(), transient, "{status}: {error:?}");
         let expected = match status {
             409 => matches!(error, CloudError::Conflict { .. }),
@@ -1347,9 +1400,9 @@ async fn statuses_sort_into_error_classes_with_request_ids() -> TestResult {
 #[tokio::test]
 async fn a_slow_answer_is_a_timeout() -> TestResult {
     let h = Harness::with(OpenStackSimConfig::default(), |c| c.request_timeout = Duration::from_millis(300)).await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::Delay(Duration::from_secs(2)), LIST_PAGE_ATTEMPTS);
-    let error = h.cloud.list(&h.identity).await.err();
+    let error = h.cloud.list(&h.identity, ListScope::Complete).await.err();
     assert!(
         matches!(&error, Some(CloudError::Timeout { message }) if message.contains("no answer in time")),
         "{error:?}"
@@ -1361,12 +1414,12 @@ async fn a_slow_answer_is_a_timeout() -> TestResult {
 async fn keystone_outages_are_transient() -> TestResult {
     let h = Harness::with(OpenStackSimConfig::default(), |c| c.login_backoff = Duration::from_millis(100)).await?;
     h.sim.inject(Target::Keystone, Fault::Status(503), 1);
-    let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    let error = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
     // No token: the service request was never sent.
     assert!(matches!(&error, CloudError::Unreachable { message } if message.contains("HTTP 503")), "{error:?}");
     assert!(error.is_transient());
     tokio::time::sleep(Duration::from_millis(150)).await;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     Ok(())
 }
 
@@ -1380,7 +1433,7 @@ async fn an_unreachable_cloud_is_transient() -> TestResult {
     let mut config = OpenStackConfig::new(format!("http://{addr}/identity/v3"), "RegionOne");
     config.connect_timeout = Duration::from_millis(500);
     let cloud = OpenStackCloud::new(config)?;
-    let error = cloud.list(&h.identity).await.err().ok_or("no error")?;
+    let error = cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
     assert!(matches!(error, CloudError::Unreachable { .. }) && error.is_transient(), "{error:?}");
     Ok(())
 }
@@ -1389,7 +1442,7 @@ async fn an_unreachable_cloud_is_transient() -> TestResult {
 async fn credentials_and_tokens_stay_out_of_errors_and_debug() -> TestResult {
     let h = Harness::new().await?;
     h.sim.add_user("user-1", "another");
-    let error = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    let error = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
     assert!(!error.to_string().contains("s3cret"));
     assert!(!format!("{:?}", h.cloud).contains("s3cret"));
     Ok(())
@@ -1487,7 +1540,7 @@ fn term(number: u64, gate: Arc<dyn RequestGate>) -> Term {
 async fn a_new_term_does_not_trust_what_an_earlier_term_listed() -> TestResult {
     let h = Harness::new().await?;
     let first = h.cloud.for_term(&term(1, Arc::new(server_core::port::Unfenced)));
-    assert!(first.list(&h.identity).await?.is_empty());
+    assert!(first.list(&h.identity, ListScope::Complete).await?.servers.is_empty());
     assert_eq!(first.get(&h.identity, &server_ref("t")).await?, None, "absent, from the list");
 
     let b = h.fresh_cloud()?;
@@ -1604,17 +1657,17 @@ async fn neutron_lists_are_followed_to_their_last_page() -> TestResult {
 #[tokio::test]
 async fn nothing_is_sent_to_a_provider_that_asked_to_be_left_alone() -> TestResult {
     let h = Harness::new().await?;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     h.sim.inject(Target::Op(Op::ServerListDetail), Fault::RateLimit { status: 429, retry_after: 1 }, 1);
-    let first = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    let first = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
     assert_eq!(first.retry_after(), Some(Duration::from_secs(1)), "{first:?}");
     let sent = h.sim.requests().len();
-    let again = h.cloud.list(&h.identity).await.err().ok_or("no error")?;
+    let again = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("no error")?;
     assert!(again.retry_after().is_some_and(|left| left <= Duration::from_secs(1)), "{again:?}");
     assert_eq!(again.effect(), server_core::port::CallEffect::None);
     assert_eq!(h.sim.requests().len(), sent, "nothing sent while the provider asked to wait");
     tokio::time::sleep(Duration::from_millis(1_050)).await;
-    h.cloud.list(&h.identity).await?;
+    h.cloud.list(&h.identity, ListScope::Complete).await?;
     Ok(())
 }
 
@@ -1645,7 +1698,7 @@ async fn a_small_paging_nova_at_2_90_and_a_paging_neutron_lose_nothing() -> Test
     assert_eq!(h.sim.floating_ips().len(), 5);
     h.clock.advance(Duration::from_secs(120));
     let before = h.ops(Op::ServerListDetail);
-    let mut listed: Vec<ProviderServer> = h.fresh_cloud()?.list(&h.identity).await?;
+    let mut listed: Vec<ProviderServer> = h.fresh_cloud()?.list(&h.identity, ListScope::Complete).await?.servers;
     listed.sort_by(|a, b| a.server_uid.cmp(&b.server_uid));
     assert_eq!(listed.iter().map(|s| s.server_uid.as_str()).collect::<Vec<_>>(), uids);
     // Five servers two a page: three pages, the last one short.
@@ -1676,7 +1729,7 @@ async fn a_nova_older_than_2_90_refuses_the_adapter_and_nothing_is_made() -> Tes
     assert!(!matches!(error, CloudError::Timeout { .. }), "a 406 is no create of unknown fate: {error:?}");
     assert_eq!(h.sim.cloud().counters().create_calls, 0);
     assert!(h.sim.servers().is_empty());
-    let listed = h.cloud.list(&h.identity).await.err().ok_or("the list succeeded")?;
+    let listed = h.cloud.list(&h.identity, ListScope::Complete).await.err().ok_or("the list succeeded")?;
     assert!(listed.to_string().contains("406"), "{listed}");
     Ok(())
 }

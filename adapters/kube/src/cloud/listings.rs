@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use jiff::Timestamp;
+use server_core::listing::ListedServers;
 use server_core::port::ProviderServer;
 use server_core::{ProviderView, record_shows_boot};
 
@@ -19,6 +20,9 @@ pub(crate) type GroupKey = (String, String, String);
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ProviderListings {
     groups: Arc<Mutex<HashMap<GroupKey, Group>>>,
+    /// Each group's servers as this term's monitor lists show them, between
+    /// its polls: what the next list of changes is merged into.
+    merged: Arc<Mutex<HashMap<GroupKey, ListedServers>>>,
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +40,17 @@ impl ProviderListings {
     fn groups(&self) -> MutexGuard<'_, HashMap<GroupKey, Group>> {
         // Maps replaced or updated in single statements: a panic cannot tear them.
         self.groups.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The group's servers as this term's lists show them, taken out for a
+    /// poll to merge its list into (nothing, before the term's first list).
+    pub(crate) fn take_merged(&self, key: &GroupKey) -> ListedServers {
+        self.merged.lock().unwrap_or_else(PoisonError::into_inner).remove(key).unwrap_or_default()
+    }
+
+    /// Puts the group's servers back after a poll, its list merged or not.
+    pub(crate) fn keep_merged(&self, key: GroupKey, servers: ListedServers) {
+        self.merged.lock().unwrap_or_else(PoisonError::into_inner).insert(key, servers);
     }
 
     /// A complete list of the group's servers that started at `at`. An

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use kube::Client;
 use server_core::model::Server;
-use server_core::port::{CloudError, CloudPort, IdentityContext, PortFuture, ServerRef};
+use server_core::port::{CloudError, CloudPort, IdentityContext, ListScope, PortFuture, ProviderListing, ServerRef};
 use server_core::{AttachmentsView, NetworkingView, ProviderView, RegionUnserved};
 
 pub(crate) use listings::{GroupKey, ProviderListings};
@@ -58,13 +58,13 @@ impl CloudHandle {
         }
     }
 
-    /// Every provider server of the identity. A list is many requests, one
+    /// The provider servers of the identity `scope` asks for. A list is many requests, one
     /// a page, each under the port's own request timeout and asked again
     /// when it fails (`server_core::port::LIST_PAGE_ATTEMPTS`); this bounds the
     /// whole at [`LIST_TIMEOUTS`] timeouts, never one for all its pages.
-    pub(crate) async fn list(&self) -> Result<Vec<server_core::port::ProviderServer>, CloudError> {
+    pub(crate) async fn list(&self, scope: ListScope) -> Result<ProviderListing, CloudError> {
         let bound = self.timeout.saturating_mul(LIST_TIMEOUTS);
-        match tokio::time::timeout(bound, self.cloud.list(&self.identity)).await {
+        match tokio::time::timeout(bound, self.cloud.list(&self.identity, scope)).await {
             Ok(result) => result,
             Err(_) => Err(CloudError::Timeout { message: format!("listing took longer than {bound:?}") }),
         }

@@ -176,8 +176,8 @@ impl fmt::Debug for CloudRegistry {
 #[cfg(test)]
 mod tests {
     use server_core::port::{
-        CloudError, CreateRequest, DeleteProgress, IdentityContext, PortFuture, ProviderServer, RebuildRequest,
-        ServerRef, Term,
+        CloudError, CreateRequest, DeleteProgress, IdentityContext, ListScope, PortFuture, ProviderListing,
+        ProviderServer, RebuildRequest, ServerRef, Term,
     };
 
     use super::*;
@@ -201,7 +201,7 @@ mod tests {
         fn boot_read(&self, _: &IdentityContext, _: &str) -> Option<jiff::Timestamp> {
             None
         }
-        fn list<'a>(&'a self, _: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+        fn list<'a>(&'a self, _: &'a IdentityContext, _: ListScope) -> PortFuture<'a, ProviderListing> {
             Box::pin(async { Err(CloudError::Unreachable { message: "not called in tests".into() }) })
         }
         fn attachments<'a>(

@@ -41,7 +41,7 @@ pub mod rng;
 pub use clock::{Clock, ManualClock, SystemClock, TokioClock};
 pub use counters::{Counters, UidTruth};
 pub use fate::{Fate, FateKind, FateMix, Span, Timing};
-pub use model::{CloudConfig, CloudModel, ListPage, Outage, ServerHandle};
+pub use model::{CloudConfig, CloudModel, DELETED_ROWS_KEPT, ListPage, Outage, ServerHandle, Shown};
 pub use port::SimCloud;
 
 #[cfg(test)]

@@ -164,6 +164,8 @@ struct Instance {
 /// does, the image changes at acceptance, together with the task.
 #[derive(Clone, Copy, Debug)]
 struct RebuildRun {
+    /// The cloud accepted it then.
+    accepted: i64,
     /// The task runs until then.
     until: i64,
     /// It ends in ERROR.
@@ -205,6 +207,25 @@ impl Instance {
 impl Instance {
     fn exists(&self, now: i64) -> bool {
         self.gone.is_none_or(|t| t > now) && self.vanish.is_none_or(|t| t > now)
+    }
+
+    /// When it stopped existing, if it has by `now`: deleted, or gone
+    /// without a delete.
+    fn deleted_at(&self, now: i64) -> Option<i64> {
+        [self.gone, self.vanish].into_iter().flatten().filter(|&t| t <= now).min()
+    }
+
+    /// The latest change of its record by `now` (Nova's `updated_at`): made,
+    /// launched, failed, a rebuild accepted or ended, deleted.
+    fn changed_at(&self, now: i64) -> i64 {
+        let rebuild = self.rebuild.map(|r| [Some(r.accepted), Some(r.until), r.error_after]);
+        [Some(self.created), self.launch, self.error, self.deleted_at(now)]
+            .into_iter()
+            .chain(rebuild.into_iter().flatten())
+            .flatten()
+            .filter(|&t| t <= now)
+            .max()
+            .unwrap_or(self.created)
     }
 
     fn launched(&self, now: i64) -> bool {
@@ -288,10 +309,27 @@ impl Instance {
 /// One page of a list.
 #[derive(Debug, PartialEq)]
 pub enum ListPage {
-    Servers(Vec<ProviderServer>),
+    Servers(Vec<Shown>),
     /// The marker names no server ever made in the project.
     MarkerNotFound,
 }
+
+/// A server as a list shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shown {
+    /// As it is, or as it was when it stopped existing.
+    pub record: ProviderServer,
+    /// When the cloud last changed it (Nova's `updated_at`).
+    pub changed: Timestamp,
+    /// It no longer exists: only a list of changes shows it.
+    pub deleted: bool,
+}
+
+/// How long a deleted server stays listable to a list of changes. Nova
+/// keeps a deleted server's row until an operator archives it
+/// (`nova-manage db archive_deleted_rows`, commonly run daily); this cloud
+/// keeps it an hour, which outlasts any poll's window.
+pub const DELETED_ROWS_KEPT: Duration = Duration::from_secs(3_600);
 
 /// The number of the provider server of id `id` (see `identity_of`).
 fn number_of(id: &str) -> Option<u64> {
@@ -571,7 +609,7 @@ impl CloudModel {
         let count = instance.rebuild.map_or(0, |r| r.count) + 1;
         let error_after = fate.error_after_rebuild.filter(|_| !fails).map(|d| until.saturating_add(millis(d)));
         instance.image = image.to_owned();
-        instance.rebuild = Some(RebuildRun { until, fails, error_after, count });
+        instance.rebuild = Some(RebuildRun { accepted: now, until, fails, error_after, count });
         if self.faults.chance(self.config.lost_create_rate) {
             self.counters.injected_failures += 1;
             return Err(CloudError::Timeout {
@@ -728,16 +766,18 @@ impl CloudModel {
 
     /// One page of the project's provider servers in Nova's list order
     /// (newest first, see `list_order`): those after the server `after` (a
-    /// provider id), at most `limit` of those `keep` admits. It costs the
-    /// servers it walks past, not the project's size. Counted and
-    /// fault-injected like `list`.
+    /// provider id), at most `limit` of those `keep` admits. With
+    /// `with_deleted`, servers deleted less than [`DELETED_ROWS_KEPT`] ago
+    /// are shown too (Nova's list of changes). It costs the servers it walks
+    /// past, not the project's size. Counted and fault-injected like `list`.
     pub fn list_page(
         &mut self,
         now: Timestamp,
         project_id: &str,
         after: Option<&str>,
         limit: usize,
-        mut keep: impl FnMut(&ProviderServer) -> bool,
+        with_deleted: bool,
+        mut keep: impl FnMut(&Shown) -> bool,
     ) -> Result<ListPage, CloudError> {
         let project = self.list_admitted(now, project_id)?;
         let after = match after.map(|id| number_of(id).ok_or(())) {
@@ -749,6 +789,7 @@ impl CloudModel {
             return Ok(if after.is_some() { ListPage::MarkerNotFound } else { ListPage::Servers(Vec::new()) });
         };
         let now = now.as_millisecond();
+        let kept = millis(DELETED_ROWS_KEPT);
         let servers = &self.servers;
         let mut page = Vec::new();
         let walked = self.list_order.walk(project, after, |listed| {
@@ -756,14 +797,28 @@ impl CloudModel {
                 return Walk::Stop;
             }
             let Some(state) = servers.get(listed.slot) else { return Walk::Unlisted };
-            let live = (state.instances.len() == listed.instance + 1)
-                .then(|| state.instances.last())
-                .flatten()
-                .filter(|i| i.exists(now));
-            let Some(instance) = live else { return Walk::Unlisted };
-            let record = instance.record(&state.uid, now);
-            if keep(&record) {
-                page.push(record);
+            let Some(instance) = state.instances.get(listed.instance) else { return Walk::Unlisted };
+            // A later instance of the uid means this one was deleted first.
+            let superseded = state.instances.len() > listed.instance + 1;
+            let deleted = if instance.exists(now) && !superseded {
+                None
+            } else {
+                match instance.deleted_at(now).or(superseded.then_some(instance.created)) {
+                    Some(at) if now - at < kept => Some(at),
+                    _ => return Walk::Unlisted,
+                }
+            };
+            if deleted.is_some() && !with_deleted {
+                return Walk::Next;
+            }
+            let when = deleted.unwrap_or_else(|| instance.changed_at(now));
+            let shown = Shown {
+                record: instance.record(&state.uid, deleted.map_or(now, |at| at - 1)),
+                changed: Timestamp::from_millisecond(when).unwrap_or_default(),
+                deleted: deleted.is_some(),
+            };
+            if keep(&shown) {
+                page.push(shown);
             }
             Walk::Next
         });
@@ -805,6 +860,15 @@ impl CloudModel {
             return Err(self.read_failure());
         }
         Ok(Some(project))
+    }
+
+    /// When the cloud last changed the live server of `uid` (Nova's
+    /// `updated_at`), if there is one. Not a call: what a record shows.
+    pub fn changed_at(&self, uid: &str, now: Timestamp) -> Option<Timestamp> {
+        let now = now.as_millisecond();
+        let state = self.slots.get(uid).and_then(|&slot| self.servers.get(slot))?;
+        let instance = state.instances.last().filter(|i| i.exists(now))?;
+        Timestamp::from_millisecond(instance.changed_at(now)).ok()
     }
 
     /// The handle of `uid` (made, with its drawn fate, on first sight).

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use server_core::port::{
-    AttachedResource, CloudPort, CreateRequest, DeleteProgress, FloatingIpRequest, IdentityContext, Networking,
-    NetworkingQuery, PortFuture, PortUpdate, ProviderServer, RebuildRequest, ServerRef, Term,
+    AttachedResource, CloudPort, CreateRequest, DeleteProgress, FloatingIpRequest, IdentityContext, ListScope,
+    Networking, NetworkingQuery, PortFuture, PortUpdate, ProviderListing, ProviderServer, RebuildRequest, ServerRef,
+    Term,
 };
 
 use super::clock::{Clock, SystemClock};
@@ -153,7 +154,8 @@ impl CloudPort for SimCloud {
         None
     }
 
-    fn list<'a>(&'a self, identity: &'a IdentityContext) -> PortFuture<'a, Vec<ProviderServer>> {
+    /// Every ask is answered with a complete list: this cloud dates no change.
+    fn list<'a>(&'a self, identity: &'a IdentityContext, _scope: ListScope) -> PortFuture<'a, ProviderListing> {
         Box::pin(async move {
             self.delay().await;
             let now = self.now();
@@ -162,7 +164,7 @@ impl CloudPort for SimCloud {
             for record in &records {
                 model.mark_read(now, &record.server_uid);
             }
-            Ok(records)
+            Ok(ProviderListing::complete(records))
         })
     }
 

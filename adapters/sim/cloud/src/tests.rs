@@ -199,26 +199,26 @@ fn pages_walk_the_list_newest_first_from_their_marker() {
         assert!(model.create(at(t), "p", &request(uid)).is_ok());
     }
     let page =
-        |model: &mut CloudModel, after: Option<&str>, t: i64| match model.list_page(at(t), "p", after, 2, |_| true) {
+        |model: &mut CloudModel, after: Option<&str>, t: i64| match model
+            .list_page(at(t), "p", after, 2, false, |_| true)
+        {
             Ok(ListPage::Servers(servers)) => Some(servers),
             _ => None,
         };
-    let uids = |servers: &[server_core::port::ProviderServer]| -> Vec<String> {
-        servers.iter().map(|s| s.server_uid.clone()).collect()
-    };
+    let uids = |servers: &[Shown]| -> Vec<String> { servers.iter().map(|s| s.record.server_uid.clone()).collect() };
     let first = page(&mut model, None, 10).unwrap_or_default();
     assert_eq!(uids(&first), ["e", "d"]);
-    let marker = first.last().map(|s| s.id.clone()).unwrap_or_default();
+    let marker = first.last().map(|s| s.record.id.clone()).unwrap_or_default();
     assert!(model.delete(at(10), "d").is_ok());
     let gone = 1_000;
     let second = page(&mut model, Some(&marker), gone).unwrap_or_default();
     assert_eq!(uids(&second), ["c", "b"], "the page after a deleted marker");
-    let last = page(&mut model, second.last().map(|s| s.id.as_str()), gone).unwrap_or_default();
+    let last = page(&mut model, second.last().map(|s| s.record.id.as_str()), gone).unwrap_or_default();
     assert_eq!(uids(&last), ["a"]);
     assert_eq!(uids(&page(&mut model, None, gone).unwrap_or_default()), ["e", "c"], "the deleted one is unlisted");
-    assert_eq!(model.list_page(at(gone), "p", Some("sim-ffff"), 2, |_| true), Ok(ListPage::MarkerNotFound));
-    assert_eq!(model.list_page(at(gone), "p", Some("not-ours"), 2, |_| true), Ok(ListPage::MarkerNotFound));
-    let only_b = model.list_page(at(gone), "p", None, 2, |s| s.server_uid == "b");
+    assert_eq!(model.list_page(at(gone), "p", Some("sim-ffff"), 2, false, |_| true), Ok(ListPage::MarkerNotFound));
+    assert_eq!(model.list_page(at(gone), "p", Some("not-ours"), 2, false, |_| true), Ok(ListPage::MarkerNotFound));
+    let only_b = model.list_page(at(gone), "p", None, 2, false, |s| s.record.server_uid == "b");
     assert!(matches!(only_b, Ok(ListPage::Servers(s)) if uids(&s) == ["b"]), "the filter runs before the limit");
 }
 
@@ -230,14 +230,49 @@ fn a_recreated_server_lists_once_in_its_new_place() {
     assert!(model.create(at(1), "p", &request("b")).is_ok());
     assert!(model.delete(at(2), "a").is_ok());
     let again = model.create(at(1_000), "p", &request("a")).map(|r| r.id).unwrap_or_default();
-    match model.list_page(at(1_001), "p", None, 10, |_| true) {
+    match model.list_page(at(1_001), "p", None, 10, false, |_| true) {
         Ok(ListPage::Servers(servers)) => {
-            let listed: Vec<(&str, &str)> = servers.iter().map(|s| (s.server_uid.as_str(), s.id.as_str())).collect();
+            let listed: Vec<(&str, &str)> =
+                servers.iter().map(|s| (s.record.server_uid.as_str(), s.record.id.as_str())).collect();
             assert_eq!(listed.first(), Some(&("a", again.as_str())));
             assert_eq!(listed.len(), 2);
         }
         other => panic!("a page was expected: {other:?}"),
     }
+}
+
+/// A list of changes shows each server dated its latest change, and a
+/// deleted one, dated its deletion, until its row is archived; other lists
+/// never show a deleted one.
+#[test]
+fn a_list_of_changes_shows_deleted_servers_dated_their_deletion() {
+    let mut model = model_with("a", Fate::clean());
+    assert!(model.create(at(0), "p", &request("a")).is_ok());
+    assert!(model.create(at(1), "p", &request("b")).is_ok());
+    assert!(model.delete(at(100), "a").is_ok());
+    let shown = |model: &mut CloudModel, t: i64, with_deleted: bool| match model.list_page(
+        at(t),
+        "p",
+        None,
+        10,
+        with_deleted,
+        |_| true,
+    ) {
+        Ok(ListPage::Servers(servers)) => {
+            servers.into_iter().map(|s| (s.record.server_uid, s.changed, s.deleted)).collect::<Vec<_>>()
+        }
+        other => panic!("a page was expected: {other:?}"),
+    };
+    let later = at(200);
+    let listed = shown(&mut model, 200, true);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    let deleted = listed.iter().find(|(uid, ..)| uid == "a").cloned();
+    assert!(matches!(deleted, Some((_, changed, true)) if changed > at(99) && changed <= later), "{listed:?}");
+    let live = listed.iter().find(|(uid, ..)| uid == "b").cloned();
+    assert!(matches!(live, Some((_, changed, false)) if changed >= at(1)), "{listed:?}");
+    assert_eq!(shown(&mut model, 200, false).len(), 1, "a complete list shows no deleted server");
+    let archived = 200 + i64::try_from(crate::DELETED_ROWS_KEPT.as_secs()).unwrap_or_default();
+    assert_eq!(shown(&mut model, archived, true).len(), 1, "an archived row is not shown");
 }
 
 /// A scripted read failure of any server of the project fails a page, as
@@ -246,8 +281,8 @@ fn a_recreated_server_lists_once_in_its_new_place() {
 fn scripted_read_failures_fail_pages_too() {
     let mut model = model_with("u", Fate::clean().with_failed_reads(1));
     assert!(model.create(at(0), "p", &request("u")).is_ok());
-    assert!(matches!(model.list_page(at(1), "p", None, 5, |_| true), Err(CloudError::Timeout { .. })));
-    assert!(matches!(model.list_page(at(1), "p", None, 5, |_| true), Ok(ListPage::Servers(s)) if s.len() == 1));
+    assert!(matches!(model.list_page(at(1), "p", None, 5, false, |_| true), Err(CloudError::Timeout { .. })));
+    assert!(matches!(model.list_page(at(1), "p", None, 5, false, |_| true), Ok(ListPage::Servers(s)) if s.len() == 1));
 }
 
 #[test]
@@ -363,7 +398,7 @@ async fn port_runs_the_model_on_the_clock_it_is_given() {
     let again = port.create(&id, &req).await.unwrap_or_default();
     assert_ne!(again.id, created.id);
     tokio::time::advance(Duration::from_secs(30)).await;
-    let listed = port.list(&id).await.unwrap_or_default();
+    let listed = port.list(&id, server_core::port::ListScope::Complete).await.unwrap_or_default().servers;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].status, ProviderStatus::Active);
     assert_eq!(listed[0].launched_at, Some(at(35)));

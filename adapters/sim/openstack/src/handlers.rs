@@ -252,6 +252,13 @@ async fn dispatch(sim: OpenStackSim, request: Request) -> Response {
         None => handle(&sim, request).await,
     };
     let status = response.status().as_u16();
+    // The answer's date on the cloud's clock, as any HTTP origin server
+    // sends it (RFC 9110 §6.6.1): the one clock a client can read Nova's
+    // `updated` dates against.
+    let date = sim.cloud().now().to_zoned(jiff::tz::TimeZone::UTC).strftime("%a, %d %b %Y %H:%M:%S GMT").to_string();
+    if let Ok(value) = HeaderValue::from_str(&date) {
+        response.headers_mut().insert(axum::http::header::DATE, value);
+    }
     {
         let mut state = sim.state();
         let serial = state.next_serial();

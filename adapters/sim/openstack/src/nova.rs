@@ -14,7 +14,7 @@ use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 use server_core::model::{AllowedAddressPair, NetworkAttachment, Tag};
 use server_core::port::{CreateRequest, Owner, PowerState, ProviderServer, ProviderStatus, ServerRef};
-use server_simcloud::ListPage;
+use server_simcloud::{ListPage, Shown};
 
 use super::handlers::{Ctx, Handled, model_error};
 use super::state::{
@@ -276,16 +276,22 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
         Some(Err(_)) => return (error(400, "Invalid input for query parameters limit."), None),
     };
     let marker = ctx.query("marker");
-    let keep = |record: &ProviderServer| {
+    // Nova lists deleted servers only to a list of changes
+    // (servers.py `_get_servers`: without `changes-since` or
+    // `changes-before` it filters `deleted=False`).
+    let with_deleted = since.is_some() || before.is_some();
+    let keep = |shown: &Shown| {
+        let record = &shown.record;
         // The model's record carries the model's id; books hold Nova's.
         let book = book_of_id(&state, &record.server_uid, &nova_id(&record.id));
         let name = book.map_or(record.server_uid.as_str(), |b| b.name.as_str());
         let tags = book.map(|b| &b.tags);
         let has = |t: &String| tags.is_some_and(|tags| tags.contains(t));
-        let updated = updated_at(book, record);
+        let updated = Some(shown.changed).max(book.and_then(|b| b.updated));
+        let status = if shown.deleted { "DELETED" } else { status_of(book, record) };
         let port = book.and_then(|b| b.port_id.as_ref()).and_then(|p| state.ports.get(p));
         ctx.query("name").is_none_or(|pattern| matches(pattern, name))
-            && (statuses.is_empty() || statuses.iter().any(|s| s.as_str() == status_of(book, record)))
+            && (statuses.is_empty() || statuses.iter().any(|s| s.as_str() == status))
             && since.is_none_or(|since| updated >= Some(since))
             && before.is_none_or(|before| updated <= Some(before))
             && ctx.query("ip").is_none_or(|pattern| port.is_some_and(|p| matches(pattern, &p.ip_address)))
@@ -297,30 +303,38 @@ fn list(ctx: &Ctx<'_>, detail: bool) -> Handled {
             && not_any_tags.as_ref().is_none_or(|unwanted| !unwanted.iter().any(has))
     };
     let after = marker.map(model_id);
-    let mut page = match ctx.model(|m| m.list_page(ctx.now, &ctx.project, after.as_deref(), limit, keep)) {
+    let mut page = match ctx.model(|m| m.list_page(ctx.now, &ctx.project, after.as_deref(), limit, with_deleted, keep))
+    {
         Ok(ListPage::Servers(records)) => records,
         Ok(ListPage::MarkerNotFound) => {
             return (error(400, &format!("marker [{}] not found", marker.unwrap_or_default())), None);
         }
         Err(e) => return model_error(ctx, Service::Compute, &e),
     };
-    for record in &mut page {
+    for Shown { record, deleted, .. } in &mut page {
         record.id = nova_id(&record.id);
-        state.ids.insert(record.id.clone(), record.server_uid.clone());
+        if !*deleted {
+            state.ids.insert(record.id.clone(), record.server_uid.clone());
+        }
     }
     // Nova links a next page whenever this one is full, even when nothing
     // follows (nova/api/openstack/common.py, `_get_collection_links`): a
     // client must stop on an empty page, not on a missing link.
     let more = limit > 0 && page.len() == limit;
     let mut servers = Vec::with_capacity(page.len());
-    for record in &page {
+    for shown in &page {
+        let record = &shown.record;
+        if shown.deleted {
+            servers.push(if detail { render_deleted(ctx, shown) } else { summary_deleted(ctx, shown) });
+            continue;
+        }
         if detail {
             ctx.model(|m| m.mark_read(ctx.now, &record.server_uid));
         }
         servers.push(if detail { render(ctx, &state, record) } else { summary(ctx, &state, record) });
     }
     let mut body = json!({ "servers": servers });
-    if let Some(last) = page.last().filter(|_| more) {
+    if let Some(last) = page.last().map(|shown| &shown.record).filter(|_| more) {
         let path = if detail { "servers/detail" } else { "servers" };
         // The link keeps the request's other parameters
         // (common.py `_get_next_link` -> `_update_link_prefix` on the
@@ -349,10 +363,45 @@ fn book_of_id<'s>(state: &'s State, uid: &str, nova_id: &str) -> Option<&'s Serv
     state.books.get(uid).filter(|b| b.id.as_deref().is_none_or(|id| id == nova_id))
 }
 
-/// When Nova last changed the server: the latest of its creation, its
-/// launch and the last edit through this API.
-fn updated_at(book: Option<&ServerBook>, record: &ProviderServer) -> Option<Timestamp> {
-    [record.created, record.launched_at, book.and_then(|b| b.updated)].into_iter().flatten().max()
+/// When Nova last changed the server: the latest of the cloud's own
+/// changes (made, launched, failed, rebuilt) and the last request through
+/// this API that changed it.
+fn updated_at(ctx: &Ctx<'_>, book: Option<&ServerBook>, record: &ProviderServer) -> Option<Timestamp> {
+    let changed = ctx.model(|m| m.changed_at(&record.server_uid, ctx.now));
+    [record.created, record.launched_at, changed, book.and_then(|b| b.updated)].into_iter().flatten().max()
+}
+
+/// A deleted server as a list of changes shows it: status DELETED, dated
+/// its deletion, with nothing of what it held (its metadata, addresses and
+/// groups went with it; the controller reads no more than the id, the
+/// status and the date).
+fn render_deleted(ctx: &Ctx<'_>, shown: &Shown) -> Value {
+    let record = &shown.record;
+    json!({
+        "id": record.id,
+        "name": "",
+        "status": "DELETED",
+        "tenant_id": ctx.project,
+        "user_id": "sim-user",
+        "metadata": {},
+        "hostId": "",
+        "image": "",
+        "flavor": {},
+        "created": record.created.map(rfc3339),
+        "updated": rfc3339(shown.changed),
+        "addresses": {},
+        "links": links(ctx, &record.id),
+        "OS-EXT-STS:task_state": null,
+        "OS-EXT-STS:vm_state": "deleted",
+        "OS-EXT-STS:power_state": 0,
+        "OS-SRV-USG:launched_at": record.launched_at.map(naive_utc),
+        "OS-SRV-USG:terminated_at": naive_utc(shown.changed),
+    })
+}
+
+/// A deleted server in a list without details.
+fn summary_deleted(ctx: &Ctx<'_>, shown: &Shown) -> Value {
+    json!({ "id": shown.record.id, "name": "", "links": links(ctx, &shown.record.id) })
 }
 
 /// `GET /servers/{id}`.
@@ -549,6 +598,8 @@ fn reclaim(ctx: &Ctx<'_>, state: &mut State, uid: &str) -> Handled {
             if let Some(book) = state.books.get_mut(uid) {
                 book.deleting = true;
                 book.soft_deleted = false;
+                // task_state `deleting` is a change of the instance.
+                book.updated = Some(ctx.now);
             }
             (reply::empty(StatusCode::NO_CONTENT), None)
         }
@@ -1299,7 +1350,7 @@ fn render(ctx: &Ctx<'_>, state: &State, record: &ProviderServer) -> Value {
         "image": {"id": record.image_id.as_deref().unwrap_or_else(|| book.map_or("", |b| b.image_id.as_str())), "links": []},
         "flavor": flavor,
         "created": record.created.map(rfc3339),
-        "updated": updated_at(book, record).map(rfc3339),
+        "updated": updated_at(ctx, book, record).map(rfc3339),
         "addresses": addresses(state, record, port),
         "accessIPv4": "",
         "accessIPv6": "",
