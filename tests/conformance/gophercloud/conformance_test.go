@@ -536,6 +536,61 @@ func TestServerListByNameFollowsNextLinks(t *testing.T) {
 	}
 }
 
+// A list of changes (changes-since) shows a server deleted since, with
+// status DELETED, as Nova does; a list without it never shows it, and
+// gophercloud reads both.
+func TestChangesSinceListsDeletedServers(t *testing.T) {
+	f := setup(t)
+	ctx := context30s(t)
+	cc, net := compute(t, ctx, f), network(t, ctx, f)
+	name := uniqueName("changed")
+	created, _ := boot(t, ctx, cc, net, f, name, "")
+	server, err := servers.Get(ctx, cc, created.ID).Extract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := server.Created.Add(-time.Second).UTC().Format(time.RFC3339)
+	if err := servers.Delete(ctx, cc, server.ID).ExtractErr(); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := servers.Get(ctx, cc, server.ID).Extract()
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server is still there 20 s after its delete")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	status := func(opts servers.ListOpts) string {
+		all, err := servers.List(cc, opts).AllPages(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list, err := servers.ExtractServers(all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, listed := range list {
+			if listed.ID == server.ID {
+				if listed.Updated.Before(server.Created) {
+					t.Errorf("deleted server dated %v, before its creation %v", listed.Updated, server.Created)
+				}
+				return listed.Status
+			}
+		}
+		return ""
+	}
+	if got := status(servers.ListOpts{ChangesSince: since}); got != "DELETED" {
+		t.Errorf("changes-since %s: the deleted server's status is %q, want DELETED", since, got)
+	}
+	if got := status(servers.ListOpts{}); got != "" {
+		t.Errorf("a list without changes-since shows the deleted server as %q", got)
+	}
+}
+
 func TestServerMetadataAndTags(t *testing.T) {
 	f := setup(t)
 	ctx := context30s(t)
