@@ -29,7 +29,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 
-use crate::port::{ProviderServer, ProviderStatus};
+use crate::port::{AttachedResource, ProviderServer, ProviderStatus};
+use crate::reconcile::Action;
 
 /// How often a poll lists every server rather than the changes.
 pub const COMPLETE_LIST_EVERY: Duration = Duration::from_secs(600);
@@ -89,6 +90,15 @@ fn whole_seconds_down(at: Timestamp) -> Timestamp {
     Timestamp::from_second(whole).unwrap_or(at)
 }
 
+/// Whether what `action` changes shows in its server's record without the
+/// provider dating it, so that no list of changes would show it: a
+/// floating IP associated or released (Nova refreshes the instance's
+/// network cache, not the instance, so `updated` stays). After one, the
+/// next list is complete ([`ListedServers::undated_change`]).
+pub fn changes_undated(action: &Action) -> bool {
+    matches!(action, Action::EnsureFloatingIp(_) | Action::ReleaseAttachment(AttachedResource::FloatingIp { .. }))
+}
+
 /// The servers of one project as the lists of a term show them.
 #[derive(Clone, Debug)]
 pub struct ListedServers {
@@ -98,6 +108,9 @@ pub struct ListedServers {
     /// Where the next list of changes starts (the provider's clock), and
     /// when (this process's clock) the list it was read from started.
     since: Option<(Timestamp, Timestamp)>,
+    /// A change the provider does not date was made since the last
+    /// complete list.
+    undated: bool,
     since_rule: SinceRule,
 }
 
@@ -111,15 +124,19 @@ impl ListedServers {
     /// Starts from nothing with another rule for where lists of changes
     /// start (the tests check their property against broken ones).
     pub fn with_since_rule(since_rule: SinceRule) -> Self {
-        ListedServers { by_id: HashMap::new(), complete_at: None, since: None, since_rule }
+        ListedServers { by_id: HashMap::new(), complete_at: None, since: None, undated: false, since_rule }
     }
 
     /// The list a poll at `now` (this process's clock) asks for: complete
     /// when there is none yet, when the last is [`COMPLETE_LIST_EVERY`]
     /// old, when no list dated a change, or while a baremetal server
     /// builds (its progress is its Ironic node's, which Nova does not
-    /// date); else the changes since.
+    /// date), or after a change the provider does not date; else the
+    /// changes since.
     pub fn next_scope(&self, now: Timestamp) -> ListScope {
+        if self.undated {
+            return ListScope::Complete;
+        }
         let node_deploying = |s: &ProviderServer| s.status == ProviderStatus::Build && s.ironic.is_some();
         if self.by_id.values().any(node_deploying) {
             return ListScope::Complete;
@@ -148,6 +165,7 @@ impl ListedServers {
             None => {
                 self.by_id = servers.into_iter().map(|server| (server.id.clone(), server)).collect();
                 self.complete_at = Some(started);
+                self.undated = false;
                 self.since = shown.map(|since| (since, started));
             }
             Some(_) if self.complete_at.is_none() => return false,
@@ -163,6 +181,12 @@ impl ListedServers {
             }
         }
         true
+    }
+
+    /// A change the provider does not date ([`changes_undated`]) was made
+    /// before now: the next list is complete.
+    pub fn undated_change(&mut self) {
+        self.undated = true;
     }
 
     /// Every server the lists show, in no order.
@@ -251,6 +275,25 @@ mod tests {
         let listing = ProviderListing { latest_change: Some(at(50)), ..ProviderListing::complete(vec![vm]) };
         assert!(view.apply(listing, at(110), at(111)));
         assert!(matches!(view.next_scope(at(120)), ListScope::ChangedSince(_)));
+    }
+
+    #[test]
+    fn after_a_change_the_provider_does_not_date_the_next_list_is_complete() {
+        let mut view = ListedServers::default();
+        let listing = ProviderListing { latest_change: Some(at(50)), ..ProviderListing::complete(vec![server("a")]) };
+        assert!(view.apply(listing.clone(), at(100), at(101)));
+        view.undated_change();
+        assert_eq!(view.next_scope(at(110)), ListScope::Complete);
+        // A list of changes does not answer it; a complete one does.
+        let changes = ProviderListing { changed_since: Some(at(20)), ..ProviderListing::default() };
+        assert!(view.apply(changes, at(110), at(111)));
+        assert_eq!(view.next_scope(at(120)), ListScope::Complete);
+        assert!(view.apply(listing, at(120), at(121)));
+        assert!(matches!(view.next_scope(at(130)), ListScope::ChangedSince(_)));
+        let ip = crate::port::FloatingIpRequest::default();
+        assert!(changes_undated(&Action::EnsureFloatingIp(ip)));
+        assert!(changes_undated(&Action::ReleaseAttachment(AttachedResource::FloatingIp { id: "f".into() })));
+        assert!(!changes_undated(&Action::ReleaseAttachment(AttachedResource::Port { id: "p".into() })));
     }
 
     #[test]

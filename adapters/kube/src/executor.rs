@@ -287,6 +287,7 @@ impl ActionIo<'_> {
             Action::ReleaseAttachment(resource) => {
                 let cloud = self.cloud()?;
                 cloud.call(|c| c.release(&cloud.identity, resource)).await.map_err(ActionFailure::Cloud)?;
+                self.undated_change(action);
                 info!(
                     server = %self.name,
                     namespace = %self.namespace,
@@ -312,6 +313,7 @@ impl ActionIo<'_> {
             Action::EnsureFloatingIp(request) => {
                 let cloud = self.cloud()?;
                 cloud.call(|c| c.ensure_floating_ip(&cloud.identity, request)).await.map_err(ActionFailure::Cloud)?;
+                self.undated_change(action);
                 info!(
                     server = %self.name,
                     namespace = %self.namespace,
@@ -336,6 +338,15 @@ impl ActionIo<'_> {
                 }
                 Ok(())
             }
+        }
+    }
+
+    /// After `action` was done: when the provider does not date what it
+    /// changed (`server_core::listing::changes_undated`), the group's next
+    /// monitor list is complete, so the change reaches the status.
+    fn undated_change(&self, action: &Action) {
+        if let Some(group) = self.group.as_ref().filter(|_| server_core::listing::changes_undated(action)) {
+            self.term.listings.undated_change(group.clone());
         }
     }
 

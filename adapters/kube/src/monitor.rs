@@ -1,14 +1,17 @@
 //! The monitor loop (DESIGN §11): every interval, read the live Servers from
 //! the operator's cache (no list of the API), ask each (region, identity)'s
-//! cloud once for all its servers (as the identity the region's identity
-//! source finds in the caches), project each Server the core's
+//! cloud once for its servers (as the identity the region's identity source
+//! finds in the caches): what changed since the last list, merged into the
+//! term's view of them, or all of them, as `server_core::listing` decides;
+//! project each Server the core's
 //! `monitor::projects` names as `monitor::project` does (`observe`, then the
 //! patch between), and patch only what changed, guarded by the
 //! resourceVersion the cache holds, a bounded number of patches at a time.
 //! The projected statuses feed the server metrics: the counts by state,
 //! region and flavor, and each Server's first launch
-//! (`server_core::observations`), reported once its write is accepted. Each list is kept (`listings`) so
-//! passes can take their provider view from it instead of asking the cloud.
+//! (`server_core::observations`), reported once its write is accepted. The
+//! merged view is kept (`listings`) so passes can take their provider view
+//! from it instead of asking the cloud.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

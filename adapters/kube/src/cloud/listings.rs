@@ -4,7 +4,7 @@
 //! provider view from here when it can; whether that view is enough to act
 //! on is server-core's rule (`live_read_needed`), not this module's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use jiff::Timestamp;
@@ -23,6 +23,9 @@ pub(crate) struct ProviderListings {
     /// Each group's servers as this term's monitor lists show them, between
     /// its polls: what the next list of changes is merged into.
     merged: Arc<Mutex<HashMap<GroupKey, ListedServers>>>,
+    /// Groups where a pass made a change the provider does not date since
+    /// their view was last taken out for a poll.
+    undated: Arc<Mutex<HashSet<GroupKey>>>,
 }
 
 #[derive(Debug, Default)]
@@ -44,8 +47,20 @@ impl ProviderListings {
 
     /// The group's servers as this term's lists show them, taken out for a
     /// poll to merge its list into (nothing, before the term's first list).
+    /// A change a pass made since is told to it (`undated_change`).
     pub(crate) fn take_merged(&self, key: &GroupKey) -> ListedServers {
-        self.merged.lock().unwrap_or_else(PoisonError::into_inner).remove(key).unwrap_or_default()
+        let mut merged = self.merged.lock().unwrap_or_else(PoisonError::into_inner).remove(key).unwrap_or_default();
+        if self.undated.lock().unwrap_or_else(PoisonError::into_inner).remove(key) {
+            merged.undated_change();
+        }
+        merged
+    }
+
+    /// A pass made a change in the group the provider shows without dating
+    /// it (`server_core::listing::changes_undated`): the group's next poll
+    /// lists every server. Kept apart from the view, which a poll may hold.
+    pub(crate) fn undated_change(&self, key: GroupKey) {
+        self.undated.lock().unwrap_or_else(PoisonError::into_inner).insert(key);
     }
 
     /// Puts the group's servers back after a poll, its list merged or not.
@@ -137,6 +152,24 @@ mod tests {
             (ProviderView::Present(record), at) => Some((record.id, at.as_second())),
             (_, at) => Some((String::new(), at.as_second())),
         }
+    }
+
+    #[test]
+    fn a_change_the_provider_does_not_date_makes_the_next_poll_complete_even_while_one_runs() {
+        use server_core::listing::{ListScope, ProviderListing};
+        let listings = ProviderListings::default();
+        let now = at(100);
+        let mut merged = listings.take_merged(&key());
+        let first = ProviderListing { latest_change: Some(at(90)), ..ProviderListing::complete(vec![]) };
+        assert!(merged.apply(first, now, now));
+        listings.keep_merged(key(), merged);
+        // Marked while a poll holds the view: that poll's list is of
+        // changes, the next poll's complete.
+        let merged = listings.take_merged(&key());
+        listings.undated_change(key());
+        assert!(matches!(merged.next_scope(now), ListScope::ChangedSince(_)));
+        listings.keep_merged(key(), merged);
+        assert_eq!(listings.take_merged(&key()).next_scope(now), ListScope::Complete);
     }
 
     #[test]
