@@ -229,6 +229,28 @@ func waitForStatus(t *testing.T, ctx context.Context, cc *gophercloud.ServiceCli
 
 // Identity
 
+// deleteAndWaitGone deletes the server and waits until Nova answers 404 for it.
+func deleteAndWaitGone(t *testing.T, ctx context.Context, cc *gophercloud.ServiceClient, id string) {
+	t.Helper()
+	if err := servers.Delete(ctx, cc, id).ExtractErr(); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := servers.Get(ctx, cc, id).Extract()
+		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("get after delete: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server is still there 20 s after its delete")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestPasswordAuthScopedToProjectFindsComputeNetworkAndImageWithoutARegion(t *testing.T) {
 	f := setup(t)
 	ctx := context30s(t)
@@ -472,23 +494,7 @@ func TestServerCreateOnPortShowAndDeleteAt2_90(t *testing.T) {
 		t.Errorf("port after boot %+v, %v", attached, err)
 	}
 
-	if err := servers.Delete(ctx, cc, server.ID).ExtractErr(); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := servers.Get(ctx, cc, server.ID).Extract()
-		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("get after delete: %v", err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server is still there 20 s after its delete")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	deleteAndWaitGone(t, ctx, cc, server.ID)
 	if err := servers.Delete(ctx, cc, server.ID).ExtractErr(); !gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
 		t.Errorf("second delete: %v, want 404", err)
 	}
@@ -550,20 +556,7 @@ func TestChangesSinceListsDeletedServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	since := server.Created.Add(-time.Second).UTC().Format(time.RFC3339)
-	if err := servers.Delete(ctx, cc, server.ID).ExtractErr(); err != nil {
-		t.Fatalf("delete: %v", err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := servers.Get(ctx, cc, server.ID).Extract()
-		if gophercloud.ResponseCodeIs(err, http.StatusNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the server is still there 20 s after its delete")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	deleteAndWaitGone(t, ctx, cc, server.ID)
 	status := func(opts servers.ListOpts) string {
 		all, err := servers.List(cc, opts).AllPages(ctx)
 		if err != nil {
