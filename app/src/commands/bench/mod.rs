@@ -129,6 +129,14 @@ pub(crate) struct Args {
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     concurrency: u32,
 
+    /// Identities (OpenStack projects) the Servers are spread over, 1 to
+    /// 10: each has its own SSH CA and owns a share of the 10 Networks and
+    /// SecurityGroups. One object holds at most about 30,000 references
+    /// (docs/DESIGN.md, "Reference edges"), so past 30,000 Servers spread
+    /// them.
+    #[arg(long, default_value_t = 1)]
+    identities: usize,
+
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
 }
@@ -177,6 +185,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         }
         Controller::Go => Some(GoBuild::find()?),
     };
+    let identities = world::Identities::new(args.identities)?;
     let work_dir = match &args.work_dir {
         Some(dir) => dir.clone(),
         None => std::env::temp_dir().join(format!("server-controller-bench-{}", std::process::id())),
@@ -189,7 +198,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     let mut steady_state = None;
     let mut api_server_names: Vec<String> = Vec::new();
     for &servers in &args.servers {
-        let (size, steady, api_server) = measure(args, go_build.as_ref(), servers, &work_dir).await?;
+        let (size, steady, api_server) = measure(args, go_build.as_ref(), servers, identities, &work_dir).await?;
         if !api_server_names.contains(&api_server) {
             api_server_names.push(api_server);
         }
@@ -208,6 +217,7 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
         user_data_bytes: args.user_data_bytes,
         shared_networks: world::SHARED_RESOURCES,
         shared_security_groups: world::SHARED_RESOURCES,
+        identities: identities.count(),
         yield_interval_seconds: args.yield_interval.as_secs_f64(),
         monitor_interval_seconds: args.monitor_interval.as_secs_f64(),
         cloud_timeout_seconds: args.cloud_timeout.as_secs_f64(),
@@ -233,19 +243,19 @@ async fn measure(
     args: &Args,
     go_build: Option<&GoBuild>,
     servers: usize,
+    identities: world::Identities,
     work_dir: &Path,
 ) -> anyhow::Result<(SizeResult, Option<SteadyState>, String)> {
     eprintln!("bench: {servers} Servers: seeding the world");
-    let mut world = BenchWorld::start(
-        args.api_server,
-        args.controller,
+    let shape = world::Shape {
         servers,
-        args.seed,
-        args.create_failure_rate,
-        args.public_ip_share,
-        args.user_data_bytes,
-    )
-    .await?;
+        seed: args.seed,
+        create_failure_rate: args.create_failure_rate,
+        public_ip_share: args.public_ip_share,
+        user_data_bytes: args.user_data_bytes,
+        identities,
+    };
+    let mut world = BenchWorld::start(args.api_server, args.controller, &shape).await?;
     let floating_ip_faults = world.inject_floating_ip_faults(args.floating_ip_fault_rate);
     let dir = work_dir.join(format!("n{servers}"));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;

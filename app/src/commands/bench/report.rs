@@ -18,6 +18,8 @@ pub(crate) struct BenchReport {
     pub(crate) create_failure_rate: f64,
     pub(crate) user_data_bytes: usize,
     pub(crate) shared_networks: usize,
+    /// Identities the Servers are spread over, each with its SSH CA.
+    pub(crate) identities: usize,
     pub(crate) shared_security_groups: usize,
     pub(crate) yield_interval_seconds: f64,
     pub(crate) monitor_interval_seconds: f64,
@@ -284,12 +286,13 @@ impl fmt::Display for BenchReport {
         writeln!(f, "{}\n", self.controller)?;
         writeln!(
             f,
-            "bench on {}: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared; yield {}s, monitor {}s, cloud timeout {}s\n",
+            "bench on {}: the demo's fate mix (create failure rate {}), {} KB of user data per Server, {} Networks and {} SecurityGroups shared, {} Identities; yield {}s, monitor {}s, cloud timeout {}s\n",
             self.api_server,
             self.create_failure_rate,
             self.user_data_bytes as f64 / 1024.0,
             self.shared_networks,
             self.shared_security_groups,
+            self.identities,
             self.yield_interval_seconds,
             self.monitor_interval_seconds,
             self.cloud_timeout_seconds,
@@ -381,7 +384,7 @@ impl fmt::Display for BenchReport {
         match &self.steady_state {
             Some(s) => writeln!(
                 f,
-                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes ({} live provider reads), {} monitor polls, {} cloud server lists ({:.2} per poll, one region and identity), {} cloud requests; operator peak RSS {}",
+                "\nsteady state, {} Servers{} over {:.0} s: {} API writes, {} API requests, {} passes ({} live provider reads), {} monitor polls, {} cloud server lists ({:.2} per poll over {} region and identity pairs), {} cloud requests; operator peak RSS {}",
                 s.servers,
                 if s.converged { ", converged," } else { " (NOT all settled)" },
                 s.window_seconds,
@@ -392,6 +395,7 @@ impl fmt::Display for BenchReport {
                 s.monitor_polls,
                 s.cloud_server_lists,
                 s.cloud_server_lists_per_poll,
+                self.identities,
                 s.cloud_requests,
                 megabytes(s.rss_operator_bytes),
             )?,

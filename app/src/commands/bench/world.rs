@@ -44,6 +44,58 @@ pub(crate) fn security_group(i: usize) -> String {
     format!("5b7e9d21-3c4f-4a8b-8e6d-1f2a3b4c5e{:02}", i % SHARED_RESOURCES)
 }
 
+/// How the world's Servers are spread over Identities: each Identity is an
+/// OpenStack project with its own SSH CA, and owns the Networks and
+/// SecurityGroups `j` with `j mod identities` its index, so Server `i`
+/// belongs to Identity `(i mod 10) mod identities`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identities(usize);
+
+impl Identities {
+    /// At most one Identity per shared Network, so every Network has one owner.
+    pub(crate) const MAX: usize = SHARED_RESOURCES;
+
+    pub(crate) fn new(count: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            (1..=Self::MAX).contains(&count),
+            "--identities must be 1 to {} (each Identity owns at least one of the {} shared Networks), not {count}",
+            Self::MAX,
+            SHARED_RESOURCES
+        );
+        Ok(Identities(count))
+    }
+
+    pub(crate) fn count(self) -> usize {
+        self.0
+    }
+
+    /// The Identity of Server `i`, and of Network and SecurityGroup `i`.
+    pub(crate) fn of(self, i: usize) -> usize {
+        i % SHARED_RESOURCES % self.0
+    }
+
+    /// Identity `k`'s tenant: the demo's for the first, a project and user
+    /// of its own for each other.
+    pub(crate) fn tenant(k: usize) -> Tenant {
+        match k {
+            0 => World::tenant(),
+            k => Tenant::new(NAMESPACE, REGION, &format!("{IDENTITY}{k}")),
+        }
+    }
+
+    /// Identity `k`'s SSH certificate authority.
+    pub(crate) fn ssh_ca(k: usize) -> String {
+        match k {
+            0 => SSH_CA.to_owned(),
+            k => format!("{SSH_CA}-{k}"),
+        }
+    }
+
+    fn tenants(self) -> impl Iterator<Item = (usize, Tenant)> {
+        (0..self.0).map(|k| (k, Self::tenant(k)))
+    }
+}
+
 /// A cloud-config of exactly `bytes` (a multiple of 4) once base64-encoded:
 /// a file to write, padded with a comment so the operator carries real bulk.
 pub(crate) fn user_data(bytes: usize) -> String {
@@ -137,20 +189,27 @@ impl Latch {
     }
 }
 
+/// What a world holds.
+pub(crate) struct Shape {
+    pub(crate) servers: usize,
+    pub(crate) seed: u64,
+    /// Share of Servers with a faulty fate in the demo's mix.
+    pub(crate) create_failure_rate: f64,
+    /// Share of Servers asking for a public IP.
+    pub(crate) public_ip_share: f64,
+    pub(crate) user_data_bytes: usize,
+    pub(crate) identities: Identities,
+}
+
 impl BenchWorld {
     /// The API server and the OpenStack simulator on loopback ports, the
-    /// tenant's shared resources, and `servers` Servers whose fates come from
-    /// the demo's mix at `create_failure_rate`, `public_ip_share` of them
-    /// asking for a public IP.
-    pub(crate) async fn start(
-        api_server: ApiServer,
-        controller: Controller,
-        servers: usize,
-        seed: u64,
-        create_failure_rate: f64,
-        public_ip_share: f64,
-        user_data_bytes: usize,
-    ) -> anyhow::Result<Self> {
+    /// tenants' shared resources, and the shape's Servers.
+    pub(crate) async fn start(api_server: ApiServer, controller: Controller, shape: &Shape) -> anyhow::Result<Self> {
+        let Shape { servers, seed, create_failure_rate, public_ip_share, user_data_bytes, identities } = *shape;
+        anyhow::ensure!(
+            controller == Controller::Ours || identities.count() == 1,
+            "the Go controller's world has one Identity: drop --identities"
+        );
         let tenant = World::tenant();
         let mut config = CloudConfig::with_fault_rate(seed, create_failure_rate);
         config.mix = scenario::mix(create_failure_rate);
@@ -165,16 +224,20 @@ impl BenchWorld {
         };
         let cloud =
             CloudBed::start_with(CloudPath::OpenStack, SimCloud::new(config), &tenant, None, sim_config).await?;
+        let openstack = cloud.openstack().context("the bench's cloud is not on the OpenStack path")?;
+        for (_, other) in identities.tenants().skip(1) {
+            openstack.add_user(&other.openstack_user, &other.openstack_password);
+        }
         for i in 0..SHARED_RESOURCES {
-            cloud.seed_neutron(&tenant, "networks", &network(i));
-            cloud.seed_neutron(&tenant, "securitygroups", &security_group(i));
+            let owner = Identities::tenant(identities.of(i));
+            cloud.seed_neutron(&owner, "networks", &network(i));
+            cloud.seed_neutron(&owner, "securitygroups", &security_group(i));
         }
         let user_data = user_data(user_data_bytes);
+        let servers = Servers { count: servers, user_data: &user_data, public_ip_share, identities };
         let (kube, uids) = match api_server {
-            ApiServer::Simkube => Self::seed_simkube(&tenant, servers, seed, &user_data, public_ip_share).await?,
-            ApiServer::Real => {
-                Self::seed_real(&tenant, &cloud, controller, servers, &user_data, public_ip_share).await?
-            }
+            ApiServer::Simkube => Self::seed_simkube(&servers, seed).await?,
+            ApiServer::Real => Self::seed_real(&tenant, &cloud, controller, &servers).await?,
         };
         let tracked = uids
             .into_iter()
@@ -203,28 +266,25 @@ impl BenchWorld {
         Ok(BenchWorld { kube, cloud, tracked, controller, latches })
     }
 
-    async fn seed_simkube(
-        tenant: &Tenant,
-        servers: usize,
-        seed: u64,
-        user_data: &str,
-        public_ip_share: f64,
-    ) -> anyhow::Result<(Kube, Vec<String>)> {
+    async fn seed_simkube(servers: &Servers<'_>, seed: u64) -> anyhow::Result<(Kube, Vec<String>)> {
         let sim = SimKube::builder().seed(seed).strict_namespaces().build();
         sim.store().ensure_namespace(NAMESPACE);
         let kube = KubeBed::serve(sim, ([127, 0, 0, 1], 0).into(), NAMESPACE).await?;
-        kube.seed_tenant(tenant, true)?;
-        kube.seed(tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY}))?;
-        for i in 0..SHARED_RESOURCES {
-            kube.seed(tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")}))?;
-            kube.seed(tenant, "securitygroups", &security_group(i), json!({}))?;
+        for (k, tenant) in servers.identities.tenants() {
+            kube.seed_tenant(&tenant, true)?;
+            kube.seed(&tenant, "sshcertificateauthorities", &Identities::ssh_ca(k), json!({"publicKey": SSH_CA_KEY}))?;
         }
-        let mut uids = Vec::with_capacity(servers);
-        for i in 0..servers {
+        for i in 0..SHARED_RESOURCES {
+            let owner = Identities::tenant(servers.identities.of(i));
+            kube.seed(&owner, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")}))?;
+            kube.seed(&owner, "securitygroups", &security_group(i), json!({}))?;
+        }
+        let mut uids = Vec::with_capacity(servers.count);
+        for i in 0..servers.count {
             let name = server_name(i);
             let created = kube
                 .store()
-                .create("servers", server(&name, i, user_data, is_public(i, public_ip_share)))
+                .create("servers", servers.object(&name, i))
                 .map_err(|e| anyhow::anyhow!("cannot create {name}: {e:?}"))?;
             uids.push(created["metadata"]["uid"].as_str().context("SimKube gave no uid")?.to_owned());
         }
@@ -236,9 +296,7 @@ impl BenchWorld {
         tenant: &Tenant,
         cloud: &CloudBed,
         controller: Controller,
-        servers: usize,
-        user_data: &str,
-        public_ip_share: f64,
+        servers: &Servers<'_>,
     ) -> anyhow::Result<(Kube, Vec<String>)> {
         let bed = ApiServerBed::start(NAMESPACE).await?;
         eprintln!("bench: {} at {}", bed.plane.version, bed.plane.url);
@@ -272,21 +330,24 @@ impl BenchWorld {
                 }
             }
         };
-        bed.seed_tenant(tenant, true).await?;
-        bed.seed(tenant, "sshcertificateauthorities", SSH_CA, json!({"publicKey": SSH_CA_KEY})).await?;
+        for (k, tenant) in servers.identities.tenants() {
+            bed.seed_tenant(&tenant, true).await?;
+            let ca = Identities::ssh_ca(k);
+            bed.seed(&tenant, "sshcertificateauthorities", &ca, json!({"publicKey": SSH_CA_KEY})).await?;
+        }
         for i in 0..SHARED_RESOURCES {
-            bed.seed(tenant, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")})).await?;
-            bed.seed(tenant, "securitygroups", &security_group(i), json!({})).await?;
+            let owner = Identities::tenant(servers.identities.of(i));
+            bed.seed(&owner, "networks", &network(i), json!({"prefix": format!("10.{i}.0.0/16")})).await?;
+            bed.seed(&owner, "securitygroups", &security_group(i), json!({})).await?;
         }
         let bed = Arc::new(bed);
-        let mut uids = vec![String::new(); servers];
+        let mut uids = vec![String::new(); servers.count];
         let mut creates = tokio::task::JoinSet::new();
-        for i in 0..servers {
+        for i in 0..servers.count {
             if creates.len() >= SEEDING_CONCURRENCY {
                 Self::record_uid(&mut creates, &mut uids).await?;
             }
-            let (bed, object) =
-                (Arc::clone(&bed), server(&server_name(i), i, user_data, is_public(i, public_ip_share)));
+            let (bed, object) = (Arc::clone(&bed), servers.object(&server_name(i), i));
             creates.spawn(async move { (i, bed.create("servers", object).await) });
         }
         while !creates.is_empty() {
@@ -738,9 +799,26 @@ fn core_view(object: &Arc<Value>) -> Option<server_core::Server> {
     Some(server_kube::convert::core_server(&server))
 }
 
-/// Server `i`, as a user would create it: network and security group
-/// `i mod 10`, 32 KB of user data.
-fn server(name: &str, i: usize, user_data: &str, public: bool) -> Value {
+/// The world's Servers, as users would create them.
+struct Servers<'a> {
+    count: usize,
+    user_data: &'a str,
+    public_ip_share: f64,
+    identities: Identities,
+}
+
+impl Servers<'_> {
+    /// Server `i`: network and security group `i mod 10`, its Identity's
+    /// SSH CA.
+    fn object(&self, name: &str, i: usize) -> Value {
+        let k = self.identities.of(i);
+        let identity = Identities::tenant(k).identity;
+        server(name, i, self.user_data, is_public(i, self.public_ip_share), &identity, &Identities::ssh_ca(k))
+    }
+}
+
+/// Server `i` of `identity`: network and security group `i mod 10`.
+fn server(name: &str, i: usize, user_data: &str, public: bool, identity: &str, ssh_ca: &str) -> Value {
     let mut server = json!({
         "apiVersion": "region.unikorn-cloud.org/v1alpha1",
         "kind": "Server",
@@ -748,7 +826,7 @@ fn server(name: &str, i: usize, user_data: &str, public: bool) -> Value {
             "name": name,
             "namespace": NAMESPACE,
             "labels": {
-                REGION_LABEL: REGION, IDENTITY_LABEL: IDENTITY, NAME_LABEL: name, ORGANIZATION_LABEL: "acme",
+                REGION_LABEL: REGION, IDENTITY_LABEL: identity, NAME_LABEL: name, ORGANIZATION_LABEL: "acme",
             },
         },
         "spec": {
@@ -756,7 +834,7 @@ fn server(name: &str, i: usize, user_data: &str, public: bool) -> Value {
             "image": {"id": "0f1e2d3c-0000-4000-8000-000000000002"},
             "networks": [{"id": network(i)}],
             "securityGroups": [{"id": security_group(i)}],
-            "sshCertificateAuthorityID": SSH_CA,
+            "sshCertificateAuthorityID": ssh_ca,
             "userData": user_data,
         },
     });
@@ -785,15 +863,35 @@ mod tests {
         let networks: std::collections::BTreeSet<String> = (0..1000).map(network).collect();
         let groups: std::collections::BTreeSet<String> = (0..1000).map(security_group).collect();
         assert_eq!((networks.len(), groups.len()), (SHARED_RESOURCES, SHARED_RESOURCES));
-        let s = server("server-00007", 7, "dXNlcg==", false);
+        let s = server("server-00007", 7, "dXNlcg==", false, IDENTITY, SSH_CA);
         assert_eq!(s["spec"]["networks"][0]["id"], network(7));
         assert_eq!(s["spec"]["securityGroups"][0]["id"], security_group(17));
+    }
+
+    #[test]
+    fn each_identity_owns_the_networks_its_servers_name_and_its_own_ssh_ca() {
+        let identities = Identities::new(5).expect("five identities");
+        let servers = Servers { count: 100, user_data: "dXNlcg==", public_ip_share: 0.0, identities };
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..servers.count {
+            let s = servers.object(&server_name(i), i);
+            let network_index = (0..SHARED_RESOURCES)
+                .find(|&j| network(j) == s["spec"]["networks"][0]["id"])
+                .expect("one of the shared networks");
+            let owner = Identities::tenant(identities.of(network_index));
+            assert_eq!(s["metadata"]["labels"][IDENTITY_LABEL], owner.identity.as_str());
+            assert_eq!(s["spec"]["sshCertificateAuthorityID"], Identities::ssh_ca(identities.of(i)).as_str());
+            seen.insert(owner.identity);
+        }
+        assert_eq!(seen.len(), 5);
+        assert_eq!(Identities::tenant(0), World::tenant());
+        assert!(Identities::new(0).is_err() && Identities::new(11).is_err());
     }
 
     /// A Server as the Go controller leaves it: Available's reason, its
     /// create failures, provisionedAt and phase.
     fn go_status(reason: &str, failures: i32, provisioned: bool, phase: &str) -> server_core::Server {
-        let mut object = server("server-00001", 1, "dXNlcg==", false);
+        let mut object = server("server-00001", 1, "dXNlcg==", false, IDENTITY, SSH_CA);
         object["metadata"]["uid"] = json!("uid-1");
         object["status"] = json!({
             "conditions": [{"type": "Available", "status": if reason == "Provisioned" { "True" } else { "False" },
@@ -871,7 +969,7 @@ mod tests {
 
     #[test]
     fn the_core_view_leaves_the_user_data_out() {
-        let object = Arc::new(server("server-00001", 1, &user_data(USER_DATA_BYTES), true));
+        let object = Arc::new(server("server-00001", 1, &user_data(USER_DATA_BYTES), true, IDENTITY, SSH_CA));
         let view = core_view(&object).expect("a readable Server");
         assert_eq!(view.meta.name, "server-00001");
         assert!(view.spec.user_data.is_none());
