@@ -51,6 +51,39 @@ fn a_small_bench_settles_measures_the_operator_apart_and_finds_a_quiet_steady_st
     assert!((lists - polls).abs() <= 1.0, "one cloud list per poll: {steady:#}");
 }
 
+/// Servers spread over Identities: each Identity's Servers reach its own
+/// OpenStack project with its own credentials, and find its Networks,
+/// SecurityGroups and SSH CA.
+#[test]
+fn a_bench_spread_over_identities_settles_in_every_project() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["bench", "--servers", "20", "--identities", "5", "--steady-servers", "0", "--delete", "true"])
+        .args(["--create-failure-rate", "0", "--monitor-interval", "2s", "--timeout", "150s", "--output", "json"])
+        .output()
+        .expect("the server-controller binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert!(output.status.success(), "{report:#}\n{stderr}");
+    assert_eq!(report["identities"], 5, "{report:#}");
+    let size = &report["sizes"][0];
+    assert_eq!(size["settled"], true, "{size:#}");
+    // Every Identity's Servers were made in the cloud, and all released.
+    assert!(size["cloud"]["counters"]["server_creates"].as_u64().unwrap() >= 20, "{size:#}");
+    assert_eq!(size["deletion"]["left"], 0, "{size:#}");
+    assert_eq!(size["deletion"]["leaked_servers"], 0, "{size:#}");
+}
+
+#[test]
+fn more_identities_than_shared_networks_are_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
+        .args(["bench", "--servers", "10", "--identities", "11"])
+        .output()
+        .expect("the server-controller binary runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--identities must be 1 to 10"), "{stderr}");
+}
+
 #[test]
 fn bad_sizes_are_refused_before_anything_starts() {
     let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))

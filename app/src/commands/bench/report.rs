@@ -18,9 +18,9 @@ pub(crate) struct BenchReport {
     pub(crate) create_failure_rate: f64,
     pub(crate) user_data_bytes: usize,
     pub(crate) shared_networks: usize,
+    pub(crate) shared_security_groups: usize,
     /// Identities the Servers are spread over, each with its SSH CA.
     pub(crate) identities: usize,
-    pub(crate) shared_security_groups: usize,
     pub(crate) yield_interval_seconds: f64,
     pub(crate) monitor_interval_seconds: f64,
     pub(crate) cloud_timeout_seconds: f64,
