@@ -60,11 +60,9 @@ impl ControllerConfig {
     /// Three cloud calls at the 60 s cloud timeout, plus the API's share.
     pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(300);
     /// Passes at once (`--concurrency`): passes mostly wait (on the API
-    /// server, the cloud, the reference writer), and the more of them wait
-    /// on a shared object's references together, the fewer writes of that
-    /// object (each one O(Servers) on kube-apiserver). 32 settled 3,000
-    /// Servers on kube-apiserver in 132 s against 234 s with 8, with a third
-    /// of the Identity writes and 56 % of kube-apiserver's CPU (docs/BENCH.md).
+    /// server, the cloud), and a pass waiting on the reference writer gives
+    /// its slot up (`slots`). 32 settled 3,000 Servers on kube-apiserver in
+    /// 132 s against 234 s with 8 (docs/BENCH.md).
     pub const DEFAULT_CONCURRENCY: u16 = 32;
     /// kube-runtime's default page size.
     pub const DEFAULT_WATCH_PAGE_SIZE: u32 = 500;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::{StreamExt, stream};
 use kube::ResourceExt;
 use kube::runtime::controller::{Action as Requeue, Config as RuntimeConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
 use server_core::Outcome;
 use tracing::{debug, info, warn};
 
@@ -19,6 +20,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::monitor::LatchWoken;
 use crate::shutdown::Shutdown;
+use crate::slots::Slot;
 
 /// What to do after a pass: requeue after Yield or Error (at the fixed
 /// interval, or as long as the provider's `Retry-After` asked, bounded: the
@@ -27,10 +29,12 @@ pub fn requeue_for(outcome: &Outcome, config: &ControllerConfig) -> Option<Durat
     outcome.requeue_after(config.yield_interval)
 }
 
-/// What every pass shares: the executor and the caches it reads from.
+/// What every pass shares: the executor, the caches it reads from, and the
+/// shutdown that ends the passes still waiting for a slot.
 struct Context {
     executor: Arc<Executor>,
     caches: Caches,
+    shutdown: Shutdown,
 }
 
 /// Runs the controller until `shutdown` resolves; in-flight passes finish.
@@ -44,10 +48,13 @@ pub(crate) async fn run(
 ) {
     let config = executor.config.clone();
     let trigger = stream::poll_fn(move |cx| wakes.poll_recv(cx));
+    // kube-runtime starts every pass at once (0: no bound of its own); each
+    // then waits for one of the executor's slots (`slots`), which it gives up
+    // while it waits on references.
     let mut controller = Controller::for_shared_stream(trigger, caches.servers.clone())
-        .with_config(RuntimeConfig::default().concurrency(config.concurrency))
+        .with_config(RuntimeConfig::default().concurrency(0))
         .reconcile_on(stream::poll_fn(move |cx| monitor_wakes.poll_recv(cx)))
-        .graceful_shutdown_on(shutdown);
+        .graceful_shutdown_on(shutdown.clone());
     if let Some(interval) = config.resync_interval {
         controller = controller.reconcile_all_on(resync_ticks(interval));
     }
@@ -56,7 +63,7 @@ pub(crate) async fn run(
     controller = controller.reconcile_all_on(executor.fence.new_terms());
     info!(namespace = config.namespace.as_deref().unwrap_or("<all>"), "server controller started");
     controller
-        .run(reconcile, error_policy, Arc::new(Context { executor, caches }))
+        .run(reconcile, error_policy, Arc::new(Context { executor, caches, shutdown }))
         .for_each(|result| async move {
             match result {
                 Ok((object, requeue)) => debug!(server = %object.name, ?requeue, "pass finished"),
@@ -67,7 +74,21 @@ pub(crate) async fn run(
     info!("server controller stopped");
 }
 
-async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
+/// A pass waits for a slot, then acts on the store's copy of its Server as
+/// it is then (a queued pass may have waited long). What waits is small; the
+/// pass itself is boxed once it runs.
+async fn reconcile(queued: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
+    let mut slot = tokio::select! {
+        slot = context.executor.slots.acquire() => slot,
+        () = context.shutdown.clone() => return Ok(Requeue::await_change()),
+    };
+    let Some(server) = context.caches.servers.get(&ObjectRef::from_obj(&*queued)) else {
+        return Ok(Requeue::await_change());
+    };
+    Box::pin(pass(server, &context, &mut slot)).await
+}
+
+async fn pass(server: Arc<CachedServer>, context: &Context, slot: &mut Slot<'_>) -> Result<Requeue, Error> {
     let executor = &context.executor;
     // A follower only keeps its store warm; the leader's new term wakes everything.
     let Some(term) = executor.terms.current() else {
@@ -75,7 +96,7 @@ async fn reconcile(server: Arc<CachedServer>, context: Arc<Context>) -> Result<R
     };
     let _in_flight = executor.progress.pass_started();
     let started = Instant::now();
-    let result = executor.reconcile(&term, &server, &context.caches).await;
+    let result = executor.reconcile(&term, &server, &context.caches, slot).await;
     let elapsed = started.elapsed();
     match result {
         Ok(outcome) => {

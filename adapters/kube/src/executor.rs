@@ -26,6 +26,7 @@ use crate::facts::{Reader, Source};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
+use crate::slots::Slot;
 use crate::term::{Term, Terms};
 
 /// Everything a pass needs, shared by all passes of a controller.
@@ -39,6 +40,8 @@ pub(crate) struct Executor {
     /// Whether this replica may act; each term's client and clouds enforce it.
     pub(crate) fence: crate::Fence,
     pub(crate) progress: crate::health::Progress,
+    /// Passes at once; a pass gives its slot up while it waits on references.
+    pub(crate) slots: crate::slots::PassSlots,
 }
 
 impl std::fmt::Debug for Executor {
@@ -56,6 +59,7 @@ impl Executor {
         term: &Term,
         object: &CachedServer,
         caches: &Caches,
+        slot: &mut Slot<'_>,
     ) -> Result<Outcome, Error> {
         let options = self.config.rule_options();
         let Some(mut server) = object.core() else {
@@ -66,7 +70,7 @@ impl Executor {
             let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
             warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
             let pass = Pass::unreadable(object.meta_only(), &problem, options, now());
-            return Ok(self.act(term, object, caches, pass, Err("the Server cannot be read".into())).await);
+            return Ok(self.act(term, object, caches, slot, pass, Err("the Server cannot be read".into())).await);
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
@@ -118,7 +122,7 @@ impl Executor {
                 "decided"
             );
         }
-        Ok(self.act(term, object, caches, pass, cloud).await)
+        Ok(self.act(term, object, caches, slot, pass, cloud).await)
     }
 
     /// Runs the actions the pass hands out, each through the term it started in.
@@ -127,6 +131,7 @@ impl Executor {
         term: &Term,
         object: &CachedServer,
         caches: &Caches,
+        slot: &mut Slot<'_>,
         mut pass: Pass,
         cloud: Result<CloudHandle, String>,
     ) -> Outcome {
@@ -147,7 +152,6 @@ impl Executor {
         loop {
             let changes: Option<Vec<(Reference, bool)>> = match pass.poll_run() {
                 [] => break,
-                [_] => None,
                 run => run.iter().map(|action| action.reference_change().map(|(r, add)| (r.clone(), add))).collect(),
             };
             let Some(changes) = changes else {
@@ -162,9 +166,10 @@ impl Executor {
                 continue;
             };
             // A run of reference changes goes out at once and is answered
-            // in order; the pass takes no answer after a failure.
+            // in order; the pass takes no answer after a failure. It waits
+            // without its slot: the writer lingers to batch them.
             let sent = changes.iter().map(|(reference, add)| io.set_reference(reference, *add));
-            for result in futures_util::future::join_all(sent).await {
+            for result in slot.released_while(futures_util::future::join_all(sent)).await {
                 if let Err(failure) = result {
                     if let Some(action) = pass.poll_action() {
                         io.report_failure(action, &failure);

@@ -38,6 +38,7 @@ mod own_writes;
 mod references;
 mod region;
 mod shutdown;
+mod slots;
 mod term;
 pub mod wake;
 
@@ -110,7 +111,8 @@ impl Operator {
         let progress = Progress::default();
         let terms = Arc::new(term::Terms::new(fence.clone(), client.clone(), clouds, config.clone(), metrics.clone()));
         let monitor = Monitor { terms: terms.clone(), config: config.clone(), metrics: metrics.clone() };
-        let executor = Executor { terms, config, metrics, fence: fence.clone(), progress: progress.clone() };
+        let slots = slots::PassSlots::new(config.concurrency);
+        let executor = Executor { terms, config, metrics, fence: fence.clone(), progress: progress.clone(), slots };
         let (ready, _) = tokio::sync::watch::channel(false);
         Operator {
             executor: Arc::new(executor),

@@ -84,6 +84,22 @@ pub enum ReferencePatch {
 /// Small beside a pass (which waits on the API server and the cloud).
 const LINGER: Duration = Duration::from_millis(20);
 
+/// The longest a busy object's flush waits (see [`next_linger`]).
+const LINGER_MAX: Duration = Duration::from_millis(320);
+
+/// The most changes one write carries (a removal is two JSON Patch
+/// operations; kube-apiserver refuses a patch of more than 10,000).
+const BATCH_MAX: usize = 1000;
+
+/// The wait before an object's next batch: doubled, up to [`LINGER_MAX`],
+/// after a batch that gathered several changes (many passes use the
+/// object: waiting longer puts more of them in one write, and a pass waits
+/// on it without its slot), halved back towards [`LINGER`] after a lone
+/// change (a quiet object answers soon).
+fn next_linger(linger: Duration, batch: usize) -> Duration {
+    if batch > 1 { (linger * 2).min(LINGER_MAX) } else { (linger / 2).max(LINGER) }
+}
+
 /// Writes a batch at most this many times (a fresh read before each retry)
 /// before its callers are told it conflicted.
 const ATTEMPTS: usize = 5;
@@ -221,7 +237,12 @@ fn take_batch(queues: &mut HashMap<Target, Queue>, target: &Target) -> Option<(V
         }
         return None;
     }
-    Some((std::mem::take(&mut queue.pending), queue.known.take()))
+    let batch = if queue.pending.len() > BATCH_MAX {
+        queue.pending.drain(..BATCH_MAX).collect()
+    } else {
+        std::mem::take(&mut queue.pending)
+    };
+    Some((batch, queue.known.take()))
 }
 
 /// The coalescing writer; one per operator, shared by every pass.
@@ -300,10 +321,12 @@ impl ReferenceWriter {
 
     /// Writes the object's pending changes, batch after batch, until none is left.
     async fn flush(self: Arc<Self>, target: Target) {
+        let mut linger = LINGER;
         loop {
-            tokio::time::sleep(LINGER).await;
+            tokio::time::sleep(linger).await;
             let taken = self.with_queues(|queues| take_batch(queues, &target));
             let Some((batch, known)) = taken else { return };
+            linger = next_linger(linger, batch.len());
             let (result, known) = self.write_batch(&target, &batch, known).await;
             self.with_queues(|queues| queues.entry(target.clone()).or_default().known = known);
             for request in batch {
@@ -508,6 +531,42 @@ mod tests {
         // A missing list reads as null, as the API server's JSON Patch tests it.
         let mut document = json!({ "metadata": { "name": "n", "finalizers": current.finalizers } });
         json_patch::patch(&mut document, patch).map(|()| document["metadata"]["finalizers"].clone())
+    }
+
+    #[test]
+    fn a_busy_object_lingers_longer_up_to_a_bound_and_a_quiet_one_back_down() {
+        let mut linger = LINGER;
+        let mut seen = vec![linger];
+        for _ in 0..6 {
+            linger = next_linger(linger, 5);
+            seen.push(linger);
+        }
+        assert_eq!(seen.last(), Some(&LINGER_MAX));
+        assert!(seen.windows(2).all(|w| w[1] >= w[0]), "{seen:?}");
+        for _ in 0..6 {
+            linger = next_linger(linger, 1);
+        }
+        assert_eq!(linger, LINGER);
+    }
+
+    #[test]
+    fn a_batch_carries_at_most_its_bound_and_leaves_the_rest_in_order() {
+        let target =
+            Target { kind: server_core::model::ResourceKind::Network, namespace: "ns".into(), name: "n".into() };
+        let request = |i: usize| Request { finalizer: format!("f{i}"), add: true, done: oneshot::channel().0 };
+        let mut queues = HashMap::new();
+        queues.insert(
+            target.clone(),
+            Queue { pending: (0..BATCH_MAX + 3).map(request).collect(), flushing: true, known: None },
+        );
+        let first = take_batch(&mut queues, &target).map(|(batch, _)| batch).unwrap_or_default();
+        assert_eq!(first.len(), BATCH_MAX);
+        assert_eq!(first[0].finalizer, "f0");
+        let rest: Vec<String> = take_batch(&mut queues, &target)
+            .map(|(batch, _)| batch.into_iter().map(|r| r.finalizer).collect())
+            .unwrap_or_default();
+        assert_eq!(rest, (BATCH_MAX..BATCH_MAX + 3).map(|i| format!("f{i}")).collect::<Vec<_>>());
+        assert!(take_batch(&mut queues, &target).is_none());
     }
 
     #[test]
