@@ -147,7 +147,11 @@ async fn scale_run(kind: CloudKind, encoding: ReferencePatch) -> (SharedWrites, 
         assert_eq!(written.changes, SERVERS as u64, "each Server's reference is written once: {written:?}");
         assert!(network.patches <= written.batches + written.retries, "{network:?} for {written:?}");
         assert!(written.retries <= 3, "the writer raced itself: {written:?}");
-        assert!(written.batches <= SERVERS as u64 / 2, "hardly coalesced: {written:?}");
+        // Passes wait on the writer without their slots and a busy
+        // object's writer lingers longer: ten Servers a batch at the least
+        // (5 batches of 300 measured here; 47 or more while a pass held its
+        // slot and the writer lingered 20 ms).
+        assert!(written.batches <= SERVERS as u64 / 10, "hardly coalesced: {written:?}");
         // Each write carries its batch, not the whole list (which grows with the Servers).
         assert!(network.bytes <= 200 * SERVERS as u64, "{network:?}");
         // No conflict storm: the happy path writes its shared objects without losing a race.
