@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::executor::Executor;
 use crate::monitor::LatchWoken;
 use crate::shutdown::Shutdown;
-use crate::slots::Slot;
+use crate::slots::{self, Slot};
 
 /// What to do after a pass: requeue after Yield or Error (at the fixed
 /// interval, or as long as the provider's `Retry-After` asked, bounded: the
@@ -48,11 +48,11 @@ pub(crate) async fn run(
 ) {
     let config = executor.config.clone();
     let trigger = stream::poll_fn(move |cx| wakes.poll_recv(cx));
-    // kube-runtime starts every pass at once (0: no bound of its own); each
+    // kube-runtime starts a bounded multiple of the passes at once; each
     // then waits for one of the executor's slots (`slots`), which it gives up
     // while it waits on references.
     let mut controller = Controller::for_shared_stream(trigger, caches.servers.clone())
-        .with_config(RuntimeConfig::default().concurrency(0))
+        .with_config(RuntimeConfig::default().concurrency(slots::admitted(config.concurrency)))
         .reconcile_on(stream::poll_fn(move |cx| monitor_wakes.poll_recv(cx)))
         .graceful_shutdown_on(shutdown.clone());
     if let Some(interval) = config.resync_interval {
@@ -75,8 +75,8 @@ pub(crate) async fn run(
 }
 
 /// A pass waits for a slot, then acts on the store's copy of its Server as
-/// it is then (a queued pass may have waited long). What waits is small; the
-/// pass itself is boxed once it runs.
+/// it is then (a started pass may have waited behind others). The pass
+/// itself is boxed once it runs.
 async fn reconcile(queued: Arc<CachedServer>, context: Arc<Context>) -> Result<Requeue, Error> {
     let mut slot = tokio::select! {
         slot = context.executor.slots.acquire() => slot,
