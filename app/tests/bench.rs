@@ -6,18 +6,39 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn a_small_bench_settles_measures_the_operator_apart_and_finds_a_quiet_steady_state() {
+/// Runs `bench` with `args` (its JSON report asked for) and reads the
+/// report; the run must succeed.
+fn bench_report(args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-        .args(["bench", "--servers", "12", "--steady-servers", "12", "--steady-window", "6s"])
-        // A clean cloud: this is about the measurement, not the fates
-        // (the demo and the e2e suite cover those).
-        .args(["--create-failure-rate", "0", "--monitor-interval", "2s", "--timeout", "150s", "--output", "json"])
+        .arg("bench")
+        .args(args)
+        .args(["--output", "json"])
         .output()
         .expect("the server-controller binary runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     assert!(output.status.success(), "{report:#}\n{stderr}");
+    report
+}
+
+#[test]
+fn a_small_bench_settles_measures_the_operator_apart_and_finds_a_quiet_steady_state() {
+    // A clean cloud: this is about the measurement, not the fates (the
+    // demo and the e2e suite cover those).
+    let report = bench_report(&[
+        "--servers",
+        "12",
+        "--steady-servers",
+        "12",
+        "--steady-window",
+        "6s",
+        "--create-failure-rate",
+        "0",
+        "--monitor-interval",
+        "2s",
+        "--timeout",
+        "150s",
+    ]);
 
     let size = &report["sizes"][0];
     assert_eq!(size["servers"], 12);
@@ -56,14 +77,22 @@ fn a_small_bench_settles_measures_the_operator_apart_and_finds_a_quiet_steady_st
 /// SecurityGroups and SSH CA.
 #[test]
 fn a_bench_spread_over_identities_settles_in_every_project() {
-    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-        .args(["bench", "--servers", "20", "--identities", "5", "--steady-servers", "0", "--delete", "true"])
-        .args(["--create-failure-rate", "0", "--monitor-interval", "2s", "--timeout", "150s", "--output", "json"])
-        .output()
-        .expect("the server-controller binary runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    assert!(output.status.success(), "{report:#}\n{stderr}");
+    let report = bench_report(&[
+        "--servers",
+        "20",
+        "--identities",
+        "5",
+        "--steady-servers",
+        "0",
+        "--delete",
+        "true",
+        "--create-failure-rate",
+        "0",
+        "--monitor-interval",
+        "2s",
+        "--timeout",
+        "150s",
+    ]);
     assert_eq!(report["identities"], 5, "{report:#}");
     let size = &report["sizes"][0];
     assert_eq!(size["settled"], true, "{size:#}");
@@ -104,14 +133,20 @@ fn a_small_bench_on_the_real_api_server_settles_and_counts_the_operator_from_the
     if !server_e2e::control_plane::built_or_skip() {
         return;
     }
-    let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
-        .args(["bench", "--api-server", "real", "--servers", "24", "--steady-servers", "24", "--steady-window", "6s"])
-        .args(["--monitor-interval", "2s", "--timeout", "240s", "--output", "json"])
-        .output()
-        .expect("the server-controller binary runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
-    assert!(output.status.success(), "{report:#}\n{stderr}");
+    let report = bench_report(&[
+        "--api-server",
+        "real",
+        "--servers",
+        "24",
+        "--steady-servers",
+        "24",
+        "--steady-window",
+        "6s",
+        "--monitor-interval",
+        "2s",
+        "--timeout",
+        "240s",
+    ]);
     assert!(report["api_server"].as_str().unwrap().starts_with("kube-apiserver and kubectl v1.34"), "{report:#}");
 
     let size = &report["sizes"][0];
