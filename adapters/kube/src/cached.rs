@@ -22,6 +22,7 @@ use server_core::WakeSignals;
 use server_core::model::UserData;
 use server_core::model::{self as core_model};
 
+use crate::compact_map::CompactMap;
 use crate::crd::{Server, ServerResourceSpec, ServerStatus};
 use crate::held_user_data::HeldUserData;
 
@@ -29,10 +30,14 @@ use crate::held_user_data::HeldUserData;
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A cached Server: its metadata, and its spec and status or why they could
-/// not be read.
+/// not be read. Its labels and annotations are kept compact beside the
+/// metadata, whose own maps are left empty: read them with
+/// [`CachedServer::label`] and [`CachedServer::annotations`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct CachedServer {
     pub metadata: ObjectMeta,
+    labels: CompactMap,
+    annotations: CompactMap,
     pub content: Result<ServerContent, Malformed>,
 }
 
@@ -76,19 +81,44 @@ impl CachedServer {
     /// The cached form of a Server: metadata trimmed, user data left out.
     pub fn new(server: Server) -> Self {
         let Server { mut metadata, mut spec, status } = server;
-        trim(&mut metadata);
+        let maps = trim(&mut metadata);
         let user_data = spec.spec.user_data.take();
         let has_user_data = user_data.is_some();
         let held_user_data = held_for_first_create(status.as_ref(), || user_data);
         let content = ServerContent { spec, status, has_user_data, held_user_data, unread: Vec::new() };
-        CachedServer { metadata, content: Ok(content) }
+        CachedServer::assemble(metadata, maps, Ok(content))
+    }
+
+    fn assemble(
+        metadata: ObjectMeta,
+        maps: Result<(CompactMap, CompactMap), Malformed>,
+        content: Result<ServerContent, Malformed>,
+    ) -> Self {
+        match maps {
+            Ok((labels, annotations)) => CachedServer { metadata, labels, annotations, content },
+            Err(malformed) => CachedServer {
+                metadata,
+                labels: CompactMap::default(),
+                annotations: CompactMap::default(),
+                content: Err(malformed),
+            },
+        }
+    }
+
+    /// A label's value; an empty value is none.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).filter(|value| !value.is_empty())
+    }
+
+    pub fn annotations(&self) -> &CompactMap {
+        &self.annotations
     }
 
     /// The Server as the core sees it (without user data), if readable.
     pub fn core(&self) -> Option<core_model::Server> {
         let content = self.content.as_ref().ok()?;
         Some(core_model::Server {
-            meta: crate::convert::core_meta(&self.metadata),
+            meta: self.core_meta(),
             spec: content.spec.spec.clone(),
             status: content.status.clone().unwrap_or_default(),
         })
@@ -98,7 +128,15 @@ impl CachedServer {
     /// for a Server whose content cannot be read.
     pub fn meta_only(&self) -> core_model::Server {
         let status = self.content.as_ref().ok().and_then(|content| content.status.clone()).unwrap_or_default();
-        core_model::Server { meta: crate::convert::core_meta(&self.metadata), spec: Default::default(), status }
+        core_model::Server { meta: self.core_meta(), spec: Default::default(), status }
+    }
+
+    fn core_meta(&self) -> core_model::ObjectMeta {
+        core_model::ObjectMeta {
+            labels: self.labels.to_map(),
+            annotations: self.annotations.to_map(),
+            ..crate::convert::core_meta(&self.metadata)
+        }
     }
 
     /// What the wake rule reads: the signals of the core view (its spec is
@@ -119,12 +157,17 @@ fn held_for_first_create(
     awaits.then(data).flatten().and_then(HeldUserData::hold)
 }
 
-/// Drops what nothing reads and what repeats the spec.
-fn trim(metadata: &mut ObjectMeta) {
+/// Drops what nothing reads and what repeats the spec, and takes out the
+/// labels and annotations, compact; a map too large for that is reported
+/// as the Server's content (the API server admits none).
+fn trim(metadata: &mut ObjectMeta) -> Result<(CompactMap, CompactMap), Malformed> {
     metadata.managed_fields = None;
-    if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
+    let mut annotations = metadata.annotations.take().unwrap_or_default();
+    annotations.remove(LAST_APPLIED);
+    let compact = |map: Option<_>, path: &str| {
+        CompactMap::new(map.unwrap_or_default()).ok_or_else(|| Malformed { path: path.to_owned() })
+    };
+    Ok((compact(metadata.labels.take(), "metadata.labels")?, compact(Some(annotations), "metadata.annotations")?))
 }
 
 /// The spec and status of a Server as read off the wire, the user data
@@ -269,7 +312,7 @@ impl<'de> Deserialize<'de> for CachedServer {
         // Server at all. The message names the path only.
         let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
             .map_err(|e| D::Error::custom(format!("Server metadata: {} does not decode", e.path())))?;
-        trim(&mut metadata);
+        let maps = trim(&mut metadata);
         let mut content = Value::Object(content);
         let unread = content.get_mut("status").map(core_model::read_condition_statuses).unwrap_or_default();
         let content = match serde_path_to_error::deserialize::<_, Content>(content) {
@@ -282,7 +325,7 @@ impl<'de> Deserialize<'de> for CachedServer {
             }
             Err(error) => Err(Malformed { path: error.path().to_string() }),
         };
-        Ok(CachedServer { metadata, content })
+        Ok(CachedServer::assemble(metadata, maps, content))
     }
 }
 
@@ -375,8 +418,9 @@ mod tests {
         let content = cached.content.as_ref().expect("readable");
         assert!(content.has_user_data && content.spec.spec.user_data.is_none());
         assert!(cached.metadata.managed_fields.is_none());
-        let annotations = cached.metadata.annotations.clone().unwrap_or_default();
-        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["keep"]);
+        let annotations = cached.annotations().iter().collect::<Vec<_>>();
+        assert_eq!(annotations, [("keep", "me")]);
+        assert!(cached.metadata.annotations.is_none(), "kept compact, beside the metadata");
     }
 
     #[test]

@@ -16,6 +16,7 @@
 mod cache;
 pub mod cached;
 mod cloud;
+pub mod compact_map;
 mod config;
 mod consumed;
 mod controller;

@@ -21,7 +21,8 @@ use futures_util::{StreamExt, stream};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::value::RawValue;
 use server_core::ServerStatus;
 use server_core::StatusPatch;
 use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
@@ -114,7 +115,7 @@ impl Monitor {
             }
             let phase = content.status.as_ref().and_then(|s| s.phase).map(|p| format!("{p:?}")).unwrap_or_default();
             *phases.entry(phase).or_default() += 1;
-            let (Some(region), Some(identity)) = (label(&cached, REGION_LABEL), label(&cached, IDENTITY_LABEL)) else {
+            let (Some(region), Some(identity)) = (cached.label(REGION_LABEL), cached.label(IDENTITY_LABEL)) else {
                 continue;
             };
             let key = (cached.namespace().unwrap_or_default(), region.to_owned(), identity.to_owned());
@@ -124,7 +125,6 @@ impl Monitor {
         self.metrics.servers_by_phase(&phases);
 
         let mut states: BTreeMap<ServerStateKey, usize> = BTreeMap::new();
-        let mut patches = Vec::new();
         for (key, members) in groups {
             let (namespace, region, identity) = &key;
             // Before the list is sent, in whole seconds: no later than its start.
@@ -145,42 +145,37 @@ impl Monitor {
             report.groups += 1;
             let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
             let unset = ServerStatus::default();
-            let region_name = term.clouds.region_name(region);
             // The group's counts by (state, flavor ID, flavor name), borrowed
             // from the Servers and the records: no copy per Server.
             let mut counted: BTreeMap<(&'static str, &str, &str), usize> = BTreeMap::new();
+            let mut patches = Vec::new();
             for cached in &members {
                 let Ok(content) = &cached.content else { continue };
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
                 // `monitor::project`, with the projected status kept for the metrics.
                 let next = observe(status, record, now());
-                let labels = || ServerLabels {
-                    region_id: region.clone(),
-                    region_name: region_name.clone(),
-                    flavor_id: content.spec.spec.flavor_id.clone(),
-                    flavor_name: record.and_then(|r| r.flavor_name.clone()).unwrap_or_default(),
-                };
-                if let Some(record) = record {
-                    let flavor_name = record.flavor_name.as_deref().unwrap_or_default();
+                let flavor_name = record.and_then(|r| r.flavor_name.as_deref()).unwrap_or_default();
+                if record.is_some() {
                     *counted
                         .entry((state_label(next.phase), &content.spec.spec.flavor_id, flavor_name))
                         .or_default() += 1;
                 }
                 let created = cached.metadata.creation_timestamp.as_ref().map(|time| time.0);
                 let launch = created.and_then(|created| first_launch(status, &next, created));
-                if let Some(patch) = StatusPatch::between(status, &next).map(StatusPatch::into_json) {
+                if let Some(patch) = StatusPatch::between(status, &next).and_then(json_text) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),
                         uid: cached.metadata.uid.clone().unwrap_or_default(),
-                        namespace: namespace.clone(),
                         resource_version: cached.resource_version().unwrap_or_default(),
                         patch,
                         wakes_unwritten: unwritten_wakes(status, &next),
-                        launch: launch.map(|launch| (labels(), launch)),
+                        launch: launch
+                            .map(|launch| (content.spec.spec.flavor_id.clone(), flavor_name.to_owned(), launch)),
                     });
                 }
             }
+            let region_name = term.clouds.region_name(region);
             for ((state, flavor_id, flavor_name), count) in counted {
                 let labels = ServerLabels {
                     region_id: region.clone(),
@@ -192,13 +187,31 @@ impl Monitor {
             }
             drop(members);
             drop(by_uid);
-            term.listings.record_list(key, listed_at, records);
+            term.listings.record_list(key.clone(), listed_at, records);
+            // The group's patches go out before the next group is listed:
+            // a poll holds one group's patches at a time.
+            let group = PatchGroup { namespace, region, region_name: &region_name };
+            self.send(term, caches, wake, &group, patches, &mut report).await;
         }
         self.metrics.servers_by_state(&states);
+        report
+    }
+
+    /// Sends a group's patches, a bounded number at a time, and counts what
+    /// became of them in `report`.
+    async fn send(
+        &self,
+        term: &Term,
+        caches: &Caches,
+        wake: &LatchWakes,
+        group: &PatchGroup<'_>,
+        patches: Vec<StatusWrite>,
+        report: &mut PollReport,
+    ) {
         let results: Vec<PatchResult> = stream::iter(patches)
             .map(|write| async {
-                let (object, wakes) = (ObjectRef::new(&write.name).within(&write.namespace), write.wakes_unwritten);
-                let result = self.patch(term, caches, write).await;
+                let (object, wakes) = (ObjectRef::new(&write.name).within(group.namespace), write.wakes_unwritten);
+                let result = self.patch(term, caches, group, write).await;
                 if wakes && !matches!(result, PatchResult::Patched) {
                     // Nobody takes them when only the monitor runs.
                     let _ = wake.send(object);
@@ -215,7 +228,6 @@ impl Monitor {
                 PatchResult::Failed => {}
             }
         }
-        report
     }
 
     /// The group's provider servers, or `None` (logged) when the group cannot
@@ -245,13 +257,14 @@ impl Monitor {
         }
     }
 
-    async fn patch(&self, term: &Term, caches: &Caches, write: StatusWrite) -> PatchResult {
-        let StatusWrite { name, uid, namespace, resource_version, patch, launch, .. } = write;
+    async fn patch(&self, term: &Term, caches: &Caches, group: &PatchGroup<'_>, write: StatusWrite) -> PatchResult {
+        let StatusWrite { name, uid, resource_version, patch, launch, .. } = write;
+        let namespace = group.namespace;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
         // listed the cloud): its patch would only earn a 409. The next poll
         // reads it fresh.
-        let cached = caches.servers.get(&ObjectRef::new(&name).within(&namespace));
+        let cached = caches.servers.get(&ObjectRef::new(&name).within(namespace));
         if cached.is_some_and(|server| server.resource_version().as_deref() != Some(resource_version.as_str())) {
             return PatchResult::Conflict;
         }
@@ -264,15 +277,21 @@ impl Monitor {
         if term.passes.acting_on(&uid) {
             return PatchResult::Conflict;
         }
-        let body = json!({ "metadata": { "resourceVersion": resource_version }, "status": patch });
-        let api: Api<CachedServer> = Api::namespaced(term.client.clone(), &namespace);
+        let body = PatchBody { metadata: VersionGuard { resource_version: &resource_version }, status: &patch };
+        let api: Api<CachedServer> = Api::namespaced(term.client.clone(), namespace);
         match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
             Ok(patched) => {
                 let made = patched.resource_version().unwrap_or_default();
                 term.own_writes.wrote(&uid, Some(&resource_version), &made, false, std::time::Instant::now());
                 // Observed on the accepted write only: a refused one leaves
                 // launchedAt unset, and the next poll observes it then.
-                if let Some((labels, launch)) = launch {
+                if let Some((flavor_id, flavor_name, launch)) = launch {
+                    let labels = ServerLabels {
+                        region_id: group.region.clone(),
+                        region_name: group.region_name.to_owned(),
+                        flavor_id,
+                        flavor_name,
+                    };
                     self.metrics.server_launched(&labels, launch);
                 }
                 PatchResult::Patched
@@ -292,24 +311,45 @@ impl Monitor {
     }
 }
 
-/// A label's value on a cached Server; an empty value is none.
-fn label<'a>(server: &'a CachedServer, key: &str) -> Option<&'a str> {
-    server.metadata.labels.as_ref()?.get(key).map(String::as_str).filter(|value| !value.is_empty())
+/// A patch as its JSON text (a `Value` cannot fail to serialize).
+fn json_text(patch: StatusPatch) -> Option<Box<RawValue>> {
+    serde_json::value::to_raw_value(&patch.into_json()).ok()
 }
 
 /// A status patch the poll decided on, guarded by the resourceVersion it
-/// was decided from.
+/// was decided from. The patch is kept as its JSON text: a poll can hold
+/// one for every Server of a group.
 struct StatusWrite {
     name: String,
     uid: String,
-    namespace: String,
     resource_version: String,
-    patch: Value,
+    patch: Box<RawValue>,
     /// Whether a pass is woken if this write is skipped or refused
     /// (`server_core::monitor::unwritten_wakes`).
     wakes_unwritten: bool,
-    /// The first launch this write records, with the Server's labels.
-    launch: Option<(ServerLabels, FirstLaunch)>,
+    /// The first launch this write records, with the Server's flavor ID and
+    /// name.
+    launch: Option<(String, String, FirstLaunch)>,
+}
+
+/// The group a poll's patches belong to.
+struct PatchGroup<'a> {
+    namespace: &'a str,
+    region: &'a String,
+    region_name: &'a str,
+}
+
+/// A status merge patch guarded by the resourceVersion it was decided from.
+#[derive(Debug, Serialize)]
+struct PatchBody<'a> {
+    metadata: VersionGuard<'a>,
+    status: &'a RawValue,
+}
+
+#[derive(Debug, Serialize)]
+struct VersionGuard<'a> {
+    #[serde(rename = "resourceVersion")]
+    resource_version: &'a str,
 }
 
 /// Where the monitor sends the Servers whose pass must not wait for the next

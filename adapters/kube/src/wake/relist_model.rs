@@ -316,8 +316,5 @@ fn the_old_per_page_filter_is_caught() {
 
 /// The whole core view of a cached Server (metadata alone if unreadable).
 fn full_view(server: &CachedServer) -> server_core::Server {
-    server.core().unwrap_or_else(|| server_core::Server {
-        meta: crate::convert::core_meta(&server.metadata),
-        ..Default::default()
-    })
+    server.core().unwrap_or_else(|| server_core::Server { meta: server.meta_only().meta, ..Default::default() })
 }
