@@ -25,6 +25,7 @@
 //! the clocks adds up past one [`COMPLETE_LIST_EVERY`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -102,7 +103,8 @@ pub fn changes_undated(action: &Action) -> bool {
 /// The servers of one project as the lists of a term show them.
 #[derive(Clone, Debug)]
 pub struct ListedServers {
-    by_id: HashMap<String, ProviderServer>,
+    /// Shared with what is built from them (the driver's view for passes).
+    by_id: HashMap<String, Arc<ProviderServer>>,
     /// When (this process's clock) the latest complete list started.
     complete_at: Option<Timestamp>,
     /// Where the next list of changes starts (the provider's clock), and
@@ -138,7 +140,7 @@ impl ListedServers {
             return ListScope::Complete;
         }
         let node_deploying = |s: &ProviderServer| s.status == ProviderStatus::Build && s.ironic.is_some();
-        if self.by_id.values().any(node_deploying) {
+        if self.servers().any(node_deploying) {
             return ListScope::Complete;
         }
         match (self.complete_at, self.since) {
@@ -163,7 +165,7 @@ impl ListedServers {
         let shown = latest_change.max(provider_now).map(|latest| (self.since_rule)(latest, took));
         match changed_since {
             None => {
-                self.by_id = servers.into_iter().map(|server| (server.id.clone(), server)).collect();
+                self.by_id = servers.into_iter().map(|server| (server.id.clone(), Arc::new(server))).collect();
                 self.complete_at = Some(started);
                 self.undated = false;
                 self.since = shown.map(|since| (since, started));
@@ -171,7 +173,7 @@ impl ListedServers {
             Some(_) if self.complete_at.is_none() => return false,
             Some(_) => {
                 for server in servers {
-                    self.by_id.insert(server.id.clone(), server);
+                    self.by_id.insert(server.id.clone(), Arc::new(server));
                 }
                 for id in &deleted {
                     self.by_id.remove(id);
@@ -191,6 +193,11 @@ impl ListedServers {
 
     /// Every server the lists show, in no order.
     pub fn servers(&self) -> impl Iterator<Item = &ProviderServer> {
+        self.by_id.values().map(|server| &**server)
+    }
+
+    /// Every server the lists show, shared, in no order.
+    pub fn shared_servers(&self) -> impl Iterator<Item = &Arc<ProviderServer>> {
         self.by_id.values()
     }
 

@@ -106,7 +106,21 @@ struct Floors {
     /// writes of its own Server's reference: the writer keeps writing other
     /// Servers' references to the same shared objects, and waiting for the
     /// newest of those would keep a busy cache from ever answering.
-    added: HashMap<(ResourceKind, String), u64>,
+    /// One entry per finalizer (a Server's), its versions by kind
+    /// ([`kind_slot`]; 0 for none).
+    added: HashMap<String, [u64; KINDS]>,
+}
+
+/// The consumed kinds a reference can be on.
+const KINDS: usize = 4;
+
+fn kind_slot(kind: ResourceKind) -> usize {
+    match kind {
+        ResourceKind::Network => 0,
+        ResourceKind::SecurityGroup => 1,
+        ResourceKind::SshCertificateAuthority => 2,
+        ResourceKind::Identity => 3,
+    }
 }
 
 impl TermFloors {
@@ -136,11 +150,16 @@ impl TermFloors {
         self.with(|floors| match version {
             None => floors.kinds.entry(kind).or_default().unknown_write = true,
             Some(version) if add => {
-                let floor = floors.added.entry((kind, finalizer.to_owned())).or_default();
+                let floor = &mut floors.added.entry(finalizer.to_owned()).or_default()[kind_slot(kind)];
                 *floor = (*floor).max(version);
             }
             Some(_) => {
-                floors.added.remove(&(kind, finalizer.to_owned()));
+                if let Some(versions) = floors.added.get_mut(finalizer) {
+                    versions[kind_slot(kind)] = 0;
+                    if versions.iter().all(|version| *version == 0) {
+                        floors.added.remove(finalizer);
+                    }
+                }
             }
         });
     }
@@ -155,7 +174,7 @@ impl TermFloors {
     pub(crate) fn covers(&self, kind: ResourceKind, finalizer: &str, applied: u64) -> bool {
         self.with(|floors| match floors.kinds.get(&kind) {
             Some(KindFloor { listed: Some(listed), unknown_write: false }) => {
-                let added = floors.added.get(&(kind, finalizer.to_owned())).copied().unwrap_or(0);
+                let added = floors.added.get(finalizer).map_or(0, |versions| versions[kind_slot(kind)]);
                 applied >= (*listed).max(added)
             }
             _ => false,

@@ -135,7 +135,8 @@ impl Monitor {
             let list_started = jiff::Timestamp::now();
             let listing = self.list_group(term, caches, namespace, region, identity, scope).await;
             let taken = listing.is_some_and(|listing| merged.apply(listing, list_started, jiff::Timestamp::now()));
-            let records: Vec<ProviderServer> = if taken { merged.servers().cloned().collect() } else { Vec::new() };
+            let records: Vec<Arc<ProviderServer>> =
+                if taken { merged.shared_servers().cloned().collect() } else { Vec::new() };
             term.listings.keep_merged(key.clone(), merged);
             if !taken {
                 report.groups_failed += 1;
@@ -143,7 +144,8 @@ impl Monitor {
                 continue;
             }
             report.groups += 1;
-            let by_uid: HashMap<&str, &ProviderServer> = records.iter().map(|r| (r.server_uid.as_str(), r)).collect();
+            let by_uid: HashMap<&str, &ProviderServer> =
+                records.iter().map(|r| (r.server_uid.as_str(), &**r)).collect();
             let unset = ServerStatus::default();
             // The group's counts by (state, flavor ID, flavor name), borrowed
             // from the Servers and the records: no copy per Server.

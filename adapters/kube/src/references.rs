@@ -117,17 +117,23 @@ pub(crate) struct Target {
 struct Known {
     resource_version: String,
     /// `None`: the object has no `finalizers` field.
-    finalizers: Option<Vec<String>>,
+    finalizers: Option<Vec<Arc<str>>>,
     /// The same finalizers as a set, kept with the list: a batch asks it
     /// which changes are needed without hashing a shared object's whole
-    /// list (a reference per Server using it).
-    present: HashSet<String>,
+    /// list (a reference per Server using it). Its strings are the list's.
+    present: HashSet<Arc<str>>,
 }
 
 impl Known {
     fn new(resource_version: Option<String>, finalizers: Option<Vec<String>>) -> Self {
+        let finalizers: Option<Vec<Arc<str>>> = finalizers.map(|list| list.into_iter().map(Arc::from).collect());
         let present = finalizers.iter().flatten().cloned().collect();
         Known { resource_version: resource_version.unwrap_or_default(), finalizers, present }
+    }
+
+    /// The list as it reads on the wire (`None`: no field).
+    fn finalizer_list(&self) -> Option<Vec<&str>> {
+        self.finalizers.as_ref().map(|list| list.iter().map(|finalizer| &**finalizer).collect())
     }
 
     /// The list as a written `change` left it, at `resource_version`: the
@@ -150,8 +156,9 @@ impl Known {
             }
         }
         for finalizer in &change.added {
-            list.push((*finalizer).to_owned());
-            self.present.insert((*finalizer).to_owned());
+            let finalizer: Arc<str> = Arc::from(*finalizer);
+            list.push(finalizer.clone());
+            self.present.insert(finalizer);
         }
         // kube-apiserver drops an emptied list (`omitempty`).
         self.finalizers = (!list.is_empty()).then_some(list);
@@ -190,11 +197,11 @@ fn list_change<'w>(current: &Known, wanted: &[(&'w str, bool)]) -> ListChange<'w
     let mut removed: Vec<(usize, &'w str)> = if removing.is_empty() {
         Vec::new()
     } else if removing.len() <= REMOVALS_SCANNED {
-        let matching = |f: &String| removing.iter().find(|r| **r == f.as_str()).copied();
+        let matching = |f: &Arc<str>| removing.iter().find(|r| **r == &**f).copied();
         list.iter().enumerate().filter_map(|(i, f)| matching(f).map(|r| (i, r))).collect()
     } else {
         let removing: HashSet<&'w str> = removing.into_iter().collect();
-        list.iter().enumerate().filter_map(|(i, f)| removing.get(f.as_str()).map(|r| (i, *r))).collect()
+        list.iter().enumerate().filter_map(|(i, f)| removing.get(&**f).map(|r| (i, *r))).collect()
     };
     removed.reverse();
     let added = wanted.iter().filter(|(f, add)| *add && !current.present.contains(*f)).map(|(f, _)| *f).collect();
@@ -489,8 +496,10 @@ fn json_patch_for(current: &Known, change: &ListChange<'_>) -> json_patch::Patch
             // No list to append to: create it, guarded by what was read (a
             // missing field tests as null), so no finalizer added meanwhile
             // is overwritten.
-            operations
-                .push(PatchOperation::Test(TestOperation { path: list_path(), value: json!(current.finalizers) }));
+            operations.push(PatchOperation::Test(TestOperation {
+                path: list_path(),
+                value: json!(current.finalizer_list()),
+            }));
             operations.push(PatchOperation::Add(AddOperation { path: list_path(), value: json!(change.added) }));
         } else {
             operations.extend(change.added.iter().map(|finalizer| {
@@ -506,7 +515,7 @@ fn json_patch_for(current: &Known, change: &ListChange<'_>) -> json_patch::Patch
 fn guarded_merge_for(current: &Known, change: &ListChange<'_>) -> Value {
     let list = current.finalizers.as_deref().unwrap_or_default();
     let removed: HashSet<usize> = change.removed.iter().map(|(position, _)| *position).collect();
-    let kept = list.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, f)| f.as_str());
+    let kept = list.iter().enumerate().filter(|(i, _)| !removed.contains(i)).map(|(_, f)| &**f);
     let next: Vec<&str> = kept.chain(change.added.iter().copied()).collect();
     json!({ "metadata": { "resourceVersion": current.resource_version, "finalizers": next } })
 }
@@ -523,13 +532,13 @@ mod tests {
     /// believes the object holds.
     fn json_patch_of(current: &Known, wanted: &[(&str, bool)]) -> Option<(json_patch::Patch, Value)> {
         let change = list_change(current, wanted);
-        let believed = current.clone().after(&change, Some("8".into())).finalizers;
-        (!change.is_empty()).then(|| (json_patch_for(current, &change), json!(believed)))
+        let believed = current.clone().after(&change, Some("8".into()));
+        (!change.is_empty()).then(|| (json_patch_for(current, &change), json!(believed.finalizer_list())))
     }
 
     fn apply(current: &Known, patch: &json_patch::Patch) -> Result<Value, json_patch::PatchError> {
         // A missing list reads as null, as the API server's JSON Patch tests it.
-        let mut document = json!({ "metadata": { "name": "n", "finalizers": current.finalizers } });
+        let mut document = json!({ "metadata": { "name": "n", "finalizers": current.finalizer_list() } });
         json_patch::patch(&mut document, patch).map(|()| document["metadata"]["finalizers"].clone())
     }
 

@@ -34,7 +34,7 @@ struct Group {
     listed_at: Option<Timestamp>,
     /// Each uid that list showed, with its record; `None` when it showed
     /// several servers for the uid (no view is taken from that).
-    listed: HashMap<String, Option<ProviderServer>>,
+    listed: HashMap<String, Option<Arc<ProviderServer>>>,
     /// Create answers received since the list started, with when.
     answers: HashMap<String, (ProviderServer, Timestamp)>,
 }
@@ -71,8 +71,8 @@ impl ProviderListings {
     /// A complete list of the group's servers that started at `at`. An
     /// older list than the one held is ignored; answers older than it are
     /// covered by it.
-    pub(crate) fn record_list(&self, key: GroupKey, at: Timestamp, records: Vec<ProviderServer>) {
-        let mut listed: HashMap<String, Option<ProviderServer>> = HashMap::with_capacity(records.len());
+    pub(crate) fn record_list(&self, key: GroupKey, at: Timestamp, records: Vec<Arc<ProviderServer>>) {
+        let mut listed: HashMap<String, Option<Arc<ProviderServer>>> = HashMap::with_capacity(records.len());
         for record in records {
             listed.entry(record.server_uid.clone()).and_modify(|several| *several = None).or_insert(Some(record));
         }
@@ -118,13 +118,13 @@ impl ProviderListings {
                 .and_then(Option::as_ref)
                 .filter(|listed| listed.id == record.id && record_shows_boot(listed) && !record_shows_boot(record));
             return match (listed_boot, group.listed_at) {
-                (Some(listed), Some(listed_at)) => Some((ProviderView::Present(listed.clone()), listed_at)),
+                (Some(listed), Some(listed_at)) => Some((ProviderView::Present((**listed).clone()), listed_at)),
                 _ => Some((ProviderView::Present(record.clone()), *at)),
             };
         }
         let at = group.listed_at?;
         match group.listed.get(uid) {
-            Some(Some(record)) => Some((ProviderView::Present(record.clone()), at)),
+            Some(Some(record)) => Some((ProviderView::Present((**record).clone()), at)),
             Some(None) => None,
             None => Some((ProviderView::Absent, at)),
         }
@@ -145,6 +145,10 @@ mod tests {
 
     fn record(uid: &str, id: &str) -> ProviderServer {
         ProviderServer { id: id.into(), server_uid: uid.into(), ..ProviderServer::default() }
+    }
+
+    fn shared(records: Vec<ProviderServer>) -> Vec<Arc<ProviderServer>> {
+        records.into_iter().map(Arc::new).collect()
     }
 
     fn id_of(view: Option<(ProviderView, Timestamp)>) -> Option<(String, i64)> {
@@ -176,7 +180,7 @@ mod tests {
     fn nothing_is_known_before_a_list_and_absence_is_the_lists() {
         let listings = ProviderListings::default();
         assert_eq!(listings.view(&key(), "u1"), None);
-        listings.record_list(key(), at(10), vec![record("u1", "a")]);
+        listings.record_list(key(), at(10), shared(vec![record("u1", "a")]));
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("a".into(), 10)));
         assert_eq!(listings.view(&key(), "u2"), Some((ProviderView::Absent, at(10))));
         let other = ("ns".into(), "region".into(), "other".into());
@@ -186,16 +190,16 @@ mod tests {
     #[test]
     fn a_create_answer_stands_until_a_list_that_started_after_it() {
         let listings = ProviderListings::default();
-        listings.record_list(key(), at(10), vec![]);
+        listings.record_list(key(), at(10), shared(vec![]));
         listings.record_answer(key(), "u1", record("u1", "new"), at(12));
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
         // A list that started before the answer does not erase it.
-        listings.record_list(key(), at(11), vec![]);
+        listings.record_list(key(), at(11), shared(vec![]));
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
-        listings.record_list(key(), at(13), vec![record("u1", "new")]);
+        listings.record_list(key(), at(13), shared(vec![record("u1", "new")]));
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 13)));
         // An older list than the one held changes nothing.
-        listings.record_list(key(), at(5), vec![]);
+        listings.record_list(key(), at(5), shared(vec![]));
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 13)));
     }
 
@@ -207,7 +211,7 @@ mod tests {
         let listings = ProviderListings::default();
         listings.record_answer(key(), "u1", record("u1", "new"), at(12));
         let booted = ProviderServer { launched_at: Some(at(13)), ..record("u1", "new") };
-        listings.record_list(key(), at(11), vec![booted]);
+        listings.record_list(key(), at(11), shared(vec![booted]));
         match listings.view(&key(), "u1") {
             Some((ProviderView::Present(seen), when)) => {
                 assert_eq!((seen.launched_at, when), (Some(at(13)), at(11)));
@@ -215,14 +219,18 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Another server of the uid in the list is no boot of the answered one.
-        listings.record_list(key(), at(11), vec![ProviderServer { launched_at: Some(at(13)), ..record("u1", "old") }]);
+        listings.record_list(
+            key(),
+            at(11),
+            shared(vec![ProviderServer { launched_at: Some(at(13)), ..record("u1", "old") }]),
+        );
         assert_eq!(id_of(listings.view(&key(), "u1")), Some(("new".into(), 12)));
     }
 
     #[test]
     fn several_servers_for_a_uid_give_no_view_and_a_delete_forgets() {
         let listings = ProviderListings::default();
-        listings.record_list(key(), at(10), vec![record("u1", "a"), record("u1", "b"), record("u2", "c")]);
+        listings.record_list(key(), at(10), shared(vec![record("u1", "a"), record("u1", "b"), record("u2", "c")]));
         assert_eq!(listings.view(&key(), "u1"), None);
         listings.forget(&key(), "u2");
         assert_eq!(listings.view(&key(), "u2"), Some((ProviderView::Absent, at(10))));
