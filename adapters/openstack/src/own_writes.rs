@@ -23,8 +23,8 @@ use server_core::port::{AttachedResource, FloatingIp, IdentityContext, ServerPor
 /// below the resync that reads every port again.
 pub(crate) const OWN_WRITES_TRUSTED_FOR: Duration = Duration::from_secs(10 * 60);
 
-/// (identity, project, Server uid).
-type Key = (String, String, String);
+/// (identity, project): one project's writes.
+type ProjectKey = (String, String);
 
 /// The term's own port writes, per Server.
 #[derive(Debug)]
@@ -33,39 +33,57 @@ pub(crate) struct OwnPortWrites {
     state: Mutex<State>,
 }
 
+/// Per project, so each Server's entries hold its uid and IDs alone.
 #[derive(Debug, Default)]
 struct State {
-    ports: HashMap<Key, Written>,
-    /// (identity, project, port or floating-IP ID) -> the Server uid whose
-    /// known port is or carries it, so a release finds it without a scan.
-    by_resource: HashMap<Key, String>,
-    /// Keys in the order they were noted, to drop what has expired.
-    noted: VecDeque<(Instant, Key)>,
+    projects: HashMap<ProjectKey, Project>,
 }
 
-impl State {
-    fn insert(&mut self, key: Key, written: Written) {
-        self.remove(&key);
-        let (identity_id, project_id, uid) = &key;
-        let resource = |id: &str| (identity_id.clone(), project_id.clone(), id.to_owned());
-        self.by_resource.insert(resource(&written.port.id), uid.clone());
+#[derive(Debug, Default)]
+struct Project {
+    /// By Server uid.
+    ports: HashMap<String, Written>,
+    /// Port or floating-IP ID -> the Server uid whose known port is or
+    /// carries it, so a release finds it without a scan.
+    by_resource: HashMap<String, String>,
+    /// Uids in the order they were noted, to drop what has expired when the
+    /// project notes another (an expired answer is never read: `port_of`).
+    noted: VecDeque<(Instant, String)>,
+}
+
+impl Project {
+    fn insert(&mut self, uid: String, written: Written) {
+        self.remove(&uid);
+        self.by_resource.insert(written.port.id.clone(), uid.clone());
         if let Some(ip) = &written.port.floating_ip {
-            self.by_resource.insert(resource(&ip.id), uid.clone());
+            self.by_resource.insert(ip.id.clone(), uid.clone());
         }
-        self.ports.insert(key, written);
+        self.ports.insert(uid, written);
     }
 
-    fn remove(&mut self, key: &Key) -> Option<Written> {
-        let written = self.ports.remove(key)?;
-        let (identity_id, project_id, uid) = key;
+    fn remove(&mut self, uid: &str) -> Option<Written> {
+        let written = self.ports.remove(uid)?;
         let ids = std::iter::once(&written.port.id).chain(written.port.floating_ip.as_ref().map(|ip| &ip.id));
         for id in ids {
-            let resource = (identity_id.clone(), project_id.clone(), id.clone());
-            if self.by_resource.get(&resource) == Some(uid) {
-                self.by_resource.remove(&resource);
+            if self.by_resource.get(id).is_some_and(|held| held == uid) {
+                self.by_resource.remove(id);
             }
         }
         Some(written)
+    }
+
+    /// Drops the answers older than `trusted_for` at `now`.
+    fn expire(&mut self, now: Instant, trusted_for: Duration) {
+        while let Some((at, _)) = self.noted.front() {
+            if now.saturating_duration_since(*at) < trusted_for {
+                break;
+            }
+            if let Some((at, old)) = self.noted.pop_front()
+                && self.ports.get(&old).is_some_and(|written| written.at == at)
+            {
+                self.remove(&old);
+            }
+        }
     }
 }
 
@@ -77,8 +95,8 @@ struct Written {
     at: Instant,
 }
 
-fn key(identity: &IdentityContext, uid: &str) -> Key {
-    (identity.identity_id.clone(), identity.project_id.clone(), uid.to_owned())
+fn project_key(identity: &IdentityContext) -> ProjectKey {
+    (identity.identity_id.clone(), identity.project_id.clone())
 }
 
 impl Default for OwnPortWrites {
@@ -103,45 +121,38 @@ impl OwnPortWrites {
     }
 
     fn note_created_at(&self, now: Instant, identity: &IdentityContext, uid: &str, server_id: &str, port: ServerPort) {
-        let key = key(identity, uid);
         let mut state = self.state();
-        while let Some((at, _)) = state.noted.front() {
-            if now.saturating_duration_since(*at) < self.trusted_for {
-                break;
-            }
-            if let Some((at, old)) = state.noted.pop_front()
-                && state.ports.get(&old).is_some_and(|written| written.at == at)
-            {
-                state.remove(&old);
-            }
-        }
-        state.noted.push_back((now, key.clone()));
-        state.insert(key, Written { server_id: server_id.to_owned(), port, at: now });
+        let project = state.projects.entry(project_key(identity)).or_default();
+        project.expire(now, self.trusted_for);
+        project.noted.push_back((now, uid.to_owned()));
+        project.insert(uid.to_owned(), Written { server_id: server_id.to_owned(), port, at: now });
     }
 
     /// A floating IP Neutron made on the Server's known port.
     pub(crate) fn note_floating_ip(&self, identity: &IdentityContext, uid: &str, port_id: &str, ip: FloatingIp) {
         let mut state = self.state();
-        let key = key(identity, uid);
-        if let Some(mut written) = state.remove(&key)
+        let Some(project) = state.projects.get_mut(&project_key(identity)) else { return };
+        if let Some(mut written) = project.remove(uid)
             && written.port.id == port_id
         {
             written.port.floating_ip = Some(ip);
-            state.insert(key, written);
+            project.insert(uid.to_owned(), written);
         }
     }
 
     /// Nothing is known of the Server's port any more.
     pub(crate) fn forget(&self, identity: &IdentityContext, uid: &str) {
-        self.state().remove(&key(identity, uid));
+        if let Some(project) = self.state().projects.get_mut(&project_key(identity)) {
+            project.remove(uid);
+        }
     }
 
     /// Nothing is known any more of a port that is, or carries, `resource`.
     pub(crate) fn forget_resource(&self, identity: &IdentityContext, resource: &AttachedResource) {
         let mut state = self.state();
-        let found = key(identity, resource.id());
-        if let Some(uid) = state.by_resource.get(&found).cloned() {
-            state.remove(&key(identity, &uid));
+        let Some(project) = state.projects.get_mut(&project_key(identity)) else { return };
+        if let Some(uid) = project.by_resource.get(resource.id()).cloned() {
+            project.remove(&uid);
         }
     }
 
@@ -153,7 +164,7 @@ impl OwnPortWrites {
 
     fn port_of_at(&self, now: Instant, identity: &IdentityContext, uid: &str, server_id: &str) -> Option<ServerPort> {
         let state = self.state();
-        let written = state.ports.get(&key(identity, uid))?;
+        let written = state.projects.get(&project_key(identity))?.ports.get(uid)?;
         let fresh = now.saturating_duration_since(written.at) < self.trusted_for;
         (written.server_id == server_id && fresh).then(|| written.port.clone())
     }
@@ -161,9 +172,18 @@ impl OwnPortWrites {
     #[cfg(test)]
     fn held(&self) -> usize {
         let state = self.state();
-        let resources = state.ports.values().map(|w| 1 + usize::from(w.port.floating_ip.is_some())).sum::<usize>();
-        assert_eq!(state.by_resource.len(), resources, "every known port and floating IP is indexed, nothing else");
-        state.ports.len()
+        let mut held = 0;
+        for project in state.projects.values() {
+            let resources =
+                project.ports.values().map(|w| 1 + usize::from(w.port.floating_ip.is_some())).sum::<usize>();
+            assert_eq!(
+                project.by_resource.len(),
+                resources,
+                "every known port and floating IP is indexed, nothing else"
+            );
+            held += project.ports.len();
+        }
+        held
     }
 }
 
