@@ -27,6 +27,9 @@ pub struct CounterSnapshot {
     pub answers: BTreeMap<(Verb, String, u16), u64>,
     /// Request body bytes received, by verb and resource (handled requests).
     pub bytes_received: BTreeMap<RequestKey, u64>,
+    /// Writes that changed nothing (no new resourceVersion, no event), by
+    /// verb and resource: requests a client could have left out.
+    pub no_op_writes: BTreeMap<RequestKey, u64>,
     /// Watch streams cut by fault injection.
     pub watch_cuts: u64,
     /// Watch streams ended with a `410 Gone` ERROR event.
@@ -74,6 +77,11 @@ impl CounterSnapshot {
         self.body_bytes.values().sum()
     }
 
+    /// Writes of `verb` on `resource` that changed nothing.
+    pub fn no_op(&self, verb: Verb, resource: &str) -> u64 {
+        self.no_op_writes.get(&(verb, resource.to_string())).copied().unwrap_or(0)
+    }
+
     /// All injected faults.
     pub fn total_faults(&self) -> u64 {
         self.injected_faults.values().sum()
@@ -115,6 +123,10 @@ impl Counters {
             let total = c.bytes_received.entry((verb, resource.to_string())).or_default();
             *total = total.saturating_add(bytes);
         });
+    }
+
+    pub(crate) fn record_no_op(&self, verb: Verb, resource: &str) {
+        self.with(|c| *c.no_op_writes.entry((verb, resource.to_string())).or_default() += 1);
     }
 
     pub(crate) fn record_response(&self, code: u16) {

@@ -119,6 +119,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
             fields: Some(fields),
             require_resource_version: false,
             warnings: Vec::new(),
+            no_op: false,
         }),
         path: &resource_path,
         query: &query,
@@ -139,6 +140,9 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         Err(error) => error.code,
     };
     shared.counters.record_answer(verb, &label, code, body.len());
+    if operation.write.borrow().no_op {
+        shared.counters.record_no_op(verb, &label);
+    }
     let mut response = result?;
     for warning in &operation.write.borrow().warnings {
         // RFC 7234 warn-code 299, as the API server sends admission and validation warnings.

@@ -134,12 +134,20 @@ pub(crate) struct Write {
     pub(crate) require_resource_version: bool,
     /// `Warning` headers for the response.
     pub(crate) warnings: Vec<String>,
+    /// Set when the write changed nothing.
+    pub(crate) no_op: bool,
 }
 
 impl Write {
     /// A persisted write without pruning (direct store access, internal writes).
     pub(crate) fn direct() -> Self {
-        Self { commit: Commit::Persist, fields: None, require_resource_version: false, warnings: Vec::new() }
+        Self {
+            commit: Commit::Persist,
+            fields: None,
+            require_resource_version: false,
+            warnings: Vec::new(),
+            no_op: false,
+        }
     }
 }
 
@@ -702,6 +710,7 @@ impl StoreState {
         }
         if new == *old {
             // A no-op write changes nothing: no new resourceVersion, no event.
+            write.no_op = true;
             return Ok(old);
         }
         if write.commit == Commit::DryRun {

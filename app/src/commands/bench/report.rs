@@ -136,6 +136,11 @@ pub(crate) struct ApiCounts {
     pub(crate) bytes_written: u64,
     pub(crate) bytes_written_per_server: f64,
     pub(crate) by_verb_and_resource: BTreeMap<String, u64>,
+    /// Writes the API server found changed nothing (SimKube only: the audit
+    /// log does not say), by verb and resource: requests the operator could
+    /// have left out.
+    pub(crate) no_op_writes: u64,
+    pub(crate) no_op_writes_by_verb_and_resource: BTreeMap<String, u64>,
     /// Answers by HTTP status code.
     pub(crate) by_code: BTreeMap<u16, u64>,
 }
@@ -247,6 +252,12 @@ impl ApiCounts {
             bytes_written_per_server: per(bytes_written as f64, servers),
             by_verb_and_resource: counters
                 .requests
+                .iter()
+                .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
+                .collect(),
+            no_op_writes: counters.no_op_writes.values().sum(),
+            no_op_writes_by_verb_and_resource: counters
+                .no_op_writes
                 .iter()
                 .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
                 .collect(),

@@ -752,3 +752,24 @@ async fn request_bodies_are_counted_by_verb_and_resource() {
     assert!(!counters.body_bytes.contains_key(&(Verb::Get, "widgets".to_owned())), "reads send no body");
     assert_eq!(counters.total_body_bytes(), sent + created);
 }
+
+/// A write that changes nothing keeps its resourceVersion, as kube-apiserver
+/// skips such an update (no etcd write, no watch event), and is counted as
+/// a request the client could have left out.
+#[tokio::test]
+async fn writes_that_change_nothing_are_counted_and_keep_the_resource_version() {
+    use server_simkube::Verb;
+
+    let sim = sim();
+    let widgets: Api<Widget> = Api::namespaced(client(&sim), "default");
+    let created = widgets.create(&PostParams::default(), &widget("a", 1)).await.expect("create");
+    let patch = json!({"spec": {"size": 2}});
+    let changed = widgets.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch");
+    assert_ne!(changed.metadata.resource_version, created.metadata.resource_version);
+    let same = widgets.patch("a", &PatchParams::default(), &Patch::Merge(&patch)).await.expect("patch again");
+    assert_eq!(same.metadata.resource_version, changed.metadata.resource_version, "nothing changed");
+
+    let counters = sim.counters();
+    assert_eq!(counters.no_op(Verb::Patch, "widgets"), 1, "the second patch alone: {:?}", counters.no_op_writes);
+    assert_eq!(counters.no_op(Verb::Create, "widgets"), 0);
+}
