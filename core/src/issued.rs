@@ -27,6 +27,17 @@ pub(crate) struct IssuedCreate {
     pub(crate) flavor_id: Option<String>,
     #[serde(default, rename = "imageID", skip_serializing_if = "Option::is_none")]
     pub(crate) image_id: Option<String>,
+    /// The create was counted as a failed attempt: the note stands for no
+    /// create in flight (an operator's reset cannot count it again), and
+    /// says which provider server the retry deletes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) counted: bool,
+    /// The failed provider server the count was decided on; `None` when the
+    /// provider showed none. A retry deletes that server alone: a copy of
+    /// the Server from before the next create must not take the next
+    /// attempt's server for it.
+    #[serde(default, rename = "failedServerID", skip_serializing_if = "Option::is_none")]
+    pub(crate) failed_server_id: Option<String>,
 }
 
 /// Whether no create was ever sent for a Server with this status: it has
@@ -35,6 +46,13 @@ pub(crate) struct IssuedCreate {
 /// user data for it).
 pub fn awaits_first_create(status: &ServerStatus) -> bool {
     status.condition(ConditionType::Available).is_none()
+}
+
+/// Whether a Server with this status is about to be created: its first
+/// create, or a retry's, whose failed server is being deleted (the pass
+/// that finds it gone creates). A cache may keep its user data for it.
+pub fn awaits_create(status: &ServerStatus) -> bool {
+    awaits_first_create(status) || (status.provider_create_retrying && !crate::predicate::ever_booted(status))
 }
 
 impl IssuedCreate {
@@ -48,7 +66,18 @@ impl IssuedCreate {
         if awaits_first_create(&server.status) {
             return None;
         }
-        Self::parse(server)
+        Self::parse(server).filter(|issued| !issued.counted)
+    }
+
+    /// The note of the create last counted as failed, if it still stands.
+    pub(crate) fn counted_of(server: &Server) -> Option<Self> {
+        Self::parse(server).filter(|issued| issued.counted)
+    }
+
+    /// This note, counted as a failed attempt decided on the provider
+    /// server `failed` (or on none).
+    pub(crate) fn counted(self, failed: Option<&str>) -> Self {
+        IssuedCreate { counted: true, failed_server_id: failed.map(str::to_owned), ..self }
     }
 
     fn parse(server: &Server) -> Option<Self> {
@@ -90,8 +119,17 @@ mod tests {
     #[test]
     fn round_trips_and_reads_the_old_format() {
         let at = Timestamp::from_second(1_700_000_000).ok();
-        let issued = IssuedCreate { attempt: 2, at, flavor_id: Some("f-1".into()), image_id: Some("i-1".into()) };
-        assert_eq!(IssuedCreate::parse(&with(&issued.value())), Some(issued));
+        let issued = IssuedCreate {
+            attempt: 2,
+            at,
+            flavor_id: Some("f-1".into()),
+            image_id: Some("i-1".into()),
+            ..IssuedCreate::default()
+        };
+        assert_eq!(IssuedCreate::parse(&with(&issued.value())), Some(issued.clone()));
+        let counted = issued.counted(Some("vm-1"));
+        assert!(counted.value().contains(r#""counted":true,"failedServerID":"vm-1""#), "{}", counted.value());
+        assert_eq!(IssuedCreate::parse(&with(&counted.value())), Some(counted));
         let bare = IssuedCreate { attempt: 1, ..IssuedCreate::default() };
         assert_eq!(IssuedCreate::parse(&with(&bare.value())), Some(bare.clone()));
         assert_eq!(IssuedCreate::parse(&with("1")), Some(bare));
@@ -113,7 +151,11 @@ mod tests {
         let at = Timestamp::UNIX_EPOCH;
         let (status, reason) = (crate::model::ConditionStatus::False, crate::model::ConditionReason::Provisioning);
         crate::model::set_condition(&mut server.status.conditions, ConditionType::Available, status, reason, "", at);
-        assert_eq!(IssuedCreate::of(&server), Some(issued));
+        assert_eq!(IssuedCreate::of(&server), Some(issued.clone()));
+        let counted = issued.counted(None);
+        server.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.into(), counted.value());
+        assert_eq!(IssuedCreate::of(&server), None, "a counted create is in flight no more");
+        assert_eq!(IssuedCreate::counted_of(&server), Some(counted));
     }
 
     #[test]

@@ -9,7 +9,8 @@ use server_core::model::{
     NetworkAttachment, ORGANIZATION_LABEL, Phase, REGION_LABEL, RETRY_ANNOTATION, ResourceKind, SecurityGroupRef,
     SshInjection, UserData, reference_finalizer,
 };
-use server_core::port::CloudError;
+use server_core::observe;
+use server_core::port::{CloudError, ProviderServer, ProviderStatus};
 use server_core::reconcile::{
     Action, ActionFailure, Options, Outcome, PassError, ProviderView, RegionUnserved, Wait, action_failed, reconcile,
 };
@@ -337,7 +338,7 @@ fn retrying_with_the_server_still_present_deletes_again_without_an_event() {
 }
 
 #[test]
-fn retrying_with_the_server_absent_resets_and_emits_retry_ready_once() {
+fn retrying_with_the_server_absent_resets_emits_retry_ready_and_creates_in_the_same_pass() {
     let mut server = create_failed(1);
     server.status.provider_create_retrying = true;
     server.status.mac_address = Some("fa:16:3e:00:00:01".into());
@@ -352,12 +353,55 @@ fn retrying_with_the_server_absent_resets_and_emits_retry_ready_once() {
     assert_eq!(decision.status.private_ip, None);
     assert_eq!(decision.status.scheduled_at, None);
     assert_eq!(decision.status.mac_address.as_deref(), Some("fa:16:3e:00:00:01"), "MAC survives the reset");
-    assert_eq!(creates(&decision), 0, "the create comes on the next pass");
+    assert_eq!(creates(&decision), 1, "the pass that finds the failed server gone creates again");
+    assert_eq!(decision.outcome, Outcome::Yield(Wait::Creating));
+    let noted = decision
+        .actions
+        .iter()
+        .flat_map(Action::annotation_changes)
+        .any(|(key, value)| key == CREATE_ISSUED_ANNOTATION && value.is_some());
+    assert!(noted, "the create is noted before it is sent");
 
     persist(&mut server, &decision);
     let next = reconcile(&server, &facts, &OPTIONS, at(20));
-    assert_eq!(creates(&next), 1);
+    assert_eq!(creates(&next), 0, "within its grace the create is awaited, not sent again");
     assert_eq!(event_reasons(&next), Vec::<&str>::new(), "RetryReady is not repeated");
+}
+
+/// The count names the failed server; a copy of the Server from before the
+/// retry's create (a lagging cache: retrying still set) that reads the next
+/// attempt's server takes it for the Server's server, never deletes it.
+#[test]
+fn a_retry_deletes_the_failed_server_alone() {
+    let mut server = adopted();
+    let mut facts = referenced_facts(&server);
+    let created = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &created);
+    let failed = ProviderServer { id: "vm-1".into(), status: ProviderStatus::Error, ..Default::default() };
+    facts.provider = ProviderView::Present(failed.clone());
+    server.status = observe(&server.status, Some(&failed), at(40));
+    let counted = reconcile(&server, &facts, &OPTIONS, at(50));
+    assert_eq!(counted.status.provider_create_failures, 1);
+    assert_eq!(deletes(&counted), 1, "the failed server is deleted");
+    persist(&mut server, &counted);
+    let stale = server.clone();
+
+    // Still there: deleted again.
+    assert_eq!(deletes(&reconcile(&server, &facts, &OPTIONS, at(60))), 1);
+    // Gone: the same pass creates the next attempt.
+    facts.provider = ProviderView::Absent;
+    let retried = reconcile(&server, &facts, &OPTIONS, at(70));
+    assert_eq!(creates(&retried), 1);
+
+    // The stale copy reads the next attempt's server, still building.
+    let next = ProviderServer { id: "vm-2".into(), status: ProviderStatus::Build, ..Default::default() };
+    facts.provider = ProviderView::Present(next);
+    let from_stale = reconcile(&stale, &facts, &OPTIONS, at(80));
+    assert_eq!(deletes(&from_stale) + creates(&from_stale), 0, "{:?}", from_stale.actions);
+    assert!(!from_stale.status.provider_create_retrying);
+    // The failed server itself, read on that copy, is deleted.
+    facts.provider = ProviderView::Present(failed);
+    assert_eq!(deletes(&reconcile(&stale, &facts, &OPTIONS, at(80))), 1);
 }
 
 #[test]
@@ -666,16 +710,15 @@ fn a_server_lost_before_it_was_seen_to_launch_spends_an_attempt() {
     let lost = reconcile(&server, &facts, &OPTIONS, at(100));
     assert_eq!(lost.status.provider_create_failures, 1);
     assert_eq!(event_reasons(&lost), ["ProviderCreateRetrying", "ProviderCreateRetryReady"]);
-    assert_eq!(creates(&lost), 0);
+    assert_eq!(creates(&lost), 1, "the live read that shows it lost shows it gone: the next attempt is made");
+    let notes: Vec<_> = lost.actions.iter().flat_map(Action::annotation_changes).collect();
+    assert_eq!(notes.len(), 1, "one change of the note: the new create's, {notes:?}");
+    assert!(notes[0].1.is_some_and(|note| note.contains("\"attempt\":1") && !note.contains("counted")), "{notes:?}");
     persist(&mut server, &lost);
-    let again = reconcile(&server, &facts, &OPTIONS, at(110));
-    assert_eq!(creates(&again), 1, "the next attempt");
-    persist(&mut server, &again);
-    // Lost twice more: the cap parks it with no further create.
+    // Lost once more: the cap parks it with no further create.
     let lost = reconcile(&server, &facts, &OPTIONS, at(200));
+    assert_eq!(creates(&lost), 1, "the third attempt");
     persist(&mut server, &lost);
-    let again = reconcile(&server, &facts, &OPTIONS, at(210));
-    persist(&mut server, &again);
     let parked = reconcile(&server, &facts, &OPTIONS, at(300));
     assert_eq!(parked.outcome, Outcome::Terminal(Park::AtCap { max: 3 }));
     assert_eq!(creates(&parked), 0);

@@ -3,8 +3,8 @@
 //! Two jobs. Memory: the cache holds what passes, the wake rule and the
 //! monitor read, not the managed fields, the `last-applied-configuration`
 //! annotation (a second copy of the spec) or the user data (kept, within a
-//! budget, for a Server that awaits its first create; else read live when a
-//! pass is about to create the provider server). Robustness: a
+//! budget, for a Server that awaits a create; else read live when a pass is
+//! about to create the provider server). Robustness: a
 //! Server this controller cannot read (a condition status "Maybe", a phase
 //! it does not know: the CRD does not restrict them) still decodes, as its
 //! metadata and where decoding failed, so one such object is reported on
@@ -48,7 +48,7 @@ pub struct ServerContent {
     pub status: Option<ServerStatus>,
     /// Whether the Server has user data, left out of the cache.
     pub has_user_data: bool,
-    /// Its user data, kept for its first create while the budget has room
+    /// Its user data, kept for its next create while the budget has room
     /// (`held_user_data`); else a pass that creates reads it live.
     pub held_user_data: Option<HeldUserData>,
     /// Paths of stored values read as something else
@@ -84,7 +84,7 @@ impl CachedServer {
         let maps = trim(&mut metadata);
         let user_data = spec.spec.user_data.take();
         let has_user_data = user_data.is_some();
-        let held_user_data = held_for_first_create(status.as_ref(), || user_data);
+        let held_user_data = held_for_create(status.as_ref(), || user_data);
         let content = ServerContent { spec, status, has_user_data, held_user_data, unread: Vec::new() };
         CachedServer::assemble(metadata, maps, Ok(content))
     }
@@ -147,13 +147,10 @@ impl CachedServer {
     }
 }
 
-/// The user data of a Server that awaits its first create, held within the
-/// budget; none for any other Server.
-fn held_for_first_create(
-    status: Option<&ServerStatus>,
-    data: impl FnOnce() -> Option<UserData>,
-) -> Option<HeldUserData> {
-    let awaits = status.is_none_or(server_core::awaits_first_create);
+/// The user data of a Server that awaits a create (its first, or a
+/// retry's), held within the budget; none for any other Server.
+fn held_for_create(status: Option<&ServerStatus>, data: impl FnOnce() -> Option<UserData>) -> Option<HeldUserData> {
+    let awaits = status.is_none_or(server_core::awaits_create);
     awaits.then(data).flatten().and_then(HeldUserData::hold)
 }
 
@@ -182,7 +179,7 @@ struct Parts {
 /// (up to 48 KB of base64) in every change of every Server; decoding it to
 /// drop it again was a large share of the operator's allocations and CPU,
 /// so the spec's `userData` is kept as text and decoded only for a Server
-/// that awaits its first create (`held_user_data`). Its base64 is checked
+/// that awaits a create (`held_user_data`). Its base64 is checked
 /// by the API server (the CRD's `format: byte`); a pass that creates any
 /// other Server reads it live.
 impl<'de> Deserialize<'de> for Parts {
@@ -317,7 +314,7 @@ impl<'de> Deserialize<'de> for CachedServer {
         let unread = content.get_mut("status").map(core_model::read_condition_statuses).unwrap_or_default();
         let content = match serde_path_to_error::deserialize::<_, Content>(content) {
             Ok(Content { spec, status }) => {
-                let held_user_data = held_for_first_create(status.as_ref(), || match user_data? {
+                let held_user_data = held_for_create(status.as_ref(), || match user_data? {
                     UserDataField::Text(text) => serde_json::from_value::<UserData>(Value::String(text)).ok(),
                     UserDataField::Odd => None,
                 });
@@ -444,7 +441,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_server_awaiting_its_first_create_holds_its_user_data() {
+    fn only_a_server_awaiting_a_create_holds_its_user_data() {
         let meta = json!({ "name": "s", "namespace": "ns", "uid": "u1" });
         let spec = json!({ "flavorID": "f", "image": { "id": "i" }, "userData": "I2Nsb3VkLWNvbmZpZwo=" });
         let held = |status: Value| {
@@ -457,7 +454,13 @@ mod tests {
             "type": "Available", "status": "False", "reason": "Provisioning",
             "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",
         }]});
-        assert_eq!(held(created), None, "a create was sent: a later one reads it live");
+        assert_eq!(held(created.clone()), None, "a create was sent and stands");
+        let mut retrying = created.clone();
+        retrying["providerCreateRetrying"] = json!(true);
+        retrying["providerCreateFailures"] = json!(1);
+        assert_eq!(held(retrying.clone()), Some(UserData(b"#cloud-config\n".to_vec())), "a retry's create is next");
+        retrying["provisionedAt"] = json!("2026-01-01T00:01:00Z");
+        assert_eq!(held(retrying), None, "a server that booted is never created again");
         let odd = decode(
             json!({ "metadata": meta.clone(), "spec": { "flavorID": "f", "image": { "id": "i" }, "userData": 7 } }),
         );

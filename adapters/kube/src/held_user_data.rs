@@ -1,14 +1,14 @@
-//! User data the cache keeps for a Server's first create, within a budget.
+//! User data the cache keeps for a Server's next create, within a budget.
 //!
 //! The cache leaves user data out (up to 48 KB of base64 in every watch
 //! event of every Server), and a pass that creates reads it live: one GET
-//! per create. A Server that awaits its first create
-//! (`server_core::awaits_first_create`) is about to need it, so its watch
-//! event's copy is kept, decoded, while all such copies together stay under
-//! [`BUDGET`] bytes; past it the pass reads it live as before. The copy
-//! goes with the cached object: the pass's own status write (the Available
-//! condition every create follows) brings the next version, which keeps
-//! none.
+//! per create. A Server that awaits a create (`server_core::awaits_create`:
+//! its first, or a retry's while its failed server is deleted) is about to
+//! need it, so its watch event's copy is kept, decoded, while all such
+//! copies together stay under [`BUDGET`] bytes; past it the pass reads it
+//! live as before. The copy goes with the cached object: the pass's own
+//! status write (the Available condition every create follows, the retry
+//! cleared) brings the next version, which keeps none.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +27,7 @@ struct Budget {
     held: AtomicUsize,
 }
 
-/// A Server's user data, held for its first create; shared by the cached
+/// A Server's user data, held for its next create; shared by the cached
 /// object's clones, its bytes returned to the budget when the last goes.
 #[derive(Clone)]
 pub struct HeldUserData(Arc<Held>);

@@ -223,8 +223,6 @@ pub enum Wait {
     IssuedCreateBeforeRelease,
     /// The failed provider server is being deleted before the retry.
     DeletingFailedServer,
-    /// The failed server is gone; the next pass creates again.
-    RetryReady,
     /// Deleting: the provider server's deletion is under way.
     DeletingProviderServer,
     /// Deleting: the provider server is gone, but whether the Server's ports
@@ -300,7 +298,6 @@ impl Wait {
             Wait::IssuedCreate => AWAITING_CREATE_MESSAGE.into(),
             Wait::IssuedCreateBeforeRelease => AWAITING_CREATE_BEFORE_RELEASE_MESSAGE.into(),
             Wait::DeletingFailedServer => DELETING_FAILED_MESSAGE.into(),
-            Wait::RetryReady => RETRY_READY_MESSAGE.into(),
             Wait::DeletingProviderServer => "Deleting provider server".into(),
             Wait::AttachmentsUnknownBeforeRelease { reason } => format!(
                 "Waiting for the provider to tell the server's ports and floating IPs before releasing the server: \

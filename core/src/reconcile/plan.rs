@@ -67,7 +67,20 @@ impl Plan {
     /// Sets or removes a controller annotation, after the status write and
     /// before the provider actions it guards.
     pub(crate) fn annotate(&mut self, key: &'static str, value: Option<String>) {
+        // A later change of the same annotation in the pass supersedes an
+        // earlier one (a retry's count notes the failed create, its create
+        // the new one).
+        self.annotations.retain(|planned| !matches!(planned, Action::Annotate { key: planned, .. } if *planned == key));
         self.annotations.push(Action::Annotate { key, value });
+    }
+
+    /// The change of annotation `key` this pass plans, if any (`Some(None)`:
+    /// its removal).
+    pub(crate) fn planned_annotation(&self, key: &str) -> Option<Option<&str>> {
+        self.annotations.iter().rev().find_map(|planned| match planned {
+            Action::Annotate { key: planned, value } if *planned == key => Some(value.as_deref()),
+            _ => None,
+        })
     }
 
     /// Records what already happened at the provider as an annotation change

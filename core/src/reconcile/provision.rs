@@ -101,11 +101,16 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
             }
             plan.status.provider_create_failures = attempt;
             plan.status.provider_create_retrying = true;
-            // The create the note records is accounted for now: kept, its
-            // attempt number could match the counter again after an
-            // operator's reset and count the same create twice.
-            if IssuedCreate::of(server).is_some() {
-                plan.annotate(CREATE_ISSUED_ANNOTATION, None);
+            // The create the note records is accounted for now: the note
+            // says so (left as it was, its attempt number could match the
+            // counter again after an operator's reset and count the same
+            // create twice) and names the failed server the retry deletes.
+            if let Some(issued) = IssuedCreate::of(server) {
+                let failed_server = match view {
+                    ProviderView::Present(record) => Some(record.id.as_str()),
+                    _ => None,
+                };
+                plan.annotate(CREATE_ISSUED_ANNOTATION, Some(issued.counted(failed_server).value()));
             }
             let what = if failed { "failed before launch" } else { "disappeared before it was seen to launch" };
             plan.emit(Event {
@@ -118,7 +123,7 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     }
 
     if plan.status.provider_create_retrying {
-        return clear_failed_server(server, view, plan);
+        return clear_failed_server(server, facts, view, options, plan);
     }
     ensure_exists(server, facts, view, options, plan)
 }
@@ -189,11 +194,36 @@ fn park_at_cap(server: &Server, options: &Options, mut plan: Plan) -> super::Dec
     plan.finish(Outcome::Terminal(park))
 }
 
-/// Deletes the failed provider server; once the provider says it is gone,
-/// re-arms the create.
-fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> super::Decision {
+/// Deletes the failed provider server; once the provider no longer shows
+/// it, re-arms the create and makes it in the same pass: the live read that
+/// shows the failed server gone is the one a create is decided on, and the
+/// pass's guarded status write (retrying cleared, Available) goes before the
+/// create as for any create. A present server other than the one the count
+/// named is not the failed one: a copy of the Server from before the next
+/// create (a lagging cache) finds that create's server, and it is the
+/// Server's server now, never deleted as the failed one.
+fn clear_failed_server(
+    server: &Server,
+    facts: &Facts,
+    view: &ProviderView,
+    options: &Options,
+    mut plan: Plan,
+) -> super::Decision {
     match view {
-        ProviderView::Present(_) => {
+        ProviderView::Present(record) if is_the_failed_server(server, &record.id) => {
+            // The server is named before it is deleted (a guarded write: a
+            // copy from before the next create fails it and deletes
+            // nothing), unless this pass's count or an earlier one named it.
+            let named = |note: Option<&str>| {
+                note.and_then(|value| serde_json::from_str::<IssuedCreate>(value).ok())
+                    .is_some_and(|note| note.counted && note.failed_server_id.as_deref() == Some(record.id.as_str()))
+            };
+            let planned = plan.planned_annotation(CREATE_ISSUED_ANNOTATION).flatten();
+            let stored = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).map(String::as_str);
+            if !named(planned) && !named(stored) {
+                let note = IssuedCreate { attempt: plan.status.provider_create_failures, ..IssuedCreate::default() };
+                plan.annotate(CREATE_ISSUED_ANNOTATION, Some(note.counted(Some(&record.id)).value()));
+            }
             reset_runtime_status(&mut plan, DELETING_FAILED_MESSAGE);
             plan.provider(Action::DeleteProviderServer(server_ref(server)));
             plan.finish(Outcome::Yield(Wait::DeletingFailedServer))
@@ -207,9 +237,18 @@ fn clear_failed_server(server: &Server, view: &ProviderView, mut plan: Plan) -> 
                 action: "RetryProviderCreate",
                 note: "Failed provider server deleted; the create will be retried".into(),
             });
-            plan.finish(Outcome::Yield(Wait::RetryReady))
+            ensure_exists(server, facts, view, options, plan)
         }
     }
+}
+
+/// Whether the provider server `id` is the one the retry deletes: the one
+/// the count was decided on. A count without its note (an operator's reset
+/// re-arming the retry, or a note whose write was lost) names none, and the
+/// present server, which shows no boot, is taken for the failed one and
+/// named before its delete.
+fn is_the_failed_server(server: &Server, id: &str) -> bool {
+    IssuedCreate::counted_of(server).is_none_or(|counted| counted.failed_server_id.as_deref() == Some(id))
 }
 
 /// "Not found" observed before a create says nothing about it: the status
@@ -395,6 +434,7 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
         at: Some(plan.now),
         flavor_id: Some(spec.flavor_id.clone()),
         image_id: Some(spec.image.id.clone()),
+        ..IssuedCreate::default()
     };
     plan.annotate(CREATE_ISSUED_ANNOTATION, Some(issued.value()));
     plan.provider(Action::CreateProviderServer(Box::new(request)));

@@ -185,6 +185,8 @@ pub(crate) struct PassRead {
     /// The provider record read shows a boot (which latches provisionedAt
     /// in the same pass, whatever the status said: §7).
     pub(crate) record_booted: bool,
+    /// The Server as read had provisionedAt latched.
+    pub(crate) latched: bool,
     /// The Server as read was paused (`spec.pause`).
     pub(crate) paused: bool,
     /// ... and its status says so, which the first pass after the pause
@@ -228,6 +230,7 @@ impl PassRead {
                 }
             },
             record_booted: matches!(provider, ProviderView::Present(record) if server_core::record_shows_boot(record)),
+            latched: view.status.provisioned_at.is_some(),
             paused: view.spec.pause,
             pause_reported: view
                 .status
@@ -279,7 +282,11 @@ impl Checker {
         // nothing about a parked Server changes (no status write, no requeue),
         // unless an operator asked for a retry.
         let writes_status = decision.actions.iter().any(|a| matches!(a, Action::WriteStatus(_)));
+        // ... except the latch of a boot an earlier read of the term showed
+        // (a parked server whose slow create came up after all).
+        let latches_a_boot = !pass.latched && decision.status.provisioned_at.is_some();
         if first
+            && !latches_a_boot
             && unknown
             && pass.parked
             && !pass.deleting
@@ -310,7 +317,16 @@ impl Checker {
         let decisive = first && !pass.deleting && !unknown && !pass.paused;
         // Judged on what the pass read: a reset the controller has not seen
         // yet cannot have re-armed anything.
-        if decisive && pass.failures >= max && !pass.retry_requested && (!terminal || creates || deletes) {
+        // A server parked as failed whose read shows it booted after all
+        // (a slow create came up) leaves its park; it is never created or
+        // deleted again.
+        let leaves_park = pass.record_booted && !creates && !deletes;
+        if decisive
+            && pass.failures >= max
+            && !pass.retry_requested
+            && !leaves_park
+            && (!terminal || creates || deletes)
+        {
             found.push(("2", format!("at the cap without a reset, yet the pass decided {:?}", decision.outcome)));
         }
         // The first pass that read the reset (a lagging cache may not show it
@@ -330,7 +346,12 @@ impl Checker {
                 found
                     .push(("5", "the retry machine deleted to retry while the watch predicate says no failure".into()));
             }
-            if pass.pcf && !pass.record_booted && (creates || decision.outcome == Outcome::Done) {
+            // Treated as fine: created or settled without counting the
+            // failure (a pass that counts it, or that an operator's retry
+            // request re-arms, may create the next attempt itself once the
+            // failed server is gone).
+            let counted = decision.status.provider_create_failures > pass.failures || pass.retry_requested;
+            if pass.pcf && !pass.record_booted && !counted && (creates || decision.outcome == Outcome::Done) {
                 found.push((
                     "5",
                     "the watch predicate says create failure, yet the retry machine treated the server as fine".into(),
