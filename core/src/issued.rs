@@ -74,6 +74,11 @@ impl IssuedCreate {
         Self::parse(server).filter(|issued| issued.counted)
     }
 
+    /// Whether this note records a count decided on provider server `id`.
+    pub(crate) fn names_failed_server(&self, id: &str) -> bool {
+        self.counted && self.failed_server_id.as_deref() == Some(id)
+    }
+
     /// This note, counted as a failed attempt decided on the provider
     /// server `failed` (or on none).
     pub(crate) fn counted(self, failed: Option<&str>) -> Self {
@@ -81,13 +86,17 @@ impl IssuedCreate {
     }
 
     fn parse(server: &Server) -> Option<Self> {
-        let value = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION)?;
+        Self::parse_value(server.meta.annotations.get(CREATE_ISSUED_ANNOTATION)?)
+    }
+
+    /// A note's value, in any of its forms.
+    pub(crate) fn parse_value(value: &str) -> Option<Self> {
         if value.trim_start().starts_with('{') {
             return serde_json::from_str(value).ok();
         }
         let (attempt, at) = match value.split_once('@') {
             Some((attempt, at)) => (attempt, at.parse().ok()),
-            None => (value.as_str(), None),
+            None => (value, None),
         };
         Some(IssuedCreate { attempt: attempt.trim().parse().ok()?, at, ..IssuedCreate::default() })
     }

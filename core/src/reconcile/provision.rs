@@ -215,8 +215,7 @@ fn clear_failed_server(
             // copy from before the next create fails it and deletes
             // nothing), unless this pass's count or an earlier one named it.
             let named = |note: Option<&str>| {
-                note.and_then(|value| serde_json::from_str::<IssuedCreate>(value).ok())
-                    .is_some_and(|note| note.counted && note.failed_server_id.as_deref() == Some(record.id.as_str()))
+                note.and_then(IssuedCreate::parse_value).is_some_and(|note| note.names_failed_server(&record.id))
             };
             let planned = plan.planned_annotation(CREATE_ISSUED_ANNOTATION).flatten();
             let stored = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).map(String::as_str);
