@@ -37,8 +37,9 @@ pub enum LiveRead {
     /// the list shows is not that create's server.
     PredatesTheCreate,
     /// The server never booted and no create of the current attempt is
-    /// noted with its time (a retry's delete clears the note): the listed
-    /// server may be one this controller deleted since.
+    /// noted with its time (a retry's count marks the note counted, which
+    /// stands for no create): the listed server may be one this controller
+    /// deleted since.
     NoCreateNoted,
     /// An image change is under way or pending: every step of a rebuild
     /// decides from the server as the provider shows it now.
