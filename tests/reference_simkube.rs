@@ -104,6 +104,7 @@ fn script() -> Vec<Case> {
         case("replace with a stale resourceVersion", "PUT", one.clone(), Some(stale)),
         case("replace without a resourceVersion", "PUT", one.clone(), Some(no_version)),
         case("merge-patch the spec", "PATCH", one.clone(), Some(json!({ "spec": { "pause": true } }))),
+        case("merge-patch that changes nothing", "PATCH", one.clone(), Some(json!({ "spec": { "pause": true } }))),
         case("merge-patch an invalid spec", "PATCH", one.clone(), Some(json!({ "spec": { "flavorID": "x" } }))),
         case(
             "merge-patch with a stale resourceVersion",
@@ -179,7 +180,7 @@ struct Shape {
     facts: Vec<String>,
 }
 
-async fn send(client: &Client, case: &Case) -> (Shape, String) {
+async fn send(client: &Client, case: &Case) -> (Shape, String, Value) {
     let mut request = http::Request::builder().method(case.method).uri(&case.path);
     request = request.header("content-type", case.content_type).header("accept", "application/json");
     let body = match &case.body {
@@ -195,7 +196,7 @@ async fn send(client: &Client, case: &Case) -> (Shape, String) {
     let text = String::from_utf8_lossy(&bytes);
     let first = text.lines().next().unwrap_or_default();
     let value: Value = serde_json::from_str(first).unwrap_or(Value::Null);
-    (shape(code, &value), first.chars().take(600).collect())
+    (shape(code, &value), first.chars().take(600).collect(), value)
 }
 
 fn shape(code: u16, value: &Value) -> Shape {
@@ -244,10 +245,22 @@ fn shape(code: u16, value: &Value) -> Shape {
 }
 
 /// Each case's answer: its shape, and the start of its body (printed on a difference).
+/// A Server answer also says whether its resourceVersion is the one the
+/// last answer for that Server carried: a write that changes nothing keeps
+/// it (no new version, no watch event), and one that changes something
+/// does not.
 async fn run_script(client: &Client) -> Vec<(Shape, String)> {
     let mut shapes = Vec::new();
+    let mut versions = std::collections::HashMap::new();
     for case in script() {
-        shapes.push(send(client, &case).await);
+        let (mut shape, body, value) = send(client, &case).await;
+        if value["kind"] == "Server" {
+            let name = value["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let version = value["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_owned();
+            let same = versions.insert(name, version.clone()).is_some_and(|last| last == version);
+            shape.facts.push(format!("same resourceVersion as the last answer={same}"));
+        }
+        shapes.push((shape, body));
     }
     shapes
 }

@@ -796,8 +796,17 @@ impl StoreState {
         // A Namespace is held by its `spec.finalizers` (the namespace
         // controller's), not metadata ones: it goes when it is empty.
         if is_deleting(&new) && finalizers(&new).is_empty() && key != &namespace_key() {
-            // Like the API server's delete-during-update: one DELETED event.
-            return self.remove_object(key, &Arc::new(new));
+            // Like the API server's delete-during-update (k8s.io/apiserver
+            // registry Store.Update, then its delete): one DELETED event at a
+            // new version, and an answer with the update's content at the
+            // version the object had, since the update itself is never
+            // stored (seen on kube-apiserver v1.34 by tests/reference_simkube.rs).
+            let previous = meta_str(&old, "resourceVersion").map(str::to_owned);
+            let removed = self.remove_object(key, &Arc::new(new))?;
+            let Some(previous) = previous else { return Ok(removed) };
+            let mut answer = (*removed).clone();
+            meta_mut(&mut answer).insert("resourceVersion".into(), Value::String(previous));
+            return Ok(Arc::new(answer));
         }
         fits_in_etcd(&new)?;
         let resource_version = self.next_resource_version();
