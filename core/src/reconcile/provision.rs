@@ -214,12 +214,14 @@ fn clear_failed_server(
             // The server is named before it is deleted (a guarded write: a
             // copy from before the next create fails it and deletes
             // nothing), unless this pass's count or an earlier one named it.
-            let named = |note: Option<&str>| {
-                note.and_then(IssuedCreate::parse_value).is_some_and(|note| note.names_failed_server(&record.id))
-            };
-            let planned = plan.planned_annotation(CREATE_ISSUED_ANNOTATION).flatten();
-            let stored = server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).map(String::as_str);
-            if !named(planned) && !named(stored) {
+            // Here a stored counted note names this server.
+            let named_before = IssuedCreate::counted_of(server).is_some();
+            let named_now = plan
+                .planned_annotation(CREATE_ISSUED_ANNOTATION)
+                .flatten()
+                .and_then(IssuedCreate::parse_value)
+                .is_some_and(|note| note.names_failed_server(&record.id));
+            if !named_before && !named_now {
                 let note = IssuedCreate { attempt: plan.status.provider_create_failures, ..IssuedCreate::default() };
                 plan.annotate(CREATE_ISSUED_ANNOTATION, Some(note.counted(Some(&record.id)).value()));
             }
@@ -247,7 +249,7 @@ fn clear_failed_server(
 /// present server, which shows no boot, is taken for the failed one and
 /// named before its delete.
 fn is_the_failed_server(server: &Server, id: &str) -> bool {
-    IssuedCreate::counted_of(server).is_none_or(|counted| counted.failed_server_id.as_deref() == Some(id))
+    IssuedCreate::counted_of(server).is_none_or(|counted| counted.names_failed_server(id))
 }
 
 /// "Not found" observed before a create says nothing about it: the status

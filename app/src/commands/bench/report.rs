@@ -228,6 +228,11 @@ pub(crate) fn per(count: f64, servers: usize) -> f64 {
     count / servers.max(1) as f64
 }
 
+/// Counts by `"<verb> <resource>"`, as the JSON report names them.
+fn labelled(counts: &BTreeMap<(Verb, String), u64>) -> BTreeMap<String, u64> {
+    counts.iter().map(|((verb, resource), count)| (format!("{verb} {resource}"), *count)).collect()
+}
+
 impl ApiCounts {
     pub(crate) fn from_counters(counters: &CounterSnapshot, servers: usize) -> Self {
         let requests = counters.total();
@@ -250,17 +255,9 @@ impl ApiCounts {
                 .collect(),
             bytes_written,
             bytes_written_per_server: per(bytes_written as f64, servers),
-            by_verb_and_resource: counters
-                .requests
-                .iter()
-                .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
-                .collect(),
+            by_verb_and_resource: labelled(&counters.requests),
             no_op_writes: counters.no_op_writes.values().sum(),
-            no_op_writes_by_verb_and_resource: counters
-                .no_op_writes
-                .iter()
-                .map(|((verb, resource), count)| (format!("{verb} {resource}"), *count))
-                .collect(),
+            no_op_writes_by_verb_and_resource: labelled(&counters.no_op_writes),
             by_code: counters.responses_by_code.clone(),
         }
     }
