@@ -248,45 +248,65 @@ impl Metrics for Polls {
 /// Nova per Server: lists follow the monitor's polls, not the Servers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_happy_path_server_costs_at_most_two_nova_calls_through_openstack() {
-    within(async {
-        // A listed view is fresh for two monitor intervals: long enough that
-        // a pass after its create's answer decides from that answer on a
-        // loaded machine too (a view too old is read live: a Nova GET).
-        let config = ControllerConfig {
-            watch_page_size: 500,
-            monitor_interval: Duration::from_secs(2),
-            concurrency: 16,
-            ..test_config()
-        };
-        let mut env = Env::with_config(CloudKind::OpenStack, 62, config).await;
-        let names: Vec<String> = (0..CLOUD_SERVERS).map(|i| format!("c{i:03}")).collect();
-        for name in &names {
-            env.create_server(name, fast(Fate::clean()), Env::spec());
-        }
-        let polls = Arc::new(Polls::default());
-        env.start_with_metrics(Loops::Both, polls.clone());
-        settle("every Server provisioned", || names.iter().all(|n| env.server(n).is_some_and(|s| provisioned(&s))))
-            .await;
+    within(cloud_calls_of_happy_servers(false)).await;
+}
 
-        let counters = env.openstack_counters().unwrap_or_else(|| panic!("the OpenStack path has counters"));
-        let polls = polls.0.load(Ordering::SeqCst);
-        let nova = counters.server_creates
-            + counters.server_gets
-            + counters.server_lists
-            + counters.server_deletes
-            + counters.server_actions
-            + counters.server_metadata_updates;
-        let per_server = nova as f64 / CLOUD_SERVERS as f64;
-        eprintln!("{nova} Nova calls ({per_server:.2} per Server) over {polls} monitor polls: {counters:?}");
-        assert_eq!(counters.server_creates, CLOUD_SERVERS as u64, "one create per Server: {counters:?}");
-        assert!(per_server <= 2.0, "{per_server:.2} Nova calls per Server: {counters:?}");
-        // Before each create the provider is read live, from the adapter's
-        // index of the last list; after it, from the create's answer.
-        assert!(counters.server_gets <= CLOUD_SERVERS as u64 / 10, "Nova GETs per Server: {counters:?}");
-        // One list at start-up (the index is empty), then the monitor's.
-        assert!(counters.server_lists <= polls + 3, "{} Nova lists for {polls} polls", counters.server_lists);
-        env.assert_invariants();
-        env.stop().await;
-    })
-    .await;
+/// A public Server costs its port, its server and its floating IP: the
+/// floating IP goes on the port the create made, known bound to the server
+/// the create answered, so no Nova GET precedes it and no port or
+/// floating-IP list either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_server_costs_its_port_its_server_and_its_floating_ip_through_openstack() {
+    within(cloud_calls_of_happy_servers(true)).await;
+}
+
+async fn cloud_calls_of_happy_servers(public: bool) {
+    // A listed view is fresh for two monitor intervals: long enough that
+    // a pass after its create's answer decides from that answer on a
+    // loaded machine too (a view too old is read live: a Nova GET).
+    let config = ControllerConfig {
+        watch_page_size: 500,
+        monitor_interval: Duration::from_secs(2),
+        concurrency: 16,
+        ..test_config()
+    };
+    let mut env = Env::with_config(CloudKind::OpenStack, 62, config).await;
+    let names: Vec<String> = (0..CLOUD_SERVERS).map(|i| format!("c{i:03}")).collect();
+    let mut spec = Env::spec();
+    if public {
+        spec["publicIPAllocation"] = serde_json::json!({ "enabled": true });
+    }
+    for name in &names {
+        env.create_server(name, fast(Fate::clean()), spec.clone());
+    }
+    let polls = Arc::new(Polls::default());
+    env.start_with_metrics(Loops::Both, polls.clone());
+    let done = |s: &server_kube::crd::Server| provisioned(s) && (!public || status(s).public_ip.is_some());
+    settle("every Server provisioned", || names.iter().all(|n| env.server(n).is_some_and(|s| done(&s)))).await;
+
+    let counters = env.openstack_counters().unwrap_or_else(|| panic!("the OpenStack path has counters"));
+    let polls = polls.0.load(Ordering::SeqCst);
+    let nova = counters.server_creates
+        + counters.server_gets
+        + counters.server_lists
+        + counters.server_deletes
+        + counters.server_actions
+        + counters.server_metadata_updates;
+    let per_server = nova as f64 / CLOUD_SERVERS as f64;
+    eprintln!("{nova} Nova calls ({per_server:.2} per Server) over {polls} monitor polls: {counters:?}");
+    assert_eq!(counters.server_creates, CLOUD_SERVERS as u64, "one create per Server: {counters:?}");
+    assert!(per_server <= 2.0, "{per_server:.2} Nova calls per Server: {counters:?}");
+    // Before each create the provider is read live, from the adapter's
+    // index of the last list; after it, from the create's answer.
+    assert!(counters.server_gets <= CLOUD_SERVERS as u64 / 10, "Nova GETs per Server: {counters:?}");
+    // One list at start-up (the index is empty), then the monitor's.
+    assert!(counters.server_lists <= polls + 3, "{} Nova lists for {polls} polls", counters.server_lists);
+    // Neutron: the port, and for a public Server its floating IP, each
+    // made once and never listed first.
+    let floating_ips = if public { CLOUD_SERVERS as u64 } else { 0 };
+    assert_eq!(counters.port_creates, CLOUD_SERVERS as u64, "one port per Server: {counters:?}");
+    assert_eq!(counters.floating_ip_creates, floating_ips, "floating IPs: {counters:?}");
+    assert_eq!((counters.port_lists, counters.floating_ip_lists), (0, 0), "Neutron lists: {counters:?}");
+    env.assert_invariants();
+    env.stop().await;
 }

@@ -251,7 +251,8 @@ pub enum NetworkingSource {
     /// The provider's answers to this leadership term's own writes of the
     /// port and its floating IP, made moments before (the port's create
     /// with the server's, a floating IP's create): what the port carries,
-    /// never that its server is still there.
+    /// bound to the server that create made, not that the server is still
+    /// there.
     OwnWrites,
 }
 

@@ -4,8 +4,9 @@
 //! reads the port it just made; within [`OWN_WRITES_TRUSTED_FOR`] these
 //! answers are that read (`NetworkingSource::OwnWrites`), so a Server's
 //! first passes cost no port or floating-IP list. They say what the port
-//! carries, never that its server is still there: the core reads the server
-//! live before it changes a port known this way.
+//! carries, bound to the server the create made (not that the server is
+//! still there): on a listed view of that server the core changes the port
+//! as one read bound to it.
 //!
 //! Anything else that touches the port ends what is known of it: a write
 //! that failed (a 409 says another floating IP is there), an update or a

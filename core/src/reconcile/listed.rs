@@ -10,7 +10,7 @@ use super::facts::{Facts, NetworkingView, ProviderRead, ProviderView};
 use crate::issued::IssuedCreate;
 use crate::model::Server;
 use crate::options::Options;
-use crate::port::{AttachedResource, NetworkingSource};
+use crate::port::AttachedResource;
 use crate::predicate::ever_booted;
 
 /// Why a decision made from a listed view may not be acted on: the pass
@@ -18,8 +18,8 @@ use crate::predicate::ever_booted;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LiveRead {
     /// The decision creates, deletes or rebuilds a provider server, or
-    /// changes a port not read bound to the listed server: only a live read
-    /// may lead to either.
+    /// changes a port not known bound to the listed server: only a live
+    /// read may lead to either.
     ChangesTheProvider,
     /// The list does not show the server. A list proves absence only at its
     /// start, and a create issued since (by this replica or another) may
@@ -100,7 +100,7 @@ pub fn live_read_needed(
     let changes_the_provider = decision.actions.iter().any(|action| match action {
         Action::CreateProviderServer(_) | Action::DeleteProviderServer(_) | Action::RebuildProviderServer(_) => true,
         Action::UpdatePort(_) | Action::EnsureFloatingIp(_) | Action::ReleaseAttachment(_) => {
-            !acts_on_a_port_read_bound(facts, action)
+            !acts_on_a_port_known_bound(facts, action)
         }
         _ => false,
     });
@@ -139,18 +139,17 @@ pub fn live_read_needed(
 }
 
 /// Whether `action` changes the port (or its floating IP) that this pass
-/// read live bound to the listed server: the read shows the server there
-/// now (the provider unbinds a deleted server's ports), which is what a
-/// live read of the server would add. A port known from the term's own
-/// writes shows no such thing.
-fn acts_on_a_port_read_bound(facts: &Facts, action: &Action) -> bool {
+/// knows bound to the listed server: read so (the provider unbinds a deleted
+/// server's ports, so the read shows the server there now), or made by this
+/// term's create of that very server (its own writes). Either way the port
+/// is that server's and the Server's: a change to it is right whatever
+/// became of the server since, and a floating IP on it is released with the
+/// port. A port read unbound or bound to another server is not.
+fn acts_on_a_port_known_bound(facts: &Facts, action: &Action) -> bool {
     let (ProviderView::Present(record), NetworkingView::Known(networking)) = (&facts.provider, &facts.networking)
     else {
         return false;
     };
-    if networking.source != NetworkingSource::Read {
-        return false;
-    }
     let Some(port) = networking.port.as_ref().filter(|port| port.bound_to.as_deref() == Some(record.id.as_str()))
     else {
         return false;
