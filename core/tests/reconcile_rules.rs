@@ -181,6 +181,33 @@ fn a_converged_server_writes_nothing() {
     assert_eq!(second.outcome, Outcome::Done);
 }
 
+/// A pass that reads a boot the status does not show yet (the monitor's
+/// write of it was skipped while the pass acted) writes the boot as the
+/// monitor writes it from the same record, the latch among it: one status
+/// write, and the monitor's next poll of that record has nothing to write.
+#[test]
+fn a_pass_that_latches_a_boot_leaves_the_monitor_nothing_to_write() {
+    let mut server = adopted();
+    let mut facts = referenced_facts(&server);
+    facts.provider = present();
+    let before_boot = reconcile(&server, &facts, &OPTIONS, at(10));
+    persist(&mut server, &before_boot);
+    let ProviderView::Present(mut record) = present() else { unreachable!() };
+    record.status = ProviderStatus::Active;
+    record.power_state = server_core::port::PowerState::Running;
+    record.launched_at = Some(at(15));
+    record.private_ip = Some("10.0.0.5".into());
+    facts.provider = ProviderView::Present(record.clone());
+    let booted = reconcile(&server, &facts, &OPTIONS, at(20));
+    let writes = booted.actions.iter().filter(|a| matches!(a, Action::WriteStatus(_))).count();
+    assert_eq!(writes, 1, "{:?}", booted.actions);
+    assert_eq!(booted.status.provisioned_at, Some(at(15)));
+    assert_eq!(booted.status.phase, Some(Phase::Running));
+    persist(&mut server, &booted);
+    let left = server_core::monitor::project(&server.status, Some(&record), at(21));
+    assert_eq!(left, None, "the monitor would still write {left:?}");
+}
+
 #[test]
 fn missing_labels_are_a_clear_error_that_touches_nothing() {
     for label in [REGION_LABEL, IDENTITY_LABEL] {

@@ -118,6 +118,7 @@ impl Executor {
                 server = %server.meta.name,
                 namespace = %server.meta.namespace,
                 actions = ?decision.actions.iter().map(Action::name).collect::<Vec<_>>(),
+                status_fields = ?status_fields(&decision.actions),
                 outcome = decision.outcome.label(),
                 "decided"
             );
@@ -460,4 +461,17 @@ fn write_failure(context: &str, error: &kube::Error) -> ActionFailure {
 /// null removes.
 fn annotation_map(changes: &[(&'static str, Option<String>)]) -> Value {
     Value::Object(changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect())
+}
+
+/// The status fields a decision's status writes change (their names, never
+/// their values), for the debug log of what a pass decided.
+fn status_fields(actions: &[Action]) -> Vec<&str> {
+    actions
+        .iter()
+        .filter_map(|action| match action {
+            Action::WriteStatus(patch) => patch.as_object(),
+            _ => None,
+        })
+        .flat_map(|fields| fields.keys().map(String::as_str))
+        .collect()
 }

@@ -47,12 +47,21 @@ pub(crate) fn provision(server: &Server, facts: &Facts, options: &Options, mut p
     }
     // A record read in this pass that shows a boot latches provisionedAt now,
     // whatever the status says: from here on nothing deletes it to retry, and
-    // a parked server that turns out to run leaves its park.
+    // a parked server that turns out to run leaves its park. The pass writes
+    // the boot as the monitor writes it from the same record (phase, times,
+    // addresses, Healthy), so the monitor's next poll has nothing left to
+    // write: one status write for the boot, not the latch and then the rest.
+    // A rebuild's marker stays the rebuild rule's to move.
     if let ProviderView::Present(record) = &facts.provider
         && record_shows_boot(record)
         && plan.status.provisioned_at.is_none()
     {
-        plan.status.provisioned_at = Some(record.launched_at.unwrap_or(plan.now));
+        let rebuild = plan.status.rebuild.clone();
+        plan.status = observe(&plan.status, Some(record), plan.now);
+        plan.status.rebuild = rebuild;
+        if plan.status.provisioned_at.is_none() {
+            plan.status.provisioned_at = Some(record.launched_at.unwrap_or(plan.now));
+        }
     }
     // So does a boot an earlier read of the pass showed (a listed record
     // the live read no longer finds).
