@@ -87,9 +87,6 @@ impl fmt::Debug for OpenStackCloud {
     }
 }
 
-/// Notes in the index that `server` booted, when its record shows that
-/// (the core's rule): the caller of the read may not be shown it (a list
-/// taken for another Server's lookup, a second server of the uid).
 /// What a list kept of the servers it showed.
 struct Paged<T> {
     /// What `keep` made of each server that exists.
@@ -102,6 +99,9 @@ struct Paged<T> {
     provider_now: Option<Timestamp>,
 }
 
+/// Notes in the index that `server` booted, when its record shows that
+/// (the core's rule): the caller of the read may not be shown it (a list
+/// taken for another Server's lookup, a second server of the uid).
 fn record_boot(project: &Project, server: &NovaServer) {
     let Some(uid) = server.server_uid() else { return };
     if project.boot_read(uid).is_some() {
