@@ -84,20 +84,75 @@ pub enum ReferencePatch {
 /// Small beside a pass (which waits on the API server and the cloud).
 const LINGER: Duration = Duration::from_millis(20);
 
-/// The longest a busy object's flush waits (see [`next_linger`]).
+/// The longest a busy object's flush waits on a quick API server (see
+/// [`linger_cap`]).
 const LINGER_MAX: Duration = Duration::from_millis(320);
+
+/// The longest a busy object's flush waits on any API server.
+const LINGER_CEILING: Duration = Duration::from_secs(3);
+
+/// A busy object's flush may wait this many times the time the API server
+/// takes to answer a reference write (see [`linger_cap`]).
+const LINGER_PER_ANSWER: u32 = 8;
+
+/// Any object's flush waits at least this many times the time the API
+/// server takes to answer a reference write (see [`linger_floor`]).
+const LINGER_FLOOR_ANSWERS: u32 = 2;
 
 /// The most changes one write carries (a removal is two JSON Patch
 /// operations; kube-apiserver refuses a patch of more than 10,000).
 const BATCH_MAX: usize = 1000;
 
-/// The wait before an object's next batch: doubled, up to [`LINGER_MAX`],
-/// after a batch that gathered several changes (many passes use the
-/// object: waiting longer puts more of them in one write, and a pass waits
-/// on it without its slot), halved back towards [`LINGER`] after a lone
-/// change (a quiet object answers soon).
-fn next_linger(linger: Duration, batch: usize) -> Duration {
-    if batch > 1 { (linger * 2).min(LINGER_MAX) } else { (linger / 2).max(LINGER) }
+/// The wait before an object's next batch: doubled, up to `cap`, after a
+/// batch that gathered several changes (many passes use the object: waiting
+/// longer puts more of them in one write, and a pass waits on it without
+/// its slot), halved back towards `floor` after a lone change (a quiet
+/// object answers soon).
+fn next_linger(linger: Duration, batch: usize, floor: Duration, cap: Duration) -> Duration {
+    if batch > 1 { (linger * 2).min(cap) } else { (linger / 2).max(floor) }
+}
+
+/// How long any object's flush waits at least, given how long the API
+/// server takes to answer a reference write: [`LINGER`] on a quick server;
+/// on a loaded one, a couple of answers' time (see [`linger_cap`]), so
+/// that the Servers reaching an object a few a second share its writes.
+fn linger_floor(answer: Duration) -> Duration {
+    (answer * LINGER_FLOOR_ANSWERS).clamp(LINGER, LINGER_MAX)
+}
+
+/// How long a busy object's flush may wait, given how long the API server
+/// takes to answer a reference write. A quick server (answers in
+/// milliseconds) keeps passes quick: [`LINGER_MAX`]. A loaded one answers
+/// each of a pass's writes in tenths of a second, so a pass already takes
+/// seconds and the server, not the passes at once, sets the pace; there a
+/// wait of a few answers costs a pass little, while it gathers the Servers
+/// that reach the object meanwhile into one write, which is what unloads
+/// that server (every reference write rewrites an object that holds a
+/// finalizer per Server using it).
+fn linger_cap(answer: Duration) -> Duration {
+    (answer * LINGER_PER_ANSWER).clamp(LINGER_MAX, LINGER_CEILING)
+}
+
+/// A moving average of how long reference writes take to be answered,
+/// shared by every object's flush.
+#[derive(Debug, Default)]
+struct AnswerTime {
+    micros: std::sync::atomic::AtomicU64,
+}
+
+impl AnswerTime {
+    fn get(&self) -> Duration {
+        Duration::from_micros(self.micros.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Folds in one answer's time, weighing it an eighth.
+    fn note(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        let _ = self.micros.fetch_update(ordering, ordering, |average| {
+            Some(if average == 0 { took } else { average - average / 8 + took / 8 })
+        });
+    }
 }
 
 /// Writes a batch at most this many times (a fresh read before each retry)
@@ -261,6 +316,7 @@ pub(crate) struct ReferenceWriter {
     /// cache to apply it (see `freshness`).
     floors: Arc<TermFloors>,
     queues: Mutex<HashMap<Target, Queue>>,
+    answer_time: AnswerTime,
 }
 
 impl std::fmt::Debug for ReferenceWriter {
@@ -284,7 +340,14 @@ impl ReferenceWriter {
         metrics: Arc<dyn Metrics>,
         floors: Arc<TermFloors>,
     ) -> Arc<Self> {
-        Arc::new(ReferenceWriter { client, encoding, metrics, floors, queues: Mutex::default() })
+        Arc::new(ReferenceWriter {
+            client,
+            encoding,
+            metrics,
+            floors,
+            queues: Mutex::default(),
+            answer_time: AnswerTime::default(),
+        })
     }
 
     /// Adds (`add`) or removes this finalizer on `target`; returns once the
@@ -328,12 +391,13 @@ impl ReferenceWriter {
 
     /// Writes the object's pending changes, batch after batch, until none is left.
     async fn flush(self: Arc<Self>, target: Target) {
-        let mut linger = LINGER;
+        let mut linger = linger_floor(self.answer_time.get());
         loop {
             tokio::time::sleep(linger).await;
             let taken = self.with_queues(|queues| take_batch(queues, &target));
             let Some((batch, known)) = taken else { return };
-            linger = next_linger(linger, batch.len());
+            let answer = self.answer_time.get();
+            linger = next_linger(linger, batch.len(), linger_floor(answer), linger_cap(answer));
             let (result, known) = self.write_batch(&target, &batch, known).await;
             self.with_queues(|queues| queues.entry(target.clone()).or_default().known = known);
             for request in batch {
@@ -390,6 +454,7 @@ impl ReferenceWriter {
             if change.is_empty() {
                 return (BatchResult::Written, Some(current));
             }
+            let sending = std::time::Instant::now();
             let sent = match self.encoding {
                 ReferencePatch::JsonPatch => {
                     self.patch(target, &Patch::Json::<()>(json_patch_for(&current, &change))).await
@@ -398,6 +463,14 @@ impl ReferenceWriter {
                     self.patch(target, &Patch::Merge(guarded_merge_for(&current, &change))).await
                 }
             };
+            // The pace of the server's answers; a failure without one says nothing of it.
+            let answered = match &sent {
+                Ok(_) => true,
+                Err(error) => matches!(api_code(error), Some(409 | 422)),
+            };
+            if answered {
+                self.answer_time.note(sending.elapsed());
+            }
             match sent {
                 Ok(resource_version) => {
                     let version = version_of(resource_version.as_deref());
@@ -405,7 +478,14 @@ impl ReferenceWriter {
                         self.floors.written(target.kind, finalizer, *add, version);
                     }
                     self.metrics.reference_batch_written(target.kind, batch.len(), attempt);
-                    debug!(kind = what, name = %target.name, changes = batch.len(), attempt, "references written");
+                    debug!(
+                        kind = what,
+                        name = %target.name,
+                        changes = batch.len(),
+                        attempt,
+                        took_ms = sending.elapsed().as_millis(),
+                        "references written"
+                    );
                     return (BatchResult::Written, Some(current.after(&change, resource_version)));
                 }
                 Err(error) if api_code(&error) == Some(404) => return (BatchResult::Gone, None),
@@ -547,15 +627,46 @@ mod tests {
         let mut linger = LINGER;
         let mut seen = vec![linger];
         for _ in 0..6 {
-            linger = next_linger(linger, 5);
+            linger = next_linger(linger, 5, LINGER, LINGER_MAX);
             seen.push(linger);
         }
         assert_eq!(seen.last(), Some(&LINGER_MAX));
         assert!(seen.windows(2).all(|w| w[1] >= w[0]), "{seen:?}");
         for _ in 0..6 {
-            linger = next_linger(linger, 1);
+            linger = next_linger(linger, 1, LINGER, LINGER_MAX);
         }
         assert_eq!(linger, LINGER);
+    }
+
+    #[test]
+    fn a_slow_api_server_lets_a_busy_object_linger_longer_within_a_ceiling() {
+        assert_eq!(linger_cap(Duration::ZERO), LINGER_MAX, "no answer timed yet");
+        assert_eq!(linger_cap(Duration::from_millis(3)), LINGER_MAX, "a quick server keeps passes quick");
+        assert_eq!(linger_cap(Duration::from_millis(150)), Duration::from_millis(1200));
+        assert_eq!(linger_cap(Duration::from_secs(2)), LINGER_CEILING);
+        let answer = Duration::from_millis(150);
+        let mut linger = linger_floor(answer);
+        assert_eq!(linger, Duration::from_millis(300), "a loaded server: two answers' time");
+        for _ in 0..10 {
+            linger = next_linger(linger, 5, linger_floor(answer), linger_cap(answer));
+        }
+        assert_eq!(linger, Duration::from_millis(1200));
+        for _ in 0..10 {
+            linger = next_linger(linger, 1, linger_floor(answer), linger_cap(answer));
+        }
+        assert_eq!(linger, Duration::from_millis(300), "never below the floor");
+        assert_eq!(linger_floor(Duration::from_millis(3)), LINGER, "a quick server: the least wait");
+    }
+
+    #[test]
+    fn the_answer_time_follows_recent_answers() {
+        let time = AnswerTime::default();
+        time.note(Duration::from_millis(200));
+        assert_eq!(time.get(), Duration::from_millis(200), "the first answer is the average");
+        for _ in 0..64 {
+            time.note(Duration::from_millis(2));
+        }
+        assert!(time.get() < Duration::from_millis(4), "{:?}", time.get());
     }
 
     #[test]
