@@ -18,6 +18,17 @@ pub fn projects(deleting: bool, paused: bool) -> bool {
     !deleting && !paused
 }
 
+/// Whether a poll projects a Server its provider's list does not show
+/// (`create_noted`: the Server carries a create-issued note). Not one no
+/// pass has begun to create (`reconcile::never_created`): its status is the
+/// first pass's to write, and the monitor's "not found" would only be
+/// written over by it (at scale, every Server queued for its first pass
+/// would cost a write). A server taken over from another controller is
+/// listed, and projected.
+pub fn projects_unlisted(status: &ServerStatus, create_noted: bool) -> bool {
+    !crate::reconcile::no_create_begun(status, create_noted)
+}
+
 /// The status patch a monitor poll writes for a Server it projects, given
 /// the record its list shows (`None`: not listed); `None` when nothing
 /// changes, so an unchanged Server costs no write.
@@ -151,6 +162,26 @@ mod tests {
         assert!(projects(false, false));
         assert!(!projects(true, false));
         assert!(!projects(false, true));
+    }
+
+    #[test]
+    fn an_unlisted_server_no_pass_began_to_create_is_left_to_its_pass() {
+        let unset = ServerStatus::default();
+        assert!(!projects_unlisted(&unset, false), "a new Server: its first pass writes its status");
+        assert!(projects_unlisted(&unset, true), "a create was noted: its absence is news");
+        let mut counted = ServerStatus::default();
+        counted.provider_create_failures = 1;
+        assert!(projects_unlisted(&counted, false), "an attempt was counted");
+        let mut creating = ServerStatus::default();
+        set_condition(
+            &mut creating.conditions,
+            ConditionType::Available,
+            ConditionStatus::False,
+            ConditionReason::Provisioning,
+            "Creating provider server",
+            at(1),
+        );
+        assert!(projects_unlisted(&creating, false), "a pass wrote Available before its create");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! finds in the caches): what changed since the last list, merged into the
 //! term's view of them, or all of them, as `server_core::listing` decides;
 //! project each Server the core's
-//! `monitor::projects` names as `monitor::project` does (`observe`, then the
+//! `monitor::projects` names (an unlisted one only if
+//! `monitor::projects_unlisted`) as `monitor::project` does (`observe`, then the
 //! patch between), and patch only what changed, guarded by the
 //! resourceVersion the cache holds, a bounded number of patches at a time.
 //! The projected statuses feed the server metrics: the counts by state,
@@ -25,8 +26,8 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use server_core::ServerStatus;
 use server_core::StatusPatch;
-use server_core::model::{IDENTITY_LABEL, REGION_LABEL};
-use server_core::monitor::{observe, projects, unwritten_wakes};
+use server_core::model::{CREATE_ISSUED_ANNOTATION, IDENTITY_LABEL, REGION_LABEL};
+use server_core::monitor::{observe, projects, projects_unlisted, unwritten_wakes};
 use server_core::observations::{FirstLaunch, first_launch, state_label};
 use server_core::port::{ListScope, ProviderListing, ProviderServer};
 use tracing::{debug, info, warn};
@@ -155,6 +156,10 @@ impl Monitor {
                 let Ok(content) = &cached.content else { continue };
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
+                let create_noted = cached.annotations().get(CREATE_ISSUED_ANNOTATION).is_some();
+                if record.is_none() && !projects_unlisted(status, create_noted) {
+                    continue;
+                }
                 // `monitor::project`, with the projected status kept for the metrics.
                 let next = observe(status, record, now());
                 let flavor_name = record.and_then(|r| r.flavor_name.as_deref()).unwrap_or_default();
@@ -165,12 +170,16 @@ impl Monitor {
                 }
                 let created = cached.metadata.creation_timestamp.as_ref().map(|time| time.0);
                 let launch = created.and_then(|created| first_launch(status, &next, created));
-                if let Some(patch) = StatusPatch::between(status, &next).and_then(json_text) {
+                let projected = StatusPatch::between(status, &next);
+                let fields = projected.as_ref().map(|patch| patch.keys().collect()).unwrap_or_default();
+                if let Some(patch) = projected.and_then(json_text) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),
                         uid: cached.metadata.uid.clone().unwrap_or_default(),
                         resource_version: cached.resource_version().unwrap_or_default(),
                         patch,
+                        fields,
+                        phase: next.phase,
                         wakes_unwritten: unwritten_wakes(status, &next),
                         launch: launch
                             .map(|launch| (content.spec.spec.flavor_id.clone(), flavor_name.to_owned(), launch)),
@@ -260,7 +269,7 @@ impl Monitor {
     }
 
     async fn patch(&self, term: &Term, caches: &Caches, group: &PatchGroup<'_>, write: StatusWrite) -> PatchResult {
-        let StatusWrite { name, uid, resource_version, patch, launch, .. } = write;
+        let StatusWrite { name, uid, resource_version, patch, launch, fields, phase, .. } = write;
         let namespace = group.namespace;
         // A Server the cache already holds a newer version of was written
         // since this poll read it (a pass, at scale often while the poll
@@ -285,6 +294,7 @@ impl Monitor {
             Ok(patched) => {
                 let made = patched.resource_version().unwrap_or_default();
                 term.own_writes.wrote(&uid, Some(&resource_version), &made, false, std::time::Instant::now());
+                debug!(server = %name, %namespace, ?fields, ?phase, "monitor wrote status");
                 // Observed on the accepted write only: a refused one leaves
                 // launchedAt unset, and the next poll observes it then.
                 if let Some((flavor_id, flavor_name, launch)) = launch {
@@ -326,6 +336,10 @@ struct StatusWrite {
     uid: String,
     resource_version: String,
     patch: Box<RawValue>,
+    /// The status fields it changes (their names, for the debug log).
+    fields: Vec<&'static str>,
+    /// The phase it writes.
+    phase: Option<server_core::model::Phase>,
     /// Whether a pass is woken if this write is skipped or refused
     /// (`server_core::monitor::unwritten_wakes`).
     wakes_unwritten: bool,

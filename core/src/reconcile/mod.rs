@@ -23,7 +23,7 @@ pub use facts::{AttachmentsView, Facts, NetworkingView, ProviderRead, ProviderVi
 pub use failure::{ActionFailure, action_failed};
 pub use listed::{LiveRead, live_read_needed};
 pub use networking::{port_follows_spec, wants_public_ip};
-pub use provision::never_created;
+pub use provision::{never_created, no_create_begun};
 pub use rebuild::{advance_from as advance_rebuild_from, rebuild_settlement_pending, task_in_flight};
 
 use jiff::Timestamp;

@@ -461,9 +461,12 @@ fn create(server: &Server, facts: &Facts, mut plan: Plan) -> super::Decision {
 /// that write never reaches its create; and a create's note is released
 /// before Available stands only when its create was never sent.
 pub fn never_created(server: &Server) -> bool {
-    server.status.condition(ConditionType::Available).is_none()
-        && server.status.provider_create_failures == 0
-        && !server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION)
+    no_create_begun(&server.status, server.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION))
+}
+
+/// [`never_created`] from the status and whether a create note stands.
+pub fn no_create_begun(status: &crate::model::ServerStatus, create_noted: bool) -> bool {
+    status.condition(ConditionType::Available).is_none() && status.provider_create_failures == 0 && !create_noted
 }
 
 /// The event note for tags left out of a create: their names (spec keys, not

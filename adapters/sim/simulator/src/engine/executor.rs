@@ -4,7 +4,8 @@
 //! at the fixed interval after Yield or Error. Writes carry the
 //! resourceVersion the controller last saw.
 
-use server_core::monitor::{project_with, projects};
+use server_core::model::CREATE_ISSUED_ANNOTATION;
+use server_core::monitor::{project_with, projects, projects_unlisted};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
 use server_core::port::{AttachedResource, CreateRequest, Networking, NetworkingSource, RebuildRequest, ServerRef};
 use server_core::reconcile::Reference;
@@ -640,6 +641,10 @@ impl Engine {
                     continue;
                 }
                 let record = self.replicas.term(r).and_then(|term| term.listings.listed(t, offset));
+                let create_noted = view.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION);
+                if record.is_none() && !projects_unlisted(&view.status, create_noted) {
+                    continue;
+                }
                 let projected = project_with(self.rules.observe, &view.status, record, now);
                 self.stats.observations += 1;
                 self.explain
