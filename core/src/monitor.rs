@@ -169,8 +169,7 @@ mod tests {
         let unset = ServerStatus::default();
         assert!(!projects_unlisted(&unset, false), "a new Server: its first pass writes its status");
         assert!(projects_unlisted(&unset, true), "a create was noted: its absence is news");
-        let mut counted = ServerStatus::default();
-        counted.provider_create_failures = 1;
+        let counted = ServerStatus { provider_create_failures: 1, ..ServerStatus::default() };
         assert!(projects_unlisted(&counted, false), "an attempt was counted");
         let mut creating = ServerStatus::default();
         set_condition(
