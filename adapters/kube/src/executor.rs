@@ -74,8 +74,9 @@ impl Executor {
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
-            // The watch has yet to bring this replica's last write; its
-            // event triggers the next pass.
+            // The watch has yet to bring this replica's last write. Its
+            // event wakes a pass only if it changes a wake signal (the wake
+            // rule), so the yield's requeue is what brings the next pass.
             return Ok(Outcome::Yield(Wait::ServerChanged));
         }
         let _in_flight = term.passes.start(&server.meta.uid);
