@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use server_core::model::{ConditionType, IDENTITY_LABEL, REGION_LABEL, SERVER_FINALIZER, reference_finalizer};
+use server_core::model::{
+    CREATE_ISSUED_ANNOTATION, ConditionType, IDENTITY_LABEL, REGION_LABEL, SERVER_FINALIZER, reference_finalizer,
+};
 use server_e2e::cloud::Fate;
 use server_e2e::simkube::Verb;
 use server_e2e::*;
@@ -27,6 +29,8 @@ impl Passes {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+cloud_scenarios!(the_monitor_leaves_a_server_no_pass_began_to_create_to_its_first_pass);
 
 cloud_scenarios!(
     happy_path_then_resync_writes_nothing_then_deletion_cleans_up,
@@ -391,5 +395,26 @@ async fn unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_n
         assert_eq!((openstack.port_creates, openstack.server_creates), (0, 0), "{openstack:?}");
     }
     env.assert_invariants();
+    env.stop().await;
+}
+
+/// The monitor alone, no passes: a Server whose create was noted and that
+/// the cloud does not show is reported not found, while a Server no pass
+/// has begun to create gets no status write at all (its first pass writes
+/// its status; `server_core::monitor::projects_unlisted`).
+async fn the_monitor_leaves_a_server_no_pass_began_to_create_to_its_first_pass(kind: CloudKind) {
+    let mut env = Env::new(kind, 71).await;
+    env.create_server("untouched", fast(Fate::clean()), Env::spec());
+    env.create_server("noted", fast(Fate::clean()), Env::spec());
+    env.annotate("noted", CREATE_ISSUED_ANNOTATION, r#"{"attempt":0}"#).await;
+    env.start_loops(Loops::MonitorOnly);
+    env.wait_server("noted", "Healthy Unknown (not found)", |s| {
+        condition(s, "Healthy").is_some_and(|(status, reason, _)| status == "Unknown" && reason == "Unknown")
+    })
+    .await;
+    // Polls every 100 ms: several more over both Servers.
+    env.idle(5).await;
+    let untouched = env.server("untouched").unwrap_or_else(|| panic!("the Server is gone"));
+    assert_eq!(status(&untouched), server_core::ServerStatus::default(), "the monitor wrote a Server no pass reached");
     env.stop().await;
 }

@@ -140,11 +140,12 @@ macro_rules! simkube_scenarios {
     )+};
 }
 
-/// What runs: both loops, or only the controller.
+/// What runs: both loops, only the controller, or only the monitor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loops {
     Both,
     ControllerOnly,
+    MonitorOnly,
 }
 
 struct Running {
@@ -298,6 +299,7 @@ impl Env {
             match loops {
                 Loops::Both => operator.run(shutdown).await,
                 Loops::ControllerOnly => operator.run_controller(shutdown).await,
+                Loops::MonitorOnly => operator.run_monitor(shutdown).await,
             }
         });
         self.running = Some(Running { stop, task });
