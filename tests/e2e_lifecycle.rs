@@ -401,7 +401,7 @@ async fn unknown_ids_duplicates_and_missing_labels_are_clear_errors_that_touch_n
 /// The monitor alone, no passes: a Server whose create was noted and that
 /// the cloud does not show is reported not found, while a Server no pass
 /// has begun to create gets no status write at all (its first pass writes
-/// its status; `server_core::monitor::projects_unlisted`).
+/// its status; `server_core::monitor::projects_as_listed`).
 async fn the_monitor_leaves_a_server_no_pass_began_to_create_to_its_first_pass(kind: CloudKind) {
     let mut env = Env::new(kind, 71).await;
     env.create_server("untouched", fast(Fate::clean()), Env::spec());

@@ -18,15 +18,16 @@ pub fn projects(deleting: bool, paused: bool) -> bool {
     !deleting && !paused
 }
 
-/// Whether a poll projects a Server its provider's list does not show
-/// (`create_noted`: the Server carries a create-issued note). Not one no
-/// pass has begun to create (`reconcile::never_created`): its status is the
+/// Whether a poll projects a Server, given whether its provider's list
+/// shows it (`listed`) and whether it carries a create-issued note
+/// (`create_noted`). A listed one always; an unlisted one not while no pass
+/// has begun to create it (`reconcile::never_created`): its status is the
 /// first pass's to write, and the monitor's "not found" would only be
 /// written over by it (at scale, every Server queued for its first pass
 /// would cost a write). A server taken over from another controller is
 /// listed, and projected.
-pub fn projects_unlisted(status: &ServerStatus, create_noted: bool) -> bool {
-    !crate::reconcile::no_create_begun(status, create_noted)
+pub fn projects_as_listed(status: &ServerStatus, listed: bool, create_noted: bool) -> bool {
+    listed || !crate::reconcile::no_create_begun(status, create_noted)
 }
 
 /// The status patch a monitor poll writes for a Server it projects, given
@@ -167,10 +168,11 @@ mod tests {
     #[test]
     fn an_unlisted_server_no_pass_began_to_create_is_left_to_its_pass() {
         let unset = ServerStatus::default();
-        assert!(!projects_unlisted(&unset, false), "a new Server: its first pass writes its status");
-        assert!(projects_unlisted(&unset, true), "a create was noted: its absence is news");
+        assert!(!projects_as_listed(&unset, false, false), "a new Server: its first pass writes its status");
+        assert!(projects_as_listed(&unset, true, false), "a listed Server is always projected");
+        assert!(projects_as_listed(&unset, false, true), "a create was noted: its absence is news");
         let counted = ServerStatus { provider_create_failures: 1, ..ServerStatus::default() };
-        assert!(projects_unlisted(&counted, false), "an attempt was counted");
+        assert!(projects_as_listed(&counted, false, false), "an attempt was counted");
         let mut creating = ServerStatus::default();
         set_condition(
             &mut creating.conditions,
@@ -180,7 +182,7 @@ mod tests {
             "Creating provider server",
             at(1),
         );
-        assert!(projects_unlisted(&creating, false), "a pass wrote Available before its create");
+        assert!(projects_as_listed(&creating, false, false), "a pass wrote Available before its create");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! finds in the caches): what changed since the last list, merged into the
 //! term's view of them, or all of them, as `server_core::listing` decides;
 //! project each Server the core's
-//! `monitor::projects` names (an unlisted one only if
-//! `monitor::projects_unlisted`) as `monitor::project` does (`observe`, then the
+//! `monitor::projects` and `monitor::projects_as_listed` name as
+//! `monitor::project` does (`observe`, then the
 //! patch between), and patch only what changed, guarded by the
 //! resourceVersion the cache holds, a bounded number of patches at a time.
 //! The projected statuses feed the server metrics: the counts by state,
@@ -27,7 +27,7 @@ use serde_json::value::RawValue;
 use server_core::ServerStatus;
 use server_core::StatusPatch;
 use server_core::model::{CREATE_ISSUED_ANNOTATION, IDENTITY_LABEL, REGION_LABEL};
-use server_core::monitor::{observe, projects, projects_unlisted, unwritten_wakes};
+use server_core::monitor::{observe, projects, projects_as_listed, unwritten_wakes};
 use server_core::observations::{FirstLaunch, first_launch, state_label};
 use server_core::port::{ListScope, ProviderListing, ProviderServer};
 use tracing::{debug, info, warn};
@@ -157,7 +157,7 @@ impl Monitor {
                 let status = content.status.as_ref().unwrap_or(&unset);
                 let record = cached.metadata.uid.as_deref().and_then(|uid| by_uid.get(uid)).copied();
                 let create_noted = cached.annotations().get(CREATE_ISSUED_ANNOTATION).is_some();
-                if record.is_none() && !projects_unlisted(status, create_noted) {
+                if !projects_as_listed(status, record.is_some(), create_noted) {
                     continue;
                 }
                 // `monitor::project`, with the projected status kept for the metrics.
@@ -171,7 +171,11 @@ impl Monitor {
                 let created = cached.metadata.creation_timestamp.as_ref().map(|time| time.0);
                 let launch = created.and_then(|created| first_launch(status, &next, created));
                 let projected = StatusPatch::between(status, &next);
-                let fields = projected.as_ref().map(|patch| patch.keys().collect()).unwrap_or_default();
+                // Collected only for the debug log, when it is on.
+                let fields = match &projected {
+                    Some(patch) if tracing::enabled!(tracing::Level::DEBUG) => patch.keys().collect(),
+                    _ => Vec::new(),
+                };
                 if let Some(patch) = projected.and_then(json_text) {
                     patches.push(StatusWrite {
                         name: cached.name_any(),

@@ -52,6 +52,7 @@
 //! not a decode and a hash of a list that holds a reference per Server.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -137,19 +138,18 @@ fn linger_cap(answer: Duration) -> Duration {
 /// shared by every object's flush.
 #[derive(Debug, Default)]
 struct AnswerTime {
-    micros: std::sync::atomic::AtomicU64,
+    micros: AtomicU64,
 }
 
 impl AnswerTime {
     fn get(&self) -> Duration {
-        Duration::from_micros(self.micros.load(std::sync::atomic::Ordering::Relaxed))
+        Duration::from_micros(self.micros.load(Ordering::Relaxed))
     }
 
     /// Folds in one answer's time, weighing it an eighth.
     fn note(&self, took: Duration) {
         let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let ordering = std::sync::atomic::Ordering::Relaxed;
-        let _ = self.micros.fetch_update(ordering, ordering, |average| {
+        let _ = self.micros.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |average| {
             Some(if average == 0 { took } else { average - average / 8 + took / 8 })
         });
     }

@@ -5,7 +5,7 @@
 //! resourceVersion the controller last saw.
 
 use server_core::model::CREATE_ISSUED_ANNOTATION;
-use server_core::monitor::{project_with, projects, projects_unlisted};
+use server_core::monitor::{project_with, projects, projects_as_listed};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
 use server_core::port::{AttachedResource, CreateRequest, Networking, NetworkingSource, RebuildRequest, ServerRef};
 use server_core::reconcile::Reference;
@@ -642,7 +642,7 @@ impl Engine {
                 }
                 let record = self.replicas.term(r).and_then(|term| term.listings.listed(t, offset));
                 let create_noted = view.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION);
-                if record.is_none() && !projects_unlisted(&view.status, create_noted) {
+                if !projects_as_listed(&view.status, record.is_some(), create_noted) {
                     continue;
                 }
                 let projected = project_with(self.rules.observe, &view.status, record, now);
