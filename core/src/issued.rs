@@ -50,9 +50,18 @@ pub fn awaits_first_create(status: &ServerStatus) -> bool {
 
 /// Whether a Server with this status is about to be created: its first
 /// create, or a retry's, whose failed server is being deleted (the pass
-/// that finds it gone creates). A cache may keep its user data for it.
+/// that finds it gone creates).
 pub fn awaits_create(status: &ServerStatus) -> bool {
-    awaits_first_create(status) || (status.provider_create_retrying && !crate::predicate::ever_booted(status))
+    awaits_first_create(status) || awaits_retry_create(status)
+}
+
+/// Whether a Server with this status is about to be created again: a
+/// retry's create, whose pass writes the status before the create's note.
+/// A first create notes first, and a pass whose copy withholds the user
+/// data takes it from that write's answer ([`crate::Pass::awaits_user_data`]);
+/// a retry's pass reads it before acting, so a cache may keep it for one.
+pub fn awaits_retry_create(status: &ServerStatus) -> bool {
+    !awaits_first_create(status) && status.provider_create_retrying && !crate::predicate::ever_booted(status)
 }
 
 impl IssuedCreate {

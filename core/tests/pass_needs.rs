@@ -235,29 +235,179 @@ fn a_release_judged_on_a_cache_lacking_the_identity_is_judged_again_on_the_live_
     assert_eq!(decision.outcome, Outcome::Yield(Wait::NoCloudAccount));
 }
 
+fn sent_user_data(actions: &[Action]) -> Option<String> {
+    actions.iter().find_map(|a| match a {
+        Action::CreateProviderServer(request) => {
+            Some(String::from_utf8_lossy(request.user_data.as_deref()?).into_owned())
+        }
+        _ => None,
+    })
+}
+
+fn issued_note(server: &Server) -> Option<&String> {
+    server.meta.annotations.get(server_core::model::CREATE_ISSUED_ANNOTATION)
+}
+
+/// Runs the pass's actions, each succeeding; the create's note whose answer
+/// the pass awaits is answered with `user_data`, as the Server written. The
+/// actions run, in order.
+fn run_actions(pass: &mut Pass, user_data: Option<&UserData>) -> Vec<Action> {
+    let mut ran = Vec::new();
+    while let Some(action) = pass.poll_action().cloned() {
+        ran.push(action);
+        match user_data.filter(|_| pass.awaits_user_data()) {
+            Some(user_data) => pass.handle_done_with_user_data(Some(user_data.clone())),
+            None => pass.handle_done(),
+        }
+    }
+    ran
+}
+
+const CLOUD_CONFIG: &[u8] = b"#cloud-config\nruncmd: [echo hi]\n";
+
 #[test]
-fn withheld_user_data_is_read_for_a_create_and_sent_with_it() {
+fn withheld_user_data_of_a_first_create_comes_with_its_note_write() {
     let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
     let mut driver = Answerer::new(facts());
-    driver.user_data = Some(Some(UserData(b"#cloud-config\n".to_vec())));
     driver.drive(&mut pass);
-    assert_eq!(names(&driver.asked), ["Consumed", "Provider", "UserData"]);
-    let create = pass.decision().unwrap().actions.iter().find_map(|a| match a {
-        Action::CreateProviderServer(request) => Some(request.clone()),
-        _ => None,
-    });
-    let user_data = create.unwrap().user_data.unwrap();
-    assert!(String::from_utf8_lossy(&user_data).contains("#cloud-config"), "the create sends what was read");
+    assert_eq!(names(&driver.asked), ["Consumed", "Provider"], "nothing read for the user data");
+    assert!(pass.awaits_user_data());
+    assert!(matches!(pass.poll_action(), Some(Action::AddFinalizer { annotations }) if !annotations.is_empty()));
+    let ran = run_actions(&mut pass, Some(&UserData(CLOUD_CONFIG.to_vec())));
+    assert!(sent_user_data(&ran).unwrap().contains("echo hi"), "the create sends the user data written");
+    let notes =
+        ran.iter().filter(|a| a.annotation_changes().iter().any(|(key, _)| key.ends_with("create-issued-attempt")));
+    assert_eq!(notes.count(), 1, "the note is written once: {ran:?}");
+    assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::Creating));
+}
+
+#[test]
+fn a_note_answered_without_the_server_written_reads_the_user_data_then_creates() {
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(facts());
+    driver.user_data = Some(Some(UserData(CLOUD_CONFIG.to_vec())));
+    driver.drive(&mut pass);
+    pass.handle_done();
+    assert_eq!(pass.poll_need(), Some(&Need::UserData));
+    driver.drive(&mut pass);
+    let ran = run_actions(&mut pass, None);
+    assert!(sent_user_data(&ran).unwrap().contains("echo hi"));
+    assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::Creating));
+}
+
+#[test]
+fn user_data_refused_after_its_note_sets_the_note_back_and_parks() {
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    Answerer::new(facts()).drive(&mut pass);
+    let ran = run_actions(&mut pass, Some(&UserData(b"no sentinel cloud-init knows\n".to_vec())));
+    assert_eq!(sent_user_data(&ran), None, "nothing created: {ran:?}");
+    assert_eq!(issued_note(pass.server()), None, "no note of a create never sent");
+    assert!(matches!(pass.into_outcome(), Outcome::Terminal(_)));
+}
+
+#[test]
+fn a_server_written_without_user_data_sets_the_note_back_and_ends_for_the_next_pass() {
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    Answerer::new(facts()).drive(&mut pass);
+    pass.handle_done_with_user_data(None);
+    let ran = run_actions(&mut pass, None);
+    assert_eq!(ran.len(), 1, "{ran:?}");
+    assert_eq!(issued_note(pass.server()), None);
+    assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::ServerChanged));
+}
+
+#[test]
+fn withheld_user_data_of_a_create_noted_after_other_writes_is_read_first() {
+    // A retry: its status write comes before its note.
+    let server = retrying_server();
+    let mut pass = Pass::start_with(server, Options::default(), at(100), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(referenced_facts(&retrying_server()));
+    driver.user_data = Some(Some(UserData(CLOUD_CONFIG.to_vec())));
+    driver.drive(&mut pass);
+    assert_eq!(driver.asked.last(), Some(&Need::UserData), "{:?}", driver.asked);
+    assert!(!pass.awaits_user_data());
+    let ran = run_actions(&mut pass, None);
+    assert!(sent_user_data(&ran).unwrap().contains("echo hi"), "{ran:?}");
 }
 
 #[test]
 fn withheld_user_data_of_a_server_that_changed_ends_the_pass_for_the_next() {
-    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
-    let mut driver = Answerer::new(facts());
+    let mut pass =
+        Pass::start_with(retrying_server(), Options::default(), at(100), Rules::CORE, UserDataCopy::Withheld);
+    let mut driver = Answerer::new(referenced_facts(&retrying_server()));
     driver.user_data = Some(None);
     driver.drive(&mut pass);
     assert_eq!(pass.poll_action(), None);
     assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::ServerChanged));
+}
+
+/// A Server whose failed server is gone: its pass creates again, writing
+/// its status before its note.
+fn retrying_server() -> Server {
+    let mut server = create_failed(1);
+    server.status.provider_create_retrying = true;
+    server_core::model::set_condition(
+        &mut server.status.conditions,
+        server_core::model::ConditionType::Available,
+        server_core::model::ConditionStatus::False,
+        server_core::model::ConditionReason::Provisioning,
+        "retrying",
+        at(50),
+    );
+    server
+}
+
+// --- Property: a copy without the user data acts as one with it ---------
+
+fn arb_sent_user_data() -> impl Strategy<Value = UserData> {
+    prop_oneof![
+        Just(UserData(CLOUD_CONFIG.to_vec())),
+        Just(UserData(b"#!/bin/sh\necho hi\n".to_vec())),
+        Just(UserData(b"no sentinel cloud-init knows\n".to_vec())),
+        prop::collection::vec(any::<u8>(), 1..64).prop_map(UserData),
+    ]
+}
+
+/// Whatever the Server and its provider, a pass whose copy withholds the
+/// user data (taken from its note's answer, or read) ends with the Server
+/// persisted as a pass holding it does, having sent the provider, the
+/// consumed resources and the Events the same; and when it creates, with
+/// the very same writes.
+#[test]
+fn a_pass_without_the_user_data_acts_as_one_with_it() {
+    let strategy = (arb_server(), arb_view(), arb_sent_user_data(), 20i64..60);
+    must_hold(run(strategy, |(mut server, live, user_data, now)| {
+        server.spec.user_data = Some(user_data.clone());
+        let facts = referenced_facts(&server);
+        let mut held = Pass::start_with(server.clone(), Options::default(), at(now), Rules::CORE, UserDataCopy::Held);
+        let mut driver = Answerer::new(facts.clone());
+        driver.live = live.clone();
+        driver.drive(&mut held);
+        let held_ran = run_actions(&mut held, None);
+
+        server.spec.user_data = None;
+        let mut withheld = Pass::start_with(server, Options::default(), at(now), Rules::CORE, UserDataCopy::Withheld);
+        let mut driver = Answerer::new(facts);
+        driver.live = live;
+        driver.user_data = Some(Some(user_data.clone()));
+        driver.drive(&mut withheld);
+        let withheld_ran = run_actions(&mut withheld, Some(&user_data));
+
+        prop_assert_eq!(&held.server().meta, &withheld.server().meta);
+        prop_assert_eq!(&held.server().status, &withheld.server().status);
+        prop_assert_eq!(held.outcome(), withheld.outcome());
+        let elsewhere = |ran: &[Action]| -> Vec<Action> {
+            ran.iter()
+                .filter(|a| a.annotation_changes().is_empty() && !matches!(a, Action::AddFinalizer { .. }))
+                .cloned()
+                .collect()
+        };
+        prop_assert_eq!(elsewhere(&held_ran), elsewhere(&withheld_ran));
+        if held_ran.iter().any(|a| matches!(a, Action::CreateProviderServer(_))) {
+            prop_assert_eq!(held_ran, withheld_ran);
+        }
+        Ok::<(), TestCaseError>(())
+    }));
 }
 
 #[test]

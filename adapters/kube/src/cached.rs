@@ -147,10 +147,11 @@ impl CachedServer {
     }
 }
 
-/// The user data of a Server that awaits a create (its first, or a
-/// retry's), held within the budget; none for any other Server.
+/// The user data of a Server that awaits a retry's create, held within the
+/// budget; none for any other Server (a first create takes it from the
+/// answer to its note's write).
 fn held_for_create(status: Option<&ServerStatus>, data: impl FnOnce() -> Option<UserData>) -> Option<HeldUserData> {
-    let awaits = status.is_none_or(server_core::awaits_create);
+    let awaits = status.is_some_and(server_core::awaits_retry_create);
     awaits.then(data).flatten().and_then(HeldUserData::hold)
 }
 
@@ -441,15 +442,15 @@ mod tests {
     }
 
     #[test]
-    fn only_a_server_awaiting_a_create_holds_its_user_data() {
+    fn only_a_server_awaiting_a_retrys_create_holds_its_user_data() {
         let meta = json!({ "name": "s", "namespace": "ns", "uid": "u1" });
         let spec = json!({ "flavorID": "f", "image": { "id": "i" }, "userData": "I2Nsb3VkLWNvbmZpZwo=" });
         let held = |status: Value| {
             let cached = decode(json!({ "metadata": meta.clone(), "spec": spec.clone(), "status": status }));
             cached.content.expect("readable").held_user_data.map(|held| held.user_data())
         };
-        assert_eq!(held(Value::Null), Some(UserData(b"#cloud-config\n".to_vec())), "no status yet");
-        assert_eq!(held(json!({ "phase": "Pending" })), Some(UserData(b"#cloud-config\n".to_vec())));
+        assert_eq!(held(Value::Null), None, "a first create takes it from its note's answer");
+        assert_eq!(held(json!({ "phase": "Pending" })), None);
         let created = json!({ "conditions": [{
             "type": "Available", "status": "False", "reason": "Provisioning",
             "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z",

@@ -6,10 +6,11 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use server_core::model::{SERVER_FINALIZER, Server as CoreServer};
+use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
@@ -158,6 +159,16 @@ impl Executor {
             };
             let Some(changes) = changes else {
                 let Some(action) = pass.poll_action() else { break };
+                if pass.awaits_user_data() {
+                    match io.apply_for_user_data(action, pass.server()).await {
+                        Ok(user_data) => pass.handle_done_with_user_data(user_data),
+                        Err(failure) => {
+                            io.report_failure(action, &failure);
+                            pass.handle_failed(failure);
+                        }
+                    }
+                    continue;
+                }
                 match io.apply(action, pass.server()).await {
                     Ok(()) => pass.handle_done(),
                     Err(failure) => {
@@ -221,13 +232,7 @@ impl ActionIo<'_> {
     async fn apply(&mut self, action: &Action, persisted: &CoreServer) -> Result<(), ActionFailure> {
         match action {
             Action::AddFinalizer { annotations } => {
-                let mut finalizers = persisted.meta.finalizers.clone();
-                finalizers.push(SERVER_FINALIZER.to_owned());
-                let mut metadata = json!({ "finalizers": finalizers });
-                if !annotations.is_empty() {
-                    metadata["annotations"] = annotation_map(annotations);
-                }
-                self.patch_server_metadata(metadata, "adding the finalizer").await?;
+                self.patch_server_metadata(finalizer_added(persisted, annotations), "adding the finalizer").await?;
                 Ok(())
             }
             Action::RemoveFinalizer => {
@@ -357,6 +362,32 @@ impl ActionIo<'_> {
         }
     }
 
+    /// Performs the metadata write whose answer, the Server as written,
+    /// brings the user data the pass awaits (see
+    /// [`Pass::awaits_user_data`]); the user data it holds.
+    async fn apply_for_user_data(
+        &mut self,
+        action: &Action,
+        persisted: &CoreServer,
+    ) -> Result<Option<UserData>, ActionFailure> {
+        let (metadata, context) = match action {
+            Action::AddFinalizer { annotations } => (finalizer_added(persisted, annotations), "adding the finalizer"),
+            Action::Annotate { key, value } => (json!({ "annotations": { *key: value } }), "writing an annotation"),
+            other => {
+                self.apply(other, persisted).await?;
+                return Ok(None);
+            }
+        };
+        // Read whole, user data included, unlike the cache's copy.
+        let servers = ApiResource::erase::<CachedServer>(&());
+        let api = Api::<DynamicObject>::namespaced_with(self.term.client.clone(), &self.namespace, &servers);
+        let written = self.patch_metadata_answered(api, metadata, context).await?;
+        // The API server validated the spec against the CRD (userData is
+        // base64): it decodes, or the Server has none.
+        let user_data = written.data.pointer("/spec/userData").cloned();
+        Ok(user_data.and_then(|value| serde_json::from_value::<UserData>(value).ok()))
+    }
+
     fn cloud(&self) -> Result<CloudHandle, ActionFailure> {
         self.cloud.clone().map_err(|reason| {
             let not_sent = ApiCause::NotSent(NotSent::NoCloud { reason: reason.to_string() });
@@ -371,16 +402,29 @@ impl ActionIo<'_> {
     }
 
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
-    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), ActionFailure> {
+    async fn patch_server_metadata(&mut self, metadata: Value, context: &str) -> Result<(), ActionFailure> {
+        self.patch_metadata_answered(self.servers(), metadata, context).await?;
+        Ok(())
+    }
+
+    /// [`ActionIo::patch_server_metadata`], the answer read as a `K`.
+    async fn patch_metadata_answered<K>(
+        &mut self,
+        api: Api<K>,
+        mut metadata: Value,
+        context: &str,
+    ) -> Result<K, ActionFailure>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
         metadata["resourceVersion"] = json!(self.resource_version);
         let body = json!({ "metadata": metadata });
-        let patched = self
-            .servers()
+        let patched = api
             .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
             .await
             .map_err(|e| write_failure(context, &e))?;
         self.wrote(patched.resource_version().unwrap_or_default());
-        Ok(())
+        Ok(patched)
     }
 
     /// Writes one of the core's records (see [`Action::Record`]): true
@@ -460,6 +504,17 @@ fn write_failure(context: &str, error: &kube::Error) -> ActionFailure {
 
 /// Annotation changes as a merge patch's `annotations`: a value sets, a
 /// null removes.
+/// The metadata patch adding the Server's finalizer, with `annotations`.
+fn finalizer_added(persisted: &CoreServer, annotations: &[(&'static str, Option<String>)]) -> Value {
+    let mut finalizers = persisted.meta.finalizers.clone();
+    finalizers.push(SERVER_FINALIZER.to_owned());
+    let mut metadata = json!({ "finalizers": finalizers });
+    if !annotations.is_empty() {
+        metadata["annotations"] = annotation_map(annotations);
+    }
+    metadata
+}
+
 fn annotation_map(changes: &[(&'static str, Option<String>)]) -> Value {
     Value::Object(changes.iter().map(|(key, value)| ((*key).to_owned(), json!(value))).collect())
 }

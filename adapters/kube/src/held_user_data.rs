@@ -1,14 +1,16 @@
 //! User data the cache keeps for a Server's next create, within a budget.
 //!
 //! The cache leaves user data out (up to 48 KB of base64 in every watch
-//! event of every Server), and a pass that creates reads it live: one GET
-//! per create. A Server that awaits a create (`server_core::awaits_create`:
-//! its first, or a retry's while its failed server is deleted) is about to
-//! need it, so its watch event's copy is kept, decoded, while all such
-//! copies together stay under [`BUDGET`] bytes; past it the pass reads it
-//! live as before. The copy goes with the cached object: the pass's own
-//! status write (the Available condition every create follows, the retry
-//! cleared) brings the next version, which keeps none.
+//! event of every Server). A first create takes it from the answer to its
+//! note's write, the pass's first write of the Server; a retry's pass writes
+//! its status first and reads the user data before acting: one GET per
+//! retry. A Server that awaits a retry's create
+//! (`server_core::awaits_retry_create`, while its failed server is deleted)
+//! is about to need it, so its watch event's copy is kept, decoded, while
+//! all such copies together stay under [`BUDGET`] bytes; past it the pass
+//! reads it live. The copy goes with the cached object: the pass's own
+//! status write (the retry cleared) brings the next version, which keeps
+//! none.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -22,8 +22,10 @@
 //! the provider server (listed or live), its ports or networking when the
 //! view calls for them; then the pass decides. A decision made from a
 //! listed view that [`live_read_needed`] refuses asks for a live read and
-//! decides again; a create whose user data the driver's copy withholds asks
-//! for it and decides again.
+//! decides again. A create whose user data the driver's copy withholds takes
+//! it from the answer to its note's write when that write comes first
+//! ([`Pass::awaits_user_data`]), else asks for it; either way it decides
+//! again with it.
 //!
 //! The actions of the decision run in order. The first failure ends them:
 //! [`action_failed`] judges it against the Server as last persisted and
@@ -38,7 +40,7 @@ use jiff::Timestamp;
 
 pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live, confirms_release_live};
 use crate::lifecycle::Park;
-use crate::model::{ObjectMeta, SERVER_FINALIZER, Server, ServerStatus};
+use crate::model::{CREATE_ISSUED_ANNOTATION, ObjectMeta, SERVER_FINALIZER, Server, ServerStatus, UserData};
 use crate::predicate::record_shows_boot;
 use crate::reconcile::{
     Action, ActionFailure, Decision, Event, EventReason, EventType, Facts, LiveRead, Options, Outcome, PassError,
@@ -128,6 +130,22 @@ struct Reads {
     attachments: bool,
     networking: bool,
     user_data: UserDataCopy,
+    /// The create's note, written first, whose answer brings the user data
+    /// the copy withholds.
+    note_write: Option<NoteWrite>,
+}
+
+/// A create note written before the user data is known: the Server as that
+/// write left it holds the user data the create sends.
+#[derive(Clone, Debug)]
+struct NoteWrite {
+    /// The note the Server held before the write: what it is set back to
+    /// when the pass, deciding again with the user data, sends no create.
+    before: Option<String>,
+    /// The note written.
+    written: String,
+    /// The write landed; the user data is awaited.
+    landed: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,6 +318,10 @@ impl Pass {
                 self.facts.networking = view;
                 self.reads.networking = true;
             }
+            (Need::UserData, Fact::UserData(user_data)) if self.reads.note_write.is_some() => {
+                self.decide_with_user_data(user_data);
+                return Ok(());
+            }
             (Need::UserData, Fact::UserData(Some(user_data))) => {
                 self.server.spec.user_data = Some(user_data);
                 self.reads.user_data = UserDataCopy::Held;
@@ -333,8 +355,15 @@ impl Pass {
             return;
         }
         if self.reads.user_data == UserDataCopy::Withheld && creates(&decision) {
-            self.stage = Stage::Gathering(Need::UserData);
-            return;
+            // A create whose note is the pass's first write learns the user
+            // data from that write's answer: the Server as written, guarded
+            // by the version read, so the spec the pass decided on.
+            let Some(written) = decision.actions.first().and_then(create_note) else {
+                self.stage = Stage::Gathering(Need::UserData);
+                return;
+            };
+            let before = self.server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).cloned();
+            self.reads.note_write = Some(NoteWrite { before, written: written.to_owned(), landed: false });
         }
         self.decision = Some(decision);
         self.next = 0;
@@ -432,6 +461,73 @@ impl Pass {
         let Some(action) = decision.actions.get(self.next) else { return };
         fold_landed(&mut self.server, action, &decision.status);
         self.next += 1;
+        // The note landed without the Server as written: the user data is read.
+        if let Some(write) = &mut self.reads.note_write
+            && !write.landed
+        {
+            write.landed = true;
+            self.stage = Stage::Gathering(Need::UserData);
+        }
+    }
+
+    /// Whether the action [`Pass::poll_action`] gives is the create's note
+    /// whose answer, the Server as written, brings the user data the copy
+    /// withholds: the driver answers it with
+    /// [`Pass::handle_done_with_user_data`] (with [`Pass::handle_done`]
+    /// the pass asks for [`Need::UserData`] instead).
+    pub fn awaits_user_data(&self) -> bool {
+        self.stage == Stage::Acting && self.next == 0 && self.reads.note_write.as_ref().is_some_and(|w| !w.landed)
+    }
+
+    /// The action from [`Pass::poll_action`] succeeded and its answer holds
+    /// `user_data` (`None`: the Server as written has none). When the pass
+    /// [`awaits_user_data`](Pass::awaits_user_data), it decides again with
+    /// it; otherwise this is [`Pass::handle_done`].
+    pub fn handle_done_with_user_data(&mut self, user_data: Option<UserData>) {
+        let awaited = self.awaits_user_data();
+        if let Some(write) = self.reads.note_write.as_mut().filter(|_| awaited) {
+            write.landed = true;
+        }
+        self.handle_done();
+        if awaited {
+            self.decide_with_user_data(user_data);
+        }
+    }
+
+    /// Decides again, with the user data, after the create's note landed:
+    /// on the Server as written with the note as it was, at the same time
+    /// and from the same facts, so a create decided again notes the same
+    /// attempt, and that write is not sent twice. A pass that no longer
+    /// creates (the user data is refused, or gone) sets the note back first:
+    /// no create follows it.
+    fn decide_with_user_data(&mut self, user_data: Option<UserData>) {
+        let Some(write) = self.reads.note_write.take() else { return };
+        self.reads.user_data = UserDataCopy::Held;
+        let undo = Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: write.before.clone() };
+        let mut decision = match user_data {
+            Some(user_data) => {
+                self.server.spec.user_data = Some(user_data);
+                let mut as_read = self.server.clone();
+                match &write.before {
+                    Some(note) => as_read.meta.annotations.insert(CREATE_ISSUED_ANNOTATION.to_owned(), note.clone()),
+                    None => as_read.meta.annotations.remove(CREATE_ISSUED_ANNOTATION),
+                };
+                (self.rules.reconcile)(&as_read, &self.facts, &self.options, self.now)
+            }
+            None => Decision {
+                status: self.server.status.clone(),
+                actions: Vec::new(),
+                outcome: Outcome::Yield(Wait::ServerChanged),
+            },
+        };
+        let renoted = decision.actions.iter().position(|action| create_note(action) == Some(write.written.as_str()));
+        match renoted {
+            Some(at) => drop_create_note(&mut decision.actions, at),
+            None => decision.actions.insert(0, undo),
+        }
+        self.decision = Some(decision);
+        self.next = 0;
+        self.stage = Stage::Acting;
     }
 
     /// The action from [`Pass::poll_action`] failed. In the pass's own
@@ -450,6 +546,8 @@ impl Pass {
             return;
         }
         let judged = (self.rules.action_failed)(&self.server, action, &failure, self.now);
+        // A note that did not land awaits nothing; the follow-up decides.
+        self.reads.note_write = None;
         match self.stage {
             Stage::Acting => {
                 self.decision = Some(judged);
@@ -588,6 +686,29 @@ fn answer_of(need: &Need, facts: &Facts, server: &Server) -> Fact {
 /// Whether a decision creates the provider server.
 fn creates(decision: &Decision) -> bool {
     decision.actions.iter().any(|action| matches!(action, Action::CreateProviderServer(_)))
+}
+
+/// The create note `action` writes, if it writes one.
+fn create_note(action: &Action) -> Option<&str> {
+    match action {
+        Action::Annotate { .. } | Action::AddFinalizer { .. } => action
+            .annotation_changes()
+            .into_iter()
+            .find_map(|(key, value)| if key == CREATE_ISSUED_ANNOTATION { value } else { None }),
+        _ => None,
+    }
+}
+
+/// Takes the create note out of the action at `at`: the whole action when it
+/// is the note alone.
+fn drop_create_note(actions: &mut Vec<Action>, at: usize) {
+    match actions.get_mut(at) {
+        Some(Action::AddFinalizer { annotations }) => annotations.retain(|(key, _)| *key != CREATE_ISSUED_ANNOTATION),
+        Some(_) => {
+            actions.remove(at);
+        }
+        None => {}
+    }
 }
 
 fn fact_name(fact: &Fact) -> &'static str {
