@@ -242,6 +242,11 @@ impl TrackedServer {
         self.exists
     }
 
+    /// The stored Server's user data: what the answer to a write of it holds.
+    pub(crate) fn stored_user_data(&self) -> Option<server_core::model::UserData> {
+        self.exists.then(|| self.server.spec.user_data.clone()).flatten()
+    }
+
     /// During a write (between [`ApiServer::write`] and
     /// [`ApiServer::level`]), the Server before it; otherwise the stored copy.
     #[inline]

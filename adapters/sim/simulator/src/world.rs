@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use server_core::model::{
     Condition, ConditionReason, ConditionStatus, ConditionType, Consumed, Detail, IDENTITY_LABEL, ImageSpec,
-    NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, ResourceKind, SecurityGroupRef,
+    NAME_LABEL, NetworkAttachment, ObjectMeta, REGION_LABEL, ResourceKind, SecurityGroupRef, UserData,
 };
 use server_core::port::IdentityContext;
 use server_core::{AttachmentsView, Facts, Pass, ProviderView, Server, ServerSpec, ServerStatus};
@@ -144,6 +144,7 @@ pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
         networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: Vec::new() }],
         security_groups: vec![SecurityGroupRef { id: "sg-a".into() }],
         ssh_certificate_authority_id: index.is_multiple_of(10).then(|| "ca".to_owned()),
+        user_data: Some(UserData(format!("#!/bin/sh\necho server-{index}\n").into_bytes())),
         ..Default::default()
     };
     Server { meta, spec, status: ServerStatus::default() }

@@ -4,7 +4,7 @@
 //! at the fixed interval after Yield or Error. Writes carry the
 //! resourceVersion the controller last saw.
 
-use server_core::model::CREATE_ISSUED_ANNOTATION;
+use server_core::model::{CREATE_ISSUED_ANNOTATION, Consumed, ResourceKind};
 use server_core::monitor::{project_with, projects, projects_as_listed};
 use server_core::pass::{Fact, Need, ProviderSource, UserDataCopy, fold_landed_meta};
 use server_core::port::{AttachedResource, CreateRequest, Networking, NetworkingSource, RebuildRequest, ServerRef};
@@ -61,7 +61,16 @@ impl Engine {
             let term = self.replicas.term(r);
             let mut copy = self.spare_servers.pop().unwrap_or_default();
             copy_server(&mut copy, view);
-            let mut pass = Pass::start_with(copy, self.options, now, self.rules.pass(), UserDataCopy::Held);
+            // server-kube's cache keeps a Server's user data only for a
+            // retry's create (adapters/kube/src/cached.rs): the pass takes a
+            // first create's from the answer to its note's write.
+            let copied = if copy.spec.user_data.is_some() && !server_core::awaits_retry_create(&copy.status) {
+                copy.spec.user_data = None;
+                UserDataCopy::Withheld
+            } else {
+                UserDataCopy::Held
+            };
+            let mut pass = Pass::start_with(copy, self.options, now, self.rules.pass(), copied);
             // The pass's needs, answered as server-kube's reader answers
             // them: the tenant's consumed resources, the provider from this
             // term's latest list of the tenant when it holds one (else, and
@@ -211,6 +220,27 @@ impl Engine {
         // and what the later changes wrote stands.
         let mut answers: std::collections::VecDeque<Result<(), ActionFailure>> = Default::default();
         while pass.poll_action().is_some() {
+            // The answer to the create's note, the Server as written, holds
+            // the user data the copy withholds.
+            if answers.is_empty() && pass.awaits_user_data() {
+                let Some(action) = pass.poll_action() else { break };
+                let result = self.run_action(i, r, action, &mut rv, read);
+                self.trace.add(action_code(action) * 2 + u64::from(result.is_err()));
+                self.note(i, || format!("  {} -> {result:?} (the Server as written)", explain::action(action)));
+                match result {
+                    Ok(()) => {
+                        let written = self.api.server(i).and_then(|tracked| tracked.stored_user_data());
+                        pass.handle_done_with_user_data(written);
+                    }
+                    Err(failure) => {
+                        pass.handle_failed(failure);
+                        if let Some(decision) = pass.decision() {
+                            self.check_decision(i, read, decision, false);
+                        }
+                    }
+                }
+                continue;
+            }
             if answers.is_empty() {
                 for action in pass.poll_run() {
                     let result = self.run_action(i, r, action, &mut rv, read);
@@ -475,6 +505,21 @@ impl Engine {
     /// CreateProviderServer against the cloud, checked against its truth:
     /// invariant 4 (creates per reset window), 6 (one live server, none for a
     /// removed Server) and the rule that a booted server is never recreated.
+    /// A create sends the stored Server's user data, rendered with its
+    /// tenant's SSH CA key: never a copy's that withheld it.
+    fn check_user_data_sent(&mut self, i: usize, request: &CreateRequest) {
+        let Some((tracked, tenant)) = self.api.server_and_tenant(i) else { return };
+        let stored = tracked.stored();
+        let ca_key = stored.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
+            tenant.facts.find(ResourceKind::SshCertificateAuthority, id).and_then(Consumed::public_key)
+        });
+        let user_data = stored.spec.user_data.as_ref().map(|u| u.0.as_slice());
+        let expected = server_core::user_data::render_user_data(user_data, ca_key);
+        if expected.as_ref().ok() != Some(&request.user_data) {
+            self.violation("user-data", i, "a create sent user data other than the Server's".into());
+        }
+    }
+
     fn create_provider_server(&mut self, i: usize, r: usize, request: &CreateRequest) -> Result<(), ActionFailure> {
         let uid = request.server.uid.as_str();
         // The index marks the create in doubt before it is sent.
@@ -484,6 +529,7 @@ impl Engine {
         {
             term.listings.mark_in_doubt(t, len, offset, now);
         }
+        self.check_user_data_sent(i, request);
         let before = self.cloud.truth(uid, self.events.now_ts());
         if before.live > 0 {
             // The model hands back the server that exists; a real Nova would
