@@ -8,7 +8,6 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{Value, json};
 use server_core::model::UserData;
 use server_e2e::cloud::Fate;
-use server_e2e::openstack::Op;
 use server_e2e::*;
 
 cloud_scenarios!(refused_user_data_parks_before_any_create);
@@ -76,6 +75,9 @@ async fn refused_user_data_parks_before_any_create(kind: CloudKind) {
     let (broken_name, large_name) = (format!("broken-yaml-{tag}"), format!("too-large-{tag}"));
     let broken_uid = env.create_server(&broken_name, fast(Fate::clean()), spec_with_user_data(&broken));
     let large_uid = env.create_server(&large_name, fast(Fate::clean()), spec_with_user_data(&large));
+    let good = b"#!/bin/sh\necho first create\n".to_vec();
+    let good_name = format!("good-{tag}");
+    let good_uid = env.create_server(&good_name, fast(Fate::clean()), spec_with_user_data(&good));
     env.start();
 
     let broken_message = "user data refused (InvalidCloudConfig): the user data's cloud-config is not valid YAML: \
@@ -109,12 +111,18 @@ async fn refused_user_data_parks_before_any_create(kind: CloudKind) {
     env.idle(20).await;
     assert_eq!((passes(&broken_name), passes(&large_name)), before, "a parked Server was reconciled again");
 
-    // Refused before any create.
+    // Refused before any create, and no note of one stands.
+    for name in [&broken_name, &large_name] {
+        let annotations = env.server_json(name).map(|s| s["metadata"]["annotations"].clone()).unwrap_or_default();
+        assert!(annotations.get(server_core::model::CREATE_ISSUED_ANNOTATION).is_none(), "{name}: {annotations}");
+    }
     for uid in [&broken_uid, &large_uid] {
         assert_eq!(env.truth(uid).create_calls, 0, "{uid}: the provider was asked to create");
     }
     if kind == CloudKind::OpenStack {
-        assert_eq!(env.openstack_requests_by_op().get(&Op::ServerCreate), None, "Nova was asked to create");
+        let refused = [&broken_uid, &large_uid];
+        let asked = env.openstack().map(|sim| sim.servers()).unwrap_or_default();
+        assert!(!asked.iter().any(|s| refused.contains(&&s.server_uid)), "Nova was asked to create");
     }
 
     // One event each, saying why; the user data nowhere.
@@ -142,6 +150,9 @@ async fn refused_user_data_parks_before_any_create(kind: CloudKind) {
         assert!(line.len() < 2048, "an unbounded line: {} bytes", line.len());
     }
 
+    env.wait_server(&good_name, "created", |s| phase(s) == "Running").await;
+    assert_eq!(env.truth(&good_uid).creates_accepted, 1);
+
     // A spec change with user data that can be sent creates the server.
     let fixed = spec_with_user_data(b"#cloud-config\nruncmd: [echo fixed]\n");
     env.patch_spec(&broken_name, json!({ "userData": fixed["userData"] })).await;
@@ -150,6 +161,14 @@ async fn refused_user_data_parks_before_any_create(kind: CloudKind) {
     })
     .await;
     assert_eq!(env.truth(&broken_uid).creates_accepted, 1);
+    // Nova received each Server's user data: the first create's taken from
+    // the answer to its note's write, the fixed one's read before its
+    // create (the cache holds neither).
+    if let Some(openstack) = env.openstack() {
+        let sent = |uid: &str| openstack.servers().into_iter().find(|s| s.server_uid == uid).and_then(|s| s.user_data);
+        assert_eq!(sent(&broken_uid).as_deref(), Some(&b"#cloud-config\nruncmd: [echo fixed]\n"[..]));
+        assert_eq!(sent(&good_uid).as_deref(), Some(&good[..]));
+    }
     assert_eq!(env.truth(&large_uid).create_calls, 0, "the other parked Server stays parked");
     env.assert_invariants();
 }

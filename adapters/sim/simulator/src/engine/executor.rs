@@ -510,9 +510,10 @@ impl Engine {
     fn check_user_data_sent(&mut self, i: usize, request: &CreateRequest) {
         let Some((tracked, tenant)) = self.api.server_and_tenant(i) else { return };
         let stored = tracked.stored();
-        let ca_key = stored.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
-            tenant.facts.find(ResourceKind::SshCertificateAuthority, id).and_then(Consumed::public_key)
-        });
+        let ca_key =
+            stored.spec.ssh_certificate_authority_id.as_deref().and_then(|id| {
+                tenant.facts.find(ResourceKind::SshCertificateAuthority, id).and_then(Consumed::public_key)
+            });
         let user_data = stored.spec.user_data.as_ref().map(|u| u.0.as_slice());
         let expected = server_core::user_data::render_user_data(user_data, ca_key);
         if expected.as_ref().ok() != Some(&request.user_data) {
