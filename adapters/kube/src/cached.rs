@@ -170,36 +170,37 @@ fn trim(metadata: &mut ObjectMeta) -> Result<(CompactMap, CompactMap), Malformed
 
 /// The spec and status of a Server as read off the wire, the user data
 /// left out unread.
-struct Parts {
+struct Parts<'de> {
     metadata: Value,
     content: serde_json::Map<String, Value>,
-    user_data: Option<UserDataField>,
+    user_data: Option<UserDataField<'de>>,
 }
 
 /// The top-level fields of a Server. A watch event carries the user data
 /// (up to 48 KB of base64) in every change of every Server; decoding it to
 /// drop it again was a large share of the operator's allocations and CPU,
-/// so the spec's `userData` is kept as text and decoded only for a Server
-/// that awaits a create (`held_user_data`). Its base64 is checked
+/// so the spec's `userData` is kept as text (borrowed from the input where
+/// the deserializer allows, never copied) and decoded only for a Server
+/// that awaits a retry's create (`held_user_data`). Its base64 is checked
 /// by the API server (the CRD's `format: byte`); a pass that creates any
 /// other Server reads it live.
-impl<'de> Deserialize<'de> for Parts {
+impl<'de> Deserialize<'de> for Parts<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> Visitor<'de> for Fields {
-            type Value = Parts;
+            type Value = Parts<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a Server object")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Parts<'de>, A::Error> {
                 let mut parts = Parts { metadata: Value::Null, content: serde_json::Map::new(), user_data: None };
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "metadata" => parts.metadata = map.next_value()?,
                         "spec" => {
-                            let spec: Spec = map.next_value()?;
+                            let spec: Spec<'de> = map.next_value()?;
                             parts.user_data = spec.user_data;
                             parts.content.insert(key, spec.fields);
                         }
@@ -221,42 +222,97 @@ impl<'de> Deserialize<'de> for Parts {
 
 /// A Server's spec without its user data: the other fields as read, and
 /// the user data's text, if any.
-struct Spec {
+struct Spec<'de> {
     fields: Value,
-    user_data: Option<UserDataField>,
+    user_data: Option<UserDataField<'de>>,
 }
 
 /// The spec's `userData` as read: its base64 text, or a value of another
 /// type (the API server admits none; a pass reading it live reports it).
-enum UserDataField {
-    Text(String),
+enum UserDataField<'de> {
+    Text(Cow<'de, str>),
     Odd,
 }
 
-impl Spec {
-    const NOT_AN_OBJECT: Spec = Spec { fields: Value::Null, user_data: None };
+impl Spec<'_> {
+    const NOT_AN_OBJECT: Spec<'static> = Spec { fields: Value::Null, user_data: None };
 }
 
-impl<'de> Deserialize<'de> for Spec {
+/// `userData`'s value: `None` for null, its text, or odd for any other type.
+struct UserDataValue<'de>(Option<UserDataField<'de>>);
+
+impl<'de> Deserialize<'de> for UserDataValue<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = UserDataValue<'de>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("base64 text")
+            }
+
+            fn visit_borrowed_str<E: serde::de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Text(Cow::Borrowed(text)))))
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Text(Cow::Owned(text.to_owned())))))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Text(Cow::Owned(text)))))
+            }
+
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+                Ok(UserDataValue(None))
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(UserDataValue(Some(UserDataField::Odd)))
+            }
+        }
+        deserializer.deserialize_any(Text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Spec<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Fields;
         impl<'de> Visitor<'de> for Fields {
-            type Value = Spec;
+            type Value = Spec<'de>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a Server spec object")
             }
 
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Spec<'de>, A::Error> {
                 let mut fields = serde_json::Map::new();
                 let mut user_data = None;
                 while let Some(key) = map.next_key::<String>()? {
                     if key == USER_DATA {
-                        user_data = match map.next_value::<Value>()? {
-                            Value::Null => None,
-                            Value::String(text) => Some(UserDataField::Text(text)),
-                            _ => Some(UserDataField::Odd),
-                        };
+                        user_data = map.next_value::<UserDataValue<'de>>()?.0;
                     } else {
                         let value: Value = map.next_value()?;
                         fields.insert(key, value);
@@ -266,31 +322,31 @@ impl<'de> Deserialize<'de> for Spec {
             }
 
             // Not an object: the content decode reports the path `spec`.
-            fn visit_unit<E: serde::de::Error>(self) -> Result<Spec, E> {
+            fn visit_unit<E: serde::de::Error>(self) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Spec, E> {
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Spec, E> {
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Spec, E> {
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Spec, E> {
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Spec, E> {
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Spec<'de>, E> {
                 Ok(Spec::NOT_AN_OBJECT)
             }
 
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Spec, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Spec<'de>, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Spec::NOT_AN_OBJECT)
             }
@@ -316,7 +372,9 @@ impl<'de> Deserialize<'de> for CachedServer {
         let content = match serde_path_to_error::deserialize::<_, Content>(content) {
             Ok(Content { spec, status }) => {
                 let held_user_data = held_for_create(status.as_ref(), || match user_data? {
-                    UserDataField::Text(text) => serde_json::from_value::<UserData>(Value::String(text)).ok(),
+                    UserDataField::Text(text) => {
+                        serde_json::from_value::<UserData>(Value::String(text.into_owned())).ok()
+                    }
                     UserDataField::Odd => None,
                 });
                 Ok(ServerContent { spec, status, has_user_data, held_user_data, unread })
@@ -439,6 +497,28 @@ mod tests {
         let text = r#"{"metadata":{"name":"s"},"kind":"Server","spec":{"flavorID":"f","image":{"id":"i"},"userData":"eA=="},"status":{}}"#;
         let cached: CachedServer = serde_json::from_str(text).expect("decodes from text too");
         assert!(cached.content.as_ref().is_ok_and(|c| c.has_user_data));
+    }
+
+    /// From text (a watch line, an answer) the user data is borrowed, or
+    /// copied when escaped; either way a retry's create holds it decoded.
+    #[test]
+    fn user_data_text_read_from_the_wire_is_held_for_a_retry_however_it_is_escaped() {
+        let retrying = r#""status": { "providerCreateRetrying": true, "providerCreateFailures": 1, "conditions": [{
+            "type": "Available", "status": "False", "reason": "Provisioning",
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z" }] }"#;
+        for text in ["I2Nsb3VkLWNvbmZpZwo=", "I2Nsb3VkLWNvbmZpZwo\\u003d"] {
+            let wire = format!(
+                r#"{{ "metadata": {{ "name": "s", "namespace": "ns", "uid": "u1" }},
+                    "spec": {{ "flavorID": "f", "image": {{ "id": "i" }}, "userData": "{text}" }}, {retrying} }}"#
+            );
+            let cached: CachedServer = serde_json::from_str(&wire).expect("decodes");
+            let content = cached.content.expect("readable");
+            assert!(content.has_user_data);
+            assert_eq!(
+                content.held_user_data.map(|held| held.user_data()),
+                Some(UserData(b"#cloud-config\n".to_vec()))
+            );
+        }
     }
 
     #[test]
