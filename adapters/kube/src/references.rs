@@ -179,9 +179,40 @@ struct Known {
     present: HashSet<Arc<str>>,
 }
 
+/// One shared copy of each finalizer the writer's known lists hold: a
+/// Server's reference is the same string on every object it uses (its
+/// Network, SecurityGroup, Identity, SSH CA), and the lists of shared
+/// objects hold one per Server using them.
+#[derive(Debug, Default)]
+struct Interner {
+    strings: HashSet<Arc<str>>,
+    /// How many were held after the last sweep.
+    swept_to: usize,
+}
+
+/// The interner sweeps out what no list holds once it doubled since the
+/// last sweep, and not below this many.
+const INTERNED_BEFORE_A_SWEEP: usize = 1024;
+
+impl Interner {
+    fn intern(&mut self, finalizer: &str) -> Arc<str> {
+        if let Some(held) = self.strings.get(finalizer) {
+            return held.clone();
+        }
+        if self.strings.len() >= (2 * self.swept_to).max(INTERNED_BEFORE_A_SWEEP) {
+            self.strings.retain(|held| Arc::strong_count(held) > 1);
+            self.swept_to = self.strings.len();
+        }
+        let interned: Arc<str> = Arc::from(finalizer);
+        self.strings.insert(interned.clone());
+        interned
+    }
+}
+
 impl Known {
-    fn new(resource_version: Option<String>, finalizers: Option<Vec<String>>) -> Self {
-        let finalizers: Option<Vec<Arc<str>>> = finalizers.map(|list| list.into_iter().map(Arc::from).collect());
+    fn new(resource_version: Option<String>, finalizers: Option<Vec<String>>, names: &mut Interner) -> Self {
+        let finalizers: Option<Vec<Arc<str>>> =
+            finalizers.map(|list| list.iter().map(|finalizer| names.intern(finalizer)).collect());
         let present = finalizers.iter().flatten().cloned().collect();
         Known { resource_version: resource_version.unwrap_or_default(), finalizers, present }
     }
@@ -195,7 +226,7 @@ impl Known {
     /// writer computes it rather than decoding the answer's whole list.
     /// Should anyone else have changed the list meanwhile, the next write's
     /// `test` (or resourceVersion) fails and the list is read again.
-    fn after(mut self, change: &ListChange<'_>, resource_version: Option<String>) -> Self {
+    fn after(mut self, change: &ListChange<'_>, resource_version: Option<String>, names: &mut Interner) -> Self {
         let mut list = self.finalizers.take().unwrap_or_default();
         if !change.removed.is_empty() {
             // One pass over the list, whatever the number of removals.
@@ -211,7 +242,7 @@ impl Known {
             }
         }
         for finalizer in &change.added {
-            let finalizer: Arc<str> = Arc::from(*finalizer);
+            let finalizer = names.intern(finalizer);
             list.push(finalizer.clone());
             self.present.insert(finalizer);
         }
@@ -316,6 +347,7 @@ pub(crate) struct ReferenceWriter {
     /// cache to apply it (see `freshness`).
     floors: Arc<TermFloors>,
     queues: Mutex<HashMap<Target, Queue>>,
+    names: Mutex<Interner>,
     answer_time: AnswerTime,
 }
 
@@ -346,6 +378,7 @@ impl ReferenceWriter {
             metrics,
             floors,
             queues: Mutex::default(),
+            names: Mutex::default(),
             answer_time: AnswerTime::default(),
         })
     }
@@ -366,7 +399,7 @@ impl ReferenceWriter {
         let (done, result) = oneshot::channel();
         let start_flush = self.with_queues(|queues| {
             let queue = queues.entry(target.clone()).or_insert_with(|| Queue {
-                known: cached().map(|meta| Known::new(meta.resource_version, meta.finalizers)),
+                known: cached().map(|meta| self.known(meta.resource_version, meta.finalizers)),
                 ..Queue::default()
             });
             queue.pending.push(Request { finalizer: finalizer.to_owned(), add, done });
@@ -382,6 +415,14 @@ impl ReferenceWriter {
             let what = format!("writing references on {} {}", target_kind.as_str(), target_name);
             Err(ActionFailure::Api(ApiFailure::new(what, ApiCause::NotSent(NotSent::Stopping))))
         })
+    }
+
+    fn known(&self, resource_version: Option<String>, finalizers: Option<Vec<String>>) -> Known {
+        Known::new(resource_version, finalizers, &mut self.names())
+    }
+
+    fn names(&self) -> std::sync::MutexGuard<'_, Interner> {
+        self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn with_queues<R>(&self, f: impl FnOnce(&mut HashMap<Target, Queue>) -> R) -> R {
@@ -440,7 +481,10 @@ impl ReferenceWriter {
                 None => {
                     match api.list(&ListParams::default().fields(&format!("metadata.name={}", target.name))).await {
                         Ok(list) => match list.items.first() {
-                            Some(object) => known_of(object),
+                            Some(object) => {
+                                let meta = object.meta();
+                                self.known(meta.resource_version.clone(), meta.finalizers.clone())
+                            }
                             None => return (BatchResult::Gone, None),
                         },
                         Err(error) => {
@@ -486,7 +530,8 @@ impl ReferenceWriter {
                         took_ms = sending.elapsed().as_millis(),
                         "references written"
                     );
-                    return (BatchResult::Written, Some(current.after(&change, resource_version)));
+                    let known = current.after(&change, resource_version, &mut self.names());
+                    return (BatchResult::Written, Some(known));
                 }
                 Err(error) if api_code(&error) == Some(404) => return (BatchResult::Gone, None),
                 // Lost a race: a changed resourceVersion (409) or a list that
@@ -554,11 +599,6 @@ struct AnswerMetadata {
     resource_version: Option<String>,
 }
 
-fn known_of<K: Resource>(object: &K) -> Known {
-    let meta = object.meta();
-    Known::new(meta.resource_version.clone(), meta.finalizers.clone())
-}
-
 /// RFC 6902 operations for `change`: removals (each guarded by a `test` of
 /// its index, highest index first so the others stay put), then appends.
 fn json_patch_for(current: &Known, change: &ListChange<'_>) -> json_patch::Patch {
@@ -605,14 +645,30 @@ mod tests {
     use super::*;
 
     fn known(finalizers: Option<&[&str]>) -> Known {
-        Known::new(Some("7".into()), finalizers.map(|f| f.iter().map(|s| (*s).to_owned()).collect()))
+        let finalizers = finalizers.map(|f| f.iter().map(|s| (*s).to_owned()).collect());
+        Known::new(Some("7".into()), finalizers, &mut Interner::default())
+    }
+
+    #[test]
+    fn a_finalizer_is_held_once_across_objects_and_swept_when_no_list_holds_it() {
+        let mut names = Interner::default();
+        let network = Known::new(None, Some(vec!["servers.x/a".into()]), &mut names);
+        let group = Known::new(None, Some(vec!["servers.x/a".into()]), &mut names);
+        let (on_network, on_group) = (&network.finalizers.as_ref().unwrap()[0], &group.finalizers.as_ref().unwrap()[0]);
+        assert!(Arc::ptr_eq(on_network, on_group), "one copy for both objects");
+        drop((network, group));
+        for n in 0..INTERNED_BEFORE_A_SWEEP {
+            let _ = names.intern(&format!("servers.x/{n}"));
+        }
+        assert!(names.strings.len() <= INTERNED_BEFORE_A_SWEEP, "what no list held was swept: {}", names.strings.len());
+        assert!(!names.strings.contains("servers.x/a"));
     }
 
     /// The patch of `wanted` on `current`, and the list the writer then
     /// believes the object holds.
     fn json_patch_of(current: &Known, wanted: &[(&str, bool)]) -> Option<(json_patch::Patch, Value)> {
         let change = list_change(current, wanted);
-        let believed = current.clone().after(&change, Some("8".into()));
+        let believed = current.clone().after(&change, Some("8".into()), &mut Interner::default());
         (!change.is_empty()).then(|| (json_patch_for(current, &change), json!(believed.finalizer_list())))
     }
 

@@ -14,7 +14,7 @@
 //! create. A new term starts empty.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use server_core::port::{AttachedResource, FloatingIp, IdentityContext, ServerPort};
@@ -26,6 +26,9 @@ pub(crate) const OWN_WRITES_TRUSTED_FOR: Duration = Duration::from_secs(10 * 60)
 
 /// (identity, project): one project's writes.
 type ProjectKey = (String, String);
+
+/// A Server's uid, one copy shared by the maps that name it.
+type Uid = Arc<str>;
 
 /// The term's own port writes, per Server.
 #[derive(Debug)]
@@ -40,34 +43,38 @@ struct State {
     projects: HashMap<ProjectKey, Project>,
 }
 
+///
+/// A project holds an entry per Server created in the last
+/// [`OWN_WRITES_TRUSTED_FOR`]: the maps share each uid and box each answer,
+/// so their slots stay small (at 100,000 Servers they are tens of MB).
 #[derive(Debug, Default)]
 struct Project {
     /// By Server uid.
-    ports: HashMap<String, Written>,
+    ports: HashMap<Uid, Box<Written>>,
     /// Port or floating-IP ID -> the Server uid whose known port is or
     /// carries it, so a release finds it without a scan.
-    by_resource: HashMap<String, String>,
+    by_resource: HashMap<Box<str>, Uid>,
     /// Uids in the order they were noted, to drop what has expired when the
     /// project notes another (an expired answer is never read: `port_of`).
-    noted: VecDeque<(Instant, String)>,
+    noted: VecDeque<(Instant, Uid)>,
 }
 
 impl Project {
-    fn insert(&mut self, uid: String, written: Written) {
+    fn insert(&mut self, uid: Uid, written: Box<Written>) {
         self.remove(&uid);
-        self.by_resource.insert(written.port.id.clone(), uid.clone());
+        self.by_resource.insert(written.port.id.as_str().into(), uid.clone());
         if let Some(ip) = &written.port.floating_ip {
-            self.by_resource.insert(ip.id.clone(), uid.clone());
+            self.by_resource.insert(ip.id.as_str().into(), uid.clone());
         }
         self.ports.insert(uid, written);
     }
 
-    fn remove(&mut self, uid: &str) -> Option<Written> {
+    fn remove(&mut self, uid: &str) -> Option<Box<Written>> {
         let written = self.ports.remove(uid)?;
         let ids = std::iter::once(&written.port.id).chain(written.port.floating_ip.as_ref().map(|ip| &ip.id));
         for id in ids {
-            if self.by_resource.get(id).is_some_and(|held| held == uid) {
-                self.by_resource.remove(id);
+            if self.by_resource.get(id.as_str()).is_some_and(|held| &**held == uid) {
+                self.by_resource.remove(id.as_str());
             }
         }
         Some(written)
@@ -125,19 +132,21 @@ impl OwnPortWrites {
         let mut state = self.state();
         let project = state.projects.entry(project_key(identity)).or_default();
         project.expire(now, self.trusted_for);
-        project.noted.push_back((now, uid.to_owned()));
-        project.insert(uid.to_owned(), Written { server_id: server_id.to_owned(), port, at: now });
+        let uid: Uid = Arc::from(uid);
+        project.noted.push_back((now, uid.clone()));
+        project.insert(uid, Box::new(Written { server_id: server_id.to_owned(), port, at: now }));
     }
 
     /// A floating IP Neutron made on the Server's known port.
     pub(crate) fn note_floating_ip(&self, identity: &IdentityContext, uid: &str, port_id: &str, ip: FloatingIp) {
         let mut state = self.state();
         let Some(project) = state.projects.get_mut(&project_key(identity)) else { return };
-        if let Some(mut written) = project.remove(uid)
+        let Some(uid) = project.ports.get_key_value(uid).map(|(known, _)| known.clone()) else { return };
+        if let Some(mut written) = project.remove(&uid)
             && written.port.id == port_id
         {
             written.port.floating_ip = Some(ip);
-            project.insert(uid.to_owned(), written);
+            project.insert(uid, written);
         }
     }
 

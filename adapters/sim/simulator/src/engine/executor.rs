@@ -231,6 +231,11 @@ impl Engine {
                     Ok(()) => {
                         let written = self.api.server(i).and_then(|tracked| tracked.stored_user_data());
                         pass.handle_done_with_user_data(written);
+                        // Decided again with the user data: checked as a
+                        // follow-up is (its first decision was).
+                        if let Some(decision) = pass.decision() {
+                            self.check_decision(i, read, decision, false);
+                        }
                     }
                     Err(failure) => {
                         pass.handle_failed(failure);
