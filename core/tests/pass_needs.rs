@@ -305,6 +305,31 @@ fn user_data_refused_after_its_note_sets_the_note_back_and_parks() {
     assert!(matches!(pass.into_outcome(), Outcome::Terminal(_)));
 }
 
+/// A note left by an earlier pass that stopped before its create (no
+/// Available: it stands for none) is not set back beside the park's
+/// Available, where it would stand for a create never sent and be counted.
+#[test]
+fn refused_user_data_after_a_note_that_stood_for_no_create_leaves_none() {
+    let refused = UserData(b"no sentinel cloud-init knows\n".to_vec());
+    let mut first = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    Answerer::new(facts()).drive(&mut first);
+    first.handle_done_with_user_data(Some(refused.clone()));
+    // Its set-back failed: the note stands, with no Available.
+    let conflict =
+        server_core::ApiFailure::new("writing an annotation", server_core::ApiCause::StillConflicting { attempts: 1 });
+    first.handle_failed(server_core::ActionFailure::Conflict(conflict));
+    let mut server = first.server().clone();
+    server.spec.user_data = None;
+    assert!(issued_note(&server).is_some());
+
+    let mut second = Pass::start_with(server, Options::default(), at(20), Rules::CORE, UserDataCopy::Withheld);
+    Answerer::new(facts()).drive(&mut second);
+    let ran = run_actions(&mut second, Some(&refused));
+    assert_eq!(sent_user_data(&ran), None);
+    assert_eq!(issued_note(second.server()), None, "{ran:?}");
+    assert!(matches!(second.into_outcome(), Outcome::Terminal(_)));
+}
+
 #[test]
 fn a_server_written_without_user_data_sets_the_note_back_and_ends_for_the_next_pass() {
     let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);

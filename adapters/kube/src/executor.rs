@@ -382,10 +382,16 @@ impl ActionIo<'_> {
         let servers = ApiResource::erase::<CachedServer>(&());
         let api = Api::<DynamicObject>::namespaced_with(self.term.client.clone(), &self.namespace, &servers);
         let written = self.patch_metadata_answered(api, metadata, context).await?;
-        // The API server validated the spec against the CRD (userData is
-        // base64): it decodes, or the Server has none.
-        let user_data = written.data.pointer("/spec/userData").cloned();
-        Ok(user_data.and_then(|value| serde_json::from_value::<UserData>(value).ok()))
+        // The API server checked userData as base64 (`format: byte`), as
+        // `UserData` decodes it. One that does not decode is no answer the
+        // pass can use: it is not taken for a Server without user data.
+        match written.data.pointer("/spec/userData") {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => serde_json::from_value::<UserData>(value.clone()).map(Some).map_err(|_| {
+                let unread = ApiCause::NoAnswer("the Server's userData as written does not decode as base64".into());
+                ActionFailure::Api(ApiFailure::new(context, unread))
+            }),
+        }
     }
 
     fn cloud(&self) -> Result<CloudHandle, ActionFailure> {

@@ -151,13 +151,23 @@ impl Serialize for UserData {
     }
 }
 
+/// Base64 as kube-apiserver checks `format: byte` (Go's `StdEncoding`):
+/// the standard alphabet, padded, line breaks skipped, and bits past the
+/// last byte not required to be zero ("QR==" is accepted).
+const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
+);
+
 impl<'de> Deserialize<'de> for UserData {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let encoded = String::deserialize(deserializer)?;
-        base64::engine::general_purpose::STANDARD
-            .decode(encoded.as_bytes())
-            .map(UserData)
-            .map_err(|e| serde::de::Error::custom(format!("userData is not valid base64: {e}")))
+        let decoded = if encoded.contains(['\r', '\n']) {
+            GO_STD_ENCODING.decode(encoded.replace(['\r', '\n'], ""))
+        } else {
+            GO_STD_ENCODING.decode(encoded.as_bytes())
+        };
+        decoded.map(UserData).map_err(|e| serde::de::Error::custom(format!("userData is not valid base64: {e}")))
     }
 }
 
@@ -172,5 +182,25 @@ impl JsonSchema for UserData {
 
     fn inline_schema() -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod user_data_base64 {
+    use super::UserData;
+
+    fn decode(text: &str) -> Result<UserData, serde_json::Error> {
+        serde_json::from_value(serde_json::Value::String(text.to_owned()))
+    }
+
+    /// What kube-apiserver admits as `format: byte` (Go's `StdEncoding`)
+    /// decodes here too; what it refuses is refused.
+    #[test]
+    fn user_data_decodes_as_the_api_server_checks_it() {
+        assert_eq!(decode("I2Nsb3VkLWNvbmZpZwo=").ok(), Some(UserData(b"#cloud-config\n".to_vec())));
+        assert_eq!(decode("QR==").ok(), Some(UserData(b"A".to_vec())), "bits past the last byte need not be zero");
+        assert_eq!(decode("I2Nsb3Vk\r\nLWNvbmZpZwo=").ok(), Some(UserData(b"#cloud-config\n".to_vec())), "line breaks");
+        assert!(decode("QQ").is_err(), "padding is required");
+        assert!(decode("%%%=").is_err());
     }
 }

@@ -39,6 +39,7 @@ pub mod needs;
 use jiff::Timestamp;
 
 pub use self::needs::{Fact, Need, ProviderSource, confirms_consumed_live, confirms_release_live};
+use crate::issued::awaits_first_create;
 use crate::lifecycle::Park;
 use crate::model::{CREATE_ISSUED_ANNOTATION, ObjectMeta, SERVER_FINALIZER, Server, ServerStatus, UserData};
 use crate::predicate::record_shows_boot;
@@ -503,7 +504,11 @@ impl Pass {
     fn decide_with_user_data(&mut self, user_data: Option<UserData>) {
         let Some(write) = self.reads.note_write.take() else { return };
         self.reads.user_data = UserDataCopy::Held;
-        let undo = Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: write.before.clone() };
+        // Set back to what stood, or removed when what stood was a note of
+        // a Server without Available (it stands for no create, and would
+        // stand for one once a park writes Available).
+        let stood = write.before.clone().filter(|_| !awaits_first_create(&self.server.status));
+        let undo = Action::Annotate { key: CREATE_ISSUED_ANNOTATION, value: stood };
         let mut decision = match user_data {
             Some(user_data) => {
                 self.server.spec.user_data = Some(user_data);
