@@ -221,7 +221,9 @@ impl Engine {
         let mut answers: std::collections::VecDeque<Result<(), ActionFailure>> = Default::default();
         while pass.poll_action().is_some() {
             // The answer to the create's note, the Server as written, holds
-            // the user data the copy withholds.
+            // the user data the copy withholds: kube-apiserver answers a
+            // PATCH with the whole object (tests/e2e_user_data.rs checks
+            // what Nova receives through it on kube-apiserver).
             if answers.is_empty() && pass.awaits_user_data() {
                 let Some(action) = pass.poll_action() else { break };
                 let result = self.run_action(i, r, action, &mut rv, read);
