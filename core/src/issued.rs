@@ -48,13 +48,6 @@ pub fn awaits_first_create(status: &ServerStatus) -> bool {
     status.condition(ConditionType::Available).is_none()
 }
 
-/// Whether a Server with this status is about to be created: its first
-/// create, or a retry's, whose failed server is being deleted (the pass
-/// that finds it gone creates).
-pub fn awaits_create(status: &ServerStatus) -> bool {
-    awaits_first_create(status) || awaits_retry_create(status)
-}
-
 /// Whether a Server with this status is about to be created again: a
 /// retry's create, whose pass writes the status before the create's note.
 /// A first create notes first, and a pass whose copy withholds the user

@@ -40,7 +40,7 @@ pub mod reconcile;
 pub mod status_patch;
 pub mod user_data;
 
-pub use issued::{awaits_create, awaits_first_create, awaits_retry_create};
+pub use issued::{awaits_first_create, awaits_retry_create};
 pub use lifecycle::{Lifecycle, Park, ParkKind, lifecycle, park};
 pub use model::{Server, ServerSpec, ServerStatus};
 pub use monitor::observe;
