@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod commands;
 mod http;
+mod kube_client;
 mod metrics;
 mod telemetry;
 

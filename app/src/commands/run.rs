@@ -558,7 +558,7 @@ pub(crate) async fn kube_client(kubeconfig: Option<&std::path::Path>) -> anyhow:
             .await
             .context("cannot build a Kubernetes client from the kubeconfig or the in-cluster config")?,
     };
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    crate::kube_client::client(config).context("cannot build a Kubernetes client")
 }
 
 /// What a started operator runs with.
