@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use reqwest::Method;
-use reqwest::header::HeaderValue;
+use http::Method;
+use http::header::HeaderValue;
 use serde::Deserialize;
 use serde_json::json;
 use server_core::port::{CloudError, Credentials, IdentityContext};

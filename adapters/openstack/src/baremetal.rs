@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use reqwest::Method;
+use http::Method;
 use serde::Deserialize;
 use server_core::baremetal::ProvisionState;
 use server_core::port::CloudError;

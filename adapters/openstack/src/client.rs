@@ -2,7 +2,8 @@
 //! the one token refresh on 401 that Keystone's token revocation calls for,
 //! over the shared transport (`http`).
 
-use reqwest::{Method, StatusCode};
+use http::header::{HeaderName, HeaderValue};
+use http::{Method, StatusCode};
 use server_core::port::{CloudError, IdentityContext, RequestGate};
 use tracing::debug;
 
@@ -13,8 +14,16 @@ use crate::http::Reply;
 /// Nova's microversion every compute call asks for.
 pub(crate) const NOVA_MICROVERSION: &str = "2.90";
 
+/// The same, as the `OpenStack-API-Version` header says it.
+const COMPUTE_API_VERSION: &str = "compute 2.90";
+
 /// Ironic's microversion the node list asks for: `fields` is from 1.8.
 pub(crate) const IRONIC_MICROVERSION: &str = "1.8";
+
+const X_AUTH_TOKEN: HeaderName = HeaderName::from_static("x-auth-token");
+const NOVA_API_VERSION: HeaderName = HeaderName::from_static("x-openstack-nova-api-version");
+const OPENSTACK_API_VERSION: HeaderName = HeaderName::from_static("openstack-api-version");
+const IRONIC_API_VERSION: HeaderName = HeaderName::from_static("x-openstack-ironic-api-version");
 
 /// The two services the port needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,15 +149,15 @@ impl Session<'_> {
             .http
             .request(call.method.clone(), &url)
             .timeout(deadline)
-            .header("X-Auth-Token", token.header())
-            .header(reqwest::header::ACCEPT, "application/json");
+            .header(X_AUTH_TOKEN, token.header())
+            .header(http::header::ACCEPT, HeaderValue::from_static("application/json"));
         if call.service == Service::Compute {
             request = request
-                .header("X-OpenStack-Nova-API-Version", NOVA_MICROVERSION)
-                .header("OpenStack-API-Version", format!("compute {}", NOVA_MICROVERSION));
+                .header(NOVA_API_VERSION, HeaderValue::from_static(NOVA_MICROVERSION))
+                .header(OPENSTACK_API_VERSION, HeaderValue::from_static(COMPUTE_API_VERSION));
         }
         if call.service == Service::Baremetal {
-            request = request.header("X-OpenStack-Ironic-API-Version", IRONIC_MICROVERSION);
+            request = request.header(IRONIC_API_VERSION, HeaderValue::from_static(IRONIC_MICROVERSION));
         }
         if !call.query.is_empty() {
             request = request.query(&call.query);

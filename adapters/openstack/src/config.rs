@@ -136,7 +136,7 @@ impl OpenStackConfig {
 
     /// Checks what can be checked without the network.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let url = reqwest::Url::parse(self.auth_url.trim())
+        let url = url::Url::parse(self.auth_url.trim())
             .map_err(|e| ConfigError::Invalid { field: "authURL", reason: e.to_string() })?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(ConfigError::Invalid { field: "authURL", reason: "must be an http or https URL".into() });

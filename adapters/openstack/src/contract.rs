@@ -173,7 +173,7 @@ fn token_with_catalog(relative: &str) -> TestResult {
     let body: TokenBody = parse(relative)?;
     let auth = Auth::new(&OpenStackConfig::new("http://keystone/v3", "RegionOne"), None);
     let token = auth
-        .token_from(reqwest::header::HeaderValue::from_static("t"), body.token, tokio::time::Instant::now())
+        .token_from(http::header::HeaderValue::from_static("t"), body.token, tokio::time::Instant::now())
         .map_err(|e| format!("{relative}: {e}"))?;
     if token.endpoints.compute.is_empty() || !token.endpoints.network.ends_with("/v2.0") {
         return Err(format!("{relative}: endpoints {:?}", token.endpoints));

@@ -2,8 +2,8 @@
 //! request id in the message so an operator can find the call in the
 //! service's logs.
 
-use reqwest::StatusCode;
-use reqwest::header::HeaderMap;
+use http::StatusCode;
+use http::header::HeaderMap;
 use server_core::port::CloudError;
 
 /// Headers the services put their request id in (Nova sends both).
@@ -46,7 +46,7 @@ pub(crate) fn from_status(operation: &str, status: StatusCode, request_id: Optio
 /// nova/api/openstack/wsgi.py, sends both). A 413 without either is a
 /// request too large: a refusal, unchanged.
 pub(crate) fn throttled(status: StatusCode, headers: &HeaderMap, body: &[u8], error: CloudError) -> CloudError {
-    let header = headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(retry_after);
+    let header = headers.get(http::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(retry_after);
     let over_limit = serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v.get("overLimit").cloned());
     let in_body = over_limit
         .as_ref()
@@ -121,7 +121,7 @@ fn neutron_error_type(body: &[u8]) -> Option<String> {
 /// configuration can be fixed (its query string left out).
 pub(crate) fn redirected(operation: &str, status: StatusCode, headers: &HeaderMap) -> CloudError {
     let target = headers
-        .get(reqwest::header::LOCATION)
+        .get(http::header::LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(|l| l.split(['?', '#']).next().unwrap_or_default().to_owned())
         .unwrap_or_else(|| "an unnamed location".into());
@@ -134,10 +134,28 @@ pub(crate) fn redirected(operation: &str, status: StatusCode, headers: &HeaderMa
     }
 }
 
+/// Why no usable answer arrived.
+#[derive(Debug)]
+pub(crate) enum Transport {
+    /// Nothing answered, or the answer did not end, within the timeout.
+    NoAnswerInTime,
+    /// The request was not sent or not answered: no connection, a failed
+    /// handshake, a connection closed before the answer's head.
+    Send(hyper_util::client::legacy::Error),
+    /// The answer's body was cut short or unreadable.
+    Body(hyper::Error),
+}
+
 /// A transport failure: no usable answer arrived, so the outcome is unknown.
 /// Connection failures count as timeouts too (transient, never a refusal).
-pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudError {
-    if let Some(certificate) = certificate_failure(error) {
+pub(crate) fn from_transport(operation: &str, failure: &Transport) -> CloudError {
+    let (what, error): (_, Option<&(dyn std::error::Error + 'static)>) = match failure {
+        Transport::NoAnswerInTime => ("no answer in time", None),
+        Transport::Send(error) if error.is_connect() => ("connection failed", Some(error)),
+        Transport::Send(error) => ("request failed", Some(error)),
+        Transport::Body(error) => ("answer unreadable", Some(error)),
+    };
+    if let Some(certificate) = error.and_then(certificate_failure) {
         // The handshake failed: nothing was sent. A person must fix trust.
         return CloudError::Unreachable {
             message: format!(
@@ -146,37 +164,36 @@ pub(crate) fn from_transport(operation: &str, error: &reqwest::Error) -> CloudEr
             ),
         };
     }
-    let what = if error.is_timeout() {
-        "no answer in time"
-    } else if error.is_connect() {
-        "connection failed"
-    } else if error.is_decode() || error.is_body() {
-        "answer unreadable"
-    } else {
-        "request failed"
-    };
     // The URL is left out: it may carry query filters with server uids, and the
     // operation already says which call it was.
-    let source = std::error::Error::source(error).map(|s| format!(": {s}")).unwrap_or_default();
+    let source = error.and_then(std::error::Error::source).map(|s| format!(": {s}")).unwrap_or_default();
     CloudError::Timeout { message: format!("{operation}: {what}{source}") }
+}
+
+/// A request that could not be written (an endpoint URL from the catalog
+/// or the configuration that is not one): nothing was sent.
+pub(crate) fn unsendable(operation: &str, error: &http::Error) -> CloudError {
+    CloudError::Unreachable { message: format!("{operation}: not sent: the request is not valid HTTP ({error})") }
 }
 
 /// The certificate error a TLS handshake failed with, if that is why
 /// `error` happened: rustls' `InvalidCertificate`, found by type down the
-/// source chain (an `io::Error` carries it as its inner error).
+/// source chain. An `io::Error` answers `source()` with its inner error's
+/// source, hiding the inner error (the connector nests two), so each is
+/// opened here.
 fn certificate_failure(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     let mut next = Some(error);
-    while let Some(current) = next {
-        let inner = current
+    // A chain is short; the bound only guards against a cycle.
+    for _ in 0..32 {
+        let current = next?;
+        if let Some(rustls::Error::InvalidCertificate(reason)) = current.downcast_ref::<rustls::Error>() {
+            return Some(format!("{reason:?}"));
+        }
+        let opened = current
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
-            .map(|e| e as &(dyn std::error::Error + 'static));
-        for candidate in [Some(current), inner].into_iter().flatten() {
-            if let Some(rustls::Error::InvalidCertificate(reason)) = candidate.downcast_ref::<rustls::Error>() {
-                return Some(format!("{reason:?}"));
-            }
-        }
-        next = inner.and_then(std::error::Error::source).or_else(|| current.source());
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        next = opened.or_else(|| current.source());
     }
     None
 }
@@ -224,7 +241,7 @@ fn truncate(mut message: String) -> String {
 
 #[cfg(test)]
 mod tests {
-    use reqwest::header::HeaderValue;
+    use http::header::HeaderValue;
 
     use super::*;
 

@@ -1,23 +1,42 @@
-//! The HTTP transport: one reqwest client (rustls on ring) with the
-//! configured timeout and the `Retry-After` quiet periods, shared by
+//! The HTTP transport: one hyper client (rustls on ring) with the
+//! configured timeouts and the `Retry-After` quiet periods, shared by
 //! Keystone's logins (`auth`) and the authenticated calls (`client`).
+//!
+//! hyper reads each connection [`READ_BUFFER_BYTES`] at a time. Left to
+//! itself it grows a connection's read buffer up to about 400 KB when reads
+//! fill it (a page of a list) and keeps it for the connection's life; the
+//! operator holds a connection per concurrent call, and at 10,000 Servers
+//! those buffers were 8 MB of its heap (heaptrack; BENCH.md "Memory").
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderMap;
-use reqwest::{Method, RequestBuilder, StatusCode};
+use bytes::Bytes;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde::de::DeserializeOwned;
 use server_core::port::CloudError;
 use tracing::debug;
 
 use crate::config::{ConfigError, OpenStackConfig};
-use crate::error;
+use crate::error::{self, Transport};
+
+/// Bytes read from a connection at once: a Nova page of a thousand servers
+/// is a few hundred reads, a single answer one or two.
+pub(crate) const READ_BUFFER_BYTES: usize = 16 * 1024;
+
+const USER_AGENT: &str = concat!("server-controller/", env!("CARGO_PKG_VERSION"));
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// The shared HTTP client.
 #[derive(Clone, Debug)]
 pub(crate) struct Http {
-    client: reqwest::Client,
+    client: Client<Connector, Full<Bytes>>,
     /// The configured request timeout, which the term's gate may shorten.
     timeout: std::time::Duration,
     /// Until when each (service endpoint, project) asked to be left alone
@@ -44,7 +63,7 @@ impl Reply {
     /// The answer's `Date` (RFC 9110 §6.6.1, an IMF-fixdate): the
     /// server's clock when it answered.
     pub(crate) fn date(&self) -> Option<jiff::Timestamp> {
-        let value = self.headers.get(reqwest::header::DATE)?.to_str().ok()?;
+        let value = self.headers.get(header::DATE)?.to_str().ok()?;
         jiff::fmt::rfc2822::parse(value).ok().map(|zoned| zoned.timestamp())
     }
 
@@ -98,35 +117,47 @@ impl Http {
     }
 
     pub(crate) fn new(config: &OpenStackConfig) -> Result<Self, ConfigError> {
-        let client = reqwest::Client::builder()
-            // OpenStack APIs do not redirect; following one would re-send a
-            // password or a token to wherever it points. A redirect is an
-            // error naming its target (see `Http::send`).
-            .redirect(reqwest::redirect::Policy::none())
-            .tls_backend_preconfigured(tls_config(config.ca_certificate.as_deref())?)
-            .timeout(config.request_timeout)
-            .connect_timeout(config.connect_timeout)
-            .user_agent(concat!("server-controller/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| ConfigError::Client(e.to_string()))?;
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_connect_timeout(Some(config.connect_timeout));
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(config.ca_certificate.as_deref())?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        // OpenStack APIs do not redirect, and hyper follows no redirect: one
+        // would re-send a password or a token to wherever it points. A
+        // redirect is an error naming its target (see `Http::send`).
+        let client =
+            Client::builder(TokioExecutor::new()).http1_read_buf_exact_size(READ_BUFFER_BYTES).build(connector);
         Ok(Http { client, timeout: config.request_timeout, quiet: Arc::default() })
     }
 
-    pub(crate) fn request(&self, method: Method, url: &str) -> RequestBuilder {
-        self.client.request(method, url)
+    pub(crate) fn request(&self, method: Method, url: &str) -> Request {
+        Request { method, url: url.to_owned(), headers: HeaderMap::new(), query: Vec::new(), body: None, timeout: None }
     }
 
-    /// Sends and reads the whole answer. Transport failures (including a body
-    /// cut short) are timeouts: the call's outcome is unknown.
-    pub(crate) async fn send(&self, operation: &str, request: RequestBuilder) -> Result<Reply, CloudError> {
+    /// Sends and reads the whole answer within the request's timeout (the
+    /// configured one unless the request sets its own). Transport failures
+    /// (including a body cut short) are timeouts: the call's outcome is
+    /// unknown.
+    pub(crate) async fn send(&self, operation: &str, request: Request) -> Result<Reply, CloudError> {
         let started = Instant::now();
-        let response = request.send().await.map_err(|e| error::from_transport(operation, &e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
+        let timeout = request.timeout.unwrap_or(self.timeout);
+        let request = request.into_http().map_err(|e| error::unsendable(operation, &e))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(Transport::Send)?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.map_err(Transport::Body)?.to_bytes();
+            Ok::<_, Transport>((parts.status, parts.headers, body))
+        };
+        let (status, headers, body) = match tokio::time::timeout(timeout, exchange).await {
+            Ok(exchanged) => exchanged.map_err(|e| error::from_transport(operation, &e))?,
+            Err(_) => return Err(error::from_transport(operation, &Transport::NoAnswerInTime)),
+        };
         if status.is_redirection() {
             return Err(error::redirected(operation, status, &headers));
         }
-        let body = response.bytes().await.map_err(|e| error::from_transport(operation, &e))?.to_vec();
         debug!(
             operation,
             status = status.as_u16(),
@@ -134,13 +165,66 @@ impl Http {
             elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             "openstack call"
         );
-        Ok(Reply { status, headers, body })
+        Ok(Reply { status, headers, body: body.into() })
+    }
+}
+
+/// A request being built: what `Http::send` sends.
+#[derive(Debug)]
+pub(crate) struct Request {
+    method: Method,
+    url: String,
+    headers: HeaderMap,
+    query: Vec<(&'static str, String)>,
+    body: Option<Vec<u8>>,
+    timeout: Option<Duration>,
+}
+
+impl Request {
+    /// The whole exchange's deadline, the answer's body included.
+    pub(crate) fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub(crate) fn header(mut self, name: impl Into<HeaderName>, value: impl Into<HeaderValue>) -> Self {
+        self.headers.append(name.into(), value.into());
+        self
+    }
+
+    /// Query pairs, form-encoded after any the URL has.
+    pub(crate) fn query(mut self, pairs: &[(&'static str, String)]) -> Self {
+        self.query.extend_from_slice(pairs);
+        self
+    }
+
+    pub(crate) fn json(mut self, body: &serde_json::Value) -> Self {
+        self.body = Some(body.to_string().into_bytes());
+        self
+    }
+
+    fn into_http(self) -> Result<http::Request<Full<Bytes>>, http::Error> {
+        let mut url = self.url;
+        if !self.query.is_empty() {
+            let mut query = url::form_urlencoded::Serializer::new(String::new());
+            query.extend_pairs(&self.query);
+            url.push(if url.contains('?') { '&' } else { '?' });
+            url.push_str(&query.finish());
+        }
+        let mut request = http::Request::builder().method(self.method).uri(url);
+        if let Some(headers) = request.headers_mut() {
+            *headers = self.headers;
+            headers.insert(header::USER_AGENT, HeaderValue::from_static(USER_AGENT));
+            if self.body.is_some() {
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            }
+        }
+        request.body(Full::new(self.body.map(Bytes::from).unwrap_or_default()))
     }
 }
 
 /// rustls on ring, verifying with the platform's roots plus any configured CA.
-/// Built here rather than by reqwest so the process never needs a global
-/// default crypto provider.
+/// Built here so the process never needs a global default crypto provider.
 fn tls_config(ca_pem: Option<&str>) -> Result<rustls::ClientConfig, ConfigError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
@@ -181,7 +265,7 @@ pub(crate) fn segment(id: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use reqwest::header::{DATE, HeaderMap, HeaderValue};
+    use http::header::{DATE, HeaderMap, HeaderValue};
 
     use super::*;
 

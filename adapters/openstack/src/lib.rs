@@ -71,10 +71,12 @@
 //! The typed calls it would give us are a few hundred lines here, and the
 //! parts the port's contract is about (transient versus refused, one token
 //! refresh on 401, idempotency by metadata) would have to be written either
-//! way. So: reqwest 0.13 with `rustls-no-provider`, and a rustls config
-//! built here on ring (the backend kube's rustls feature defaults to) with
-//! the platform's roots plus an optional CA bundle, handed to reqwest
-//! directly, so nothing depends on a process-wide default provider.
+//! way. So: hyper's client (the one kube's client is built on), with a
+//! rustls config built here on ring (the backend kube's rustls feature
+//! defaults to) with the platform's roots plus an optional CA bundle,
+//! handed to hyper-rustls directly, so nothing depends on a process-wide
+//! default provider. hyper rather than reqwest (measured above): reqwest
+//! cannot bound hyper's read buffers (see `http`).
 
 mod auth;
 mod baremetal;

@@ -1,6 +1,6 @@
 //! Neutron calls (networking API v2.0): the Server's port and floating IP.
 
-use reqwest::Method;
+use http::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use server_core::port::CloudError;
