@@ -202,6 +202,11 @@ pub(crate) struct TrackedServer {
     pub(crate) in_flight: [Option<Box<CreatePassInFlight>>; REPLICAS],
     /// An operator reset of it is already scheduled.
     pub(crate) reset_scheduled: bool,
+    /// A create note may stand for no create: its write failed (its answer
+    /// lost, it may have landed), or the write setting it back after refused
+    /// user data failed. The core then counts it as an attempt in doubt
+    /// (fail closed), as it would after a crash between a note and its create.
+    pub(crate) note_orphaned: bool,
 }
 
 impl TrackedServer {
@@ -221,6 +226,7 @@ impl TrackedServer {
             ticket: [0; REPLICAS],
             in_flight: [None, None],
             reset_scheduled: false,
+            note_orphaned: false,
         }
     }
 

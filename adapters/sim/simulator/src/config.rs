@@ -109,6 +109,11 @@ pub struct KubeFaults {
     pub spec_edit: f64,
     /// Share of quota-refused Servers whose spec the user fixes.
     pub refused_spec_fix: f64,
+    /// Share of Servers created with user data cloud-init would refuse (a
+    /// script without its `#!` line): the core refuses it before any create
+    /// (`UserDataErrorReason::UnknownPayloadType`). Half of them the user
+    /// fixes later (a spec edit writes the script whole).
+    pub refused_user_data: f64,
     /// Share of parked Servers an operator resets (providerCreateFailures).
     pub operator_reset: f64,
     /// Share of those resets made with the retry annotation (`kubectl
@@ -153,6 +158,7 @@ impl KubeFaults {
             user_delete: 0.2,
             spec_edit: 0.05,
             refused_spec_fix: 0.5,
+            refused_user_data: if rate > 0.0 { 0.02 } else { 0.0 },
             operator_reset: 0.5,
             retry_by_annotation: 0.5,
             refused_retry: 0.5,

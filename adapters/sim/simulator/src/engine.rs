@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use server_core::model::RETRY_ANNOTATION;
+use server_core::model::{CREATE_ISSUED_ANNOTATION, RETRY_ANNOTATION, UserData};
 use server_core::{Options, Server};
 
 use super::ShardResult;
@@ -108,7 +108,10 @@ impl Engine {
         let servers = (0..count)
             .map(|i| {
                 let global = shard.first + i;
-                let server = new_server(global, global / TENANT_SIZE);
+                // Like fates, from the seed and the index alone.
+                let refused = SplitMix64::stream(config.seed ^ global as u64, "refused-user-data")
+                    .chance(config.kube.refused_user_data);
+                let server = new_server(global, global / TENANT_SIZE, refused);
                 // Fates come from the seed and the uid alone: the same for
                 // every shard layout.
                 let fate = cloud.fate(&server.meta.uid).kind();
@@ -161,6 +164,12 @@ impl Engine {
             }
             if rng.chance(kube.spec_edit) {
                 self.events.push(arrival + rng.between(30_000, horizon / 2), EventKind::SpecEdit, i, 0);
+            }
+            let refused_user_data =
+                self.api.server(i).is_some_and(|tracked| tracked.stored().spec.user_data.as_ref().is_some_and(refused));
+            self.stats.refused_user_data += u64::from(refused_user_data);
+            if refused_user_data && rng.chance(0.5) {
+                self.events.push(arrival + rng.between(60_000, 240_000), EventKind::SpecEdit, i, 0);
             }
             let refused = self.api.server(i).is_some_and(|tracked| tracked.fate == server_simcloud::FateKind::Refused);
             if refused && rng.chance(kube.refused_spec_fix) {
@@ -446,8 +455,13 @@ impl Engine {
         }
         self.stats.spec_edits += 1;
         self.note(i, || "the user edits its spec".into());
+        let fixed_user_data = super::world::user_data(self.shard.first + i);
         let _ = self.commit(i, ServerPart::MetaAndSpec, &|s| {
             let spec = &mut s.spec;
+            // User data cloud-init would refuse is written whole.
+            if spec.user_data.as_ref().is_some_and(|data| data.0 != fixed_user_data.0) {
+                spec.user_data = Some(fixed_user_data.clone());
+            }
             spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
             // A new image: a booted server is rebuilt onto it.
             spec.image.id = if spec.image.id == "image-1" { "image-2".into() } else { "image-1".into() };
@@ -712,6 +726,19 @@ impl Engine {
         self.check_owed_wakes();
         for i in 0..self.api.len() {
             let Some(tracked) = self.api.server(i) else { continue };
+            let stored = tracked.stored();
+            let refused_noted = tracked.exists()
+                && stored.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION)
+                && stored.spec.user_data.as_ref().is_some_and(refused);
+            if refused_noted && tracked.note_orphaned {
+                self.stats.orphaned_notes += 1;
+            } else if refused_noted {
+                // No create carries refused user data (`check_user_data_sent`),
+                // so a note standing now stands for none, and no failed
+                // write explains it.
+                self.violation("user-data", i, "a create note stands on a Server whose user data is refused".into());
+            }
+            let Some(tracked) = self.api.server(i) else { continue };
             if tracked.exists() || tracked.rv() == 0 {
                 continue;
             }
@@ -740,6 +767,11 @@ impl Engine {
             }
         }
     }
+}
+
+/// Whether the core refuses `user_data` (cloud-init would not run it).
+fn refused(user_data: &UserData) -> bool {
+    server_core::user_data::render_user_data(Some(&user_data.0), None).is_err()
 }
 
 /// How long a wake may wait for its pass before it counts as lost: far

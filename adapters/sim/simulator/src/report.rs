@@ -60,6 +60,11 @@ pub struct KubeStats {
     pub controller_restarts: u64,
     pub user_deletes: u64,
     pub spec_edits: u64,
+    /// Servers created with user data the core refuses (some fixed later).
+    pub refused_user_data: u64,
+    /// Of those, still refused at the end, the ones whose create note stands
+    /// because a write of it failed (see `TrackedServer::note_orphaned`).
+    pub orphaned_notes: u64,
     pub operator_resets: u64,
     pub servers_removed: u64,
     /// Ground truth: provider servers that booted and vanished before any
@@ -127,6 +132,8 @@ impl KubeStats {
             controller_restarts,
             user_deletes,
             spec_edits,
+            refused_user_data,
+            orphaned_notes,
             operator_resets,
             servers_removed,
             recreated_unobserved_boots,
@@ -165,6 +172,8 @@ impl KubeStats {
         self.controller_restarts = self.controller_restarts.max(*controller_restarts);
         self.user_deletes += user_deletes;
         self.spec_edits += spec_edits;
+        self.refused_user_data += refused_user_data;
+        self.orphaned_notes += orphaned_notes;
         self.operator_resets += operator_resets;
         self.servers_removed += servers_removed;
         self.recreated_unobserved_boots += recreated_unobserved_boots;
@@ -293,7 +302,7 @@ impl fmt::Display for Report {
         let k = &self.kube;
         writeln!(
             f,
-            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost, {} reference writes spared), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} operator resets",
+            "kube: {} passes, {} polls, {} writes ({} conflicts, {} dropped, {} answers lost, {} reference writes spared), {} stale watches, {} restarts, {} user deletes, {} spec edits, {} Servers with refused user data ({} left with a create note a failed write left standing), {} operator resets",
             k.reconcile_passes,
             k.monitor_polls,
             k.writes,
@@ -305,6 +314,8 @@ impl fmt::Display for Report {
             k.controller_restarts,
             k.user_deletes,
             k.spec_edits,
+            k.refused_user_data,
+            k.orphaned_notes,
             k.operator_resets
         )?;
         writeln!(

@@ -241,9 +241,13 @@ fn without_the_fence_and_the_guard_a_server_is_created_twice() {
     // into a conflict; the fence keeps the resumed leader from acting.
     let fenced = unguarded(true, false);
     assert!(fenced.passed() && fenced.kube.fenced_actions > 0, "{fenced}");
+    // The guard holds Server writes only: without the fence the resumed
+    // leader's reference writes (guarded by the shared object's list, not
+    // the Server's version) may still land after the Server is gone
+    // (invariant 6), but it creates nothing twice.
     let guarded = unguarded(false, true);
     assert_eq!(guarded.kube.duplicate_creates, 0, "{guarded}");
-    assert!(guarded.violations.iter().all(|v| v.invariant == "11"), "{guarded}");
+    assert!(guarded.violations.iter().all(|v| v.invariant == "11" || v.invariant == "6"), "{guarded}");
 }
 
 /// Relists on several pages (16 Servers a page, so each shard's relist

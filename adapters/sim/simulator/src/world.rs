@@ -121,9 +121,21 @@ fn identity_name(tenant: usize) -> String {
     format!("identity-{tenant}")
 }
 
+/// The user data of Server `index`: a shell script cloud-init runs.
+pub(crate) fn user_data(index: usize) -> UserData {
+    UserData(format!("#!/bin/sh\necho server-{index}\n").into_bytes())
+}
+
+/// The same script without its `#!` line: cloud-init would ignore it, so the
+/// core refuses it.
+pub(crate) fn refused_user_data(index: usize) -> UserData {
+    UserData(format!("echo server-{index}\n").into_bytes())
+}
+
 /// The Server the user creates: labels for region and identity, one network
-/// and security group of its tenant, and the SSH CA on every tenth server.
-pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
+/// and security group of its tenant, the SSH CA on every tenth server, and
+/// user data (refused by the core when `refused`).
+pub(crate) fn new_server(index: usize, tenant: usize, refused: bool) -> Server {
     let name = format!("server-{index}");
     let labels = BTreeMap::from([
         (REGION_LABEL.to_owned(), REGION.to_owned()),
@@ -144,7 +156,7 @@ pub(crate) fn new_server(index: usize, tenant: usize) -> Server {
         networks: vec![NetworkAttachment { id: "net-a".into(), allowed_address_pairs: Vec::new() }],
         security_groups: vec![SecurityGroupRef { id: "sg-a".into() }],
         ssh_certificate_authority_id: index.is_multiple_of(10).then(|| "ca".to_owned()),
-        user_data: Some(UserData(format!("#!/bin/sh\necho server-{index}\n").into_bytes())),
+        user_data: Some(if refused { refused_user_data(index) } else { user_data(index) }),
         ..Default::default()
     };
     Server { meta, spec, status: ServerStatus::default() }
@@ -230,7 +242,7 @@ mod tests {
 
     #[test]
     fn new_servers_reference_their_tenant() {
-        let server = new_server(10, 1);
+        let server = new_server(10, 1, false);
         assert_eq!(server.meta.label(IDENTITY_LABEL), Some("identity-1"));
         assert_eq!(server.spec.ssh_certificate_authority_id.as_deref(), Some("ca"));
         let tenant = Tenant::new(0, 0, 8, Timestamp::UNIX_EPOCH);
@@ -239,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_recycled_copy_equals_the_server_it_copies() {
-        let mut running = new_server(3, 0);
+        let mut running = new_server(3, 0, false);
         running.meta.annotations.insert("a".into(), "1".into());
         running.status.private_ip = Some("10.0.0.3".into());
         let now = Timestamp::UNIX_EPOCH;
@@ -252,7 +264,7 @@ mod tests {
             now,
         );
         let mut copy = Server::default();
-        for from in [&running, &new_server(10, 1), &running, &Server::default()] {
+        for from in [&running, &new_server(10, 1, false), &running, &Server::default()] {
             copy_server(&mut copy, from);
             assert_eq!(&copy, from);
         }

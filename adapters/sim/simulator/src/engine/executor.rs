@@ -199,6 +199,12 @@ impl Engine {
         }
     }
 
+    fn orphan_note(&mut self, i: usize) {
+        if let Some(tracked) = self.api.server_mut(i) {
+            tracked.note_orphaned = true;
+        }
+    }
+
     /// Checks one decision (a pass's, or the follow-up after a failed
     /// action); one that parks the Server may bring an operator's reset.
     fn check_decision(&mut self, i: usize, read: &PassRead, decision: &server_core::Decision, first: bool) {
@@ -219,6 +225,8 @@ impl Engine {
         // and answered in order: the pass takes no answer after a failure,
         // and what the later changes wrote stands.
         let mut answers: std::collections::VecDeque<Result<(), ActionFailure>> = Default::default();
+        // The next answer is that of the note's set-back.
+        let mut setting_back = false;
         while pass.poll_action().is_some() {
             // The answer to the create's note, the Server as written, holds
             // the user data the copy withholds: kube-apiserver answers a
@@ -237,9 +245,12 @@ impl Engine {
                         // follow-up is (its first decision was).
                         if let Some(decision) = pass.decision() {
                             self.check_decision(i, read, decision, false);
+                            setting_back = matches!(decision.actions.first(),
+                                Some(Action::Annotate { key, .. }) if *key == CREATE_ISSUED_ANNOTATION);
                         }
                     }
                     Err(failure) => {
+                        self.orphan_note(i);
                         pass.handle_failed(failure);
                         if let Some(decision) = pass.decision() {
                             self.check_decision(i, read, decision, false);
@@ -257,6 +268,9 @@ impl Engine {
                 }
             }
             let Some(result) = answers.pop_front() else { break };
+            if std::mem::take(&mut setting_back) && result.is_err() {
+                self.orphan_note(i);
+            }
             if result.is_err() {
                 answers.clear();
             }
