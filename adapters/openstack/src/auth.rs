@@ -19,9 +19,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use jiff::Timestamp;
 use http::Method;
 use http::header::HeaderValue;
+use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::json;
 use server_core::port::{CloudError, Credentials, IdentityContext};

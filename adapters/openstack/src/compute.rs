@@ -1,7 +1,7 @@
 //! Nova calls (compute API v2.1 at microversion [`NOVA_MICROVERSION`](crate::client::NOVA_MICROVERSION)).
 
-use jiff::Timestamp;
 use http::Method;
+use jiff::Timestamp;
 use serde::Deserialize;
 use serde_json::Value;
 use server_core::port::{CloudError, LIST_PAGE_ATTEMPTS};

@@ -65,7 +65,8 @@ async fn tls_cloud() -> Result<TlsCloud, Box<dyn std::error::Error>> {
         while let Ok((client, _)) = front.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let (Ok(mut client), Ok(mut server)) = (acceptor.accept(client).await, TcpStream::connect(upstream).await)
+                let (Ok(mut client), Ok(mut server)) =
+                    (acceptor.accept(client).await, TcpStream::connect(upstream).await)
                 else {
                     return;
                 };
