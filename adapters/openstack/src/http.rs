@@ -6,7 +6,9 @@
 //! itself it grows a connection's read buffer up to about 400 KB when reads
 //! fill it (a page of a list) and keeps it for the connection's life; the
 //! operator holds a connection per concurrent call, and at 10,000 Servers
-//! those buffers were 8 MB of its heap (heaptrack; BENCH.md "Memory").
+//! those buffers were 8 MB of its heap (heaptrack; BENCH.md "Memory"). The
+//! read size also bounds an answer's head: headers past 16 KB fail the call.
+//! Proxies come from the environment (`proxy`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,13 +19,15 @@ use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::de::DeserializeOwned;
 use server_core::port::CloudError;
 use tracing::debug;
 
 use crate::config::{ConfigError, OpenStackConfig};
 use crate::error::{self, Transport};
+use crate::proxy::ProxiedConnector;
 
 /// Bytes read from a connection at once: a Nova page of a thousand servers
 /// is a few hundred reads, a single answer one or two.
@@ -31,7 +35,16 @@ pub(crate) const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 const USER_AGENT: &str = concat!("server-controller/", env!("CARGO_PKG_VERSION"));
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+type Connector = hyper_rustls::HttpsConnector<ProxiedConnector>;
+
+/// Probes of an idle connection, so one a NAT or load balancer dropped is
+/// found before a call is sent on it (an answer that never comes makes a
+/// create's outcome unknown).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// An idle pooled connection, its TLS state and its buffer, is closed after
+/// this long.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The shared HTTP client.
 #[derive(Clone, Debug)]
@@ -120,16 +133,21 @@ impl Http {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(config.connect_timeout));
+        http.set_keepalive(Some(TCP_KEEPALIVE));
+        http.set_nodelay(true);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls_config(config.ca_certificate.as_deref())?)
             .https_or_http()
             .enable_http1()
-            .wrap_connector(http);
+            .wrap_connector(ProxiedConnector::new(http, Matcher::from_env()));
         // OpenStack APIs do not redirect, and hyper follows no redirect: one
         // would re-send a password or a token to wherever it points. A
         // redirect is an error naming its target (see `Http::send`).
-        let client =
-            Client::builder(TokioExecutor::new()).http1_read_buf_exact_size(READ_BUFFER_BYTES).build(connector);
+        let client = Client::builder(TokioExecutor::new())
+            .http1_read_buf_exact_size(READ_BUFFER_BYTES)
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .build(connector);
         Ok(Http { client, timeout: config.request_timeout, quiet: Arc::default() })
     }
 

@@ -93,6 +93,7 @@ mod index;
 mod mapping;
 mod network;
 mod own_writes;
+mod proxy;
 mod resolve;
 
 pub use auth::FailureStreakHook;

@@ -202,10 +202,11 @@ pub(crate) struct TrackedServer {
     pub(crate) in_flight: [Option<Box<CreatePassInFlight>>; REPLICAS],
     /// An operator reset of it is already scheduled.
     pub(crate) reset_scheduled: bool,
-    /// A create note may stand for no create: its write failed (its answer
-    /// lost, it may have landed), or the write setting it back after refused
-    /// user data failed. The core then counts it as an attempt in doubt
-    /// (fail closed), as it would after a crash between a note and its create.
+    /// A create note may stand for no create: its write got no answer (it
+    /// may have landed), or the write setting it back after refused user
+    /// data failed; a note write or a set-back that lands clears it. The core
+    /// counts such a note as an attempt in doubt (fail closed), as it would
+    /// after a crash between a note and its create.
     pub(crate) note_orphaned: bool,
 }
 

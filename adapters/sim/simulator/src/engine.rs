@@ -105,12 +105,14 @@ impl Engine {
             .collect();
         let mut cloud = CloudModel::new(config.cloud);
         cloud.reseed_faults(shard.seed(config.seed));
+        // Like fates, from the seed and the Server's index alone: one draw
+        // per index of a stream of its own.
+        let refused_base = SplitMix64::stream(config.seed, "refused-user-data").next_u64();
         let servers = (0..count)
             .map(|i| {
                 let global = shard.first + i;
-                // Like fates, from the seed and the index alone.
-                let refused = SplitMix64::stream(config.seed ^ global as u64, "refused-user-data")
-                    .chance(config.kube.refused_user_data);
+                let refused =
+                    SplitMix64::new(refused_base.wrapping_add(global as u64)).chance(config.kube.refused_user_data);
                 let server = new_server(global, global / TENANT_SIZE, refused);
                 // Fates come from the seed and the uid alone: the same for
                 // every shard layout.

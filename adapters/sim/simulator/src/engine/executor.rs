@@ -199,9 +199,9 @@ impl Engine {
         }
     }
 
-    fn orphan_note(&mut self, i: usize) {
+    fn set_note_orphaned(&mut self, i: usize, orphaned: bool) {
         if let Some(tracked) = self.api.server_mut(i) {
-            tracked.note_orphaned = true;
+            tracked.note_orphaned = orphaned;
         }
     }
 
@@ -239,6 +239,8 @@ impl Engine {
                 self.note(i, || format!("  {} -> {result:?} (the Server as written)", explain::action(action)));
                 match result {
                     Ok(()) => {
+                        // The note as written replaces whatever stood.
+                        self.set_note_orphaned(i, false);
                         let written = self.api.server(i).and_then(|tracked| tracked.stored_user_data());
                         pass.handle_done_with_user_data(written);
                         // Decided again with the user data: checked as a
@@ -250,7 +252,9 @@ impl Engine {
                         }
                     }
                     Err(failure) => {
-                        self.orphan_note(i);
+                        if may_have_landed(&failure) {
+                            self.set_note_orphaned(i, true);
+                        }
                         pass.handle_failed(failure);
                         if let Some(decision) = pass.decision() {
                             self.check_decision(i, read, decision, false);
@@ -268,8 +272,9 @@ impl Engine {
                 }
             }
             let Some(result) = answers.pop_front() else { break };
-            if std::mem::take(&mut setting_back) && result.is_err() {
-                self.orphan_note(i);
+            if std::mem::take(&mut setting_back) {
+                // A set-back that failed leaves the note written for no create.
+                self.set_note_orphaned(i, result.is_err());
             }
             if result.is_err() {
                 answers.clear();
@@ -761,6 +766,11 @@ fn not_found() -> ActionFailure {
 }
 
 /// A write applied whose answer never came (a timeout).
+/// A write that failed without an answer may have been applied.
+fn may_have_landed(failure: &ActionFailure) -> bool {
+    matches!(failure, ActionFailure::Api(api) if matches!(api.cause, ApiCause::NoAnswer(_)))
+}
+
 fn answer_lost_failure() -> ActionFailure {
     ActionFailure::Api(ApiFailure::new(
         "a simulated write",
