@@ -460,10 +460,9 @@ impl Engine {
         let fixed_user_data = super::world::user_data(self.shard.first + i);
         let _ = self.commit(i, ServerPart::MetaAndSpec, &|s| {
             let spec = &mut s.spec;
-            // User data cloud-init would refuse is written whole.
-            if spec.user_data.as_ref().is_some_and(|data| data.0 != fixed_user_data.0) {
-                spec.user_data = Some(fixed_user_data.clone());
-            }
+            // User data cloud-init would refuse is written whole (the
+            // others already are this script).
+            spec.user_data = Some(fixed_user_data.clone());
             spec.flavor_id = if spec.flavor_id == "m1.small" { "m1.large".into() } else { "m1.small".into() };
             // A new image: a booted server is rebuilt onto it.
             spec.image.id = if spec.image.id == "image-1" { "image-2".into() } else { "image-1".into() };
@@ -732,13 +731,15 @@ impl Engine {
             let refused_noted = tracked.exists()
                 && stored.meta.annotations.contains_key(CREATE_ISSUED_ANNOTATION)
                 && stored.spec.user_data.as_ref().is_some_and(refused);
-            if refused_noted && tracked.note_orphaned {
-                self.stats.orphaned_notes += 1;
-            } else if refused_noted {
+            match (refused_noted, tracked.note_orphaned) {
+                (true, true) => self.stats.orphaned_notes += 1,
                 // No create carries refused user data (`check_user_data_sent`),
                 // so a note standing now stands for none, and no failed
                 // write explains it.
-                self.violation("user-data", i, "a create note stands on a Server whose user data is refused".into());
+                (true, false) => {
+                    self.violation("user-data", i, "a create note stands on a Server whose user data is refused".into())
+                }
+                (false, _) => {}
             }
             let Some(tracked) = self.api.server(i) else { continue };
             if tracked.exists() || tracked.rv() == 0 {
