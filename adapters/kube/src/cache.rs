@@ -57,9 +57,10 @@ impl Caches {
         namespace: Option<&str>,
         watch: &WatchSettings,
         healthy: Arc<tokio::sync::watch::Sender<bool>>,
+        observed: ServerObserved,
     ) -> (Caches, Wakes, impl Future<Output = ()> + Send + 'static) {
         let mut reflectors = Vec::new();
-        let (servers, wakes) = watch_servers(client, namespace, watch, healthy, &mut reflectors);
+        let (servers, wakes) = watch_servers(client, namespace, watch, healthy, observed, &mut reflectors);
         let caches = Caches {
             servers,
             consumed: CONSUMED_KINDS
@@ -111,12 +112,13 @@ fn watch_servers(
     namespace: Option<&str>,
     watch: &WatchSettings,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
 ) -> (Store<CachedServer>, Wakes) {
     let config = watcher::Config::default().page_size(watch.server_page_size);
     let events =
         watcher(scoped_api::<CachedServer>(client.clone(), namespace), config).backoff(FixedBackoff(watch.retry));
-    let (store, woken) = server_wakes(events, healthy);
+    let (store, woken) = server_wakes(events, healthy, observed);
     let (sender, wakes) = unbounded_channel();
     reflectors.push(
         woken
@@ -130,11 +132,17 @@ fn watch_servers(
     (store, wakes)
 }
 
+/// Told of each Server the watch brings (its uid and resourceVersion), once
+/// the cache holds it.
+pub(crate) type ServerObserved = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 /// A Server cache fed by `events`, and the Servers the wake rule lets
-/// through, read from that cache once it holds them.
+/// through, read from that cache once it holds them. `observed` hears of
+/// each Server the cache takes in.
 pub(crate) fn server_wakes<S>(
     events: S,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
 ) -> (Store<CachedServer>, impl futures_util::Stream<Item = Arc<CachedServer>> + Send + 'static)
 where
     S: futures_util::Stream<Item = Result<watcher::Event<CachedServer>, watcher::Error>> + Send + 'static,
@@ -150,12 +158,17 @@ where
                 std::mem::replace(ready, false)
             });
         }
-        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-        Ok(_) if failing => {
-            failing = false;
-            healthy.send_replace(true);
+        Ok(event) => {
+            if let watcher::Event::Apply(server) | watcher::Event::InitApply(server) = event
+                && let (Some(uid), Some(version)) = (&server.metadata.uid, &server.metadata.resource_version)
+            {
+                observed(uid, version);
+            }
+            if failing && !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                failing = false;
+                healthy.send_replace(true);
+            }
         }
-        Ok(_) => {}
     });
     let woken = wake_stream(events, store.clone());
     (store, woken)
@@ -170,6 +183,7 @@ pub(crate) async fn with_caches<W, F>(
     namespace: Option<&str>,
     watch: &WatchSettings,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
     shutdown: Shutdown,
     work: W,
 ) -> Result<(), Error>
@@ -177,7 +191,7 @@ where
     W: FnOnce(Caches, Wakes) -> F,
     F: Future<Output = Result<(), Error>>,
 {
-    let (caches, wakes, reflectors) = Caches::start(client, namespace, watch, healthy);
+    let (caches, wakes, reflectors) = Caches::start(client, namespace, watch, healthy, observed);
     let work = async {
         tokio::select! {
             ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,
