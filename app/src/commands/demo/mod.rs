@@ -437,13 +437,18 @@ pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, creates_accep
     }
     let Some(server) = &history.latest else { return false };
     let fate = &t.fate;
-    if t.planned.role == Role::DeletedMidway || (fate.refused_creates > 0 && !t.rearmed) {
+    if t.planned.role == Role::DeletedMidway {
         return false;
     }
     let available = server.status.condition(ConditionType::Available);
     let provisioned = available.is_some_and(|c| c.reason == ConditionReason::Provisioned);
     let parked_at_cap = lifecycle(server, max) == Lifecycle::Parked(ParkKind::AtCap);
     let cap = u32::try_from(max).unwrap_or(1);
+    if fate.refused_creates > 0 && !t.rearmed {
+        // Its refusal comes first, then the user's edit; unless the cloud's
+        // outages (503s, counted: fail closed) reach the cap before it.
+        return parked_at_cap && creates_accepted < cap;
+    }
     if fate.failed_boots >= cap {
         return parked_at_cap;
     }
@@ -702,6 +707,17 @@ mod tests {
         assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 2));
         assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, 3), "three servers made: a wrong park");
         assert!(!is_settled(&tracked(Fate::clean()), &parked_after(2), max, 0), "under the cap it must go on");
+    }
+
+    /// Seen at 100,000 Servers: a fate refused once met three cloud outages
+    /// before its refusal, so it parked at the cap and was never refused
+    /// (nor edited by the user).
+    #[test]
+    fn a_refused_fate_parked_at_the_cap_by_outages_is_settled() {
+        let max = 3;
+        assert!(is_settled(&tracked(Fate::refused(1)), &parked_after(3), max, 0), "three outages");
+        assert!(!is_settled(&tracked(Fate::refused(1)), &parked_after(2), max, 0), "under the cap it must go on");
+        assert!(!is_settled(&tracked(Fate::refused(1)), &parked_after(0), max, 0), "its refusal is still to come");
     }
 
     /// Once no Server settled for 10 s, the progress names the Servers it
