@@ -132,13 +132,14 @@ fn watch_servers(
     (store, wakes)
 }
 
-/// Told of each Server the watch brings (its uid and resourceVersion), once
-/// the cache holds it.
+/// Told of a Server the watch changed (its uid and resourceVersion) once the
+/// cache holds that copy. Not of a relist's objects: the store takes them in
+/// only when the relist ends, and until then serves the copies from before.
 pub(crate) type ServerObserved = Arc<dyn Fn(&str, &str) + Send + Sync>;
 
 /// A Server cache fed by `events`, and the Servers the wake rule lets
 /// through, read from that cache once it holds them. `observed` hears of
-/// each Server the cache takes in.
+/// each Server a watch event changed in the cache.
 pub(crate) fn server_wakes<S>(
     events: S,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
@@ -159,7 +160,7 @@ where
             });
         }
         Ok(event) => {
-            if let watcher::Event::Apply(server) | watcher::Event::InitApply(server) = event
+            if let watcher::Event::Apply(server) = event
                 && let (Some(uid), Some(version)) = (&server.metadata.uid, &server.metadata.resource_version)
             {
                 observed(uid, version);
@@ -204,5 +205,43 @@ where
         result = work => result,
         // Watchers retry forever; this only guards against a future change.
         () = reflectors => Err(Error::Cache("the watches of consumed resources ended".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures_util::{StreamExt, stream};
+
+    use super::*;
+    use crate::crd::{Server, ServerResourceSpec};
+
+    fn at(uid: &str, version: &str) -> CachedServer {
+        let mut server = Server::new(uid, ServerResourceSpec::default());
+        server.metadata.uid = Some(uid.into());
+        server.metadata.resource_version = Some(version.into());
+        server.metadata.namespace = Some("ns".into());
+        CachedServer::new(server)
+    }
+
+    /// A relisted copy is observed only through a later change: while the
+    /// relist runs, the store still serves the copy from before it.
+    #[tokio::test]
+    async fn only_changes_the_store_holds_are_observed() {
+        let events = stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(at("uid-a", "6"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(at("uid-b", "7"))),
+            Ok(watcher::Event::Delete(at("uid-c", "8"))),
+        ]);
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let record = seen.clone();
+        let observed: ServerObserved =
+            Arc::new(move |uid, version| record.lock().unwrap().push((uid.to_owned(), version.to_owned())));
+        let (_store, woken) = server_wakes(events, Arc::new(tokio::sync::watch::channel(true).0), observed);
+        woken.for_each(|_| async {}).await;
+        assert_eq!(*seen.lock().unwrap(), vec![("uid-b".to_owned(), "7".to_owned())]);
     }
 }

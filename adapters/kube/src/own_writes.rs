@@ -59,10 +59,10 @@ impl OwnWrites {
         behind
     }
 
-    /// The watch brought Server `uid` at `version`: once that is the version
-    /// this term last wrote, the cache holds the write and the Server is
-    /// forgotten, so what is kept is the writes the watch has yet to bring,
-    /// not every Server written in the term.
+    /// A watch event put Server `uid` at `version` in the cache: once that is
+    /// the version this term last wrote, the cache holds the write and the
+    /// Server is forgotten, so a Server is kept while the watch has yet to
+    /// bring its write (or until its next pass looks), not for the term.
     pub(crate) fn observed(&self, uid: &str, version: &str) {
         let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
         if servers.get(uid).is_some_and(|written| written.written == version) {

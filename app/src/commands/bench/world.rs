@@ -498,7 +498,7 @@ impl BenchWorld {
                     }
                     let t = &self.tracked[i];
                     let history = demo::observer::History { latest: Some(server), ..Default::default() };
-                    demo::is_settled(t, &history, max_attempts, truth.creates_accepted)
+                    demo::is_settled(t, &history, max_attempts, &truth)
                 }
                 // The Go controller parks no refusal: nothing for the user to edit.
                 Controller::Go => go_settled(&self.tracked[i].fate, &server, &truth, max_attempts),

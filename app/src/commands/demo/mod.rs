@@ -27,7 +27,7 @@ use server_core::model::{ConditionReason, ConditionStatus, ConditionType, Phase}
 use server_core::{Lifecycle, ParkKind};
 use server_kube::{CloudRegistry, ControllerConfig, Operator, RegionCloud};
 use server_sim_testbed::{CloudBed, CloudPath};
-use server_simcloud::{CloudConfig, Fate, SimCloud};
+use server_simcloud::{CloudConfig, Fate, SimCloud, UidTruth};
 use server_simkube::{Patch, PatchKind};
 use tokio::sync::watch;
 
@@ -345,7 +345,7 @@ fn unsettled(tracked: &[Tracked], observer: &Observer, cloud: &SimCloud, max: i3
         .iter()
         .filter_map(|t| {
             let history = &observer.servers[&t.planned.name];
-            if is_settled(t, history, max, cloud.truth(&t.uid).creates_accepted) {
+            if is_settled(t, history, max, &cloud.truth(&t.uid)) {
                 return None;
             }
             let standing = match history.latest.as_ref().and_then(|s| s.status.condition(ConditionType::Available)) {
@@ -429,9 +429,10 @@ fn healthy_is(server: &server_core::Server, status: ConditionStatus) -> bool {
     server.status.condition(ConditionType::Healthy).is_some_and(|c| c.status == status)
 }
 
-/// Whether a Server reached the end its fate leads to. `creates_accepted`
-/// is how many provider servers the cloud made for it.
-pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, creates_accepted: u32) -> bool {
+/// Whether a Server reached the end its fate leads to, given what the cloud
+/// did for it (`truth`).
+pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, truth: &UidTruth) -> bool {
+    let creates_accepted = truth.creates_accepted;
     if history.gone {
         return true;
     }
@@ -446,8 +447,9 @@ pub(crate) fn is_settled(t: &Tracked, history: &History, max: i32, creates_accep
     let cap = u32::try_from(max).unwrap_or(1);
     if fate.refused_creates > 0 && !t.rearmed {
         // Its refusal comes first, then the user's edit; unless the cloud's
-        // outages (503s, counted: fail closed) reach the cap before it.
-        return parked_at_cap && creates_accepted < cap;
+        // outages (503s, counted: fail closed) reach the cap before it was
+        // ever refused.
+        return parked_at_cap && truth.creates_refused == 0;
     }
     if fate.failed_boots >= cap {
         return parked_at_cap;
@@ -674,6 +676,11 @@ mod tests {
         Tracked { planned, uid: "u".into(), fate, rearmed: false, public: false }
     }
 
+    /// What the cloud did: `accepted` creates made a server.
+    fn made(accepted: u32) -> UidTruth {
+        UidTruth { creates_accepted: accepted, ..UidTruth::default() }
+    }
+
     /// A Server that never booted, with `failures` counted attempts and no retry pending.
     fn parked_after(failures: i32) -> History {
         let mut server = Server::default();
@@ -685,17 +692,16 @@ mod tests {
     fn a_cap_reached_with_an_unknown_fate_create_among_failed_boots_is_settled_but_not_from_a_clean_fate() {
         let max = 3;
         // Every attempt made a server (the cloud accepted 3 creates).
-        let made = 3;
-        assert!(is_settled(&tracked(Fate::failing_boots(2)), &parked_after(3), max, made));
-        assert!(is_settled(&tracked(Fate::failing_forever()), &parked_after(3), max, made));
+        assert!(is_settled(&tracked(Fate::failing_boots(2)), &parked_after(3), max, &made(3)));
+        assert!(is_settled(&tracked(Fate::failing_forever()), &parked_after(3), max, &made(3)));
         assert!(
-            !is_settled(&tracked(Fate::failing_boots(2)), &parked_after(2), max, made),
+            !is_settled(&tracked(Fate::failing_boots(2)), &parked_after(2), max, &made(3)),
             "under the cap is not parked"
         );
-        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, made), "a clean fate must end running");
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, &made(3)), "a clean fate must end running");
         let vanishes = Fate::vanish_after_launch(std::time::Duration::from_millis(1_500));
-        assert!(is_settled(&tracked(vanishes.clone()), &parked_after(3), max, made), "every boot vanished unseen");
-        assert!(!is_settled(&tracked(vanishes), &parked_after(1), max, made));
+        assert!(is_settled(&tracked(vanishes.clone()), &parked_after(3), max, &made(3)), "every boot vanished unseen");
+        assert!(!is_settled(&tracked(vanishes), &parked_after(1), max, &made(3)));
     }
 
     /// Seen at 3,000 Servers: a clean fate whose three creates each met a
@@ -703,10 +709,13 @@ mod tests {
     #[test]
     fn a_clean_fate_parked_at_the_cap_is_settled_only_when_some_attempt_made_no_server() {
         let max = 3;
-        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 0), "three outages");
-        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, 2));
-        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(3), max, 3), "three servers made: a wrong park");
-        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(2), max, 0), "under the cap it must go on");
+        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, &made(0)), "three outages");
+        assert!(is_settled(&tracked(Fate::clean()), &parked_after(3), max, &made(2)));
+        assert!(
+            !is_settled(&tracked(Fate::clean()), &parked_after(3), max, &made(3)),
+            "three servers made: a wrong park"
+        );
+        assert!(!is_settled(&tracked(Fate::clean()), &parked_after(2), max, &made(0)), "under the cap it must go on");
     }
 
     /// Seen at 100,000 Servers: a fate refused once met three cloud outages
@@ -715,9 +724,20 @@ mod tests {
     #[test]
     fn a_refused_fate_parked_at_the_cap_by_outages_is_settled() {
         let max = 3;
-        assert!(is_settled(&tracked(Fate::refused(1)), &parked_after(3), max, 0), "three outages");
-        assert!(!is_settled(&tracked(Fate::refused(1)), &parked_after(2), max, 0), "under the cap it must go on");
-        assert!(!is_settled(&tracked(Fate::refused(1)), &parked_after(0), max, 0), "its refusal is still to come");
+        assert!(is_settled(&tracked(Fate::refused(1)), &parked_after(3), max, &made(0)), "three outages");
+        assert!(
+            !is_settled(&tracked(Fate::refused(1)), &parked_after(2), max, &made(0)),
+            "under the cap it must go on"
+        );
+        assert!(
+            !is_settled(&tracked(Fate::refused(1)), &parked_after(0), max, &made(0)),
+            "its refusal is still to come"
+        );
+        let refused = UidTruth { creates_refused: 1, ..UidTruth::default() };
+        assert!(
+            !is_settled(&tracked(Fate::refused(1)), &parked_after(3), max, &refused),
+            "refused, then at the cap: its refusal was counted as an attempt"
+        );
     }
 
     /// Once no Server settled for 10 s, the progress names the Servers it
