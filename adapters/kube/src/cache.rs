@@ -238,10 +238,11 @@ mod tests {
         ]);
         let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
         let record = seen.clone();
-        let observed: ServerObserved =
-            Arc::new(move |uid, version| record.lock().unwrap().push((uid.to_owned(), version.to_owned())));
+        let observed: ServerObserved = Arc::new(move |uid, version| {
+            record.lock().expect("not poisoned").push((uid.to_owned(), version.to_owned()))
+        });
         let (_store, woken) = server_wakes(events, Arc::new(tokio::sync::watch::channel(true).0), observed);
         woken.for_each(|_| async {}).await;
-        assert_eq!(*seen.lock().unwrap(), vec![("uid-b".to_owned(), "7".to_owned())]);
+        assert_eq!(*seen.lock().expect("not poisoned"), vec![("uid-b".to_owned(), "7".to_owned())]);
     }
 }
