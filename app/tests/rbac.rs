@@ -76,7 +76,7 @@ fn group_of(label: &str, custom: &BTreeMap<String, String>) -> String {
 /// What the operator did during a demo run, as (group, resource, verb).
 /// 40 Servers, so that the rarest use is seen: a Server read live (`get
 /// servers`) for user data its cached copy does not hold, which the passes'
-/// timing decides. At 12 Servers, 4 runs in 10 read none; at 40, each of 6
+/// timing decides. At 12 Servers, 5 runs in 13 read none; at 40, each of 6
 /// runs read two or three.
 fn used_by_the_operator() -> BTreeSet<Grant> {
     let output = Command::new(env!("CARGO_BIN_EXE_server-controller"))
