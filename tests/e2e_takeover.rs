@@ -4,7 +4,7 @@
 //! reference kube-apiserver through the OpenStack simulator, under its own
 //! Server CRD; it is stopped, this operator starts on the same API server
 //! and cloud under its CRD and adopts every one of them, creating and
-//! deleting nothing; then the way back, README's runbook step 5: this
+//! deleting nothing; then the way back, the takeover runbook's step 5 (docs/OPERATIONS.md): this
 //! operator stopped, the Go controller started again, nothing recreated.
 //!
 //! Skips without the Go build (`GO_CONTROLLER_BIN`) or the control plane,
