@@ -57,9 +57,10 @@ impl Caches {
         namespace: Option<&str>,
         watch: &WatchSettings,
         healthy: Arc<tokio::sync::watch::Sender<bool>>,
+        observed: ServerObserved,
     ) -> (Caches, Wakes, impl Future<Output = ()> + Send + 'static) {
         let mut reflectors = Vec::new();
-        let (servers, wakes) = watch_servers(client, namespace, watch, healthy, &mut reflectors);
+        let (servers, wakes) = watch_servers(client, namespace, watch, healthy, observed, &mut reflectors);
         let caches = Caches {
             servers,
             consumed: CONSUMED_KINDS
@@ -111,12 +112,13 @@ fn watch_servers(
     namespace: Option<&str>,
     watch: &WatchSettings,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
     reflectors: &mut Vec<BoxFuture<'static, ()>>,
 ) -> (Store<CachedServer>, Wakes) {
     let config = watcher::Config::default().page_size(watch.server_page_size);
     let events =
         watcher(scoped_api::<CachedServer>(client.clone(), namespace), config).backoff(FixedBackoff(watch.retry));
-    let (store, woken) = server_wakes(events, healthy);
+    let (store, woken) = server_wakes(events, healthy, observed);
     let (sender, wakes) = unbounded_channel();
     reflectors.push(
         woken
@@ -130,11 +132,18 @@ fn watch_servers(
     (store, wakes)
 }
 
+/// Told of a Server the watch changed (its uid and resourceVersion) once the
+/// cache holds that copy. Not of a relist's objects: the store takes them in
+/// only when the relist ends, and until then serves the copies from before.
+pub(crate) type ServerObserved = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 /// A Server cache fed by `events`, and the Servers the wake rule lets
-/// through, read from that cache once it holds them.
+/// through, read from that cache once it holds them. `observed` hears of
+/// each Server a watch event changed in the cache.
 pub(crate) fn server_wakes<S>(
     events: S,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
 ) -> (Store<CachedServer>, impl futures_util::Stream<Item = Arc<CachedServer>> + Send + 'static)
 where
     S: futures_util::Stream<Item = Result<watcher::Event<CachedServer>, watcher::Error>> + Send + 'static,
@@ -150,12 +159,17 @@ where
                 std::mem::replace(ready, false)
             });
         }
-        Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-        Ok(_) if failing => {
-            failing = false;
-            healthy.send_replace(true);
+        Ok(event) => {
+            if let watcher::Event::Apply(server) = event
+                && let (Some(uid), Some(version)) = (&server.metadata.uid, &server.metadata.resource_version)
+            {
+                observed(uid, version);
+            }
+            if failing && !matches!(event, watcher::Event::Init | watcher::Event::InitApply(_)) {
+                failing = false;
+                healthy.send_replace(true);
+            }
         }
-        Ok(_) => {}
     });
     let woken = wake_stream(events, store.clone());
     (store, woken)
@@ -170,6 +184,7 @@ pub(crate) async fn with_caches<W, F>(
     namespace: Option<&str>,
     watch: &WatchSettings,
     healthy: Arc<tokio::sync::watch::Sender<bool>>,
+    observed: ServerObserved,
     shutdown: Shutdown,
     work: W,
 ) -> Result<(), Error>
@@ -177,7 +192,7 @@ where
     W: FnOnce(Caches, Wakes) -> F,
     F: Future<Output = Result<(), Error>>,
 {
-    let (caches, wakes, reflectors) = Caches::start(client, namespace, watch, healthy);
+    let (caches, wakes, reflectors) = Caches::start(client, namespace, watch, healthy, observed);
     let work = async {
         tokio::select! {
             ready = caches.ready() => ready.map_err(|e| Error::Cache(e.to_string()))?,
@@ -190,5 +205,44 @@ where
         result = work => result,
         // Watchers retry forever; this only guards against a future change.
         () = reflectors => Err(Error::Cache("the watches of consumed resources ended".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures_util::{StreamExt, stream};
+
+    use super::*;
+    use crate::crd::{Server, ServerResourceSpec};
+
+    fn at(uid: &str, version: &str) -> CachedServer {
+        let mut server = Server::new(uid, ServerResourceSpec::default());
+        server.metadata.uid = Some(uid.into());
+        server.metadata.resource_version = Some(version.into());
+        server.metadata.namespace = Some("ns".into());
+        CachedServer::new(server)
+    }
+
+    /// A relisted copy is observed only through a later change: while the
+    /// relist runs, the store still serves the copy from before it.
+    #[tokio::test]
+    async fn only_changes_the_store_holds_are_observed() {
+        let events = stream::iter([
+            Ok(watcher::Event::Init),
+            Ok(watcher::Event::InitApply(at("uid-a", "6"))),
+            Ok(watcher::Event::InitDone),
+            Ok(watcher::Event::Apply(at("uid-b", "7"))),
+            Ok(watcher::Event::Delete(at("uid-c", "8"))),
+        ]);
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let record = seen.clone();
+        let observed: ServerObserved = Arc::new(move |uid, version| {
+            record.lock().expect("not poisoned").push((uid.to_owned(), version.to_owned()))
+        });
+        let (_store, woken) = server_wakes(events, Arc::new(tokio::sync::watch::channel(true).0), observed);
+        woken.for_each(|_| async {}).await;
+        assert_eq!(*seen.lock().expect("not poisoned"), vec![("uid-b".to_owned(), "7".to_owned())]);
     }
 }

@@ -191,7 +191,7 @@ mod tests {
         let (events, mut script) =
             tokio::sync::mpsc::unbounded_channel::<Result<Event<CachedServer>, kube::runtime::watcher::Error>>();
         let script = stream::poll_fn(move |cx| script.poll_recv(cx));
-        let (store, wakes) = server_wakes(script, Arc::new(tokio::sync::watch::channel(true).0));
+        let (store, wakes) = server_wakes(script, Arc::new(tokio::sync::watch::channel(true).0), Arc::new(|_, _| ()));
         let passes: Passes = Arc::default();
         let recorded = passes.clone();
         let controller = Controller::for_shared_stream(wakes, store).run(

@@ -227,6 +227,9 @@ impl Operator {
     {
         let config = self.config();
         let ready = self.ready.clone();
+        // The term forgets its writes the cache has caught up with.
+        let terms = self.executor.terms.clone();
+        let observed: cache::ServerObserved = Arc::new(move |uid, version| terms.server_observed(uid, version));
         // The caches read through the unfenced client: a follower keeps
         // them warm.
         let result = cache::with_caches(
@@ -234,6 +237,7 @@ impl Operator {
             config.namespace.as_deref(),
             &kube_api::WatchSettings::of(config),
             ready.clone(),
+            observed,
             shutdown,
             |caches, wakes| {
                 ready.send_replace(true);

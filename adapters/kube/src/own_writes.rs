@@ -59,6 +59,22 @@ impl OwnWrites {
         behind
     }
 
+    /// A watch event put Server `uid` at `version` in the cache: once that is
+    /// the version this term last wrote, the cache holds the write and the
+    /// Server is forgotten, so a Server is kept while the watch has yet to
+    /// bring its write (or until its next pass looks), not for the term.
+    pub(crate) fn observed(&self, uid: &str, version: &str) {
+        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        if servers.get(uid).is_some_and(|written| written.written == version) {
+            servers.remove(uid);
+        }
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.servers.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// A write of Server `uid` made version `to`, over `from` when it was
     /// guarded by it (`None`: unknown). `first` when it is a pass's first
     /// write: an earlier pass's versions are then forgotten.
@@ -123,6 +139,20 @@ mod tests {
         assert!(!writes.cache_is_behind("uid-b", "5", now), "another Server is not held up");
         assert!(!writes.cache_is_behind("uid-a", "7", now), "the written version is current");
         assert!(!writes.cache_is_behind("uid-a", "5", now), "and the Server is forgotten");
+    }
+
+    #[test]
+    fn a_server_is_forgotten_once_the_watch_brings_the_version_written() {
+        let writes = OwnWrites::default();
+        let now = Instant::now();
+        writes.wrote("uid-a", Some("5"), "6", true, now);
+        writes.wrote("uid-a", Some("6"), "7", false, now);
+        writes.observed("uid-a", "6");
+        assert!(writes.cache_is_behind("uid-a", "6", now), "a version written over is not the write");
+        writes.observed("uid-b", "7");
+        assert_eq!(writes.held(), 1, "another Server's version forgets nothing");
+        writes.observed("uid-a", "7");
+        assert_eq!(writes.held(), 0);
     }
 
     #[test]

@@ -144,6 +144,15 @@ impl Terms {
         }
     }
 
+    /// The Server watch brought Server `uid` at `version`: the term that
+    /// acts now (none is started for it) learns its cache caught up.
+    pub(crate) fn server_observed(&self, uid: &str, version: &str) {
+        let current = self.current.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Some(term) = current {
+            term.own_writes.observed(uid, version);
+        }
+    }
+
     fn start(&self, number: u64) -> Term {
         let client = if self.fence.always_open() {
             self.client.clone()
