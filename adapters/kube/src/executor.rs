@@ -27,6 +27,7 @@ use crate::facts::{Reader, Source};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
+use crate::server_writes::{Part, patch_server};
 use crate::slots::Slot;
 use crate::term::{Term, Terms};
 
@@ -401,15 +402,14 @@ impl ActionIo<'_> {
         })
     }
 
-    /// The Servers, as written back: an answer is read as the cache reads
-    /// a Server (its user data seen, not decoded); only its resourceVersion is used.
-    fn servers(&self) -> Api<CachedServer> {
-        Api::namespaced(self.term.client.clone(), &self.namespace)
-    }
-
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
-    async fn patch_server_metadata(&mut self, metadata: Value, context: &str) -> Result<(), ActionFailure> {
-        self.patch_metadata_answered(self.servers(), metadata, context).await?;
+    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), ActionFailure> {
+        metadata["resourceVersion"] = json!(self.resource_version);
+        let body = json!({ "metadata": metadata });
+        let written = patch_server(&self.term.client, &self.namespace, &self.name, Part::Main, &body)
+            .await
+            .map_err(|e| write_failure(context, &e))?;
+        self.wrote(written.resource_version.unwrap_or_default());
         Ok(())
     }
 
@@ -446,13 +446,11 @@ impl ActionIo<'_> {
             other => return other,
         }
         let body = json!({ "metadata": metadata });
-        let patched = self
-            .servers()
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
+        let written = patch_server(&self.term.client, &self.namespace, &self.name, Part::Main, &body)
             .await
             .map_err(|e| write_failure(CONTEXT, &e))?;
         // Unguarded: what it replaced is not known, what it made is.
-        let made = patched.resource_version().unwrap_or_default();
+        let made = written.resource_version.unwrap_or_default();
         self.term.own_writes.wrote(&self.uid, None, &made, !self.written, std::time::Instant::now());
         self.written = true;
         Ok(())
@@ -462,12 +460,10 @@ impl ActionIo<'_> {
     /// resourceVersion; 409 is a Conflict for the core.
     async fn write_status(&mut self, patch: &Value) -> Result<(), ActionFailure> {
         let body = json!({ "metadata": { "resourceVersion": self.resource_version }, "status": patch });
-        let patched = self
-            .servers()
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&body))
+        let written = patch_server(&self.term.client, &self.namespace, &self.name, Part::Status, &body)
             .await
             .map_err(|e| write_failure("writing the status", &e))?;
-        self.wrote(patched.resource_version().unwrap_or_default());
+        self.wrote(written.resource_version.unwrap_or_default());
         Ok(())
     }
 

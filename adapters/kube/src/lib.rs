@@ -38,6 +38,7 @@ mod monitor;
 mod own_writes;
 mod references;
 mod region;
+mod server_writes;
 mod shutdown;
 mod slots;
 mod term;

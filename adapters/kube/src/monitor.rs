@@ -19,9 +19,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::{StreamExt, stream};
-use kube::api::{Patch, PatchParams};
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use server_core::ServerStatus;
@@ -39,6 +38,7 @@ use crate::config::ControllerConfig;
 use crate::error::{api_code, short_message};
 use crate::kube_api::now;
 use crate::metrics::{Metrics, ServerLabels, ServerStateKey};
+use crate::server_writes::{Part, patch_server};
 use crate::shutdown::Shutdown;
 use crate::term::{Term, Terms};
 
@@ -293,10 +293,9 @@ impl Monitor {
             return PatchResult::Conflict;
         }
         let body = PatchBody { metadata: VersionGuard { resource_version: &resource_version }, status: &patch };
-        let api: Api<CachedServer> = Api::namespaced(term.client.clone(), namespace);
-        match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&body)).await {
-            Ok(patched) => {
-                let made = patched.resource_version().unwrap_or_default();
+        match patch_server(&term.client, namespace, &name, Part::Status, &body).await {
+            Ok(written) => {
+                let made = written.resource_version.unwrap_or_default();
                 term.own_writes.wrote(&uid, Some(&resource_version), &made, false, std::time::Instant::now());
                 debug!(server = %name, %namespace, ?fields, ?phase, "monitor wrote status");
                 // Observed on the accepted write only: a refused one leaves

@@ -16,6 +16,7 @@ use super::discovery;
 use super::event_view;
 use super::openapi;
 use super::paging;
+use super::partial;
 use super::patch::{Patch, PatchKind};
 use super::resource::ResourceType;
 use super::router::{self, ApiPath, ResourcePath};
@@ -110,6 +111,7 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
     } else {
         (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone())
     };
+    let table_request = TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?;
     let operation = Operation {
         shared,
         key,
@@ -123,7 +125,8 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         }),
         path: &resource_path,
         query: &query,
-        table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
+        table: table_request,
+        metadata_only: if table_request.is_none() { partial::negotiate(accept) } else { None },
     };
     let result = match verb {
         Verb::Get => operation.get(),
@@ -216,6 +219,9 @@ struct Operation<'a> {
     query: &'a Query,
     /// Set when the client asked for server-side printing (kubectl get).
     table: Option<TableRequest>,
+    /// The `apiVersion` of the PartialObjectMetadata the client asked for
+    /// instead of whole objects.
+    metadata_only: Option<&'static str>,
 }
 
 impl Operation<'_> {
@@ -246,10 +252,24 @@ impl Operation<'_> {
         Cow::Owned(object)
     }
 
+    /// One object's answer, whole or as the representation asked for.
+    fn object_response(&self, code: StatusCode, object: &Value) -> Response {
+        match self.metadata_only {
+            Some(api_version) => json_response(code, &partial::of(object, api_version)),
+            None => json_response(code, &self.present(object)),
+        }
+    }
+
     fn list_response(&self, items: &[Arc<Value>], resource_version: u64, continue_token: Option<String>) -> Response {
         let mut metadata = json!({"resourceVersion": resource_version.to_string()});
         if let Some(token) = continue_token {
             metadata["continue"] = Value::String(token);
+        }
+        if let Some(api_version) = self.metadata_only {
+            let items: Vec<Value> = items.iter().map(|o| partial::of(o, api_version)).collect();
+            let list =
+                json!({ "kind": partial::LIST_KIND, "apiVersion": api_version, "metadata": metadata, "items": items });
+            return json_response(StatusCode::OK, &list);
         }
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
@@ -305,7 +325,7 @@ impl Operation<'_> {
             let metadata = json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
             return Ok(self.table_response(request, &[object], metadata));
         }
-        Ok(json_response(StatusCode::OK, &self.present(&object)))
+        Ok(self.object_response(StatusCode::OK, &object))
     }
 
     fn list(&self) -> Result<Response, ApiError> {
@@ -336,6 +356,11 @@ impl Operation<'_> {
     }
 
     fn watch(&self) -> Result<Response, ApiError> {
+        if self.metadata_only.is_some() {
+            // Refused rather than answered whole: a client asking for
+            // metadata must not get objects it did not expect.
+            return Err(ApiError::not_acceptable("SimKube serves watches of whole objects only"));
+        }
         let resource_version = match self.query.get("resourceVersion").map(String::as_str) {
             None | Some("" | "0") => None,
             Some(rv) => Some(
@@ -382,7 +407,7 @@ impl Operation<'_> {
         let object = self.stored(parse_json(body)?);
         let created =
             self.shared.store.lock().create(&self.key, self.namespace(), object, &mut self.write.borrow_mut())?;
-        Ok(json_response(StatusCode::CREATED, &self.present(&created)))
+        Ok(self.object_response(StatusCode::CREATED, &created))
     }
 
     fn update(&self, body: &[u8]) -> Result<Response, ApiError> {
@@ -396,7 +421,7 @@ impl Operation<'_> {
             self.target(),
             &mut self.write.borrow_mut(),
         )?;
-        Ok(json_response(StatusCode::OK, &self.present(&updated)))
+        Ok(self.object_response(StatusCode::OK, &updated))
     }
 
     fn patch(&self, headers: &HeaderMap, body: &[u8]) -> Result<Response, ApiError> {
@@ -418,7 +443,7 @@ impl Operation<'_> {
         };
         drop(store);
         let code = if created { StatusCode::CREATED } else { StatusCode::OK };
-        Ok(json_response(code, &self.present(&object)))
+        Ok(self.object_response(code, &object))
     }
 
     fn delete(&self, body: &[u8]) -> Result<Response, ApiError> {
@@ -435,7 +460,7 @@ impl Operation<'_> {
             &preconditions,
             &mut self.write.borrow_mut(),
         )?;
-        Ok(json_response(StatusCode::OK, &self.present(&object)))
+        Ok(self.object_response(StatusCode::OK, &object))
     }
 
     fn delete_collection(&self) -> Result<Response, ApiError> {

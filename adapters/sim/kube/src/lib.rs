@@ -59,6 +59,7 @@ mod jsonpath;
 mod object;
 mod openapi;
 mod paging;
+mod partial;
 mod patch;
 mod resource;
 mod router;
