@@ -225,8 +225,7 @@ async fn send(client: &Client, case: &Case) -> (Shape, String, Value) {
     let first = text.lines().next().unwrap_or_default();
     // kube-apiserver indents the Status it answers a request for metadata
     // alone: one JSON value over several lines.
-    let value: Value =
-        serde_json::from_str(first).or_else(|_| serde_json::from_str(&text)).unwrap_or(Value::Null);
+    let value: Value = serde_json::from_str(first).or_else(|_| serde_json::from_str(&text)).unwrap_or(Value::Null);
     (shape(code, &value), first.chars().take(600).collect(), value)
 }
 
