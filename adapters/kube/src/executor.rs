@@ -8,7 +8,6 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
@@ -379,10 +378,7 @@ impl ActionIo<'_> {
                 return Ok(None);
             }
         };
-        // Read whole, user data included, unlike the cache's copy.
-        let servers = ApiResource::erase::<CachedServer>(&());
-        let api = Api::<DynamicObject>::namespaced_with(self.term.client.clone(), &self.namespace, &servers);
-        let written = self.patch_metadata_answered(api, metadata, context).await?;
+        let written = self.patch_metadata_read_whole(metadata, context).await?;
         // The API server checked userData as base64 (`format: byte`), as
         // `UserData` decodes it. One that does not decode is no answer the
         // pass can use: it is not taken for a Server without user data.
@@ -403,9 +399,8 @@ impl ActionIo<'_> {
     }
 
     /// Merge-patches the Server's metadata, guarded by its resourceVersion.
-    async fn patch_server_metadata(&mut self, mut metadata: Value, context: &str) -> Result<(), ActionFailure> {
-        metadata["resourceVersion"] = json!(self.resource_version);
-        let body = json!({ "metadata": metadata });
+    async fn patch_server_metadata(&mut self, metadata: Value, context: &str) -> Result<(), ActionFailure> {
+        let body = self.guarded(metadata);
         let written = patch_server(&self.term.client, &self.namespace, &self.name, Part::Main, &body)
             .await
             .map_err(|e| write_failure(context, &e))?;
@@ -413,24 +408,27 @@ impl ActionIo<'_> {
         Ok(())
     }
 
-    /// [`ActionIo::patch_server_metadata`], the answer read as a `K`.
-    async fn patch_metadata_answered<K>(
+    /// [`ActionIo::patch_server_metadata`], the answer read whole, user data
+    /// included (unlike the cache's copy).
+    async fn patch_metadata_read_whole(
         &mut self,
-        api: Api<K>,
-        mut metadata: Value,
+        metadata: Value,
         context: &str,
-    ) -> Result<K, ActionFailure>
-    where
-        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    {
-        metadata["resourceVersion"] = json!(self.resource_version);
-        let body = json!({ "metadata": metadata });
+    ) -> Result<DynamicObject, ActionFailure> {
+        let servers = ApiResource::erase::<CachedServer>(&());
+        let api = Api::<DynamicObject>::namespaced_with(self.term.client.clone(), &self.namespace, &servers);
         let patched = api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&body))
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&self.guarded(metadata)))
             .await
             .map_err(|e| write_failure(context, &e))?;
         self.wrote(patched.resource_version().unwrap_or_default());
         Ok(patched)
+    }
+
+    /// A metadata merge patch guarded by the pass's resourceVersion.
+    fn guarded(&self, mut metadata: Value) -> Value {
+        metadata["resourceVersion"] = json!(self.resource_version);
+        json!({ "metadata": metadata })
     }
 
     /// Writes one of the core's records (see [`Action::Record`]): true

@@ -16,8 +16,8 @@ use super::discovery;
 use super::event_view;
 use super::openapi;
 use super::paging;
-use super::partial;
 use super::patch::{Patch, PatchKind};
+use super::representation;
 use super::resource::ResourceType;
 use super::router::{self, ApiPath, ResourcePath};
 use super::schema::FieldValidation;
@@ -111,7 +111,6 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
     } else {
         (resource_path.rtype.group.clone(), resource_path.rtype.plural.clone())
     };
-    let table_request = TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?;
     let operation = Operation {
         shared,
         key,
@@ -125,8 +124,8 @@ async fn dispatch(shared: &Shared, request: Request) -> Result<Response, ApiErro
         }),
         path: &resource_path,
         query: &query,
-        table: table_request,
-        metadata_only: if table_request.is_none() { partial::negotiate(accept) } else { None },
+        table: TableRequest::negotiate(accept, query.get("includeObject").map(String::as_str))?,
+        metadata_only: representation::metadata_only(accept),
     };
     let result = match verb {
         Verb::Get => operation.get(),
@@ -255,7 +254,7 @@ impl Operation<'_> {
     /// One object's answer, whole or as the representation asked for.
     fn object_response(&self, code: StatusCode, object: &Value) -> Response {
         match self.metadata_only {
-            Some(api_version) => json_response(code, &partial::of(object, api_version)),
+            Some(api_version) => json_response(code, &representation::partial_metadata(object, api_version)),
             None => json_response(code, &self.present(object)),
         }
     }
@@ -266,9 +265,8 @@ impl Operation<'_> {
             metadata["continue"] = Value::String(token);
         }
         if let Some(api_version) = self.metadata_only {
-            let items: Vec<Value> = items.iter().map(|o| partial::of(o, api_version)).collect();
-            let list =
-                json!({ "kind": partial::LIST_KIND, "apiVersion": api_version, "metadata": metadata, "items": items });
+            let items: Vec<Value> = items.iter().map(|o| representation::partial_metadata(o, api_version)).collect();
+            let list = json!({ "kind": representation::PARTIAL_METADATA_LIST_KIND, "apiVersion": api_version, "metadata": metadata, "items": items });
             return json_response(StatusCode::OK, &list);
         }
         #[derive(serde::Serialize)]

@@ -14,6 +14,7 @@ use jiff::Timestamp;
 use serde_json::{Map, Value, json};
 
 use super::jsonpath::JsonPath;
+use super::representation::{self, Representation};
 use super::resource::ResourceType;
 use super::status::ApiError;
 use super::store::StoreState;
@@ -38,7 +39,7 @@ impl TableRequest {
     /// Reads the `Accept` header and the `includeObject` parameter; `None`
     /// when the client prefers plain JSON (the first acceptable media type wins).
     pub(crate) fn negotiate(accept: Option<&str>, include: Option<&str>) -> Result<Option<Self>, ApiError> {
-        let Some(api_version) = accept.and_then(preferred_table_version) else { return Ok(None) };
+        let Some(Representation::Table(api_version)) = representation::preferred(accept) else { return Ok(None) };
         let include = match include.unwrap_or_default() {
             "" | "Metadata" => IncludeObject::Metadata,
             "None" => IncludeObject::None,
@@ -47,27 +48,6 @@ impl TableRequest {
         };
         Ok(Some(Self { api_version, include }))
     }
-}
-
-/// The Table version of the first acceptable media type, if that one is a Table.
-fn preferred_table_version(accept: &str) -> Option<&'static str> {
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or_default();
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let param = |name: &str| params.iter().find(|(key, _)| key.trim() == name).map(|(_, value)| value.trim());
-        if !matches!(media, "application/json" | "application/*" | "*/*") {
-            continue;
-        }
-        match (param("as"), param("g"), param("v")) {
-            (None, _, _) => return None,
-            (Some("Table"), Some("meta.k8s.io"), Some("v1")) => return Some("meta.k8s.io/v1"),
-            (Some("Table"), Some("meta.k8s.io"), Some("v1beta1")) => return Some("meta.k8s.io/v1beta1"),
-            // A representation SimKube does not offer: try the next one.
-            _ => {}
-        }
-    }
-    None
 }
 
 /// How one column's cell is computed.
