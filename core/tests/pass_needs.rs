@@ -281,6 +281,31 @@ fn withheld_user_data_of_a_first_create_comes_with_its_note_write() {
     assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::Creating));
 }
 
+/// A pass holds its decision while it waits on reference writes (during a
+/// burst of new Servers, hundreds of passes at once): once the create's
+/// request carries the user data, the pass's copy of the Server leaves it
+/// out, whichever way the pass got it.
+#[test]
+fn a_pass_that_creates_holds_its_user_data_once_in_the_request() {
+    let mut held = server();
+    held.spec.user_data = Some(UserData(CLOUD_CONFIG.to_vec()));
+    let mut pass = Pass::start(held, Options::default(), at(10));
+    Answerer::new(facts()).drive(&mut pass);
+    assert!(creates(&pass));
+    assert_eq!(pass.server().spec.user_data, None, "the copy leaves it out");
+    let ran = run_actions(&mut pass, None);
+    assert!(sent_user_data(&ran).unwrap().contains("echo hi"), "the create still sends it");
+
+    let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);
+    Answerer::new(facts()).drive(&mut pass);
+    pass.handle_done_with_user_data(Some(UserData(CLOUD_CONFIG.to_vec())));
+    assert!(creates(&pass));
+    assert_eq!(pass.server().spec.user_data, None, "the copy leaves out what the note's answer brought");
+    let ran = run_actions(&mut pass, None);
+    assert!(sent_user_data(&ran).unwrap().contains("echo hi"));
+    assert_eq!(pass.into_outcome(), Outcome::Yield(Wait::Creating));
+}
+
 #[test]
 fn a_note_answered_without_the_server_written_reads_the_user_data_then_creates() {
     let mut pass = Pass::start_with(server(), Options::default(), at(10), Rules::CORE, UserDataCopy::Withheld);

@@ -369,6 +369,18 @@ impl Pass {
         self.decision = Some(decision);
         self.next = 0;
         self.stage = Stage::Acting;
+        self.leave_out_user_data();
+    }
+
+    /// Once a decision that creates carries the user data (rendered into
+    /// its request), the pass's copy of the Server leaves it out, as a
+    /// cache's copy does: no later rule of the pass reads it, and a pass
+    /// holds its decision while it waits on reference writes, a burst of
+    /// new Servers hundreds of passes at once.
+    fn leave_out_user_data(&mut self) {
+        if self.decision.as_ref().is_some_and(creates) && self.server.spec.user_data.take().is_some() {
+            self.reads.user_data = UserDataCopy::Withheld;
+        }
     }
 
     /// The read the rules call for next, given what has been read.
@@ -533,6 +545,7 @@ impl Pass {
         self.decision = Some(decision);
         self.next = 0;
         self.stage = Stage::Acting;
+        self.leave_out_user_data();
     }
 
     /// The action from [`Pass::poll_action`] failed. In the pass's own
@@ -606,7 +619,8 @@ impl Pass {
         matches!(self.stage, Stage::FollowingUp) || (matches!(self.stage, Stage::Ended(_)) && self.decision.is_some())
     }
 
-    /// The Server as last persisted by this pass.
+    /// The Server as last persisted by this pass (its user data left out
+    /// once a decision to create carries it).
     pub fn server(&self) -> &Server {
         &self.server
     }
