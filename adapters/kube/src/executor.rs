@@ -6,8 +6,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
 use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
@@ -26,7 +25,7 @@ use crate::facts::{Reader, Source};
 use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
-use crate::server_writes::{Part, patch_server};
+use crate::server_writes::{Part, patch_server, patch_server_for_user_data};
 use crate::slots::Slot;
 use crate::term::{Term, Terms};
 
@@ -378,13 +377,17 @@ impl ActionIo<'_> {
                 return Ok(None);
             }
         };
-        let written = self.patch_metadata_read_whole(metadata, context).await?;
+        let body = self.guarded(metadata);
+        let written = patch_server_for_user_data(&self.term.client, &self.namespace, &self.name, &body)
+            .await
+            .map_err(|e| write_failure(context, &e))?;
+        self.wrote(written.metadata.resource_version.unwrap_or_default());
         // The API server checked userData as base64 (`format: byte`), as
         // `UserData` decodes it. One that does not decode is no answer the
         // pass can use: it is not taken for a Server without user data.
-        match written.data.pointer("/spec/userData") {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => serde_json::from_value::<UserData>(value.clone()).map(Some).map_err(|_| {
+        match written.spec.and_then(|spec| spec.user_data) {
+            None => Ok(None),
+            Some(text) => UserData::from_base64(&text).map(Some).map_err(|_| {
                 let unread = ApiCause::NoAnswer("the Server's userData as written does not decode as base64".into());
                 ActionFailure::Api(ApiFailure::new(context, unread))
             }),
@@ -406,23 +409,6 @@ impl ActionIo<'_> {
             .map_err(|e| write_failure(context, &e))?;
         self.wrote(written.resource_version.unwrap_or_default());
         Ok(())
-    }
-
-    /// [`ActionIo::patch_server_metadata`], the answer read whole, user data
-    /// included (unlike the cache's copy).
-    async fn patch_metadata_read_whole(
-        &mut self,
-        metadata: Value,
-        context: &str,
-    ) -> Result<DynamicObject, ActionFailure> {
-        let servers = ApiResource::erase::<CachedServer>(&());
-        let api = Api::<DynamicObject>::namespaced_with(self.term.client.clone(), &self.namespace, &servers);
-        let patched = api
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&self.guarded(metadata)))
-            .await
-            .map_err(|e| write_failure(context, &e))?;
-        self.wrote(patched.resource_version().unwrap_or_default());
-        Ok(patched)
     }
 
     /// A metadata merge patch guarded by the pass's resourceVersion.

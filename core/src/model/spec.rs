@@ -159,15 +159,24 @@ const GO_STD_ENCODING: base64::engine::GeneralPurpose = base64::engine::GeneralP
     base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
 );
 
-impl<'de> Deserialize<'de> for UserData {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let encoded = String::deserialize(deserializer)?;
+impl UserData {
+    /// Decodes user data as the API server stores it: base64 text, as Go's
+    /// `encoding/json` reads a `[]byte` (line breaks skipped).
+    pub fn from_base64(encoded: &str) -> Result<UserData, base64::DecodeError> {
         let decoded = if encoded.contains(['\r', '\n']) {
             GO_STD_ENCODING.decode(encoded.replace(['\r', '\n'], ""))
         } else {
             GO_STD_ENCODING.decode(encoded.as_bytes())
         };
-        decoded.map(UserData).map_err(|e| serde::de::Error::custom(format!("userData is not valid base64: {e}")))
+        decoded.map(UserData)
+    }
+}
+
+impl<'de> Deserialize<'de> for UserData {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let encoded = String::deserialize(deserializer)?;
+        UserData::from_base64(&encoded)
+            .map_err(|e| serde::de::Error::custom(format!("userData is not valid base64: {e}")))
     }
 }
 
