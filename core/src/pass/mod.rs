@@ -366,21 +366,22 @@ impl Pass {
             let before = self.server.meta.annotations.get(CREATE_ISSUED_ANNOTATION).cloned();
             self.reads.note_write = Some(NoteWrite { before, written: written.to_owned(), landed: false });
         }
+        self.act_on(decision);
+    }
+
+    /// Runs `decision`'s actions from the first. Once a decision that
+    /// creates carries the user data (rendered into its request), the
+    /// pass's copy of the Server leaves it out, as a cache's copy does: no
+    /// later rule of the pass reads it, and a pass holds its decision while
+    /// it waits on reference writes, a burst of new Servers hundreds of
+    /// passes at once.
+    fn act_on(&mut self, decision: Decision) {
+        if creates(&decision) && self.server.spec.user_data.take().is_some() {
+            self.reads.user_data = UserDataCopy::Withheld;
+        }
         self.decision = Some(decision);
         self.next = 0;
         self.stage = Stage::Acting;
-        self.leave_out_user_data();
-    }
-
-    /// Once a decision that creates carries the user data (rendered into
-    /// its request), the pass's copy of the Server leaves it out, as a
-    /// cache's copy does: no later rule of the pass reads it, and a pass
-    /// holds its decision while it waits on reference writes, a burst of
-    /// new Servers hundreds of passes at once.
-    fn leave_out_user_data(&mut self) {
-        if self.decision.as_ref().is_some_and(creates) && self.server.spec.user_data.take().is_some() {
-            self.reads.user_data = UserDataCopy::Withheld;
-        }
     }
 
     /// The read the rules call for next, given what has been read.
@@ -542,10 +543,7 @@ impl Pass {
             Some(at) => drop_create_note(&mut decision.actions, at),
             None => decision.actions.insert(0, undo),
         }
-        self.decision = Some(decision);
-        self.next = 0;
-        self.stage = Stage::Acting;
-        self.leave_out_user_data();
+        self.act_on(decision);
     }
 
     /// The action from [`Pass::poll_action`] failed. In the pass's own
