@@ -48,6 +48,9 @@ pub struct ServerContent {
     pub status: Option<ServerStatus>,
     /// Whether the Server has user data, left out of the cache.
     pub has_user_data: bool,
+    /// About how many bytes its user data holds decoded (0 without): what a
+    /// create of it will carry (`slots::PassSlots`' budget).
+    pub user_data_bytes: usize,
     /// Its user data, kept for its next create while the budget has room
     /// (`held_user_data`); else a pass that creates reads it live.
     pub held_user_data: Option<HeldUserData>,
@@ -84,8 +87,10 @@ impl CachedServer {
         let maps = trim(&mut metadata);
         let user_data = spec.spec.user_data.take();
         let has_user_data = user_data.is_some();
+        let user_data_bytes = user_data.as_ref().map_or(0, |data| data.0.len());
         let held_user_data = held_for_create(status.as_ref(), || user_data);
-        let content = ServerContent { spec, status, has_user_data, held_user_data, unread: Vec::new() };
+        let content =
+            ServerContent { spec, status, has_user_data, user_data_bytes, held_user_data, unread: Vec::new() };
         CachedServer::assemble(metadata, maps, Ok(content))
     }
 
@@ -362,6 +367,11 @@ impl<'de> Deserialize<'de> for CachedServer {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let Parts { metadata, content, user_data } = Parts::deserialize(deserializer)?;
         let has_user_data = user_data.is_some();
+        // Base64: three bytes for every four characters.
+        let user_data_bytes = match &user_data {
+            Some(UserDataField::Text(text)) => text.len() / 4 * 3,
+            _ => 0,
+        };
         // The API server validates metadata: one that does not decode is no
         // Server at all. The message names the path only.
         let mut metadata: ObjectMeta = serde_path_to_error::deserialize(metadata)
@@ -377,7 +387,7 @@ impl<'de> Deserialize<'de> for CachedServer {
                     }
                     UserDataField::Odd => None,
                 });
-                Ok(ServerContent { spec, status, has_user_data, held_user_data, unread })
+                Ok(ServerContent { spec, status, has_user_data, user_data_bytes, held_user_data, unread })
             }
             Err(error) => Err(Malformed { path: error.path().to_string() }),
         };

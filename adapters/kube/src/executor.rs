@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use server_core::model::{SERVER_FINALIZER, Server as CoreServer, UserData};
-use server_core::pass::{ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
+use server_core::pass::{Need, ProviderSource, Rules, UserDataCopy, partly_unreadable_event};
 use server_core::port::DeleteProgress;
 use server_core::reconcile::Reference;
 use server_core::{Action, ActionFailure, ApiCause, ApiFailure, NotSent, Outcome, Pass, Wait};
@@ -26,7 +26,7 @@ use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
 use crate::server_writes::{Part, patch_server, patch_server_for_user_data};
-use crate::slots::Slot;
+use crate::slots::{Slot, UserDataRoom};
 use crate::term::{Term, Terms};
 
 /// Everything a pass needs, shared by all passes of a controller.
@@ -70,7 +70,8 @@ impl Executor {
             let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
             warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
             let pass = Pass::unreadable(object.meta_only(), &problem, options, now());
-            return Ok(self.act(term, object, caches, slot, pass, Err("the Server cannot be read".into())).await);
+            let unread = Err("the Server cannot be read".into());
+            return Ok(self.act(term, object, caches, slot, pass, unread, None).await);
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
@@ -103,7 +104,12 @@ impl Executor {
         let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
         let source = Source::Controller { caches, listings: &term.listings, floors: &term.floors };
         let mut reader = Reader::new(&term.client, &term.clouds, source, self.config.cloud_timeout);
+        let user_data_bytes = object.content.as_ref().map_or(0, |content| content.user_data_bytes);
+        let mut user_data_room = None;
         while let Some(need) = pass.poll_need() {
+            if matches!(need, Need::UserData) && user_data_room.is_none() {
+                user_data_room = Some(slot.user_data_room(user_data_bytes).await);
+            }
             let fact = reader.read(need, pass.server(), pass.facts()).await?;
             pass.handle_fact(fact)?;
         }
@@ -124,18 +130,24 @@ impl Executor {
                 "decided"
             );
         }
-        Ok(self.act(term, object, caches, slot, pass, cloud).await)
+        Ok(self.act(term, object, caches, slot, pass, cloud, user_data_room).await)
     }
 
-    /// Runs the actions the pass hands out, each through the term it started in.
-    async fn act(
+    /// Runs the actions the pass hands out, each through the term it started
+    /// in. A create that takes its user data from its note's answer first
+    /// waits for room in the budget for user data in flight, unless the
+    /// pass read it already (`user_data_room`); the room is held until its
+    /// create is answered.
+    #[allow(clippy::too_many_arguments)]
+    async fn act<'s>(
         &self,
         term: &Term,
         object: &CachedServer,
         caches: &Caches,
-        slot: &mut Slot<'_>,
+        slot: &mut Slot<'s>,
         mut pass: Pass,
         cloud: Result<CloudHandle, String>,
+        mut user_data_room: Option<UserDataRoom<'s>>,
     ) -> Outcome {
         let server = pass.server();
         let mut io = ActionIo {
@@ -159,6 +171,10 @@ impl Executor {
             let Some(changes) = changes else {
                 let Some(action) = pass.poll_action() else { break };
                 if pass.awaits_user_data() {
+                    if user_data_room.is_none() {
+                        let bytes = object.content.as_ref().map_or(0, |content| content.user_data_bytes);
+                        user_data_room = Some(slot.user_data_room(bytes).await);
+                    }
                     match io.apply_for_user_data(action, pass.server()).await {
                         Ok(user_data) => pass.handle_done_with_user_data(user_data),
                         Err(failure) => {
@@ -168,12 +184,18 @@ impl Executor {
                     }
                     continue;
                 }
+                let creates = matches!(action, Action::CreateProviderServer(_));
                 match io.apply(action, pass.server()).await {
                     Ok(()) => pass.handle_done(),
                     Err(failure) => {
                         io.report_failure(action, &failure);
                         pass.handle_failed(failure);
                     }
+                }
+                // The create is answered: what is left of the pass (its status
+                // write) holds the user data for milliseconds, not a wait.
+                if creates {
+                    user_data_room = None;
                 }
                 continue;
             };

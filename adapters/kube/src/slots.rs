@@ -10,6 +10,14 @@
 //! with those, never with every queued Server (which would start them all,
 //! each then holding its decided pass while waiting, before any got its slot
 //! back), and a queued Server costs the scheduler's entry, not a pass.
+//!
+//! A create carries its Server's user data from its note's write to the
+//! provider's answer, most of that time waiting on reference writes (a
+//! burst of new Servers: hundreds of passes at once). The
+//! user data of the creates in flight share a budget in bytes
+//! ([`USER_DATA_IN_FLIGHT`]): where user data is small it never binds, and
+//! a burst of Servers with large user data holds a bounded amount of it,
+//! not one copy per admitted pass.
 
 use std::future::Future;
 
@@ -24,15 +32,33 @@ pub(crate) fn admitted(concurrency: u16) -> u16 {
     concurrency.max(1).saturating_mul(ADMITTED_PER_SLOT)
 }
 
-/// The slots every pass of a controller shares.
+/// Bytes of user data the creates in flight may hold together: every
+/// admitted pass (256) with 8 KB each, 64 creates with 32 KB. At 10,000
+/// Servers with 32 KB this is 9 MB less at the peak than 8 MiB and settles
+/// in 183 s, not 171 (docs/BENCH.md, "User data in flight").
+pub(crate) const USER_DATA_IN_FLIGHT: usize = 4 * 1024 * 1024;
+
+/// What a create holds per byte of its user data: the rendered copy its
+/// request sends, and the body it is read from or sent in.
+const COPIES_PER_CREATE: usize = 2;
+
+/// The budget is counted in KiB (a semaphore's permits are `u32`).
+const KIB: usize = 1024;
+
+/// The slots every pass of a controller shares, and the budget for the user
+/// data of their creates.
 #[derive(Debug)]
 pub(crate) struct PassSlots {
     working: Semaphore,
+    user_data: Semaphore,
 }
 
 impl PassSlots {
     pub(crate) fn new(concurrency: u16) -> Self {
-        PassSlots { working: Semaphore::new(usize::from(concurrency.max(1))) }
+        PassSlots {
+            working: Semaphore::new(usize::from(concurrency.max(1))),
+            user_data: Semaphore::new(USER_DATA_IN_FLIGHT / KIB),
+        }
     }
 
     /// Waits for a free slot; first come, first served.
@@ -54,7 +80,7 @@ pub(crate) struct Slot<'a> {
     permit: Option<SemaphorePermit<'a>>,
 }
 
-impl Slot<'_> {
+impl<'a> Slot<'a> {
     /// Runs `wait` without the slot, then takes a slot again before the
     /// pass goes on.
     pub(crate) async fn released_while<F: Future>(&mut self, wait: F) -> F::Output {
@@ -63,10 +89,33 @@ impl Slot<'_> {
         self.permit = self.slots.working.acquire().await.ok();
         output
     }
+
+    /// Waits, without the slot, until the budget has room for a create
+    /// whose user data is `bytes` long; the room is the create's until the
+    /// returned share is dropped. User data larger than the whole budget
+    /// takes all of it.
+    pub(crate) async fn user_data_room(&mut self, bytes: usize) -> UserDataRoom<'a> {
+        let budget = &self.slots.user_data;
+        let kib = bytes.saturating_mul(COPIES_PER_CREATE).div_ceil(KIB).clamp(1, USER_DATA_IN_FLIGHT / KIB);
+        let wanted = u32::try_from(kib).unwrap_or(u32::MAX);
+        let permit = match budget.try_acquire_many(wanted) {
+            Ok(permit) => Some(permit),
+            Err(_) => self.released_while(budget.acquire_many(wanted)).await.ok(),
+        };
+        UserDataRoom { _permit: permit }
+    }
+}
+
+/// A create's share of the user-data budget, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct UserDataRoom<'a> {
+    _permit: Option<SemaphorePermit<'a>>,
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test]
@@ -97,6 +146,44 @@ mod tests {
         let _b = slots.acquire().await;
         let third = tokio::time::timeout(std::time::Duration::from_millis(20), slots.acquire()).await;
         assert!(third.is_err(), "a third pass waits");
+    }
+
+    #[tokio::test]
+    async fn a_create_with_large_user_data_waits_for_room_without_its_slot() {
+        let slots = PassSlots::new(4);
+        let half = USER_DATA_IN_FLIGHT / COPIES_PER_CREATE / 2;
+        let (mut first, mut second, mut third) = (slots.acquire().await, slots.acquire().await, slots.acquire().await);
+        let a = first.user_data_room(half).await;
+        let _b = second.user_data_room(half).await;
+        let mut waiting = std::pin::pin!(third.user_data_room(half));
+        let waited = tokio::time::timeout(Duration::from_millis(20), &mut waiting).await;
+        assert!(waited.is_err(), "a third such create waits for room");
+        assert_eq!(slots.free(), 2, "and gives its slot up while it waits");
+        drop(a);
+        let _c = waiting.await;
+        assert_eq!(slots.free(), 1, "it holds its slot again");
+    }
+
+    #[tokio::test]
+    async fn creates_with_small_user_data_never_wait_for_room() {
+        let slots = PassSlots::new(1);
+        let mut slot = slots.acquire().await;
+        let mut rooms = Vec::new();
+        for _ in 0..admitted(32) {
+            let room = tokio::time::timeout(Duration::from_millis(20), slot.user_data_room(8 * 1024)).await;
+            rooms.push(room.expect("256 creates of 8 KB fit at once"));
+        }
+    }
+
+    #[tokio::test]
+    async fn user_data_larger_than_the_budget_takes_all_of_it() {
+        let slots = PassSlots::new(2);
+        let (mut first, mut second) = (slots.acquire().await, slots.acquire().await);
+        let huge = tokio::time::timeout(Duration::from_millis(20), first.user_data_room(usize::MAX)).await;
+        let huge = huge.expect("an empty budget has room for it");
+        let waited = tokio::time::timeout(Duration::from_millis(20), second.user_data_room(1)).await;
+        assert!(waited.is_err(), "nothing else fits beside it");
+        drop(huge);
     }
 
     #[test]
