@@ -26,7 +26,7 @@ use crate::kube_api::now;
 use crate::metrics::Metrics;
 use crate::references::Target;
 use crate::server_writes::{Part, patch_server, patch_server_for_user_data};
-use crate::slots::{Slot, UserDataRoom};
+use crate::slots::Slot;
 use crate::term::{Term, Terms};
 
 /// Everything a pass needs, shared by all passes of a controller.
@@ -70,8 +70,7 @@ impl Executor {
             let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
             warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
             let pass = Pass::unreadable(object.meta_only(), &problem, options, now());
-            let unread = Err("the Server cannot be read".into());
-            return Ok(self.act(term, object, caches, slot, pass, unread, None).await);
+            return Ok(self.act(term, object, caches, slot, pass, Err("the Server cannot be read".into())).await);
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
@@ -104,11 +103,9 @@ impl Executor {
         let mut pass = Pass::start_with(server, options, now(), Rules::CORE, user_data);
         let source = Source::Controller { caches, listings: &term.listings, floors: &term.floors };
         let mut reader = Reader::new(&term.client, &term.clouds, source, self.config.cloud_timeout);
-        let user_data_bytes = object.content.as_ref().map_or(0, |content| content.user_data_bytes);
-        let mut user_data_room = None;
         while let Some(need) = pass.poll_need() {
-            if matches!(need, Need::UserData) && user_data_room.is_none() {
-                user_data_room = Some(slot.user_data_room(user_data_bytes).await);
+            if matches!(need, Need::UserData) {
+                slot.hold_user_data(user_data_bytes(object)).await;
             }
             let fact = reader.read(need, pass.server(), pass.facts()).await?;
             pass.handle_fact(fact)?;
@@ -130,24 +127,22 @@ impl Executor {
                 "decided"
             );
         }
-        Ok(self.act(term, object, caches, slot, pass, cloud, user_data_room).await)
+        Ok(self.act(term, object, caches, slot, pass, cloud).await)
     }
 
     /// Runs the actions the pass hands out, each through the term it started
     /// in. A create that takes its user data from its note's answer first
-    /// waits for room in the budget for user data in flight, unless the
-    /// pass read it already (`user_data_room`); the room is held until its
+    /// waits for room in the budget for user data in flight (`slots`),
+    /// unless the pass holds room already; the room is held until the
     /// create is answered.
-    #[allow(clippy::too_many_arguments)]
-    async fn act<'s>(
+    async fn act(
         &self,
         term: &Term,
         object: &CachedServer,
         caches: &Caches,
-        slot: &mut Slot<'s>,
+        slot: &mut Slot<'_>,
         mut pass: Pass,
         cloud: Result<CloudHandle, String>,
-        mut user_data_room: Option<UserDataRoom<'s>>,
     ) -> Outcome {
         let server = pass.server();
         let mut io = ActionIo {
@@ -171,10 +166,7 @@ impl Executor {
             let Some(changes) = changes else {
                 let Some(action) = pass.poll_action() else { break };
                 if pass.awaits_user_data() {
-                    if user_data_room.is_none() {
-                        let bytes = object.content.as_ref().map_or(0, |content| content.user_data_bytes);
-                        user_data_room = Some(slot.user_data_room(bytes).await);
-                    }
+                    slot.hold_user_data(user_data_bytes(object)).await;
                     match io.apply_for_user_data(action, pass.server()).await {
                         Ok(user_data) => pass.handle_done_with_user_data(user_data),
                         Err(failure) => {
@@ -195,7 +187,7 @@ impl Executor {
                 // The create is answered: what is left of the pass (its status
                 // write) holds the user data for milliseconds, not a wait.
                 if creates {
-                    user_data_room = None;
+                    slot.give_back_user_data();
                 }
                 continue;
             };
@@ -216,6 +208,12 @@ impl Executor {
         }
         pass.into_outcome()
     }
+}
+
+/// How many bytes the Server's user data holds decoded (0 without): the
+/// room its create takes in the user-data budget.
+fn user_data_bytes(object: &CachedServer) -> usize {
+    object.content.as_ref().map_or(0, |content| content.user_data_bytes)
 }
 
 /// The I/O side of one pass: the resourceVersions that guard its next

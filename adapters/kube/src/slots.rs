@@ -63,7 +63,7 @@ impl PassSlots {
 
     /// Waits for a free slot; first come, first served.
     pub(crate) async fn acquire(&self) -> Slot<'_> {
-        Slot { slots: self, permit: self.working.acquire().await.ok() }
+        Slot { slots: self, permit: self.working.acquire().await.ok(), user_data_room: None }
     }
 
     #[cfg(test)]
@@ -72,15 +72,17 @@ impl PassSlots {
     }
 }
 
-/// A pass's slot. The semaphore is never closed, so the permit is `None`
-/// only while given up.
+/// A pass's slot, and its create's room in the user-data budget. The
+/// semaphores are never closed, so the slot's permit is `None` only while
+/// given up.
 #[derive(Debug)]
 pub(crate) struct Slot<'a> {
     slots: &'a PassSlots,
     permit: Option<SemaphorePermit<'a>>,
+    user_data_room: Option<SemaphorePermit<'a>>,
 }
 
-impl<'a> Slot<'a> {
+impl Slot<'_> {
     /// Runs `wait` without the slot, then takes a slot again before the
     /// pass goes on.
     pub(crate) async fn released_while<F: Future>(&mut self, wait: F) -> F::Output {
@@ -91,25 +93,27 @@ impl<'a> Slot<'a> {
     }
 
     /// Waits, without the slot, until the budget has room for a create
-    /// whose user data is `bytes` long; the room is the create's until the
-    /// returned share is dropped. User data larger than the whole budget
-    /// takes all of it.
-    pub(crate) async fn user_data_room(&mut self, bytes: usize) -> UserDataRoom<'a> {
+    /// whose user data is `bytes` long, and holds that room until
+    /// [`Slot::give_back_user_data`] or the pass ends; a pass that holds
+    /// room already keeps it. User data larger than the whole budget takes
+    /// all of it.
+    pub(crate) async fn hold_user_data(&mut self, bytes: usize) {
+        if self.user_data_room.is_some() {
+            return;
+        }
         let budget = &self.slots.user_data;
         let kib = bytes.saturating_mul(COPIES_PER_CREATE).div_ceil(KIB).clamp(1, USER_DATA_IN_FLIGHT / KIB);
         let wanted = u32::try_from(kib).unwrap_or(u32::MAX);
-        let permit = match budget.try_acquire_many(wanted) {
+        self.user_data_room = match budget.try_acquire_many(wanted) {
             Ok(permit) => Some(permit),
             Err(_) => self.released_while(budget.acquire_many(wanted)).await.ok(),
         };
-        UserDataRoom { _permit: permit }
     }
-}
 
-/// A create's share of the user-data budget, given back when dropped.
-#[derive(Debug)]
-pub(crate) struct UserDataRoom<'a> {
-    _permit: Option<SemaphorePermit<'a>>,
+    /// Gives the create's room back: its request is answered.
+    pub(crate) fn give_back_user_data(&mut self) {
+        self.user_data_room = None;
+    }
 }
 
 #[cfg(test)]
@@ -153,25 +157,41 @@ mod tests {
         let slots = PassSlots::new(4);
         let half = USER_DATA_IN_FLIGHT / COPIES_PER_CREATE / 2;
         let (mut first, mut second, mut third) = (slots.acquire().await, slots.acquire().await, slots.acquire().await);
-        let a = first.user_data_room(half).await;
-        let _b = second.user_data_room(half).await;
-        let mut waiting = std::pin::pin!(third.user_data_room(half));
+        first.hold_user_data(half).await;
+        second.hold_user_data(half).await;
+        let mut waiting = std::pin::pin!(third.hold_user_data(half));
         let waited = tokio::time::timeout(Duration::from_millis(20), &mut waiting).await;
         assert!(waited.is_err(), "a third such create waits for room");
         assert_eq!(slots.free(), 2, "and gives its slot up while it waits");
-        drop(a);
-        let _c = waiting.await;
+        first.give_back_user_data();
+        waiting.await;
         assert_eq!(slots.free(), 1, "it holds its slot again");
     }
 
     #[tokio::test]
+    async fn a_pass_holding_room_keeps_it_and_gives_it_back_once() {
+        let slots = PassSlots::new(2);
+        let (mut first, mut second) = (slots.acquire().await, slots.acquire().await);
+        let all = USER_DATA_IN_FLIGHT / COPIES_PER_CREATE;
+        first.hold_user_data(all).await;
+        let again = tokio::time::timeout(Duration::from_millis(20), first.hold_user_data(all)).await;
+        assert!(again.is_ok(), "a pass asking again keeps the room it holds");
+        let waited = tokio::time::timeout(Duration::from_millis(20), second.hold_user_data(1)).await;
+        assert!(waited.is_err(), "the budget is taken");
+        first.give_back_user_data();
+        let after = tokio::time::timeout(Duration::from_millis(20), second.hold_user_data(all)).await;
+        assert!(after.is_ok(), "room given back is room for the next create");
+    }
+
+    #[tokio::test]
     async fn creates_with_small_user_data_never_wait_for_room() {
-        let slots = PassSlots::new(1);
-        let mut slot = slots.acquire().await;
-        let mut rooms = Vec::new();
+        let slots = PassSlots::new(admitted(32));
+        let mut passes = Vec::new();
         for _ in 0..admitted(32) {
-            let room = tokio::time::timeout(Duration::from_millis(20), slot.user_data_room(8 * 1024)).await;
-            rooms.push(room.expect("256 creates of 8 KB fit at once"));
+            let mut slot = slots.acquire().await;
+            let held = tokio::time::timeout(Duration::from_millis(20), slot.hold_user_data(8 * 1024)).await;
+            held.expect("256 creates of 8 KB fit at once");
+            passes.push(slot);
         }
     }
 
@@ -179,11 +199,10 @@ mod tests {
     async fn user_data_larger_than_the_budget_takes_all_of_it() {
         let slots = PassSlots::new(2);
         let (mut first, mut second) = (slots.acquire().await, slots.acquire().await);
-        let huge = tokio::time::timeout(Duration::from_millis(20), first.user_data_room(usize::MAX)).await;
-        let huge = huge.expect("an empty budget has room for it");
-        let waited = tokio::time::timeout(Duration::from_millis(20), second.user_data_room(1)).await;
+        let huge = tokio::time::timeout(Duration::from_millis(20), first.hold_user_data(usize::MAX)).await;
+        huge.expect("an empty budget has room for it");
+        let waited = tokio::time::timeout(Duration::from_millis(20), second.hold_user_data(1)).await;
         assert!(waited.is_err(), "nothing else fits beside it");
-        drop(huge);
     }
 
     #[test]
