@@ -34,8 +34,9 @@ pub(crate) fn admitted(concurrency: u16) -> u16 {
 
 /// Bytes of user data the creates in flight may hold together: every
 /// admitted pass (256) with 8 KB each, 64 creates with 32 KB. At 10,000
-/// Servers with 32 KB this is 9 MB less at the peak than 8 MiB and settles
-/// in 183 s, not 171 (docs/BENCH.md, "User data in flight").
+/// Servers with 32 KB this is 3-5 MB less at the peak than 8 MiB and
+/// settles in 184 s, not 171 (docs/BENCH.md, "The start-up list and a
+/// budget for user data in flight").
 pub(crate) const USER_DATA_IN_FLIGHT: usize = 4 * 1024 * 1024;
 
 /// What a create holds per byte of its user data: the rendered copy its
