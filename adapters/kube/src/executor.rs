@@ -54,6 +54,11 @@ impl Executor {
     /// One pass over `object`, reading consumed resources from `caches`.
     /// `Err` only when the facts could not be read; a failed action is the
     /// core's to judge and comes back as an outcome.
+    ///
+    /// Its reads, writes and cloud calls are boxed while they run: a pass
+    /// spends most of its life waiting on reference writes, and then holds
+    /// its own state (3 KB) instead of room for the largest call it might
+    /// make (16 KB a pass unboxed, with a hundred passes started at once).
     pub(crate) async fn reconcile(
         &self,
         term: &Term,
@@ -70,7 +75,9 @@ impl Executor {
             let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
             warn!(server = %name, %namespace, %problem, "the Server cannot be read; it is left alone until it changes");
             let pass = Pass::unreadable(object.meta_only(), &problem, options, now());
-            return Ok(self.act(term, object, caches, slot, pass, Err("the Server cannot be read".into())).await);
+            return Ok(
+                Box::pin(self.act(term, object, caches, slot, pass, Err("the Server cannot be read".into()))).await
+            );
         };
         let cached_version = object.resource_version().unwrap_or_default();
         if term.own_writes.cache_is_behind(&server.meta.uid, &cached_version, std::time::Instant::now()) {
@@ -86,7 +93,7 @@ impl Executor {
             let (name, namespace) = (object.name_any(), object.namespace().unwrap_or_default());
             warn!(server = %name, %namespace, paths = content.unread.len(), "the Server holds values this controller does not understand; read as Unknown");
             let event = partly_unreadable_event(&content.unread);
-            if let Err(error) = term.events.publish(&event, &object.object_ref(&())).await {
+            if let Err(error) = Box::pin(term.events.publish(&event, &object.object_ref(&()))).await {
                 warn!(server = %name, %namespace, error = %short_message(&error), "emitting an event failed");
             }
         }
@@ -107,7 +114,7 @@ impl Executor {
             if matches!(need, Need::UserData) {
                 slot.hold_user_data(user_data_bytes(object)).await;
             }
-            let fact = reader.read(need, pass.server(), pass.facts()).await?;
+            let fact = Box::pin(reader.read(need, pass.server(), pass.facts())).await?;
             pass.handle_fact(fact)?;
         }
         let cloud = reader.into_cloud();
@@ -127,7 +134,7 @@ impl Executor {
                 "decided"
             );
         }
-        Ok(self.act(term, object, caches, slot, pass, cloud).await)
+        Ok(Box::pin(self.act(term, object, caches, slot, pass, cloud)).await)
     }
 
     /// Runs the actions the pass hands out, each through the term it started
@@ -167,7 +174,7 @@ impl Executor {
                 let Some(action) = pass.poll_action() else { break };
                 if pass.awaits_user_data() {
                     slot.hold_user_data(user_data_bytes(object)).await;
-                    match io.apply_for_user_data(action, pass.server()).await {
+                    match Box::pin(io.apply_for_user_data(action, pass.server())).await {
                         Ok(user_data) => pass.handle_done_with_user_data(user_data),
                         Err(failure) => {
                             io.report_failure(action, &failure);
@@ -177,7 +184,7 @@ impl Executor {
                     continue;
                 }
                 let creates = matches!(action, Action::CreateProviderServer(_));
-                match io.apply(action, pass.server()).await {
+                match Box::pin(io.apply(action, pass.server())).await {
                     Ok(()) => pass.handle_done(),
                     Err(failure) => {
                         io.report_failure(action, &failure);

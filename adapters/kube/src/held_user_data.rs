@@ -17,8 +17,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use server_core::model::UserData;
 
-/// Bytes of user data all cached Servers together may hold.
-pub const BUDGET: usize = 16 * 1024 * 1024;
+/// Bytes of user data all cached Servers together may hold: 128 Servers
+/// with 32 KB, a thousand with 4 KB. A Server past it costs one GET; 16 MiB
+/// held 2-3 MB more at the peak of 10,000 Servers with 32 KB (docs/BENCH.md,
+/// "Passes started at once").
+pub const BUDGET: usize = 4 * 1024 * 1024;
 
 /// What the cache's copies hold together.
 static CACHE: Budget = Budget { limit: BUDGET, held: AtomicUsize::new(0) };

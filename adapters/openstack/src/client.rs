@@ -2,6 +2,7 @@
 //! the one token refresh on 401 that Keystone's token revocation calls for,
 //! over the shared transport (`http`).
 
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use server_core::port::{CloudError, IdentityContext, RequestGate};
@@ -85,7 +86,8 @@ pub(crate) struct Call<'a> {
     /// Path below the service endpoint, starting with `/`.
     pub(crate) path: String,
     pub(crate) query: Vec<(&'static str, String)>,
-    pub(crate) body: Option<serde_json::Value>,
+    /// The JSON body, encoded once: a re-sent call (after a 401) shares it.
+    pub(crate) body: Option<Bytes>,
 }
 
 impl<'a> Call<'a> {
@@ -98,9 +100,14 @@ impl<'a> Call<'a> {
         self
     }
 
-    pub(crate) fn body(mut self, body: serde_json::Value) -> Self {
-        self.body = Some(body);
-        self
+    /// Sets the JSON body. Encoding cannot fail for the bodies the port
+    /// builds (string keys only); were it to, the call is not sent.
+    pub(crate) fn body(mut self, body: &impl serde::Serialize) -> Result<Self, CloudError> {
+        let encoded = serde_json::to_vec(body).map_err(|e| CloudError::Unreachable {
+            message: format!("{}: not sent: its body could not be encoded as JSON: {e}", self.operation),
+        })?;
+        self.body = Some(Bytes::from(encoded));
+        Ok(self)
     }
 }
 
@@ -163,7 +170,7 @@ impl Session<'_> {
             request = request.query(&call.query);
         }
         if let Some(body) = &call.body {
-            request = request.json(body);
+            request = request.body(body.clone());
         }
         let reply = self.http.send(call.operation, request).await?;
         if matches!(reply.status.as_u16(), 413 | 429)

@@ -521,9 +521,11 @@ impl OpenStackCloud {
         };
         let project = self.term.index.project(identity);
         project.mark_uncertain(uid, self.term.index.tick());
-        let id =
-            compute::create_server(&session, mapping::server_body(request, &port.id, identity.ssh_key_name.as_deref()))
-                .await?;
+        let id = compute::create_server(
+            &session,
+            &mapping::server_body(request, &port.id, identity.ssh_key_name.as_deref()),
+        )
+        .await?;
         project.remember(uid, &id, self.term.index.tick());
         project.settle(uid);
         if made == PortMade::Now {

@@ -3,7 +3,6 @@
 use http::Method;
 use jiff::Timestamp;
 use serde::Deserialize;
-use serde_json::Value;
 use server_core::port::{CloudError, LIST_PAGE_ATTEMPTS};
 use tracing::debug;
 
@@ -129,9 +128,9 @@ pub(crate) async fn get_server(session: &Session<'_>, id: &str) -> Result<Option
 }
 
 /// Asks Nova to build a server; returns its id (Nova answers 202 at once).
-pub(crate) async fn create_server(session: &Session<'_>, body: Value) -> Result<String, CloudError> {
+pub(crate) async fn create_server(session: &Session<'_>, body: &impl serde::Serialize) -> Result<String, CloudError> {
     const OPERATION: &str = "creating server";
-    let call = Call::new(OPERATION, Service::Compute, Method::POST, "/servers").body(body);
+    let call = Call::new(OPERATION, Service::Compute, Method::POST, "/servers").body(body)?;
     Ok(session.send(&call).await?.json::<CreatedEnvelope>(OPERATION)?.server.id)
 }
 
@@ -156,7 +155,7 @@ pub(crate) async fn update_metadata(
     const OPERATION: &str = "updating server metadata";
     let path = format!("/servers/{}/metadata", segment(id));
     let call =
-        Call::new(OPERATION, Service::Compute, Method::POST, path).body(serde_json::json!({"metadata": metadata}));
+        Call::new(OPERATION, Service::Compute, Method::POST, path).body(&serde_json::json!({"metadata": metadata}))?;
     session.send(&call).await?.ok(OPERATION)
 }
 
@@ -168,7 +167,7 @@ pub(crate) async fn rebuild_server(session: &Session<'_>, id: &str, image_id: &s
     const OPERATION: &str = "rebuilding server";
     let path = format!("/servers/{}/action", segment(id));
     let body = serde_json::json!({"rebuild": {"imageRef": image_id}});
-    let call = Call::new(OPERATION, Service::Compute, Method::POST, path).body(body);
+    let call = Call::new(OPERATION, Service::Compute, Method::POST, path).body(&body)?;
     session.send(&call).await?.ok(OPERATION)
 }
 
@@ -177,7 +176,7 @@ pub(crate) async fn force_delete_server(session: &Session<'_>, id: &str) -> Resu
     const OPERATION: &str = "force-deleting server";
     let path = format!("/servers/{}/action", segment(id));
     let call =
-        Call::new(OPERATION, Service::Compute, Method::POST, path).body(serde_json::json!({"forceDelete": null}));
+        Call::new(OPERATION, Service::Compute, Method::POST, path).body(&serde_json::json!({"forceDelete": null}))?;
     let reply = session.send(&call).await?;
     if reply.is_not_found() {
         return Ok(());

@@ -194,7 +194,7 @@ pub(crate) struct Request {
     url: String,
     headers: HeaderMap,
     query: Vec<(&'static str, String)>,
-    body: Option<Vec<u8>>,
+    body: Option<Bytes>,
     timeout: Option<Duration>,
 }
 
@@ -216,8 +216,13 @@ impl Request {
         self
     }
 
-    pub(crate) fn json(mut self, body: &serde_json::Value) -> Self {
-        self.body = Some(body.to_string().into_bytes());
+    pub(crate) fn json(self, body: &serde_json::Value) -> Self {
+        self.body(Bytes::from(body.to_string()))
+    }
+
+    /// A JSON body, encoded already.
+    pub(crate) fn body(mut self, body: Bytes) -> Self {
+        self.body = Some(body);
         self
     }
 
@@ -237,7 +242,7 @@ impl Request {
                 headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             }
         }
-        request.body(Full::new(self.body.map(Bytes::from).unwrap_or_default()))
+        request.body(Full::new(self.body.unwrap_or_default()))
     }
 }
 

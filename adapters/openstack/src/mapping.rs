@@ -4,12 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::TimeZone;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Value, json};
 use server_core::model::NetworkAttachment;
 use server_core::port::{CreateRequest, PowerState, ProviderServer, ProviderStatus, ServerRef};
@@ -422,23 +421,60 @@ pub(crate) fn port_security_body(
 /// with the identity's keypair (`key_name`) when the request uses it and the
 /// identity has one (an empty `key_name` would be refused; the Go controller
 /// leaves it out too).
-pub(crate) fn server_body(request: &CreateRequest, port_id: &str, ssh_key_name: Option<&str>) -> Value {
-    let mut server = json!({
-        "name": request.name,
-        "flavorRef": request.flavor_id,
-        "imageRef": request.image_id,
-        "networks": [{"port": port_id}],
-        "metadata": server_metadata(request),
-    });
-    if let Some(object) = server.as_object_mut() {
-        if let Some(user_data) = &request.user_data {
-            object.insert("user_data".into(), Value::String(BASE64.encode(user_data)));
-        }
-        if let Some(key) = ssh_key_name.filter(|key| request.identity_ssh_key && !key.is_empty()) {
-            object.insert("key_name".into(), Value::String(key.to_owned()));
-        }
+pub(crate) fn server_body<'a>(
+    request: &'a CreateRequest,
+    port_id: &'a str,
+    ssh_key_name: Option<&'a str>,
+) -> ServerBody<'a> {
+    ServerBody {
+        server: ServerFields {
+            name: &request.name,
+            flavor_ref: &request.flavor_id,
+            image_ref: &request.image_id,
+            networks: [PortAttachment { port: port_id }],
+            metadata: server_metadata(request),
+            user_data: request.user_data.as_deref().map(Base64),
+            key_name: ssh_key_name.filter(|key| request.identity_ssh_key && !key.is_empty()),
+        },
     }
-    json!({ "server": server })
+}
+
+/// The create body, encoded as it is sent: the user data (up to 64 KiB) is
+/// written into the JSON as base64 straight from the request's bytes, never
+/// held as a second, base64 copy beside them.
+#[derive(Debug, Serialize)]
+pub(crate) struct ServerBody<'a> {
+    server: ServerFields<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct ServerFields<'a> {
+    name: &'a str,
+    #[serde(rename = "flavorRef")]
+    flavor_ref: &'a str,
+    #[serde(rename = "imageRef")]
+    image_ref: &'a str,
+    networks: [PortAttachment<'a>; 1],
+    metadata: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user_data: Option<Base64<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_name: Option<&'a str>,
+}
+
+#[derive(Debug, Serialize)]
+struct PortAttachment<'a> {
+    port: &'a str,
+}
+
+/// Bytes serialized as their standard base64 text.
+#[derive(Debug)]
+struct Base64<'a>(&'a [u8]);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&base64::display::Base64Display::new(self.0, &BASE64))
+    }
 }
 
 #[cfg(test)]
@@ -568,6 +604,11 @@ mod tests {
         assert!(refused.is_err(), "Nova's metadata values are strings");
     }
 
+    /// The create body as Nova reads it: its encoded JSON, decoded.
+    fn body_value(request: &CreateRequest, port_id: &str, key: Option<&str>) -> Value {
+        serde_json::to_value(server_body(request, port_id, key)).unwrap_or_default()
+    }
+
     #[test]
     fn create_bodies() {
         let request = request();
@@ -581,7 +622,7 @@ mod tests {
             port["port"]["allowed_address_pairs"],
             json!([{"ip_address": "10.1.0.0/24"}, {"ip_address": "10.2.0.1", "mac_address": "fa:16:3e:aa:bb:cc"}])
         );
-        let server = server_body(&request, "port-1", Some("identity-key"));
+        let server = body_value(&request, "port-1", Some("identity-key"));
         assert_eq!(server["server"]["name"], "web-label");
         assert_eq!(server["server"]["key_name"], "identity-key");
         assert_eq!(server["server"]["flavorRef"], "flavor");
@@ -601,16 +642,16 @@ mod tests {
             })
         );
         let no_user_data = CreateRequest { user_data: None, ..request.clone() };
-        assert!(server_body(&no_user_data, "p", None)["server"].get("user_data").is_none());
+        assert!(body_value(&no_user_data, "p", None)["server"].get("user_data").is_none());
     }
 
     #[test]
     fn key_name_only_for_servers_that_use_the_identity_keypair_and_an_identity_that_has_one() {
         let request = request();
-        assert!(server_body(&request, "p", None)["server"].get("key_name").is_none());
-        assert!(server_body(&request, "p", Some(""))["server"].get("key_name").is_none());
+        assert!(body_value(&request, "p", None)["server"].get("key_name").is_none());
+        assert!(body_value(&request, "p", Some(""))["server"].get("key_name").is_none());
         let ca_path = CreateRequest { identity_ssh_key: false, ..request };
-        assert!(server_body(&ca_path, "p", Some("identity-key"))["server"].get("key_name").is_none());
+        assert!(body_value(&ca_path, "p", Some("identity-key"))["server"].get("key_name").is_none());
     }
 
     #[test]

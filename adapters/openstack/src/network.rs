@@ -170,14 +170,14 @@ pub(crate) fn exactly<T>(mut items: Vec<T>, key: impl Fn(&T) -> &str, wanted: &s
 
 pub(crate) async fn create_port(session: &Session<'_>, body: Value) -> Result<Port, CloudError> {
     const OPERATION: &str = "creating port";
-    let call = Call::new(OPERATION, Service::Network, Method::POST, "/ports").body(body);
+    let call = Call::new(OPERATION, Service::Network, Method::POST, "/ports").body(&body)?;
     Ok(session.send(&call).await?.json::<PortEnvelope>(OPERATION)?.port)
 }
 
 /// Sets the fields in `body` on an existing port.
 pub(crate) async fn update_port(session: &Session<'_>, id: &str, body: Value) -> Result<(), CloudError> {
     const OPERATION: &str = "updating port";
-    let call = Call::new(OPERATION, Service::Network, Method::PUT, format!("/ports/{}", segment(id))).body(body);
+    let call = Call::new(OPERATION, Service::Network, Method::PUT, format!("/ports/{}", segment(id))).body(&body)?;
     session.send(&call).await?.ok(OPERATION)
 }
 
@@ -224,7 +224,7 @@ pub(crate) async fn create_floating_ip(
         "port_id": port_id,
         "description": description,
     }});
-    let call = Call::new(OPERATION, Service::Network, Method::POST, "/floatingips").body(body);
+    let call = Call::new(OPERATION, Service::Network, Method::POST, "/floatingips").body(&body)?;
     Ok(session.send(&call).await?.json::<FloatingIpEnvelope>(OPERATION)?.floatingip)
 }
 
