@@ -604,9 +604,20 @@ mod tests {
         assert!(refused.is_err(), "Nova's metadata values are strings");
     }
 
-    /// The create body as Nova reads it: its encoded JSON, decoded.
+    /// The create body as Nova reads it: the bytes sent, decoded.
     fn body_value(request: &CreateRequest, port_id: &str, key: Option<&str>) -> Value {
-        serde_json::to_value(server_body(request, port_id, key)).unwrap_or_default()
+        let sent = serde_json::to_vec(&server_body(request, port_id, key)).unwrap_or_default();
+        serde_json::from_slice(&sent).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_sent_user_data_is_the_requests_bytes_in_standard_base64() {
+        use base64::Engine as _;
+        let bytes: Vec<u8> = (0..48 * 1024).map(|i| (i * 7 % 256) as u8).collect();
+        let request = CreateRequest { user_data: Some(bytes.clone()), ..request() };
+        let sent = body_value(&request, "p", None);
+        let text = sent["server"]["user_data"].as_str().unwrap_or_default();
+        assert_eq!(BASE64.decode(text).ok(), Some(bytes));
     }
 
     #[test]
