@@ -58,7 +58,7 @@ impl Executor {
     /// Its reads, writes and cloud calls are boxed while they run: a pass
     /// spends most of its life waiting on reference writes, and then holds
     /// its own state (3 KB) instead of room for the largest call it might
-    /// make (16 KB a pass unboxed, with a hundred passes started at once).
+    /// make (16 KB a pass unboxed, with 128 passes started at once).
     pub(crate) async fn reconcile(
         &self,
         term: &Term,

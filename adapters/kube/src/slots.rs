@@ -26,7 +26,9 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 /// Passes started at once, per slot: how many may wait on references while
 /// the slots work. Each started pass holds its decided state and its I/O;
 /// four per slot settle 1,000 and 10,000 Servers as soon as eight did, with
-/// 2-3 MB less at the peak (docs/BENCH.md, "Passes started at once").
+/// 2-3 MB less at the peak, but batch fewer changes of a shared object, so
+/// deleting 10,000 takes 45-49 s, not 39 (docs/BENCH.md, "Passes started at
+/// once").
 const ADMITTED_PER_SLOT: u16 = 4;
 
 /// Passes started at once for `concurrency` slots.
