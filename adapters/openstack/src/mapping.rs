@@ -478,7 +478,7 @@ impl Serialize for Base64<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use server_core::model::{AllowedAddressPair, Tag};
     use server_core::port::Owner;
@@ -605,7 +605,7 @@ mod tests {
     }
 
     /// The create body as Nova reads it: the bytes sent, decoded.
-    fn body_value(request: &CreateRequest, port_id: &str, key: Option<&str>) -> Value {
+    pub(crate) fn body_value(request: &CreateRequest, port_id: &str, key: Option<&str>) -> Value {
         let sent = serde_json::to_vec(&server_body(request, port_id, key)).unwrap_or_default();
         serde_json::from_slice(&sent).unwrap_or_default()
     }
